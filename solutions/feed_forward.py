@@ -1,0 +1,28 @@
+"""Stage 06: the position-wise feed-forward network (paper, section 3.3):
+
+    FFN(x) = max(0, x W_1 + b_1) W_2 + b_2
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+class PositionwiseFeedForward(nn.Module):
+    """The same two-layer ReLU network at every position: w_2(dropout(relu(w_1(x)))).
+
+    (B, L, d_model) -> (B, L, d_ff) -> (B, L, d_model). Example: d_model=512, d_ff=2048 in the paper.
+    """
+
+    def __init__(self, d_model: int, d_ff: int, dropout: float = 0.1):
+        super().__init__()
+        ### BEGIN SOLUTION
+        self.w_1 = nn.Linear(d_model, d_ff)
+        self.w_2 = nn.Linear(d_ff, d_model)
+        self.dropout = nn.Dropout(dropout)
+        ### END SOLUTION
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        ### BEGIN SOLUTION
+        return self.w_2(self.dropout(torch.relu(self.w_1(x))))  # (B, L, d_model) -> (B, L, d_ff) -> (B, L, d_model)
+        ### END SOLUTION
