@@ -1,0 +1,118 @@
+"""Small tools the checks share: reproducible inputs, comparisons that fail with a teaching message,
+and diagnosis by matching the learner's output against known mistakes."""
+from __future__ import annotations
+
+import contextlib
+
+import torch
+from torch import nn
+
+from ..core import CheckFailure
+
+
+@contextlib.contextmanager
+def seeded(seed: int = 0):
+    """A fixed seed inside the check, without disturbing the learner's random state."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        yield
+
+
+def fmt(x, digits: int = 4) -> str:
+    """A short, readable rendering of a tensor, number or list for a message."""
+    if isinstance(x, torch.Tensor):
+        if x.numel() <= 8:
+            vals = x.detach().float().flatten().tolist()
+            return f"tensor{tuple(x.shape)} {[round(v, digits) for v in vals]}"
+        return f"tensor of shape {tuple(x.shape)}"
+    if isinstance(x, float):
+        return f"{x:.{digits}g}"
+    s = repr(x)
+    return s if len(s) < 160 else s[:157] + "..."
+
+
+def as_tensor(got, what: str) -> torch.Tensor:
+    if not isinstance(got, torch.Tensor):
+        raise CheckFailure(what, "a torch.Tensor", f"{type(got).__name__}",
+                           "return the tensor itself (not a list, a numpy array or None)")
+    return got
+
+
+def expect_shape(got, shape, what: str, hint: str | None = None) -> torch.Tensor:
+    got = as_tensor(got, what)
+    if tuple(got.shape) != tuple(shape):
+        raise CheckFailure(f"{what}: wrong shape", f"shape {tuple(shape)}", f"shape {tuple(got.shape)}", hint)
+    return got
+
+
+def close(a: torch.Tensor, b: torch.Tensor, atol: float = 1e-4, rtol: float = 1e-4) -> bool:
+    return (isinstance(a, torch.Tensor) and a.shape == b.shape and bool(torch.isfinite(a).all())
+            and torch.allclose(a.detach().double(), b.detach().double(), atol=atol, rtol=rtol))
+
+
+def expect_close(got, expected: torch.Tensor, what: str, hint: str | None = None, atol: float = 1e-4,
+                 rtol: float = 1e-4, mistakes: dict[str, torch.Tensor] | None = None) -> None:
+    """Fail unless got ≈ expected. `mistakes` maps a classic mistake's description to the output it
+    would give: when got matches one, the message names that mistake instead of the generic hint."""
+    got = expect_shape(got, expected.shape, what, hint)
+    if not torch.isfinite(got).all():
+        bad = (~torch.isfinite(got)).sum().item()
+        raise CheckFailure(f"{what}: {bad} values are NaN or inf", "finite values", fmt(got),
+                           hint or "an overflow (exp of a large number) or 0/0 (a row with nothing to attend to)")
+    if close(got, expected, atol, rtol):
+        return
+    for description, wrong in (mistakes or {}).items():
+        if close(got, wrong, atol, rtol):
+            hint = description
+            break
+    diff = (got.detach().double() - expected.double()).abs()
+    where = tuple(int(i) for i in torch.nonzero(diff == diff.max())[0].tolist())
+    raise CheckFailure(f"{what}: values differ (largest difference {diff.max().item():.3g} at index {where})",
+                       fmt(expected.flatten()[diff.flatten().argmax()].item()) + " there",
+                       fmt(got.detach().flatten()[diff.flatten().argmax()].item()), hint)
+
+
+def expect_equal(got, expected, what: str, hint: str | None = None) -> None:
+    if isinstance(expected, torch.Tensor):
+        got = expect_shape(got, expected.shape, what, hint)
+        if got.dtype != expected.dtype or not torch.equal(got, expected):
+            raise CheckFailure(what, fmt(expected) + f" ({expected.dtype})", fmt(got) + f" ({got.dtype})", hint)
+    elif got != expected:
+        raise CheckFailure(what, fmt(expected), fmt(got), hint)
+
+
+def expect_raises(fn, exc_type, what: str, hint: str | None = None) -> None:
+    try:
+        fn()
+    except exc_type:
+        return
+    except NotImplementedError:
+        raise
+    except Exception as e:  # noqa: BLE001
+        raise CheckFailure(what, f"{exc_type.__name__} with a message naming the problem",
+                           f"{type(e).__name__}: {str(e)[:120]}", hint) from None
+    raise CheckFailure(what, f"{exc_type.__name__} with a message naming the problem", "no error", hint)
+
+
+def build(cls, *args, what: str, **kwargs):
+    """Instantiate the learner's class; a TypeError about arguments says which signature is expected."""
+    try:
+        return cls(*args, **kwargs)
+    except NotImplementedError:
+        raise
+    except TypeError as e:
+        raise CheckFailure(f"{what}: could not construct it", f"{cls.__name__}({_sig(args, kwargs)}) to work",
+                           f"TypeError: {e}", "keep the signature of the stub") from None
+
+
+def _sig(args, kwargs):
+    return ", ".join([repr(a) for a in args] + [f"{k}={v!r}" for k, v in kwargs.items()])
+
+
+def expect_attr(module: nn.Module, name: str, kind, what: str) -> object:
+    value = getattr(module, name, None)
+    if value is None or (kind is not None and not isinstance(value, kind)):
+        raise CheckFailure(f"{what}: attribute `{name}`", f"an {kind.__name__ if kind else 'attribute'} named {name}",
+                           type(value).__name__ if value is not None else "no such attribute",
+                           "use the contract's attribute names so weights can be copied to and from PyTorch")
+    return value

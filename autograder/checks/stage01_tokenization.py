@@ -1,0 +1,1 @@
+"""Checks for stage01_tokenization (to be written)."""

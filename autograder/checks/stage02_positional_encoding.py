@@ -1,0 +1,1 @@
+"""Checks for stage02_positional_encoding (to be written)."""

@@ -1,0 +1,1 @@
+"""Checks for stage05_masks (to be written)."""

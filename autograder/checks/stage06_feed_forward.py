@@ -1,0 +1,1 @@
+"""Checks for stage06_feed_forward (to be written)."""

@@ -1,0 +1,1 @@
+"""Checks for stage08_encoder (to be written)."""

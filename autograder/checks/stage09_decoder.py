@@ -1,0 +1,1 @@
+"""Checks for stage09_decoder (to be written)."""

@@ -1,0 +1,1 @@
+"""Checks for stage10_output_projection (to be written)."""

@@ -1,0 +1,1 @@
+"""Checks for stage11_label_smoothing (to be written)."""

@@ -1,0 +1,1 @@
+"""Checks for stage12_training (to be written)."""

@@ -1,0 +1,1 @@
+"""Checks for stage13_decoding (to be written)."""
