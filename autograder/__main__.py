@@ -1,0 +1,42 @@
+"""Command line: `python -m autograder grade NOTEBOOK... [--json FILE]`,
+`python -m autograder lessons [--write]`, `python -m autograder nbgrader-course DIR`."""
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m autograder")
+    sub = parser.add_subparsers(dest="command", required=True)
+    g = sub.add_parser("grade", help="grade notebooks, each in a fresh kernel")
+    g.add_argument("notebooks", nargs="+")
+    g.add_argument("--json", help="also write the report as JSON to this file")
+    g.add_argument("--timeout", type=float, default=600, help="seconds per notebook (default 600)")
+    les = sub.add_parser("lessons", help="check (or --write) that the lessons' stubs match solutions/")
+    les.add_argument("--write", action="store_true")
+    course = sub.add_parser("nbgrader-course", help="build an nbgrader course directory from the lessons")
+    course.add_argument("directory")
+    course.add_argument("--lessons", nargs="*", help="lesson stems (default: all)")
+    args = parser.parse_args(argv)
+
+    if args.command == "grade":
+        from .grade import grade
+        report = grade(args.notebooks, args.json, args.timeout)
+        return 0 if all(n["error"] is None for n in report["notebooks"]) else 1
+    if args.command == "lessons":
+        from .notebooks import sync
+        stale = sync(write=args.write)
+        verb = "rewrote" if args.write else "out of date (run: python -m autograder lessons --write)"
+        print(f"{verb}: {', '.join(stale)}" if stale else "lessons are in sync with solutions/")
+        return 1 if stale and not args.write else 0
+    if args.command == "nbgrader-course":
+        from .course import build_course
+        path = build_course(args.directory, args.lessons)
+        print(f"nbgrader course written to {path}")
+        return 0
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,98 @@
+"""The lessons against solutions/ (no drift) and as learners get them (they run, score zero, say why)."""
+import ast
+import json
+import pathlib
+
+import nbformat
+import pytest
+
+from autograder import max_points
+from autograder.grade import grade_notebook
+from autograder.notebooks import MODULES, clear_solutions, lesson_paths, solution_source, solved, sync
+
+LESSONS = lesson_paths()
+IDS = [p.stem for p in LESSONS]
+
+
+def stub_cells(nb):
+    return [c for c in nb.cells if c.get("metadata", {}).get("course", {}).get("names")]
+
+
+def test_lessons_exist():
+    assert "03_attention" in IDS
+
+
+def test_regenerating_the_stubs_changes_nothing():
+    assert sync(write=False) == [], "run: python -m autograder lessons --write"
+
+
+def defs(source):
+    """{qualified name: (arguments, docstring, body)} of every function and class in `source`."""
+    out = {}
+
+    def walk(nodes, prefix=""):
+        for node in nodes:
+            if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+                args = ast.unparse(node.args) if isinstance(node, ast.FunctionDef) else None
+                out[prefix + node.name] = (args, ast.get_docstring(node), node.body)
+                walk(node.body, prefix + node.name + ".")
+    walk(ast.parse(source).body)
+    return out
+
+
+@pytest.mark.parametrize("path", LESSONS, ids=IDS)
+def test_stubs_keep_the_solution_signature_and_docstring(path):
+    nb = nbformat.read(str(path), as_version=4)
+    for cell in stub_cells(nb):
+        stub = defs(cell.source)
+        ref = defs(solution_source(MODULES[path.stem], cell.metadata["course"]["names"]))
+        assert stub.keys() == ref.keys()
+        for name, (args, doc, body) in stub.items():
+            assert (args, doc) == ref[name][:2], f"{name}: the stub's signature or docstring drifted from solutions/"
+        assert "raise NotImplementedError()" in cell.source and "### BEGIN SOLUTION" not in cell.source
+
+
+@pytest.mark.parametrize("path", LESSONS, ids=IDS)
+def test_graded_cells_are_worth_max_points_and_cover_the_stubs(path):
+    nb = nbformat.read(str(path), as_version=4)
+    graded = {c.metadata["nbgrader"]["grade_id"]: c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade")}
+    for grade_id, cell in graded.items():
+        name = grade_id.removeprefix("check_")
+        assert cell.source.strip() == f"check({name})"
+        assert cell.metadata["nbgrader"]["points"] == max_points(name), grade_id
+        assert cell.metadata["nbgrader"]["locked"] is True
+    stubbed = {n for c in stub_cells(nb) for n in c.metadata["course"]["names"]}
+    checked = {g.removeprefix("check_") for g in graded}
+    assert checked <= stubbed, f"checks without a stub: {checked - stubbed}"
+    ids = [c.metadata["nbgrader"]["grade_id"] for c in nb.cells if "nbgrader" in c.metadata]
+    assert len(ids) == len(set(ids)), "duplicate grade_id"
+
+
+@pytest.mark.parametrize("path", LESSONS, ids=IDS)
+def test_committed_without_outputs(path):
+    nb = json.loads(path.read_text())
+    dirty = [i for i, c in enumerate(nb["cells"]) if c["cell_type"] == "code" and (c["outputs"] or c["execution_count"])]
+    assert not dirty, f"cells {dirty} carry outputs: strip them"
+
+
+def test_clear_solutions_is_nbgrader_s():
+    src = "def f(x):\n    \"\"\"doc\"\"\"\n    y = 1\n    ### BEGIN SOLUTION\n    return x\n    ### END SOLUTION\n"
+    assert clear_solutions(src) == "def f(x):\n    \"\"\"doc\"\"\"\n    y = 1\n    # YOUR CODE HERE\n    raise NotImplementedError()\n"
+    assert "### END SOLUTION" in solution_source("attention", ["softmax"])
+
+
+@pytest.mark.parametrize("path", LESSONS, ids=IDS)
+def test_released_lesson_runs_to_the_end_with_zero_points(path):
+    r = grade_notebook(path)
+    assert r["error"] is None, r["error"]
+    for cell in r["cells"]:
+        assert cell["points"] == 0 and "not implemented yet" in cell["message"], cell
+
+
+@pytest.mark.parametrize("path", LESSONS, ids=IDS)
+def test_solved_lesson_gets_full_points(path, tmp_path):
+    target = tmp_path / path.name
+    nbformat.write(solved(path), str(target))
+    r = grade_notebook(target)
+    assert r["error"] is None, r["error"]
+    assert r["points"] == r["max_points"] > 0, [c for c in r["cells"] if c["points"] < c["max_points"]]

@@ -1,0 +1,69 @@
+"""The instructor's path through real nbgrader on lesson 03: build the course, generate the assignment
+(it must reproduce the lesson), autograde three students (solved, untouched, one classic mistake),
+export the grades."""
+import csv
+import pathlib
+import shutil
+import subprocess
+import sys
+
+import nbformat
+import pytest
+
+from autograder.notebooks import LESSONS, solved
+
+pytest.importorskip("nbgrader")
+LESSON = "03_attention"
+
+
+def nbgrader(course, *args):
+    proc = subprocess.run([sys.executable, "-m", "nbgrader", *args], cwd=course, capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return proc
+
+
+@pytest.fixture(scope="module")
+def course(tmp_path_factory):
+    root = tmp_path_factory.mktemp("course")
+    subprocess.run([sys.executable, "-m", "autograder", "nbgrader-course", str(root), "--lessons", LESSON],
+                   check=True, capture_output=True)
+    nbgrader(root, "generate_assignment", LESSON, "--force")
+    return root
+
+
+def test_generate_assignment_reproduces_the_lesson(course):
+    released = nbformat.read(str(course / "release" / LESSON / f"{LESSON}.ipynb"), as_version=4)
+    lesson = nbformat.read(str(LESSONS / f"{LESSON}.ipynb"), as_version=4)
+    assert [c.source for c in released.cells] == [c.source for c in lesson.cells]
+    assert [c.cell_type for c in released.cells] == [c.cell_type for c in lesson.cells]
+
+
+def submit(course, student, nb):
+    folder = course / "submitted" / student / LESSON
+    folder.mkdir(parents=True, exist_ok=True)
+    nbformat.write(nb, str(folder / f"{LESSON}.ipynb"))
+
+
+def test_autograde_and_export(course):
+    released = nbformat.read(str(course / "release" / LESSON / f"{LESSON}.ipynb"), as_version=4)
+    good = solved(LESSONS / f"{LESSON}.ipynb")
+    mistake = solved(LESSONS / f"{LESSON}.ipynb")
+    for cell in mistake.cells:  # the classic one: softmax over the queries
+        if "def scaled_dot_product_attention" in cell.source:
+            assert "softmax(scores, dim=-1)" in cell.source
+            cell.source = cell.source.replace("softmax(scores, dim=-1)", "softmax(scores, dim=-2)")
+    submit(course, "alice", good)
+    submit(course, "bob", released)
+    submit(course, "carol", mistake)
+    nbgrader(course, "autograde", LESSON, "--force")
+    nbgrader(course, "export", "--to", "grades.csv")
+    rows = {r["student_id"]: r for r in csv.DictReader(open(course / "grades.csv"))}
+    score = {s: float(rows[s]["raw_score"]) for s in ("alice", "bob", "carol")}
+    top = float(rows["alice"]["max_score"])
+    assert top == 10 and score["alice"] == top, score
+    assert score["bob"] == 0, score
+    assert 0 < score["carol"] < top, score
+    nbgrader(course, "generate_feedback", LESSON, "--force")
+    feedback = next((course / "feedback" / "carol" / LESSON).glob("*.html")).read_text()
+    assert "softmax over the queries" in feedback
