@@ -104,6 +104,12 @@ def stub_cell(names: list[str]):
     return cell
 
 
+def _points(name: str) -> float:
+    from .core import REGISTRY, max_points
+    from . import checks  # noqa: F401
+    return max_points(name) if name in REGISTRY else 0.0
+
+
 def check_cell(name: str, points: float):
     cell = nbformat.v4.new_code_cell(f"check({name})")
     cell.metadata["nbgrader"] = nbgrader_meta(f"check_{name}", grade=True, points=points, locked=True)
@@ -116,7 +122,6 @@ def new_lesson(stem: str, cells: list[tuple[str, str]]):
     """A lesson notebook from (kind, text) pairs: "md", "code", "setup" (text ignored), "stub" (text =
     space-separated names), "check" (text = a contract name; points = max_points). Stub cells are then
     filled by render()."""
-    from .core import max_points
     nb = nbformat.v4.new_notebook()
     nb.metadata = {"kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"},
                    "language_info": {"name": "python"}}
@@ -130,19 +135,23 @@ def new_lesson(stem: str, cells: list[tuple[str, str]]):
         elif kind == "stub":
             nb.cells.append(stub_cell(text.split()))
         elif kind == "check":
-            nb.cells.append(check_cell(text, max_points(text)))
+            nb.cells.append(check_cell(text, _points(text)))
         else:
             raise ValueError(kind)
     return render(nb, stem, solved=False)
 
 
 def render(nb, stem: str, solved: bool):
-    """A copy of lesson `nb` whose stub cells hold the solution source (solved) or the stub, with no outputs."""
+    """A copy of lesson `nb` whose stub cells hold the solution source (solved) or the stub, whose check
+    cells are worth max_points, and with no outputs."""
     nb = copy.deepcopy(nb)
     module = MODULES.get(stem)
     for cell in nb.cells:
         if cell.cell_type == "code":
             cell.outputs, cell.execution_count = [], None
+        grading = cell.get("metadata", {}).get("nbgrader", {})
+        if grading.get("grade") and grading.get("grade_id", "").startswith("check_"):
+            grading["points"] = _points(grading["grade_id"][len("check_"):])  # always the checks' max_points
         names = cell.get("metadata", {}).get("course", {}).get("names")
         if names:
             source = solution_source(module, names)
