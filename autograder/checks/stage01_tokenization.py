@@ -1,1 +1,865 @@
-"""Checks for stage01_tokenization (to be written)."""
+"""Stage 01: byte-pair encoding, the tokenizer, padding and the scaled token embedding.
+
+BPE is checked against merges and segmentations made by subword-nmt, the reference implementation of
+Sennrich et al. (2016), stored in autograder/fixtures/stage01_bpe.json (tests/test_checks_stage01.py
+says how they were made and verifies them). The small variants below (`_learn_variant`, ...) are written
+from the contract only to NAME a mistake once the learner's answer already differs from the fixture:
+they are never the measure of right and wrong.
+"""
+from __future__ import annotations
+
+import functools
+import json
+import math
+import numbers
+import os
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Mapping
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from ..core import CheckFailure, register
+from ._util import build, expect_attr, expect_close, expect_shape, fmt, seeded
+
+END = "</w>"
+PAD, BOS, EOS, UNK = 0, 1, 2, 3
+FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "stage01_bpe.json"
+
+
+@functools.lru_cache(maxsize=1)
+def _fixture() -> dict:
+    with open(FIXTURE, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def _case(name: str) -> tuple[list[str], int, int, list[tuple[str, str]]]:
+    """(corpus lines, num_merges, min_frequency, subword-nmt's merges) of a stored case."""
+    c = _fixture()["learn"][name]
+    return list(c["corpus"]), c["num_merges"], c["min_frequency"], [tuple(m) for m in c["merges"]]
+
+
+def _segmentation(name: str) -> tuple[list[tuple[str, str]], dict[str, list[str]]]:
+    """(merges, {word: subword-nmt's segmentation in our notation}) of a stored case."""
+    s = _fixture()["segment"][name]
+    return _case(s["merges_of"])[3], dict(s["words"])
+
+
+def _expect(got, expected, what: str, hint: str | None = None, mistakes: dict | None = None) -> None:
+    """Fail unless got == expected; `mistakes` maps a mistake's description to the answer it gives
+    (or to a function computing it, called only when needed)."""
+    if got == expected:
+        return
+    for description, wrong in (mistakes or {}).items():
+        if callable(wrong):
+            wrong = wrong()
+        if got == wrong:
+            hint = description
+            break
+    raise CheckFailure(what, fmt(expected), fmt(got), hint)
+
+
+# ------------------------------------------------------------------------------ answers' shapes
+def _as_symbols(got, what: str, kind=(list, tuple)) -> list:
+    """The learner's sequence of symbols as a list of str (a clear failure for anything else)."""
+    if not isinstance(got, kind) or not all(isinstance(s, str) for s in got):
+        raise CheckFailure(what, "a " + " or ".join(k.__name__ for k in kind) + " of strings",
+                           f"{type(got).__name__} {fmt(got)}", "return the symbols, e.g. ['low', 'er</w>']")
+    return list(got)
+
+
+def _as_merges(got, what: str) -> list[tuple[str, str]]:
+    """The learner's merges as a list of (left, right) tuples."""
+    ok = isinstance(got, (list, tuple)) and all(
+        isinstance(m, (list, tuple)) and len(m) == 2 and all(isinstance(s, str) for s in m) for m in got)
+    if not ok:
+        raise CheckFailure(what, "a list of (left, right) pairs of strings, e.g. [('l', 'o'), ('lo', 'w</w>')]",
+                           f"{type(got).__name__} {fmt(got)}",
+                           "append each merged pair itself (a tuple of two symbols) to the list, and return it")
+    return [tuple(m) for m in got]
+
+
+def _as_stats(got, what: str) -> dict:
+    """The learner's pair counts as a plain dict, pairs counted 0 times left out."""
+    if not isinstance(got, Mapping):
+        raise CheckFailure(what, "a dict (or Counter) {(left, right): count}", f"{type(got).__name__} {fmt(got)}",
+                           "return the Counter (or dict) of pair counts")
+    out = {}
+    for pair, count in got.items():
+        if not (isinstance(pair, tuple) and len(pair) == 2):
+            raise CheckFailure(what + ": keys", "pairs of adjacent symbols as tuples, e.g. ('l', 'o')",
+                               fmt(pair), "count zip(symbols, symbols[1:]): each key is a tuple (left, right)")
+        if count:
+            out[pair] = count
+    return out
+
+
+# ------------------------------------------------------------------- variants (to name mistakes)
+def _start(word: str, end: str = "joined") -> tuple[str, ...]:
+    if end == "missing":
+        return tuple(word)
+    if end == "separate":
+        return tuple(word) + (END,)
+    return tuple(word[:-1]) + (word[-1] + END,)
+
+
+def _merge_variant(symbols, pair, how: str = "left") -> tuple[str, ...]:
+    """Merge `pair` in `symbols`: correctly ('left'), or as the classic mistakes do."""
+    symbols = tuple(symbols)
+    if how == "substring":  # str.replace on the joined text: matches inside symbols
+        return tuple(" ".join(symbols).replace(" ".join(pair), "".join(pair)).split(" "))
+    if how == "right":  # right to left: 'a a a' -> 'a aa'
+        out, i = [], len(symbols) - 1
+        while i >= 0:
+            if i >= 1 and (symbols[i - 1], symbols[i]) == pair:
+                out.append(symbols[i - 1] + symbols[i])
+                i -= 2
+            else:
+                out.append(symbols[i])
+                i -= 1
+        return tuple(reversed(out))
+    out, i, done = [], 0, False
+    while i < len(symbols):
+        if i + 1 < len(symbols) and (symbols[i], symbols[i + 1]) == pair and not (how == "first" and done):
+            out.append(symbols[i] + symbols[i + 1])
+            i += 1 if how == "overlap" else 2  # overlap: the right symbol is used again
+            done = True
+        else:
+            out.append(symbols[i])
+            i += 1
+    return tuple(out)
+
+
+def _learn_variant(corpus, num_merges, min_frequency, tie="max", weighted=True, end="joined", merge="left",
+                   stop="lt"):
+    """BPE learned by recounting every pair at each step; the keywords select a classic mistake."""
+    counts = Counter(w for line in corpus for w in line.split(" ") if w)
+    words = [_start(w, end) for w in counts]
+    freqs = [counts[w] if weighted else 1 for w in counts]
+    merges = []
+    while len(merges) < num_merges:
+        stats = Counter()
+        for symbols, f in zip(words, freqs):
+            for pair in zip(symbols, symbols[1:]):
+                stats[pair] += f
+        if not stats:
+            break
+        if tie == "min":
+            best = min(stats, key=lambda p: (-stats[p], p))
+        elif tie == "first":
+            best = max(stats, key=stats.get)
+        else:
+            best = max(stats, key=lambda p: (stats[p], p))
+        if (stop == "lt" and stats[best] < min_frequency) or (stop == "le" and stats[best] <= min_frequency):
+            break
+        merges.append(best)
+        words = [_merge_variant(s, best, merge) for s in words]
+    return merges
+
+
+LEARN_MISTAKES = {
+    "ties broken toward the smallest pair: break a tie by the greatest pair, "
+    "max(stats, key=lambda p: (stats[p], p))": dict(tie="min"),
+    "ties go to the first pair counted (max(stats, key=stats.get) or most_common keeps the first of equal "
+    "counts): break a tie by the greatest pair, max(stats, key=lambda p: (stats[p], p))": dict(tie="first"),
+    "word frequencies ignored: each distinct word counted once. Weight a word's pairs by how often the "
+    "word occurs (stats[pair] += freq)": dict(weighted=False),
+    "`</w>` missing: a word starts as its characters with `</w>` joined to the last one "
+    "(low -> l o w</w>)": dict(end="missing"),
+    "`</w>` added as a separate symbol: join it to the last character (low -> l o w</w>, not l o w </w>)":
+        dict(end="separate"),
+    "overlapping occurrences merged: after merging the pair at i, continue at i + 2 "
+    "(a a a -> aa a)": dict(merge="overlap"),
+    "occurrences merged from right to left: scan the word left to right (a a a -> aa a, not a aa)":
+        dict(merge="right"),
+    "min_frequency ignored: stop as soon as the best pair is seen fewer than min_frequency times":
+        dict(stop="ignore"),
+    "stopped at count == min_frequency: a pair seen exactly min_frequency times is still merged "
+    "(break only when count < min_frequency)": dict(stop="le"),
+}
+
+
+def _learn_mistakes(corpus, num_merges, min_frequency, budget: float = 2.0) -> dict:
+    """{description: the merges that mistake gives}, lazily computed, given up after `budget` seconds."""
+    start = time.perf_counter()
+
+    def lazy(kw):
+        def run():
+            if time.perf_counter() - start > budget:
+                return None
+            return _learn_variant(corpus, num_merges, min_frequency, **kw)
+        return run
+    return {d: lazy(kw) for d, kw in LEARN_MISTAKES.items()}
+
+
+def _apply_variant(word, merges, how="priority"):
+    """A word's segmentation by the contract ('priority'), or as the classic mistakes make it."""
+    ranks = {}
+    for i, pair in enumerate(merges):
+        ranks.setdefault(tuple(pair), i)
+    end = {"separate_end": "separate", "missing_end": "missing"}.get(how, "joined")
+    symbols = _start(word, end)
+    if how == "once":
+        for pair in merges:
+            symbols = _merge_variant(symbols, tuple(pair))
+        return list(symbols)
+    merge = {"overlap": "overlap", "right": "right"}.get(how, "left")
+    while len(symbols) > 1:
+        pairs = [p for p in zip(symbols, symbols[1:]) if p in ranks]
+        if not pairs:
+            break
+        pair = pairs[0] if how == "leftmost" else min(pairs, key=ranks.get)
+        symbols = _merge_variant(symbols, pair, merge)
+    symbols = list(symbols)
+    if how == "drop_end":
+        symbols[-1] = symbols[-1][: -len(END)] if symbols[-1].endswith(END) else symbols[-1]
+    return symbols
+
+
+APPLY_MISTAKES = {
+    "merges applied left to right in the word (the first pair found in merges) instead of by priority: "
+    "at each step merge the pair that comes EARLIEST in the merges list": "leftmost",
+    "each merge applied once in list order: after a merge, look again for the earliest merge present "
+    "(a new symbol can enable an earlier merge), until none applies": "once",
+    "`</w>` dropped from the last symbol: keep it (lower -> ['low', 'er</w>'])": "drop_end",
+    "`</w>` kept as a separate symbol: join it to the last character (low -> l o w</w>)": "separate_end",
+    "`</w>` never added: a word starts as l o w</w>, the last character carrying `</w>`": "missing_end",
+    "overlapping occurrences merged: after merging the pair at i, continue at i + 2 (a a a -> aa a)": "overlap",
+    "occurrences merged from right to left: scan left to right (a a a -> aa a, not a aa)": "right",
+}
+
+
+def _apply_mistakes(word, merges) -> dict:
+    return {d: (lambda how=how: _apply_variant(word, merges, how)) for d, how in APPLY_MISTAKES.items()}
+
+
+# -------------------------------------------------------------------------------- get_pair_stats
+def _stats_variant(vocab, how="right"):
+    stats = Counter()
+    if how == "across":  # all words' symbols in one row
+        flat = [s for symbols in vocab for s in symbols]
+        for pair in zip(flat, flat[1:]):
+            stats[pair] += 1
+        return dict(stats)
+    for symbols, count in vocab.items():
+        pairs = list(zip(symbols, symbols[1:]))
+        for pair in (dict.fromkeys(pairs) if how == "once_per_word" else pairs):
+            stats[pair] += 1 if how == "unweighted" else count
+    return {p: c for p, c in stats.items() if c}
+
+
+STATS_MISTAKES = {
+    "word counts ignored: add the word's count for each pair (stats[pair] += count), not 1": "unweighted",
+    "a pair repeated inside a word counted once: count every adjacent position (a a a a</w> holds (a, a) "
+    "twice)": "once_per_word",
+    "pairs taken across words: pair only neighbours inside one word, zip(symbols, symbols[1:])": "across",
+}
+
+
+def _call_stats(get_pair_stats, vocab, what):
+    frozen = {k: v for k, v in vocab.items()}
+    got = _as_stats(get_pair_stats(vocab), what)
+    if vocab != frozen:
+        raise CheckFailure(f"{what}: the vocabulary passed in", "unchanged", fmt(vocab),
+                           "count the pairs without modifying the words or their counts")
+    return got
+
+
+def _stats_check(get_pair_stats, vocab, what, hint):
+    got = _call_stats(get_pair_stats, vocab, what)
+    _expect(got, _stats_variant(vocab), what, hint,
+            {d: (lambda how=how: _stats_variant(vocab, how)) for d, how in STATS_MISTAKES.items()})
+
+
+@register("get_pair_stats", "counts adjacent pairs weighted by word counts (the docstring example)")
+def _stats_example(get_pair_stats):
+    vocab = {("l", "o", "w</w>"): 5, ("l", "o", "t</w>"): 2}
+    _stats_check(get_pair_stats, vocab, "get_pair_stats({('l','o','w</w>'): 5, ('l','o','t</w>'): 2})",
+                 "for each word, for each pair in zip(symbols, symbols[1:]): stats[pair] += count")
+
+
+@register("get_pair_stats", "counts a pair every time it occurs in a word")
+def _stats_repeats(get_pair_stats):
+    vocab = {("a", "a", "a", "a</w>"): 3, ("a", "b", "a", "b", "c</w>"): 2, ("b", "a</w>"): 1}
+    _stats_check(get_pair_stats, vocab, "get_pair_stats({('a','a','a','a</w>'): 3, ('a','b','a','b','c</w>'): 2, "
+                 "('b','a</w>'): 1})", "count every adjacent position of every word")
+
+
+@register("get_pair_stats", "pairs stay inside a word; one-symbol words add nothing")
+def _stats_words(get_pair_stats):
+    vocab = {("a</w>",): 4, ("b", "c</w>"): 1, ("x</w>",): 2, ("c", "a</w>"): 3}
+    _stats_check(get_pair_stats, vocab, "get_pair_stats({('a</w>',): 4, ('b','c</w>'): 1, ('x</w>',): 2, "
+                 "('c','a</w>'): 3})", "a word of one symbol has no pair; never pair the last symbol of one "
+                 "word with the first of another")
+    _expect(_call_stats(get_pair_stats, {}, "get_pair_stats({})"), {}, "get_pair_stats({})",
+            "an empty vocabulary has no pairs: return an empty Counter")
+
+
+@register("get_pair_stats", "handles symbols of any length, unicode included (a dict without zero counts)")
+def _stats_symbols(get_pair_stats):
+    vocab = {("lo", "w", "er</w>"): 2, ("lo", "w</w>"): 7, ("ü", "ber</w>"): 1, ("東", "京</w>"): 4}
+    _stats_check(get_pair_stats, vocab, "get_pair_stats({('lo','w','er</w>'): 2, ('lo','w</w>'): 7, "
+                 "('ü','ber</w>'): 1, ('東','京</w>'): 4})",
+                 "symbols are whole strings: pair symbols[i] with symbols[i + 1], never characters of a symbol")
+
+
+# ------------------------------------------------------------------------------------ merge_pair
+def _merge_check(merge_pair, symbols, pair, what, hint, hows=("overlap", "right", "first", "substring")):
+    got = _as_symbols(merge_pair(symbols, pair), what)
+    names = {"overlap": "overlapping occurrences merged: after merging the pair at i, continue at i + 2, "
+                        "so (a, a, a) -> (aa, a)",
+             "right": "occurrences merged from right to left: scan left to right, so (a, a, a) -> (aa, a)",
+             "first": "only the first occurrence merged: replace every occurrence of the pair",
+             "substring": "the pair matched inside a symbol (str.replace on the joined text): compare whole "
+                          "symbols, (symbols[i], symbols[i + 1]) == pair"}
+    _expect(tuple(got), _merge_variant(symbols, pair), what, hint,
+            {names[h]: (lambda h=h: _merge_variant(symbols, pair, h)) for h in hows})
+
+
+@register("merge_pair", "merges the pair and returns a tuple (the docstring example)")
+def _merge_example(merge_pair):
+    what = "merge_pair(('l', 'o', 'w</w>'), ('l', 'o'))"
+    got = merge_pair(("l", "o", "w</w>"), ("l", "o"))
+    _merge_check(merge_pair, ("l", "o", "w</w>"), ("l", "o"), what, "join the two symbols: 'l' + 'o' -> 'lo'")
+    if not isinstance(got, tuple):
+        raise CheckFailure(f"{what}: type", "a tuple ('lo', 'w</w>')", f"{type(got).__name__} {fmt(got)}",
+                           "return tuple(out): the words are keys of a dict, and a list cannot be one")
+    _merge_check(merge_pair, ("l", "o", "w</w>"), ("o", "w</w>"), "merge_pair(('l', 'o', 'w</w>'), ('o', 'w</w>'))",
+                 "the pair may end in `</w>`: 'o' + 'w</w>' -> 'ow</w>'")
+
+
+@register("merge_pair", "never merges overlapping occurrences: (a, a, a) -> (aa, a)")
+def _merge_overlap(merge_pair):
+    for symbols in (("a", "a", "a"), ("a", "a", "a", "a</w>"), ("a", "a", "a", "a", "a</w>"),
+                    ("b", "a", "a", "a", "a")):
+        _merge_check(merge_pair, symbols, ("a", "a"), f"merge_pair({symbols}, ('a', 'a'))",
+                     "scan left to right; after merging at i, continue at i + 2")
+
+
+@register("merge_pair", "replaces every occurrence of the pair")
+def _merge_every(merge_pair):
+    for symbols, pair in ((("l", "o", "w", "l", "o", "t</w>"), ("l", "o")),
+                          (("a", "b", "c", "a", "b", "a", "b</w>"), ("a", "b")),
+                          (("n", "a", "n", "a", "n", "a</w>"), ("n", "a"))):
+        _merge_check(merge_pair, symbols, pair, f"merge_pair({symbols}, {pair})",
+                     "keep scanning after the first match until the end of the word")
+
+
+@register("merge_pair", "matches whole symbols only, in order; leaves other words unchanged")
+def _merge_whole(merge_pair):
+    cases = ((("lo", "w</w>"), ("o", "w</w>")),     # 'o w</w>' is inside 'lo w</w>' as text only
+             (("ab", "c"), ("b", "c")),
+             (("a", "bc", "d</w>"), ("a", "b")),
+             (("b", "a</w>"), ("a", "b")),            # the pair reversed is not the pair
+             (("a</w>",), ("a", "b")),                # one symbol: nothing to merge
+             (("x", "y</w>"), ("x", "y")))            # 'y' is not 'y</w>'
+    for symbols, pair in cases:
+        _merge_check(merge_pair, symbols, pair, f"merge_pair({symbols}, {pair})",
+                     "merge only where (symbols[i], symbols[i + 1]) == pair exactly; otherwise keep the symbols")
+
+
+# ------------------------------------------------------------------------------------- learn_bpe
+def _learn_small(learn_bpe, name, hint, defaults=False):
+    """The learner's merges on a small stored case equal subword-nmt's; a differing answer is named."""
+    corpus, n, m, expected = _case(name)
+    call = f"learn_bpe({corpus!r}, {n}" + ("" if defaults else f", min_frequency={m}") + ")"
+    got = learn_bpe(list(corpus), n) if defaults else learn_bpe(list(corpus), n, min_frequency=m)
+    _expect(_as_merges(got, call), expected, call + " (merges made by subword-nmt)", hint,
+            _learn_mistakes(corpus, n, m))
+
+
+@register("learn_bpe", "learns the docstring example: 2 merges of 'low low low lower'")
+def _learn_example(learn_bpe):
+    _learn_small(learn_bpe, "docstring", "merge the most frequent pair, count the pairs again, repeat: "
+                 "(l, o) is seen 4 times, then (lo, w</w>) 3 times")
+
+
+@register("learn_bpe", "weights pairs by word frequency")
+def _learn_weighted(learn_bpe):
+    for name in ("weighted", "weighted_2"):
+        _learn_small(learn_bpe, name, "count the words first (Counter), then add each word's count to its pairs")
+
+
+@register("learn_bpe", "breaks ties toward the greatest pair: max(stats, key=lambda p: (stats[p], p))")
+def _learn_ties(learn_bpe):
+    for name in ("ties", "ties_2"):
+        _learn_small(learn_bpe, name, "among pairs of equal count take the lexicographically greatest: "
+                     "max(stats, key=lambda p: (stats[p], p))")
+
+
+@register("learn_bpe", "joins </w> to each word's last character; one-letter words have no pair")
+def _learn_end(learn_bpe):
+    _learn_small(learn_bpe, "end_of_word", "a word starts as tuple(word[:-1]) + (word[-1] + '</w>',)")
+
+
+@register("learn_bpe", "merges non-overlapping occurrences, left to right (a a a -> aa a)")
+def _learn_overlap(learn_bpe):
+    _learn_small(learn_bpe, "overlap", "merge like merge_pair: left to right, continuing after a merged pair")
+
+
+@register("learn_bpe", "stops when the best pair is seen fewer than min_frequency (default 2) times, "
+          "or no pair is left")
+def _learn_min_frequency(learn_bpe):
+    for name in ("min_frequency_1", "min_frequency_2", "min_frequency_3", "no_pair_left"):
+        _learn_small(learn_bpe, name, "stop when max count < min_frequency, or when no pair is left "
+                     "(max() of an empty Counter raises)")
+    _learn_small(learn_bpe, "min_frequency_default", "the default is min_frequency=2", defaults=True)
+
+
+def _count_at(corpus, merges, k, pairs):
+    """Weighted counts of `pairs` after the first k merges (the correct procedure)."""
+    counts = Counter(w for line in corpus for w in line.split(" ") if w)
+    words = {w: _start(w) for w in counts}
+    for pair in merges[:k]:
+        words = {w: _merge_variant(s, pair) for w, s in words.items()}
+    stats = Counter()
+    for w, s in words.items():
+        for pair in zip(s, s[1:]):
+            stats[pair] += counts[w]
+    return [stats.get(p, 0) for p in pairs]
+
+
+def _learn_fixture(learn_bpe, name):
+    corpus, n, m, expected = _case(name)
+    words = len({w for line in corpus for w in line.split(" ") if w})
+    call = (f"learn_bpe(corpus of {len(corpus)} lines, {words} distinct words, {n}, min_frequency={m}) "
+            f"against subword-nmt")
+    got = _as_merges(learn_bpe(list(corpus), n, min_frequency=m), call)
+    if got == expected:
+        return
+    k = next((i for i, (a, b) in enumerate(zip(got, expected)) if a != b), min(len(got), len(expected)))
+    for description, variant in _learn_mistakes(corpus, n, m).items():
+        if variant() == got:
+            hint = description
+            break
+    else:
+        hint = None
+    if k < len(got) and k < len(expected):
+        c_exp, c_got = _count_at(corpus, expected, k, [expected[k], got[k]])
+        if hint is None:
+            hint = ("equal counts: ties go to the greatest pair, max(stats, key=lambda p: (stats[p], p))"
+                    if c_exp == c_got else "the pair counts are off at this point: check that every word's pairs "
+                    "are counted with its frequency after each merge")
+        raise CheckFailure(f"{call}: merge {k} (0-based) differs", f"{expected[k]} (seen {c_exp} times then)",
+                           f"{got[k]} (seen {c_exp if c_exp == c_got else c_got} times then)", hint)
+    if len(got) > len(expected):
+        c_next = _count_at(corpus, expected, len(expected), [got[len(expected)]])[0]
+        raise CheckFailure(f"{call}: number of merges", f"{len(expected)} merges (the next best pair is seen "
+                           f"{c_next} times, fewer than min_frequency={m})" if len(expected) < n else
+                           f"{n} merges (num_merges)", f"{len(got)}",
+                           hint or "stop after num_merges merges, or when the best count < min_frequency")
+    c_next = _count_at(corpus, expected, k, [expected[k]])[0]
+    raise CheckFailure(f"{call}: number of merges", f"{len(expected)} merges (merge {k} is {expected[k]}, seen "
+                       f"{c_next} times)", f"{len(got)}",
+                       hint or "keep merging while the best count >= min_frequency and merges < num_merges")
+
+
+@register("learn_bpe", "equals subword-nmt on a corpus of 232 words (100 merges, min_frequency=2)")
+def _learn_fixture_a(learn_bpe):
+    _learn_fixture(learn_bpe, "corpus_a")
+
+
+@register("learn_bpe", "equals subword-nmt until no pair is left (min_frequency=1), and with min_frequency=3")
+def _learn_fixture_bc(learn_bpe):
+    _learn_fixture(learn_bpe, "corpus_b")
+    _learn_fixture(learn_bpe, "corpus_c")
+
+
+# ------------------------------------------------------------------------------------- apply_bpe
+def _apply_one(apply_bpe, word, merges, expected, what=None, hint=None):
+    what = what or f"apply_bpe({word!r}, {merges})"
+    got = _as_symbols(apply_bpe(word, list(merges)), what)
+    _expect(got, list(expected), what, hint, _apply_mistakes(word, merges))
+
+
+def _apply_stored(apply_bpe, case, hint):
+    c = _fixture()["apply"][case]
+    _apply_one(apply_bpe, c["word"], [tuple(m) for m in c["merges"]], c["subwords"], hint=hint)
+
+
+@register("apply_bpe", "splits the docstring example: lowest -> low es t</w>")
+def _apply_example(apply_bpe):
+    _apply_stored(apply_bpe, "docstring", "start from l o w e s t</w>, apply the earliest merge present, repeat")
+
+
+@register("apply_bpe", "applies the earliest-learned merge first, wherever it is in the word")
+def _apply_priority(apply_bpe):
+    for case in ("priority", "priority_2"):
+        _apply_stored(apply_bpe, case, "at each step merge the pair present whose position in merges is smallest: "
+                      "min(pairs, key=rank)")
+
+
+@register("apply_bpe", "repeats until no merge applies (a new symbol can enable an earlier merge)")
+def _apply_repeat(apply_bpe):
+    for case in ("repeat", "repeat_2"):
+        _apply_stored(apply_bpe, case, "loop: find the earliest merge among the current pairs, merge it, "
+                      "and look again, until no pair is in merges")
+
+
+@register("apply_bpe", "keeps </w> on the last symbol; one-letter words and words with no merge")
+def _apply_end(apply_bpe):
+    for case in ("end", "no_merge", "one_letter", "unseen_character"):
+        _apply_stored(apply_bpe, case, "the last symbol carries `</w>`, even when nothing was merged")
+    _apply_one(apply_bpe, "low", [], ["l", "o", "w</w>"], hint="with no merges a word is its characters, "
+               "`</w>` joined to the last one")
+
+
+@register("apply_bpe", "merges non-overlapping occurrences, left to right (aaaa with (a, a) -> aa a a</w>)")
+def _apply_overlap(apply_bpe):
+    for case in ("overlap", "overlap_2"):
+        _apply_stored(apply_bpe, case, "merge like merge_pair: left to right, continuing after a merged pair")
+
+
+@register("apply_bpe", "segments 366 words like subword-nmt, with 100 and 249 learned merges")
+def _apply_fixture(apply_bpe):
+    for name in ("corpus_a", "corpus_b"):
+        merges, words = _segmentation(name)
+        for word, expected in words.items():
+            _apply_one(apply_bpe, word, merges, expected,
+                       what=f"apply_bpe({word!r}, the {len(merges)} merges subword-nmt learned on corpus {name[-1]})",
+                       hint="apply the earliest merge present, repeatedly; keep `</w>` on the last symbol")
+
+
+# --------------------------------------------------------------------------------- BPETokenizer
+def _train(cls, name="tokenizer"):
+    corpus, n, _, _ = _case(name)
+    tok = build(cls, what="BPETokenizer()")
+    tok.train(list(corpus), n)
+    return tok
+
+
+def _encode(tok, text, what=None):
+    what = what or f"encode({text!r})"
+    try:
+        ids = tok.encode(text)
+    except KeyError as e:
+        raise CheckFailure(what, "ids, with <unk> (3) for a symbol not in the vocabulary",
+                           f"KeyError: {str(e)[:80]}", "unknown symbols map to <unk>: stoi.get(symbol, UNK)") from None
+    if isinstance(ids, torch.Tensor):
+        ids = ids.tolist()
+    if not isinstance(ids, (list, tuple)) or not all(
+            isinstance(i, numbers.Integral) and not isinstance(i, bool) for i in ids):
+        raise CheckFailure(what, "a list of int ids", f"{type(ids).__name__} {fmt(ids)}",
+                           "return [self.stoi.get(s, UNK) for s in subwords]")
+    return [int(i) for i in ids]
+
+
+def _decode(tok, ids, what=None):
+    what = what or f"decode({ids})"
+    text = tok.decode(list(ids))
+    if not isinstance(text, str):
+        raise CheckFailure(what, "a str", f"{type(text).__name__} {fmt(text)}", "join the symbols into one string")
+    return text
+
+
+def _vocab_size(tok):
+    size = getattr(tok, "vocab_size", None)
+    if callable(size) or not isinstance(size, int) or isinstance(size, bool):
+        raise CheckFailure("tok.vocab_size", "an int (an attribute or a @property)",
+                           f"{type(size).__name__} {fmt(size)}",
+                           "make it a property: @property def vocab_size(self): return len(self.itos)")
+    return size
+
+
+@register("BPETokenizer", "train(corpus, num_merges) returns the tokenizer itself")
+def _tok_train(cls):
+    corpus, n, _, _ = _case("tokenizer")
+    tok = build(cls, what="BPETokenizer()")
+    got = tok.train(list(corpus), n)
+    if got is not tok:
+        raise CheckFailure("BPETokenizer().train(corpus, 40)", "the tokenizer itself", fmt(got),
+                           "end train with `return self`, so that BPETokenizer().train(...) gives the tokenizer")
+
+
+@register("BPETokenizer", "specials take ids 0-3; a symbol never seen becomes <unk> (3)")
+def _tok_specials(cls):
+    tok = _train(cls)
+    _, words = _segmentation("tokenizer")
+    text = " ".join(list(words)[:12])
+    ids = _encode(tok, text)
+    low = sorted({i for i in ids if i < 4})
+    if ids[:1] == [BOS] and ids[-1:] == [EOS]:
+        raise CheckFailure(f"encode({text[:40]!r}...)", "the subwords' ids only", f"{fmt(ids)}",
+                           "encode added <bos> and <eos>: return only the subwords' ids")
+    if low:
+        raise CheckFailure(f"encode({text[:40]!r}...): ids of known subwords", "ids >= 4 (0-3 are <pad>, <bos>, "
+                           "<eos>, <unk>)", f"ids {low} among {fmt(ids)}",
+                           "put the four specials first in the vocabulary: itos = ['<pad>', '<bos>', '<eos>', "
+                           "'<unk>'] + subwords" if UNK not in low else
+                           "every character of the corpus (alone and with </w>) and every merge belongs in the "
+                           "vocabulary")
+    for text, expected in (("Ж", [UNK]), ("ЖЖ", None)):
+        got = _encode(tok, text)
+        if expected is not None:
+            _expect(got, expected, f"encode({text!r}) for a character never seen in training",
+                    "unknown symbols map to <unk>, whose id is 3: stoi.get(symbol, UNK)")
+        elif not got or any(i != UNK for i in got):
+            raise CheckFailure(f"encode({text!r})", "only <unk> ids (3)", fmt(got),
+                               "unknown symbols map to <unk>, whose id is 3")
+    first = list(words)[0]
+    got = _encode(tok, f"{first} Ж")
+    if len(got) < 2 or got[-1] != UNK or UNK in got[:-1]:
+        raise CheckFailure(f"encode('{first} Ж')", f"the ids of {first!r}, then 3 (<unk>)", fmt(got),
+                           "map each subword on its own: known ones to their id, unknown ones to 3")
+
+
+@register("BPETokenizer", "encode adds no <bos>/<eos>: one id per subword")
+def _tok_no_bos(cls):
+    tok = _train(cls)
+    for text, n in (("a", 1), ("a x", 2), ("", 0)):
+        got = _encode(tok, text)
+        if len(got) != n:
+            with_specials = len(got) == n + 2 and got[:1] == [BOS] and got[-1:] == [EOS]
+            raise CheckFailure(f"encode({text!r})", f"{n} id{'s' if n != 1 else ''}", fmt(got),
+                               "encode added <bos> and <eos>: return only the subwords' ids (the training code "
+                               "adds them where needed)" if with_specials else
+                               "split the text into words (text.split()), each word into subwords, one id each")
+
+
+@register("BPETokenizer", "segments words like subword-nmt (same subwords, one id per subword)")
+def _tok_segments(cls):
+    tok = _train(cls)
+    _, words = _segmentation("tokenizer")
+    id_of, subword_of = {}, {}
+    for word, subwords in words.items():
+        ids = _encode(tok, word)
+        if len(ids) != len(subwords):
+            raise CheckFailure(f"encode({word!r})", f"{len(subwords)} ids, for the subwords {subwords} "
+                               f"(subword-nmt, 40 merges, min_frequency 2)", f"{len(ids)} ids {fmt(ids)}",
+                               "train learns the merges with learn_bpe(corpus, num_merges) (min_frequency 2) and "
+                               "encode splits each word with apply_bpe")
+        for s, i in zip(subwords, ids):
+            if i == UNK:
+                raise CheckFailure(f"encode({word!r}): the id of {s!r}", "its own id", "3 (<unk>)",
+                                   "every character of the corpus (alone and with </w>) and every merged symbol "
+                                   "belongs in the vocabulary")
+            if id_of.setdefault(s, i) != i or subword_of.setdefault(i, s) != s:
+                raise CheckFailure(f"encode({word!r}): the id of {s!r}",
+                                   f"one id for each subword ({s!r} is {id_of[s]} elsewhere)" if id_of[s] != i else
+                                   f"a different id from {subword_of[i]!r}'s", f"{i}",
+                                   "give each vocabulary entry one id: stoi = {s: i for i, s in enumerate(itos)}")
+
+
+@register("BPETokenizer", "decode(encode(s)) gives back s with whitespace collapsed, unseen words included")
+def _tok_round_trip(cls):
+    tok = _train(cls)
+    _, words = _segmentation("tokenizer")
+    seen = list(words)[:10]
+    unseen = _fixture()["unseen_words"]["tokenizer"]
+    split_hint = ("split the text with str.split(), so that any run of whitespace (spaces, tabs, newlines) "
+                  "separates words, and join the decoded words with single spaces")
+    for text, expected, hint_unk in (
+            (" ".join(seen), " ".join(seen), "every subword of a training word belongs in the vocabulary"),
+            (f"  {seen[0]}  {seen[1]}\t{seen[2]}\n{seen[3]} ", " ".join(seen[:4]), split_hint),
+            (" ".join(unseen), " ".join(unseen), "an unseen word got <unk>: the vocabulary needs every character "
+             "of the corpus both alone and with </w> (a word may end with any of them)")):
+        ids = _encode(tok, text)
+        got = _decode(tok, ids, f"decode(encode({text!r}))")
+        if got != expected:
+            raise CheckFailure(f"decode(encode({text!r}))", repr(expected), repr(got),
+                               hint_unk if UNK in ids else
+                               "join the subwords and turn each `</w>` into a space, then strip; " + split_hint)
+
+
+@register("BPETokenizer", "decode skips <pad>, <bos> and <eos>")
+def _tok_decode_specials(cls):
+    tok = _train(cls)
+    _, words = _segmentation("tokenizer")
+    text = " ".join(list(words)[:3])
+    ids = _encode(tok, text)
+    expected = _decode(tok, ids)
+    got = _decode(tok, [BOS] + ids + [EOS, PAD, PAD])
+    if got != expected:
+        raise CheckFailure(f"decode([1] + encode({text!r}) + [2, 0, 0])", repr(expected), repr(got),
+                           "skip the ids of <pad> (0), <bos> (1) and <eos> (2) when decoding: "
+                           "`if i not in (PAD, BOS, EOS)`")
+    _expect(_decode(tok, [PAD, BOS, EOS]), "", "decode([0, 1, 2])", "specials other than <unk> give no text")
+
+
+@register("BPETokenizer", "vocab_size counts the specials and every symbol; ids are below it")
+def _tok_vocab_size(cls):
+    tok = _train(cls)
+    size = _vocab_size(tok)
+    _, words = _segmentation("tokenizer")
+    ids = _encode(tok, " ".join(words) + " " + " ".join(_fixture()["unseen_words"]["tokenizer"]))
+    distinct = len({i for i in ids if i >= 4})
+    if max(ids) >= size or size < 4 + distinct:
+        raise CheckFailure("tok.vocab_size", f"more than every id (largest id {max(ids)}) and at least 4 specials + "
+                           f"{distinct} subwords seen", f"{size}", "vocab_size = len(itos), the specials included")
+
+
+@register("BPETokenizer", "save(path) then BPETokenizer.load(path) encode and decode the same")
+def _tok_save_load(cls):
+    tok = _train(cls)
+    _, words = _segmentation("tokenizer")
+    text = " ".join(words) + " " + " ".join(_fixture()["unseen_words"]["tokenizer"])
+    what = f"encode(the {len(text.split())} words of the corpus and unseen ones)"
+    ids = _encode(tok, text, what)
+    with tempfile.TemporaryDirectory() as folder:
+        path = os.path.join(folder, "tokenizer.json")
+        tok.save(path)
+        again = cls.load(path)
+    if not isinstance(again, cls):
+        raise CheckFailure("BPETokenizer.load(path)", "a BPETokenizer", f"{type(again).__name__}",
+                           "load is a @classmethod that builds a tokenizer and returns it")
+    got = _encode(again, text, what + " after save and load")
+    if got != ids:
+        k = next((i for i, (a, b) in enumerate(zip(got, ids)) if a != b), min(len(got), len(ids)))
+        raise CheckFailure(f"{what} after save and load: ids from position {k}", f"{ids[k:k + 6]} (as before saving)",
+                           f"{got[k:k + 6]}", "save everything encode uses (merges and vocabulary) and restore all "
+                           "of it in load")
+    _expect(_decode(again, ids), _decode(tok, ids), "decode(the same ids) after save and load",
+            "save and restore the vocabulary (itos) in its order")
+    before, after = getattr(tok, "vocab_size", None), getattr(again, "vocab_size", None)
+    if not callable(before) and after != before:
+        raise CheckFailure("vocab_size after save and load", f"{before} (as before saving)", fmt(after),
+                           "restore the whole vocabulary in load")
+
+
+# ----------------------------------------------------------------------------------- pad_sequences
+def _pad_check(pad_sequences, seqs, pad_id, what, mistakes_extra=None):
+    got = (pad_sequences([list(s) for s in seqs]) if pad_id is None else
+           pad_sequences([list(s) for s in seqs], pad_id=pad_id))
+    p = 0 if pad_id is None else pad_id
+    width = max(len(s) for s in seqs)
+    expected = torch.tensor([list(s) + [p] * (width - len(s)) for s in seqs], dtype=torch.long)
+    left = torch.tensor([[p] * (width - len(s)) + list(s) for s in seqs], dtype=torch.long)
+    if not isinstance(got, torch.Tensor):
+        raise CheckFailure(what, "a torch.LongTensor", f"{type(got).__name__} {fmt(got)}",
+                           "build the result with torch.full((batch, max_len), pad_id, dtype=torch.long)")
+    expect_shape(got, expected.shape, what, "shape (number of sequences, length of the LONGEST one)")
+    if got.dtype != torch.long:
+        hint = ("token ids must be torch.long (nn.Embedding needs integer ids): torch.full(..., dtype=torch.long)"
+                if got.dtype.is_floating_point else "use dtype=torch.long (int64)")
+        raise CheckFailure(f"{what}: dtype", "torch.int64 (torch.long)", str(got.dtype), hint)
+    if torch.equal(got, expected):
+        return
+    mistakes = {"left-padded: pad on the right, after each sequence's tokens": left}
+    if p != 0:
+        mistakes["pad_id ignored: fill with pad_id, not 0"] = torch.tensor(
+            [list(s) + [0] * (width - len(s)) for s in seqs], dtype=torch.long)
+    mistakes.update(mistakes_extra or {})
+    hint = next((d for d, t in mistakes.items() if torch.equal(got, t)), "copy each sequence to the start of its row")
+    raise CheckFailure(what, str(expected.tolist()), str(got.tolist()), hint)
+
+
+@register("pad_sequences", "right-pads with 0 into a (batch, max_len) tensor (the docstring example)")
+def _pad_example(pad_sequences):
+    _pad_check(pad_sequences, [[5, 6, 7], [8]], None, "pad_sequences([[5, 6, 7], [8]])")
+
+
+@register("pad_sequences", "returns torch.long ids")
+def _pad_dtype(pad_sequences):
+    got = pad_sequences([[1, 2], [3]])
+    if isinstance(got, torch.Tensor) and got.dtype != torch.long:
+        raise CheckFailure("pad_sequences([[1, 2], [3]]).dtype", "torch.int64 (torch.long)", str(got.dtype),
+                           "token ids must be torch.long (nn.Embedding needs integer ids): build it with "
+                           "torch.full(..., dtype=torch.long)" if got.dtype.is_floating_point else
+                           "use dtype=torch.long")
+    _pad_check(pad_sequences, [[1, 2], [3]], None, "pad_sequences([[1, 2], [3]])")
+
+
+@register("pad_sequences", "fills with pad_id")
+def _pad_id(pad_sequences):
+    _pad_check(pad_sequences, [[5, 6, 7], [8], [9, 4]], 9, "pad_sequences([[5, 6, 7], [8], [9, 4]], pad_id=9)")
+    _pad_check(pad_sequences, [[5, 6], [7]], 1, "pad_sequences([[5, 6], [7]], pad_id=1)")
+
+
+@register("pad_sequences", "pads to the longest sequence wherever it is; equal lengths need no padding")
+def _pad_longest(pad_sequences):
+    _pad_check(pad_sequences, [[1], [2, 3, 4], [5, 6]], None, "pad_sequences([[1], [2, 3, 4], [5, 6]])")
+    _pad_check(pad_sequences, [[1, 2], [3, 4]], None, "pad_sequences([[1, 2], [3, 4]])")
+    _pad_check(pad_sequences, [[7, 8, 9]], None, "pad_sequences([[7, 8, 9]])")
+
+
+# -------------------------------------------------------------------------------- TokenEmbedding
+def _embedding(cls, vocab_size, d_model, **kw):
+    args = ", ".join([str(vocab_size), str(d_model)] + [f"{k}={v}" for k, v in kw.items()])
+    module = build(cls, vocab_size, d_model, what=f"TokenEmbedding({args})", **kw)
+    emb = expect_attr(module, "embedding", nn.Embedding, f"TokenEmbedding({args})")
+    return module, emb
+
+
+def _forward_check(cls, vocab_size, d_model, seed):
+    module, emb = _embedding(cls, vocab_size, d_model)
+    with seeded(seed):
+        weight = torch.randn(vocab_size, d_model)
+        ids = torch.randint(0, vocab_size, (2, 5))
+    with torch.no_grad():
+        emb.weight.copy_(weight)
+    module.eval()
+    base = weight[ids]
+    expect_close(module(ids), base * math.sqrt(d_model), f"TokenEmbedding({vocab_size}, {d_model})(ids), ids (2, 5)",
+                 hint="return self.embedding(ids) * math.sqrt(d_model)",
+                 mistakes={"not scaled: multiply by sqrt(d_model) (paper, section 3.4)": base,
+                           "scaled by d_model instead of sqrt(d_model)": base * d_model,
+                           "divided by sqrt(d_model) instead of multiplied": base / math.sqrt(d_model),
+                           "scaled by sqrt(vocab_size) instead of sqrt(d_model)": base * math.sqrt(vocab_size),
+                           "sqrt(d_model) rounded to an integer (math.isqrt or int()): use math.sqrt":
+                               base * math.isqrt(d_model)})
+
+
+def _backward(out):
+    if not out.requires_grad:
+        raise CheckFailure("the output of TokenEmbedding", "connected to embedding.weight (requires_grad=True)",
+                           "a tensor without gradient", "compute it from self.embedding(ids) directly (no .data, "
+                           ".detach() or torch.no_grad())")
+    out.sum().backward()
+
+
+@register("TokenEmbedding", "has `embedding`, an nn.Embedding(vocab_size, d_model)")
+def _emb_attr(cls):
+    _, emb = _embedding(cls, 11, 8)
+    expect_shape(emb.weight, (11, 8), "embedding.weight of TokenEmbedding(11, 8)",
+                 "nn.Embedding(vocab_size, d_model): one row of d_model numbers per token")
+
+
+@register("TokenEmbedding", "forward = embedding(ids) * sqrt(d_model)")
+def _emb_forward(cls):
+    _forward_check(cls, 10, 16, 0)
+
+
+@register("TokenEmbedding", "scales by the exact sqrt(d_model), e.g. sqrt(6)")
+def _emb_sqrt6(cls):
+    _forward_check(cls, 9, 6, 1)
+
+
+@register("TokenEmbedding", "passes padding_idx to nn.Embedding (a zero row that gets no gradient)")
+def _emb_padding(cls):
+    module, emb = _embedding(cls, 7, 4, padding_idx=0)
+    if emb.padding_idx != 0:
+        raise CheckFailure("TokenEmbedding(7, 4, padding_idx=0).embedding.padding_idx", "0", fmt(emb.padding_idx),
+                           "pass it on: nn.Embedding(vocab_size, d_model, padding_idx=padding_idx)")
+    out = expect_shape(module(torch.tensor([[0, 3, 0]])), (1, 3, 4), "TokenEmbedding(7, 4, padding_idx=0)(ids (1, 3))")
+    expect_close(out[0, 0], torch.zeros(4), "the vector of the padding id 0", "nn.Embedding's padding row is zero")
+    _backward(out)
+    if emb.weight.grad is None or emb.weight.grad[0].abs().max() > 0:
+        raise CheckFailure("embedding.weight.grad[0] (the padding row) after a backward pass", "zeros",
+                           "None" if emb.weight.grad is None else fmt(emb.weight.grad[0]),
+                           "nn.Embedding(..., padding_idx=padding_idx) keeps the padding row out of training")
+    _, plain = _embedding(cls, 7, 4)
+    if plain.padding_idx is not None:
+        raise CheckFailure("TokenEmbedding(7, 4).embedding.padding_idx", "None (the default)", fmt(plain.padding_idx),
+                           "use padding_idx only when one is given")
+
+
+@register("TokenEmbedding", "keeps ids' shape: (B, L) -> (B, L, d_model); the gradient reaches the weights")
+def _emb_grad(cls):
+    module, emb = _embedding(cls, 6, 9)
+    ids = torch.tensor([[1, 2, 2], [5, 0, 1]])
+    out = module(ids)
+    expect_shape(out, (2, 3, 9), "TokenEmbedding(6, 9)(ids of shape (2, 3))",
+                 "embedding(ids): (B, L) -> (B, L, d_model)")
+    expect_shape(module(ids[0]), (3, 9), "TokenEmbedding(6, 9)(ids of shape (3,))", "do not reshape the ids")
+    _backward(out)
+    grad = emb.weight.grad
+    if grad is None:
+        raise CheckFailure("embedding.weight.grad after out.sum().backward()", "a gradient", "None",
+                           "compute the output from self.embedding(ids) directly (no .data, .detach() or no_grad)")
+    counts = torch.bincount(ids.flatten(), minlength=6).float()
+    expect_close(grad, counts[:, None].expand(6, 9) * 3.0, "embedding.weight.grad after out.sum().backward()",
+                 hint="the output is embedding(ids) * sqrt(d_model): each use of a row adds sqrt(9) = 3 to its "
+                      "gradient")

@@ -1,1 +1,298 @@
-"""Checks for stage02_positional_encoding (to be written)."""
+"""Stage 02: the sinusoidal table and the module that adds it, against the paper's formula (section 3.5)
+written out here in float64, with the classic mistakes named."""
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from ..core import CheckFailure, register
+from ._util import build, expect_close, expect_raises, expect_shape, fmt, seeded
+
+
+# ------------------------------------------------------------------------------ the formula
+def _table(max_len: int, d_model: int, how: str = "right") -> torch.Tensor:
+    """PE[pos, 2i] = sin(pos / 10000^(2i/d)), PE[pos, 2i+1] = cos(same), in float64; or a classic mistake."""
+    pos = torch.arange(max_len, dtype=torch.float64)[:, None] + (1 if how == "from_one" else 0)  # (L, 1)
+    i = torch.arange(d_model // 2, dtype=torch.float64)[None, :]                                 # (1, d/2)
+    exponent = {"i_over_d": i / d_model}.get(how, 2 * i / d_model)
+    angle = pos * 10000.0 ** exponent if how == "inverted" else pos / 10000.0 ** exponent        # (L, d/2)
+    sin, cos = torch.sin(angle), torch.cos(angle)
+    if how == "concat":
+        return torch.cat([sin, cos], dim=1)
+    if how == "swapped":
+        sin, cos = cos, sin
+    if how == "sin_only":
+        cos = sin
+    pe = torch.zeros(max_len, d_model, dtype=torch.float64)
+    pe[:, 0::2], pe[:, 1::2] = sin, cos
+    if how in ("column_exponent", "two_j"):  # each column j with its own angle: pos / 10000^(j/d) or ^(2j/d)
+        j = torch.arange(d_model, dtype=torch.float64)[None, :]
+        a = pos / 10000.0 ** ((j if how == "column_exponent" else 2 * j) / d_model)
+        pe[:, 0::2], pe[:, 1::2] = torch.sin(a[:, 0::2]), torch.cos(a[:, 1::2])
+    return pe
+
+
+TABLE_MISTAKES = {
+    "concat": "sin and cos concatenated ([sin | cos]) instead of interleaved: sin goes to the even columns "
+              "pe[:, 0::2] and cos to the odd ones pe[:, 1::2]",
+    "swapped": "sin and cos swapped: sin on the even columns (0, 2, ...), cos on the odd ones",
+    "i_over_d": "exponent i/d_model instead of 2i/d_model (i counts the pairs of columns: use "
+                "torch.arange(0, d_model, 2) / d_model)",
+    "column_exponent": "the cos column used its own index, 10000^((2i+1)/d_model): columns 2i and 2i+1 share "
+                       "the angle pos / 10000^(2i/d_model)",
+    "two_j": "exponent 2j/d_model with j the column index: i counts PAIRS of columns, so column 2i (and 2i+1) "
+             "uses 10000^(2i/d_model)",
+    "from_one": "positions counted from 1: the first position is 0 (its row is [0, 1, 0, 1, ...])",
+    "inverted": "pos multiplied by 10000^(2i/d_model) instead of divided by it",
+    "sin_only": "cos missing: the odd columns hold cos of the same angle as the sin before them",
+}
+
+
+def _table_mistakes(max_len, d_model):
+    return {text: _table(max_len, d_model, how) for how, text in TABLE_MISTAKES.items()}
+
+
+def _expect_close_lazy(got, expected, what, hint, atol, mistakes):
+    """expect_close, the (costly) mistaken answers computed only once the answer is wrong."""
+    if isinstance(got, torch.Tensor) and got.shape == expected.shape and got.is_floating_point():
+        diff = (got.detach().double() - expected).abs() - atol * (1 + expected.abs())
+        if diff.max().item() <= 0:  # NaN fails this test too
+            return
+    expect_close(got, expected, what, hint=hint, atol=atol, rtol=atol, mistakes=mistakes())
+
+
+# -------------------------------------------------------------------------------- sinusoidal_encoding
+def _encode(sinusoidal_encoding, max_len, d_model):
+    what = f"sinusoidal_encoding({max_len}, {d_model})"
+    pe = expect_shape(sinusoidal_encoding(max_len, d_model), (max_len, d_model), what,
+                      "one row per position, one column per dimension: (max_len, d_model)")
+    if pe.dtype not in (torch.float32, torch.float64):
+        raise CheckFailure(f"{what}: dtype", "torch.float32 (or float64)", str(pe.dtype),
+                           "compute the table in float32 or float64: torch.arange(max_len, dtype=torch.float32)")
+    return pe, what
+
+
+@register("sinusoidal_encoding", "returns a float tensor of shape (max_len, d_model)")
+def _sin_shape(sinusoidal_encoding):
+    for max_len, d_model in ((7, 6), (1, 2), (3, 10)):
+        _encode(sinusoidal_encoding, max_len, d_model)
+
+
+@register("sinusoidal_encoding", "gives the docstring example: sinusoidal_encoding(2, 4)")
+def _sin_example(sinusoidal_encoding):
+    pe, what = _encode(sinusoidal_encoding, 2, 4)
+    _expect_close_lazy(pe, _table(2, 4), what + " (expected [[0, 1, 0, 1], [sin 1, cos 1, sin 0.01, cos 0.01]])",
+                       "PE[pos, 2i] = sin(pos / 10000^(2i/d_model)), PE[pos, 2i+1] = cos(the same angle)",
+                       1e-5, lambda: _table_mistakes(2, 4))
+
+
+@register("sinusoidal_encoding", "equals sin/cos(pos / 10000^(2i/d_model)) interleaved, for (50, 16) and (30, 6)")
+def _sin_formula(sinusoidal_encoding):
+    for max_len, d_model in ((50, 16), (30, 6)):
+        pe, what = _encode(sinusoidal_encoding, max_len, d_model)
+        _expect_close_lazy(pe, _table(max_len, d_model), what,
+                           "PE[pos, 2i] = sin(pos / 10000^(2i/d_model)), PE[pos, 2i+1] = cos(the same angle)",
+                           1e-4, lambda: _table_mistakes(max_len, d_model))
+
+
+@register("sinusoidal_encoding", "stays accurate for the paper's d_model=512 at positions up to 127")
+def _sin_large(sinusoidal_encoding):
+    pe, what = _encode(sinusoidal_encoding, 128, 512)
+    _expect_close_lazy(pe, _table(128, 512), what, "compute the angle in float32 or float64, "
+                       "pos / 10000^(2i/d_model) = pos * exp(-ln(10000) * 2i / d_model)",
+                       1e-3, lambda: _table_mistakes(128, 512))
+
+
+@register("sinusoidal_encoding", "raises ValueError for an odd d_model")
+def _sin_odd(sinusoidal_encoding):
+    _encode(sinusoidal_encoding, 4, 6)  # an unfinished function says so first
+    for d_model in (7, 1):
+        expect_raises(lambda: sinusoidal_encoding(10, d_model), ValueError,
+                      f"sinusoidal_encoding(10, {d_model}) (odd d_model)",
+                      "sin and cos come in pairs of columns: `if d_model % 2: raise ValueError(f'd_model must be "
+                      "even, got {d_model}')` first")
+
+
+# --------------------------------------------------------------------------------- PositionalEncoding
+def _module(cls, d_model, max_len=None, dropout=None):
+    kwargs = {k: v for k, v in (("max_len", max_len), ("dropout", dropout)) if v is not None}
+    args = ", ".join([str(d_model)] + [f"{k}={v}" for k, v in kwargs.items()])
+    module = build(cls, d_model, what=f"PositionalEncoding({args})", **kwargs)
+    if not isinstance(module, nn.Module):
+        raise CheckFailure(f"PositionalEncoding({args})", "an nn.Module", type(module).__name__,
+                           "subclass nn.Module and call super().__init__() first")
+    return module, f"PositionalEncoding({args})"
+
+
+def _forward(module, x, what, max_len=None):
+    try:
+        out = module(x)
+    except ValueError as e:
+        if max_len is None or x.size(1) > max_len:
+            raise
+        raise CheckFailure(what, f"x + PE for a sequence of length {x.size(1)} <= max_len={max_len}",
+                           f"ValueError: {str(e)[:120]}", "a sequence exactly max_len long fits: raise only when "
+                           "x.size(1) > max_len") from None
+    except RuntimeError as e:
+        raise CheckFailure(what, f"a tensor of x's shape {tuple(x.shape)}", f"RuntimeError: {str(e)[:160]}",
+                           "x is (batch, length, d_model): slice the table to the length, pe[:x.size(1)] "
+                           "(not x.size(0), the batch), and add it; it broadcasts over the batch") from None
+    return expect_shape(out, x.shape, what, "return x + PE[:length]: the same shape as x")
+
+
+def _forward_mistakes(x, max_len):
+    """What the classic mistakes give for x (B, L, d) with dropout 0."""
+    B, L, d = x.shape
+    pe = _table(max_len, d)
+    out = {"x multiplied by sqrt(d_model) before adding the table: that scaling belongs to TokenEmbedding":
+           x * math.sqrt(d) + pe[:L],
+           "the table was sliced with x.size(0) (the batch) instead of x.size(1) (the length): x is (batch, "
+           "length, d_model)": x + pe[:B][:, None, :],
+           "the table was not added: return x + PE[:length]": x}
+    for how, text in TABLE_MISTAKES.items():
+        out["the table: " + text] = x + _table(max_len, d, how)[:L]
+    return out
+
+
+@register("PositionalEncoding", "forward(x) = x + PE[:length] for batch-first x (dropout=0)")
+def _pe_forward(cls):
+    module, name = _module(cls, 8, max_len=20, dropout=0.0)
+    module.eval()
+    with seeded(0):
+        x = torch.randn(3, 5, 8)
+    what = f"{name}(x) for x of shape (3, 5, 8)"
+    out = _forward(module, x.clone(), what, 20)
+    _expect_close_lazy(out, x + _table(20, 8)[:5], what, "x + self.pe[:x.size(1)] (the table broadcasts over the "
+                       "batch)", 1e-4, lambda: _forward_mistakes(x, 20))
+    x2 = torch.randn(2, 20, 8)
+    _expect_close_lazy(_forward(module, x2.clone(), f"{name}(x) for x of shape (2, 20, 8)", 20), x2 + _table(20, 8),
+                       f"{name}(x) for x of shape (2, 20, 8)", "x + self.pe[:x.size(1)]", 1e-4,
+                       lambda: _forward_mistakes(x2, 20))
+
+
+@register("PositionalEncoding", "keeps the table in a buffer: not a Parameter, and it follows .to()")
+def _pe_buffer(cls):
+    module, name = _module(cls, 6, max_len=12, dropout=0.0)
+    module.eval()
+    with seeded(5):
+        x = torch.randn(2, 4, 6)
+    before = _forward(module, x.clone(), f"{name}(x) for x of shape (2, 4, 6)", 12)
+
+    def is_table(t):  # judged by size only: the values are the other checks' business
+        return isinstance(t, torch.Tensor) and t.is_floating_point() and t.numel() == 12 * 6
+    if any(is_table(p) for p in module.parameters()):
+        raise CheckFailure(f"{name}: the table", "a buffer (self.register_buffer('pe', table))",
+                           "an nn.Parameter", "the table is fixed, not learned: a Parameter would be handed to the "
+                           "optimizer (and trained unless frozen); register it with self.register_buffer('pe', table)")
+    params = [n for n, _ in module.named_parameters()]
+    if params:
+        raise CheckFailure(f"{name}.named_parameters()", "none (nothing in this module is trained)", fmt(params),
+                           "the table is a buffer and nn.Dropout has no parameters")
+    if not any(is_table(b) for b in module.buffers()):
+        attrs = [k for k, v in vars(module).items() if is_table(v)]
+        raise CheckFailure(f"{name}.buffers()", "the sinusoidal table (max_len x d_model numbers)",
+                           f"no buffer holds it{' (it is the plain attribute ' + attrs[0] + ')' if attrs else ''}",
+                           "a plain tensor attribute does not move with module.to(device) and is not saved: "
+                           "self.register_buffer('pe', sinusoidal_encoding(max_len, d_model))")
+    module.to(torch.float64)
+    if not all(b.dtype == torch.float64 for b in module.buffers() if is_table(b)):
+        raise CheckFailure(f"{name}.to(torch.float64): the table's dtype", "torch.float64", "unchanged",
+                           "register the table with register_buffer so that .to() converts it")
+    after = _forward(module, x.double(), f"{name}.to(torch.float64)(x)", 12)
+    expect_close(after, before.double(), f"{name}.to(torch.float64)(x) against the same module in float32",
+                 hint="use the registered buffer in forward (self.pe), not a copy of the table kept elsewhere")
+
+
+@register("PositionalEncoding", "applies dropout(x + PE) in training mode, and no dropout in eval mode")
+def _pe_dropout(cls):
+    module, name = _module(cls, 16, max_len=40, dropout=0.5)
+    with seeded(1):
+        x = torch.rand(4, 30, 16) + 4.0  # x + PE > 0, even with a wrong table: a zero can only be dropout's
+    module.eval()
+    plain = _forward(module, x.clone(), f"{name}(x) in eval mode", 40)  # the module's own x + PE
+    if (plain.abs() < 1e-6).any():
+        raise CheckFailure(f"{name}(x) in eval mode", "no value zeroed (x + PE > 0 here)",
+                           f"{(plain.abs() < 1e-6).double().mean().item():.0%} zeros",
+                           "dropout applied in eval mode: use nn.Dropout (or F.dropout(..., training=self.training)), "
+                           "which does nothing after module.eval()")
+    module.train()
+    what = f"{name}(x) in training mode"
+    with seeded(2):
+        out = _forward(module, x.clone(), what, 40)
+    if _close_all(out, plain):
+        raise CheckFailure(what, "about half of the values zeroed (dropout=0.5)", "the same as in eval mode",
+                           "dropout missing: return self.dropout(x + PE) with self.dropout = nn.Dropout(dropout)")
+    dropped = out.abs() < 1e-6
+    share = dropped.double().mean().item()
+    if dropped.all():
+        raise CheckFailure(what, "about half of the values zeroed (dropout=0.5)", "all values 0",
+                           "return self.dropout(x + PE) with self.dropout = nn.Dropout(dropout)")
+    ratio = out[~dropped].double() / plain[~dropped].double()
+    if not (dropped.any() and (ratio.max() - ratio.min()).item() < 1e-4):  # not dropout of the sum
+        table = plain - x  # what the module adds
+        hint = ("dropout applied to x before adding the table, dropout(x) + PE: apply it to the sum, "
+                "dropout(x + PE)" if _dropout_of(out - table, x, 2.0) else
+                "dropout applied to the table only, x + dropout(PE): apply it to the sum, dropout(x + PE)"
+                if _dropout_of(out - x, table, 2.0) else "apply nn.Dropout(dropout) once, to x + PE")
+        raise CheckFailure(what, "each value either 0 or 2 * (x + PE) (dropout=0.5 of the sum)",
+                           f"{share:.0%} zeros, the others from {ratio.min().item():.3g} to {ratio.max().item():.3g} "
+                           f"times x + PE", hint)
+    if not 0.35 < share < 0.65 or abs(ratio.mean().item() - 2.0) > 1e-3:
+        raise CheckFailure(f"{what}: share of zeros", "about 0.5, the kept values doubled",
+                           f"{share:.3f}, the kept values times {ratio.mean().item():.3g}",
+                           "the dropout argument is ignored: nn.Dropout(dropout), not a fixed rate")
+
+
+def _close_all(a, b):
+    return a.shape == b.shape and bool(torch.allclose(a.double(), b.double(), atol=1e-5))
+
+
+def _dropout_of(d, v, scale):
+    """Whether d looks like dropout applied to v: each value 0 or scale * v, some of them 0."""
+    d, v = d.double(), v.double()
+    zero = d.abs() < 1e-5
+    return bool((zero | ((d - scale * v).abs() < 1e-4)).all() and (zero & (v.abs() > 1e-3)).any())
+
+
+@register("PositionalEncoding", "a sequence longer than max_len raises ValueError; max_len itself works")
+def _pe_too_long(cls):
+    module, name = _module(cls, 4, max_len=10, dropout=0.0)
+    module.eval()
+    x = torch.randn(2, 10, 4)
+    _expect_close_lazy(_forward(module, x.clone(), f"{name}(x) for x of length 10 = max_len", 10), x + _table(10, 4),
+                       f"{name}(x) for x of length 10 = max_len", "x + self.pe[:x.size(1)], the whole table here",
+                       1e-4, lambda: _forward_mistakes(x, 10))
+    expect_raises(lambda: module(torch.randn(2, 11, 4)), ValueError, f"{name}(x) for x of length 11 > max_len",
+                  "check `if x.size(1) > self.pe.size(0): raise ValueError(f'sequence of length {x.size(1)} is "
+                  "longer than max_len={...}')` before slicing: slicing past the end silently gives a shorter table")
+
+
+@register("PositionalEncoding", "defaults: max_len=5000, dropout=0.1")
+def _pe_defaults(cls):
+    module, name = _module(cls, 8)
+    module.train()
+    x = torch.full((2, 5000, 8), 3.0)
+    with seeded(3):
+        out = _forward(module, x.clone(), f"{name}(x) for x of length 5000 in training mode", 5000)
+    share = (out == 0).double().mean().item()
+    if not 0.08 < share < 0.12:
+        raise CheckFailure(f"{name}(x) in training mode: share of zeros", "about 0.1 (dropout=0.1 by default)",
+                           f"{share:.3f}", "keep the signature's defaults: dropout=0.1, max_len=5000")
+    expect_raises(lambda: module(torch.full((1, 5001, 8), 3.0)), ValueError, f"{name}(x) for x of length 5001",
+                  "a sequence longer than max_len (5000 by default) must raise ValueError")
+
+
+@register("PositionalEncoding", "does not modify its input x in place")
+def _pe_in_place(cls):
+    module, name = _module(cls, 8, max_len=10, dropout=0.0)
+    module.eval()
+    with seeded(4):
+        x = torch.randn(2, 6, 8)
+    kept = x.clone()
+    _forward(module, x, f"{name}(x)", 10)
+    if not torch.equal(x, kept):
+        raise CheckFailure(f"x after {name}(x)", "unchanged", "changed",
+                           "x was modified in place (x += ... or x.add_): return x + PE as a new tensor; the caller "
+                           "still needs its x (and autograd may too)")

@@ -1,0 +1,735 @@
+"""Stage 01's checks: full marks for the reference and for correct code written differently; points
+lost, with the mistake named, for each classic mistake.
+
+This file also says how autograder/fixtures/stage01_bpe.json was made: `build_fixture()` below runs
+subword-nmt (the reference implementation of Sennrich et al. 2016) on the corpora built here, and
+`test_fixture_is_subword_nmt_output` checks that the stored file is still exactly its output.
+Regenerate it with `python -m tests.test_checks_stage01` (from the repository root).
+"""
+import collections
+import contextlib
+import io
+import json
+import math
+import random
+import re
+import time
+
+import pytest
+import torch
+from torch import nn
+
+import solutions
+from solutions import BPETokenizer, PositionalEncoding, TokenEmbedding  # noqa: F401
+from tests.grading import assert_caught, assert_full_marks, grade
+
+FIXTURE_PATH = "autograder/fixtures/stage01_bpe.json"
+
+# ========================================================================= how the fixture is made
+BASE = ("low lower lowest newer newest wider widest older oldest new old wide a I x o aa aaa aaaa aaaaa "
+        "abab ababab banana bandana anna nan na zz zzz mississippi bookkeeper the then there these this "
+        "that than thin think thing things nothing something Straße über naïve café Ωμέγα 日本語 東京 京都 "
+        "Zürich Köln señor mañana jalapeño ça garçon").split()
+SYLLABLES = ["ka", "lo", "mi", "ne", "ra", "to", "su", "ve", "ba", "de", "ing", "er", "est", "an", "on", "ü", "é",
+             "ß", "th", "ch", "qu", "y", "ö"]
+
+
+def built_corpus(seed, n_lines, n_made_up):
+    """Lines of 1-8 words joined by single spaces (so str.split() and split(' ') agree), drawn with
+    Zipf-like frequencies from English words, one-letter words, repeated letters (aaaa), unicode words
+    and made-up words of syllables."""
+    rng = random.Random(seed)
+    made_up = set()
+    while len(made_up) < n_made_up:
+        made_up.add("".join(rng.choice(SYLLABLES) for _ in range(rng.randint(1, 4))))
+    words = BASE + sorted(made_up)
+    rng.shuffle(words)
+    weights = [1.0 / (r + 1) ** 0.9 for r in range(len(words))]
+    return [" ".join(rng.choices(words, weights, k=rng.randint(1, 8))) for _ in range(n_lines)]
+
+
+def subword_nmt_merges(lines, num_merges, min_frequency):
+    from subword_nmt.learn_bpe import learn_bpe
+    out = io.StringIO()
+    with contextlib.redirect_stderr(io.StringIO()):
+        learn_bpe(io.StringIO("\n".join(lines) + "\n"), out, num_merges, min_frequency=min_frequency)
+    return [line.split(" ") for line in out.getvalue().splitlines() if not line.startswith("#version")]
+
+
+def subword_nmt_segment(words, merges):
+    """subword-nmt's segmentations in our notation: `l@@ ow` -> ['l', 'ow</w>']."""
+    from subword_nmt.apply_bpe import BPE
+    bpe = BPE(io.StringIO("#version: 0.2\n" + "".join(f"{a} {b}\n" for a, b in merges)))
+    return {w: [p[:-2] if p.endswith("@@") else p + "</w>" for p in bpe.segment(w).split(" ")] for w in words}
+
+
+# name: (corpus, num_merges, min_frequency); what each small case is for is in its check's title
+LEARN_CASES = {
+    "docstring": (["low low low lower"], 2, 2),
+    "weighted": (["xy xy xy zw zw"], 1, 1),
+    "weighted_2": (["ab ab ab cd cd ef"], 2, 1),
+    "ties": (["bb ab cb bb ab cb"], 3, 1),  # three pairs seen twice each: greatest (c, b</w>) first
+    "ties_2": (["abc abc bcd bcd"], 3, 1),
+    "end_of_word": (["ab ab ab a a a a c"], 2, 1),
+    "overlap": (["aaaa aaaaa aaab aaab aaab"], 3, 1),
+    "min_frequency_1": (["ab ab cd"], 5, 1),
+    "min_frequency_2": (["ab ab cd"], 5, 2),
+    "min_frequency_3": (["ab ab cd"], 5, 3),
+    "min_frequency_default": (["ab ab ab cd cd ef"], 5, 2),
+    "no_pair_left": (["ab"], 10, 1),
+    "corpus_a": (built_corpus(1, 250, 220), 100, 2),
+    "corpus_b": (built_corpus(2, 120, 90), 300, 1),  # runs until no pair is left: 249 merges
+    "corpus_c": (built_corpus(2, 120, 90), 200, 3),  # stops at min_frequency: 143 merges
+    "tokenizer": (built_corpus(3, 60, 40), 40, 2),
+}
+
+# name: (word, merges) for apply_bpe
+APPLY_CASES = {
+    "docstring": ("lowest", [("l", "o"), ("lo", "w"), ("e", "s")]),
+    "priority": ("low", [("o", "w</w>"), ("l", "o")]),
+    "priority_2": ("banana", [("a", "n"), ("b", "a"), ("n", "a</w>")]),
+    "repeat": ("abc", [("ab", "c</w>"), ("a", "b")]),
+    "repeat_2": ("hello", [("he", "llo</w>"), ("l", "o</w>"), ("l", "lo</w>"), ("h", "e")]),
+    "end": ("lower", [("e", "r</w>"), ("l", "o"), ("lo", "w")]),
+    "no_merge": ("xyz", [("a", "b")]),
+    "one_letter": ("a", [("a", "b"), ("a", "a")]),
+    "unseen_character": ("Ωlow", [("l", "o"), ("lo", "w</w>")]),
+    "overlap": ("aaaa", [("a", "a")]),
+    "overlap_2": ("aaaaa", [("a", "a"), ("aa", "a</w>"), ("aa", "aa")]),
+}
+
+UNSEEN_A = ["lowering", "newestest", "aaaaaaa", "Straßen", "bananas", "東京都", "Ωμέγαλο", "xyzzy", "q", "théâtre",
+            "kalomine", "ababa"]
+
+
+def corpus_words(lines):
+    return list(dict.fromkeys(w for line in lines for w in line.split(" ")))
+
+
+def build_fixture():
+    learn = {}
+    for name, (corpus, n, m) in LEARN_CASES.items():
+        learn[name] = {"corpus": corpus, "num_merges": n, "min_frequency": m,
+                       "merges": subword_nmt_merges(corpus, n, m)}
+    tok_words = corpus_words(LEARN_CASES["tokenizer"][0])
+    unseen_tok = [w[::-1] for w in tok_words if len(w) > 3 and w[::-1] not in tok_words][:8]
+    segment = {
+        "corpus_a": {"merges_of": "corpus_a", "words": subword_nmt_segment(
+            corpus_words(LEARN_CASES["corpus_a"][0]) + UNSEEN_A, learn["corpus_a"]["merges"])},
+        "corpus_b": {"merges_of": "corpus_b", "words": subword_nmt_segment(
+            corpus_words(LEARN_CASES["corpus_b"][0]), learn["corpus_b"]["merges"])},
+        "tokenizer": {"merges_of": "tokenizer",
+                      "words": subword_nmt_segment(tok_words, learn["tokenizer"]["merges"])},
+    }
+    apply = {name: {"word": w, "merges": [list(p) for p in merges],
+                    "subwords": subword_nmt_segment([w], merges)[w]} for name, (w, merges) in APPLY_CASES.items()}
+    import subword_nmt
+    return {
+        "note": "Made by subword-nmt " + getattr(subword_nmt, "__version__", "0.3.8") + " (learn_bpe.learn_bpe on "
+                "io.StringIO input, apply_bpe.BPE for segmentations, `l@@ ow` written ['l', 'ow</w>']) on the "
+                "corpora of tests/test_checks_stage01.py; regenerate with `python -m tests.test_checks_stage01`.",
+        "learn": learn, "segment": segment, "apply": apply, "unseen_words": {"tokenizer": unseen_tok},
+    }
+
+
+def stored_fixture():
+    with open(FIXTURE_PATH, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def test_fixture_is_subword_nmt_output():
+    pytest.importorskip("subword_nmt")
+    assert build_fixture() == stored_fixture(), "regenerate with `python -m tests.test_checks_stage01`"
+
+
+def test_fixture_sizes():
+    fx = stored_fixture()
+    assert len(fx["learn"]["corpus_a"]["merges"]) == 100
+    assert len(fx["learn"]["corpus_b"]["merges"]) == 249  # until no pair is left
+    assert len(fx["learn"]["corpus_c"]["merges"]) == 143  # stopped by min_frequency=3
+    assert len(fx["unseen_words"]["tokenizer"]) == 8
+
+
+# ========================================================================= full marks
+NAMES = ["get_pair_stats", "merge_pair", "learn_bpe", "apply_bpe", "BPETokenizer", "pad_sequences", "TokenEmbedding"]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_reference_gets_full_marks(name):
+    assert_full_marks(getattr(solutions, name))
+
+
+# ---------------------------------------------------------------- correct, written differently
+def get_pair_stats_defaultdict(vocab):
+    stats = collections.defaultdict(int)
+    for word, freq in vocab.items():
+        for i in range(len(word) - 1):
+            stats[word[i], word[i + 1]] += freq
+    return stats
+
+
+def merge_pair_regex(symbols, pair):
+    """The paper's (Sennrich et al. 2016, Algorithm 1) regex on the space-joined symbols."""
+    bigram = re.escape(" ".join(pair))
+    p = re.compile(r"(?<!\S)" + bigram + r"(?!\S)")
+    return tuple(p.sub("".join(pair), " ".join(symbols)).split(" "))
+
+
+def learn_bpe_recount(corpus, num_merges, min_frequency=2):
+    """Slow but correct: recount every pair after each merge, over the words of every line."""
+    vocab = collections.Counter()
+    for line in corpus:
+        for word in line.split():
+            vocab[tuple(word[:-1]) + (word[-1] + "</w>",)] += 1
+    merges = []
+    for _ in range(num_merges):
+        stats = get_pair_stats_defaultdict(vocab)
+        if not stats:
+            break
+        best = max(stats, key=lambda p: (stats[p], p))
+        if stats[best] < min_frequency:
+            break
+        merges.append(best)
+        vocab = {merge_pair_regex(w, best): f for w, f in vocab.items()}
+    return merges
+
+
+def learn_bpe_paper(corpus, num_merges, min_frequency=2):
+    """The paper's Algorithm 1 style: words as space-joined strings, tie broken by sorting."""
+    vocab = collections.Counter()
+    for line in corpus:
+        for word in line.split(" "):
+            if word:
+                vocab[" ".join(word[:-1]) + (" " if len(word) > 1 else "") + word[-1] + "</w>"] += 1
+    merges = []
+    while len(merges) < num_merges:
+        pairs = collections.Counter()
+        for word, freq in vocab.items():
+            symbols = word.split()
+            for a, b in zip(symbols, symbols[1:]):
+                pairs[a, b] += freq
+        ranked = sorted(pairs.items(), key=lambda kv: (kv[1], kv[0]), reverse=True)
+        if not ranked or ranked[0][1] < min_frequency:
+            break
+        best = ranked[0][0]
+        merges.append(best)
+        p = re.compile(r"(?<!\S)" + re.escape(" ".join(best)) + r"(?!\S)")
+        vocab = {p.sub("".join(best), w): f for w, f in vocab.items()}
+    return [list(m) for m in merges]  # lists of two: fine too
+
+
+def apply_bpe_ranks(word, merges):
+    rank = {tuple(m): i for i, m in reversed(list(enumerate(merges)))}
+    symbols = list(word[:-1]) + [word[-1] + "</w>"]
+    while True:
+        candidates = [(rank[p], i) for i, p in enumerate(zip(symbols, symbols[1:])) if p in rank]
+        if not candidates:
+            return symbols
+        r, _ = min(candidates)
+        symbols = list(solutions.merge_pair(tuple(symbols), merges[r]))
+
+
+def apply_bpe_scan(word, merges):
+    """Scans the merge list from the start after every merge (slow, correct)."""
+    symbols = tuple(word[:-1]) + (word[-1] + "</w>",)
+    changed = True
+    while changed:
+        changed = False
+        present = set(zip(symbols, symbols[1:]))
+        for pair in merges:
+            if pair in present:
+                symbols = merge_pair_regex(symbols, pair)
+                changed = True
+                break
+    return tuple(symbols)  # a tuple: fine too
+
+
+class TokenizerOwnVocab:
+    """Another correct tokenizer: its own vocabulary order (merges first, characters after), a dict
+    vocabulary, vocab_size as an attribute, JSON of its own."""
+
+    def __init__(self):
+        self.merges, self.vocab, self.vocab_size = [], {}, 4
+
+    def train(self, corpus, num_merges, min_frequency=2):
+        corpus = list(corpus)
+        self.merges = learn_bpe_recount(corpus, num_merges, min_frequency)
+        symbols = ["".join(m) for m in self.merges]
+        for c in sorted({c for line in corpus for c in "".join(line.split())}, reverse=True):
+            symbols += [c + "</w>", c]
+        self.vocab = {"<pad>": 0, "<bos>": 1, "<eos>": 2, "<unk>": 3}
+        for s in symbols:
+            self.vocab.setdefault(s, len(self.vocab))
+        self.vocab_size = len(self.vocab)
+        return self
+
+    def encode(self, text):
+        return [self.vocab.get(s, 3) for w in text.split() for s in apply_bpe_ranks(w, self.merges)]
+
+    def decode(self, ids):
+        inverse = {i: s for s, i in self.vocab.items()}
+        return " ".join("".join(inverse.get(i, "<unk>") for i in ids if i > 2).split("</w>")).strip().replace("  ", " ")
+
+    def save(self, path):
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump({"m": self.merges, "v": self.vocab}, f)
+
+    @classmethod
+    def load(cls, path):
+        tok = cls()
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+        tok.merges, tok.vocab = [tuple(m) for m in data["m"]], data["v"]
+        tok.vocab_size = len(tok.vocab)
+        return tok
+
+
+def pad_sequences_torch(seqs, pad_id=0):
+    return nn.utils.rnn.pad_sequence([torch.tensor(s, dtype=torch.long) for s in seqs], batch_first=True,
+                                     padding_value=pad_id)
+
+
+def pad_sequences_lists(seqs, pad_id=0):
+    seqs = [list(s) for s in seqs]
+    width = max(map(len, seqs))
+    return torch.LongTensor([s + [pad_id] * (width - len(s)) for s in seqs])
+
+
+class TokenEmbeddingFunctional(nn.Module):
+    def __init__(self, vocab_size, d_model, padding_idx=None):
+        super().__init__()
+        self.embedding = nn.Embedding(vocab_size, d_model, padding_idx)
+        self.scale = d_model ** 0.5
+
+    def forward(self, ids):
+        return nn.functional.embedding(ids, self.embedding.weight, self.embedding.padding_idx) * self.scale
+
+
+class TokenEmbeddingBuffer(nn.Module):
+    def __init__(self, vocab_size, d_model, padding_idx=None):
+        super().__init__()
+        self.embedding = nn.Embedding(vocab_size, d_model, padding_idx=padding_idx)
+        self.register_buffer("scale", torch.tensor(float(d_model)).sqrt())
+
+    def forward(self, ids):
+        return self.embedding(ids).mul(self.scale)
+
+
+CORRECT = [
+    ("get_pair_stats", get_pair_stats_defaultdict),
+    ("merge_pair", merge_pair_regex),
+    ("learn_bpe", learn_bpe_recount),
+    ("learn_bpe", learn_bpe_paper),
+    ("apply_bpe", apply_bpe_ranks),
+    ("apply_bpe", apply_bpe_scan),
+    ("BPETokenizer", TokenizerOwnVocab),
+    ("pad_sequences", pad_sequences_torch),
+    ("pad_sequences", pad_sequences_lists),
+    ("TokenEmbedding", TokenEmbeddingFunctional),
+    ("TokenEmbedding", TokenEmbeddingBuffer),
+]
+
+
+@pytest.mark.parametrize("name,obj", CORRECT, ids=[f"{n}-{o.__name__}" for n, o in CORRECT])
+def test_other_correct_implementations(name, obj):
+    assert_full_marks(obj, name)
+
+
+def test_slow_learn_bpe_is_fast_enough():
+    """A learn_bpe that recounts every pair at each merge stays far from the checks' time limit on the
+    fixtures (corpus_b and corpus_c share one check). About 1 s on a busy 2-core machine."""
+    from autograder.core import DEFAULT_TIMEOUT
+    fx = stored_fixture()["learn"]
+    for names in (("corpus_a",), ("corpus_b", "corpus_c")):
+        start = time.perf_counter()
+        for name in names:
+            got = learn_bpe_recount(fx[name]["corpus"], fx[name]["num_merges"], fx[name]["min_frequency"])
+            assert [list(m) for m in got] == fx[name]["merges"]
+        took = time.perf_counter() - start
+        assert took < DEFAULT_TIMEOUT / 2, f"{names}: {took:.2f} s"
+
+
+# ========================================================================= classic mistakes
+# ---------------------------------------------------------------- get_pair_stats
+def stats_unweighted(vocab):
+    return collections.Counter(p for w in vocab for p in zip(w, w[1:]))
+
+
+def stats_once_per_word(vocab):
+    stats = collections.Counter()
+    for w, f in vocab.items():
+        for p in set(zip(w, w[1:])):
+            stats[p] += f
+    return stats
+
+
+def stats_across_words(vocab):
+    flat = [s for w, f in vocab.items() for s in w]
+    return collections.Counter(zip(flat, flat[1:]))
+
+
+def stats_list(vocab):
+    return list(solutions.get_pair_stats(vocab).items())
+
+
+# ---------------------------------------------------------------- merge_pair
+def merge_overlapping(symbols, pair):
+    out, i = [], 0
+    while i < len(symbols):
+        if i + 1 < len(symbols) and (symbols[i], symbols[i + 1]) == pair:
+            out.append(symbols[i] + symbols[i + 1])
+        else:
+            out.append(symbols[i])
+        i += 1  # the right symbol is used again: a a a -> aa aa a
+    return tuple(out)
+
+
+def merge_right_to_left(symbols, pair):
+    out, i = [], len(symbols) - 1
+    while i >= 0:
+        if i > 0 and (symbols[i - 1], symbols[i]) == pair:
+            out.insert(0, symbols[i - 1] + symbols[i])
+            i -= 2
+        else:
+            out.insert(0, symbols[i])
+            i -= 1
+    return tuple(out)
+
+
+def merge_first_only(symbols, pair):
+    symbols = list(symbols)
+    for i in range(len(symbols) - 1):
+        if (symbols[i], symbols[i + 1]) == pair:
+            return tuple(symbols[:i] + [symbols[i] + symbols[i + 1]] + symbols[i + 2:])
+    return tuple(symbols)
+
+
+def merge_replace(symbols, pair):
+    return tuple(" ".join(symbols).replace(" ".join(pair), "".join(pair)).split(" "))
+
+
+def merge_list(symbols, pair):
+    return list(solutions.merge_pair(symbols, pair))
+
+
+# ---------------------------------------------------------------- learn_bpe
+def make_learn_bpe(tie="max", weighted=True, end="joined", merge=None, stop="lt", first_seen_order=False):
+    """A recounting learn_bpe with one classic mistake switched on."""
+    merge = merge or solutions.merge_pair
+
+    def learn_bpe(corpus, num_merges, min_frequency=2):
+        counts = collections.Counter(w for line in corpus for w in line.split())
+        def start(w):
+            if end == "separate":
+                return tuple(w) + ("</w>",)
+            if end == "missing":
+                return tuple(w)
+            return tuple(w[:-1]) + (w[-1] + "</w>",)
+        vocab = {start(w): (f if weighted else 1) for w, f in counts.items()}
+        merges = []
+        while len(merges) < num_merges:
+            stats = solutions.get_pair_stats(vocab)
+            if not stats:
+                break
+            if tie == "min":
+                best = min(stats, key=lambda p: (-stats[p], p))
+            elif tie == "first":
+                best = stats.most_common(1)[0][0]
+            else:
+                best = max(stats, key=lambda p: (stats[p], p))
+            count = stats[best]
+            if (stop == "lt" and count < min_frequency) or (stop == "le" and count <= min_frequency):
+                break
+            merges.append(best)
+            vocab = {merge(w, best): f for w, f in vocab.items()}
+        return merges
+    return learn_bpe
+
+
+def learn_bpe_crashes_without_pairs(corpus, num_merges, min_frequency=2):
+    vocab = collections.Counter(tuple(w[:-1]) + (w[-1] + "</w>",) for line in corpus for w in line.split())
+    merges = []
+    for _ in range(num_merges):
+        stats = solutions.get_pair_stats(vocab)
+        best = max(stats, key=lambda p: (stats[p], p))  # ValueError once no pair is left
+        if stats[best] < min_frequency:
+            break
+        merges.append(best)
+        vocab = {solutions.merge_pair(w, best): f for w, f in vocab.items()}
+    return merges
+
+
+def learn_bpe_default_1(corpus, num_merges, min_frequency=1):
+    return solutions.learn_bpe(corpus, num_merges, min_frequency)
+
+
+# ---------------------------------------------------------------- apply_bpe
+def make_apply_bpe(how):
+    def apply_bpe(word, merges):
+        rank = {tuple(m): i for i, m in reversed(list(enumerate(merges)))}
+        symbols = tuple(word) + ("</w>",) if how == "separate" else tuple(word[:-1]) + (word[-1] + "</w>",)
+        if how == "once":
+            for pair in merges:
+                symbols = solutions.merge_pair(symbols, tuple(pair))
+            return list(symbols)
+        merge = {"overlap": merge_overlapping, "right": merge_right_to_left}.get(how, solutions.merge_pair)
+        while len(symbols) > 1:
+            pairs = [p for p in zip(symbols, symbols[1:]) if p in rank]
+            if not pairs:
+                break
+            pair = pairs[0] if how == "leftmost" else min(pairs, key=rank.get)
+            symbols = merge(symbols, pair)
+        if how == "drop_end":
+            symbols = symbols[:-1] + (symbols[-1].replace("</w>", ""),)
+        return list(symbols)
+    return apply_bpe
+
+
+# ---------------------------------------------------------------- BPETokenizer
+class TokBosEos(BPETokenizer):
+    def encode(self, text):
+        return [solutions.BOS] + super().encode(text) + [solutions.EOS]
+
+
+class TokSpecialsLast(BPETokenizer):
+    def train(self, corpus, num_merges, min_frequency=2):
+        super().train(corpus, num_merges, min_frequency)
+        self.itos = self.itos[4:] + self.itos[:4]
+        self.stoi = {s: i for i, s in enumerate(self.itos)}
+        return self
+
+    def encode(self, text):
+        return [self.stoi.get(s, self.stoi["<unk>"]) for s in self.tokenize(text)]
+
+    def decode(self, ids):
+        skip = {self.stoi[s] for s in ("<pad>", "<bos>", "<eos>")}
+        return "".join(self.itos[i] for i in ids if i not in skip).replace("</w>", " ").strip()
+
+
+class TokUnknownCrashes(BPETokenizer):
+    def encode(self, text):
+        return [self.stoi[s] for s in self.tokenize(text)]
+
+
+class TokDecodeKeepsSpecials(BPETokenizer):
+    def decode(self, ids):
+        return "".join(self.itos[i] for i in ids).replace("</w>", " ").strip()
+
+
+class TokNoReturn(BPETokenizer):
+    def train(self, corpus, num_merges, min_frequency=2):
+        super().train(corpus, num_merges, min_frequency)
+
+
+class TokNoFinalChars(BPETokenizer):
+    """Vocabulary of the characters and the merges only: a word-final character not merged is unknown."""
+
+    def train(self, corpus, num_merges, min_frequency=2):
+        corpus = list(corpus)
+        self.merges = solutions.learn_bpe(corpus, num_merges, min_frequency)
+        chars = sorted({c for line in corpus for c in line if not c.isspace()})
+        self.itos = list(solutions.tokenization.SPECIALS) + chars + ["".join(m) for m in self.merges]
+        self.stoi = {s: i for i, s in enumerate(self.itos)}
+        return self
+
+
+class TokSplitOnSpace(BPETokenizer):
+    def tokenize(self, text):
+        return [s for word in text.split(" ") if word for s in solutions.apply_bpe(word, self.merges)]
+
+
+class TokVocabSizeMethod(BPETokenizer):
+    vocab_size = None
+
+    def vocab_size(self):  # noqa: F811  (a method, not a property)
+        return len(self.itos)
+
+
+class TokLoadLosesMerges(BPETokenizer):
+    @classmethod
+    def load(cls, path):
+        tok = super().load(path)
+        tok.merges = []
+        return tok
+
+
+# ---------------------------------------------------------------- pad_sequences
+def pad_left(seqs, pad_id=0):
+    return solutions.pad_sequences([list(reversed(s)) for s in seqs], pad_id).flip(1)
+
+
+def pad_float(seqs, pad_id=0):
+    width = max(len(s) for s in seqs)
+    out = torch.zeros(len(seqs), width) + pad_id
+    for i, s in enumerate(seqs):
+        out[i, : len(s)] = torch.tensor(s)
+    return out
+
+
+def pad_ignores_pad_id(seqs, pad_id=0):
+    return solutions.pad_sequences(seqs)
+
+
+def pad_to_first(seqs, pad_id=0):
+    width = len(seqs[0])
+    return torch.tensor([list(s)[:width] + [pad_id] * (width - len(s)) for s in seqs], dtype=torch.long)
+
+
+def pad_list(seqs, pad_id=0):
+    return solutions.pad_sequences(seqs, pad_id).tolist()
+
+
+# ---------------------------------------------------------------- TokenEmbedding
+def make_embedding(scale, use_padding=True):
+    class Embedding(nn.Module):
+        def __init__(self, vocab_size, d_model, padding_idx=None):
+            super().__init__()
+            self.embedding = nn.Embedding(vocab_size, d_model, padding_idx=padding_idx if use_padding else None)
+            self.factor = scale(d_model, vocab_size)
+
+        def forward(self, ids):
+            return self.embedding(ids) * self.factor
+    return Embedding
+
+
+class EmbeddingScaledAtInit(nn.Module):
+    def __init__(self, vocab_size, d_model, padding_idx=None):
+        super().__init__()
+        self.embedding = nn.Embedding(vocab_size, d_model, padding_idx=padding_idx)
+        with torch.no_grad():
+            self.embedding.weight.mul_(math.sqrt(d_model))
+
+    def forward(self, ids):
+        return self.embedding(ids)
+
+
+class EmbeddingDetached(TokenEmbedding):
+    def forward(self, ids):
+        return self.embedding.weight.detach()[ids] * math.sqrt(self.d_model)
+
+
+class EmbeddingOtherName(nn.Module):
+    def __init__(self, vocab_size, d_model, padding_idx=None):
+        super().__init__()
+        self.lut = nn.Embedding(vocab_size, d_model, padding_idx=padding_idx)
+        self.d_model = d_model
+
+    def forward(self, ids):
+        return self.lut(ids) * math.sqrt(self.d_model)
+
+
+MISTAKES = [
+    # get_pair_stats
+    ("get_pair_stats", "word counts ignored", stats_unweighted, ["word counts ignored"]),
+    ("get_pair_stats", "repeated pair once per word", stats_once_per_word, ["counted once"]),
+    ("get_pair_stats", "pairs across words", stats_across_words, ["across words"]),
+    ("get_pair_stats", "returns a list", stats_list, ["dict"]),
+    # merge_pair
+    ("merge_pair", "overlapping occurrences", merge_overlapping, ["overlapping", "i + 2"]),
+    ("merge_pair", "right to left", merge_right_to_left, ["right to left"]),
+    ("merge_pair", "first occurrence only", merge_first_only, ["only the first occurrence"]),
+    ("merge_pair", "str.replace on the joined text", merge_replace, ["inside a symbol"]),
+    ("merge_pair", "returns a list", merge_list, ["tuple"]),
+    # learn_bpe
+    ("learn_bpe", "ties to the smallest pair (min)", make_learn_bpe(tie="min"), ["smallest pair"]),
+    ("learn_bpe", "ties to the first seen (most_common)", make_learn_bpe(tie="first"), ["first pair counted"]),
+    ("learn_bpe", "word frequencies ignored", make_learn_bpe(weighted=False), ["frequencies ignored"]),
+    ("learn_bpe", "</w> missing", make_learn_bpe(end="missing"), ["`</w>` missing"]),
+    ("learn_bpe", "</w> a separate symbol", make_learn_bpe(end="separate"), ["separate symbol"]),
+    ("learn_bpe", "overlapping occurrences merged", make_learn_bpe(merge=merge_overlapping), ["overlapping"]),
+    ("learn_bpe", "merged right to left", make_learn_bpe(merge=merge_right_to_left), ["right to left"]),
+    ("learn_bpe", "min_frequency ignored", make_learn_bpe(stop="ignore"), ["min_frequency ignored"]),
+    ("learn_bpe", "stops at count == min_frequency", make_learn_bpe(stop="le"), ["exactly min_frequency"]),
+    ("learn_bpe", "crashes once no pair is left", learn_bpe_crashes_without_pairs, ["ValueError", "no pair is left"]),
+    ("learn_bpe", "default min_frequency 1", learn_bpe_default_1, ["min_frequency"]),
+    # apply_bpe
+    ("apply_bpe", "left to right in the word", make_apply_bpe("leftmost"), ["left to right in the word"]),
+    ("apply_bpe", "each merge once in list order", make_apply_bpe("once"), ["applied once in list order"]),
+    ("apply_bpe", "</w> dropped", make_apply_bpe("drop_end"), ["`</w>` dropped"]),
+    ("apply_bpe", "</w> a separate symbol", make_apply_bpe("separate"), ["separate symbol"]),
+    ("apply_bpe", "overlapping occurrences merged", make_apply_bpe("overlap"), ["overlapping"]),
+    ("apply_bpe", "merged right to left", make_apply_bpe("right"), ["right to left"]),
+    # BPETokenizer
+    ("BPETokenizer", "encode adds <bos>/<eos>", TokBosEos, ["added <bos> and <eos>"]),
+    ("BPETokenizer", "specials not at 0-3", TokSpecialsLast, ["specials first"]),
+    ("BPETokenizer", "unknown symbols crash", TokUnknownCrashes, ["KeyError", "<unk>"]),
+    ("BPETokenizer", "decode keeps the specials", TokDecodeKeepsSpecials, ["skip the ids of <pad>"]),
+    ("BPETokenizer", "train does not return self", TokNoReturn, ["return self"]),
+    ("BPETokenizer", "no word-final characters in the vocabulary", TokNoFinalChars, ["alone and with </w>"]),
+    ("BPETokenizer", "words split on ' ' only", TokSplitOnSpace, ["str.split()"]),
+    ("BPETokenizer", "vocab_size a method", TokVocabSizeMethod, ["@property"]),
+    ("BPETokenizer", "load loses the merges", TokLoadLosesMerges, ["after save and load"]),
+    # pad_sequences
+    ("pad_sequences", "left padding", pad_left, ["left-padded"]),
+    ("pad_sequences", "float dtype", pad_float, ["torch.long", "float32"]),
+    ("pad_sequences", "pad_id ignored", pad_ignores_pad_id, ["pad_id ignored"]),
+    ("pad_sequences", "width of the first sequence", pad_to_first, ["LONGEST"]),
+    ("pad_sequences", "returns a list", pad_list, ["torch.LongTensor"]),
+    # TokenEmbedding
+    ("TokenEmbedding", "not scaled", make_embedding(lambda d, v: 1.0), ["not scaled"]),
+    ("TokenEmbedding", "scaled by d_model", make_embedding(lambda d, v: d), ["by d_model instead"]),
+    ("TokenEmbedding", "divided by sqrt(d_model)", make_embedding(lambda d, v: d ** -0.5), ["divided by sqrt"]),
+    ("TokenEmbedding", "scaled by sqrt(vocab_size)", make_embedding(lambda d, v: math.sqrt(v)), ["sqrt(vocab_size)"]),
+    ("TokenEmbedding", "sqrt rounded", make_embedding(lambda d, v: math.isqrt(d)), ["rounded"]),
+    ("TokenEmbedding", "padding_idx ignored", make_embedding(lambda d, v: math.sqrt(d), use_padding=False),
+     ["padding_idx"]),
+    ("TokenEmbedding", "weights scaled once at init", EmbeddingScaledAtInit, ["not scaled"]),
+    ("TokenEmbedding", "weights detached", EmbeddingDetached, ["no .data, .detach()"]),
+    ("TokenEmbedding", "attribute named lut", EmbeddingOtherName, ["attribute `embedding`"]),
+]
+
+
+@pytest.mark.parametrize("name,label,obj,keywords", MISTAKES, ids=[f"{m[0]}-{m[1]}" for m in MISTAKES])
+def test_mistakes_are_caught(name, label, obj, keywords):
+    assert_caught(obj, name, *keywords)
+
+
+def test_targeted_mistakes_lose_little():
+    """One mistake costs the checks about it, not the whole stage: e.g. min instead of max for ties keeps
+    the checks on weighting, `</w>` and min_frequency."""
+    points, _ = grade(make_learn_bpe(tie="min"), "learn_bpe")
+    assert points >= 4
+    points, _ = grade(make_apply_bpe("leftmost"), "apply_bpe")
+    assert points >= 3
+    points, _ = grade(merge_right_to_left, "merge_pair")
+    assert points >= 3
+
+
+# ---------------------------------------------------------------- stubs
+def test_stubs_get_zero_and_say_not_implemented():
+    def stub(*args, **kwargs):
+        raise NotImplementedError()
+
+    class StubTokenizer(BPETokenizer):
+        def train(self, corpus, num_merges, min_frequency=2):
+            raise NotImplementedError()
+
+        def encode(self, text):
+            raise NotImplementedError()
+
+        def decode(self, ids):
+            raise NotImplementedError()
+
+    class StubEmbedding(nn.Module):
+        def __init__(self, vocab_size, d_model, padding_idx=None):
+            super().__init__()
+            raise NotImplementedError()
+
+    for name in NAMES:
+        obj = {"BPETokenizer": StubTokenizer, "TokenEmbedding": StubEmbedding}.get(name, stub)
+        points, text = grade(obj, name)
+        n = len([line for line in text.splitlines() if line.startswith(("✓", "✗"))])
+        assert points == 0 and text.count("not implemented yet") == n, text
+
+
+def test_checks_do_not_use_solutions():
+    import autograder.checks.stage01_tokenization as module
+    source = open(module.__file__, encoding="utf-8").read()
+    assert not re.search(r"^\s*(from|import)\s+\.*solutions", source, re.M)
+
+
+if __name__ == "__main__":
+    with open(FIXTURE_PATH, "w", encoding="utf-8") as f:
+        json.dump(build_fixture(), f, ensure_ascii=False, indent=1)
+        f.write("\n")
+    print("wrote", FIXTURE_PATH)
