@@ -1,1 +1,395 @@
-"""Checks for stage04_multi_head_attention (to be written)."""
+"""Stage 04: splitting and merging heads, and multi-head attention, against slices written out in the
+check and against nn.MultiheadAttention(batch_first=True) with the learner's weights copied in, with the
+classic mistakes named."""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..core import CheckFailure, register
+from ._util import as_tensor, build, expect_close, expect_shape, seeded
+
+NO_TRANSPOSE_SPLIT = ("heads reshaped without a transpose: x.view(B, h, L, d_k) mixes positions into the heads; "
+                      "use x.view(B, L, h, d_k).transpose(1, 2)")
+NO_TRANSPOSE_MERGE = ("heads merged without the transpose: x.reshape(B, L, h * d_k) straight from (B, h, L, d_k) mixes "
+                      "heads into positions; use x.transpose(1, 2).reshape(B, L, h * d_k)")
+INTERLEAVED = ("features dealt out to the heads in turn (view(B, L, d_k, h)): head i must get the contiguous block of "
+               "features i*d_k .. (i+1)*d_k-1, i.e. view(B, L, h, d_k)")
+
+
+def _heads_of(x: torch.Tensor, h: int) -> torch.Tensor:
+    """(B, L, d) -> (B, h, L, d/h), written as slices: head i holds features i*d_k .. (i+1)*d_k-1."""
+    d_k = x.size(-1) // h
+    return torch.stack([x[..., i * d_k:(i + 1) * d_k] for i in range(h)], dim=1)
+
+
+def _message_names_problem(e: BaseException, d_model: int, n_heads: int) -> bool:
+    text = str(e).lower()
+    return any(w in text for w in ("head", "divis", "multiple", str(d_model)))
+
+
+def _expect_value_error(fn, d_model, n_heads, what):
+    try:
+        fn()
+    except NotImplementedError:
+        raise
+    except ValueError as e:
+        if not _message_names_problem(e, d_model, n_heads):
+            raise CheckFailure(what, "a ValueError whose message names the problem",
+                               f"ValueError({str(e)[:80]!r})",
+                               "say what is wrong, e.g. "
+                               f"f'd_model={{d_model}} is not divisible by n_heads={{n_heads}}'")
+        return
+    except Exception as e:  # noqa: BLE001  (the learner's own error, reported as the wrong kind)
+        raise CheckFailure(what, "ValueError with a message naming the problem", f"{type(e).__name__}: {str(e)[:100]}",
+                           "no clear ValueError: check `d_model % n_heads` first and raise ValueError(...) with a "
+                           "message, instead of letting a view or reshape fail later") from None
+    raise CheckFailure(what, "ValueError with a message naming the problem", "no error",
+                       "no clear ValueError: check `if d_model % n_heads: raise ValueError(...)`; otherwise d_k is "
+                       "rounded down and the heads silently drop features")
+
+
+# ------------------------------------------------------------------------------------- split_heads
+@register("split_heads", "(B, L, d_model) -> (B, h, L, d_model / h)")
+def _split_shape(split_heads):
+    with seeded(0):
+        x = torch.randn(2, 5, 12)
+    expect_shape(split_heads(x, 3), (2, 3, 5, 4), "split_heads(x of shape (2, 5, 12), n_heads=3)",
+                 "view as (B, L, h, d_k), then transpose(1, 2) to bring the heads in front of the positions")
+    expect_shape(split_heads(x, 4), (2, 4, 5, 3), "split_heads(x of shape (2, 5, 12), n_heads=4)",
+                 "d_k = d_model // n_heads: use the n_heads argument, not a fixed number")
+
+
+@register("split_heads", "head i holds features i*d_k .. (i+1)*d_k-1 at every position")
+def _split_values(split_heads):
+    with seeded(1):
+        x = torch.randn(2, 5, 12)
+    B, L, d, h = 2, 5, 12, 3
+    expect_close(split_heads(x, h), _heads_of(x, h), "split_heads(x of shape (2, 5, 12), n_heads=3)",
+                 hint="out[:, i] must equal x[..., i*d_k:(i+1)*d_k]: x.view(B, L, h, d_k).transpose(1, 2)",
+                 mistakes={NO_TRANSPOSE_SPLIT: x.reshape(B, h, L, d // h),
+                           INTERLEAVED: x.reshape(B, L, d // h, h).permute(0, 3, 1, 2)})
+
+
+@register("split_heads", "edge cases: one head (d_k = d_model) and d_model heads (d_k = 1)")
+def _split_edges(split_heads):
+    with seeded(2):
+        x = torch.randn(3, 4, 6)
+    expect_close(split_heads(x, 1), x[:, None], "split_heads(x of shape (3, 4, 6), n_heads=1)",
+                 hint="with one head the output is x with a head dimension of size 1 at dim 1")
+    expect_close(split_heads(x, 6), _heads_of(x, 6), "split_heads(x of shape (3, 4, 6), n_heads=6)",
+                 hint="x.view(B, L, h, d_k).transpose(1, 2)",
+                 mistakes={NO_TRANSPOSE_SPLIT: x.reshape(3, 6, 4, 1)})
+
+
+@register("split_heads", "d_model not divisible by n_heads raises a clear ValueError")
+def _split_error(split_heads):
+    x = torch.randn(2, 3, 10)
+    split_heads(x, 2)  # a valid call first: an unfinished function is not graded on its error message
+    _expect_value_error(lambda: split_heads(x, 3), 10, 3, "split_heads(x of shape (2, 3, 10), n_heads=3)")
+
+
+# ------------------------------------------------------------------------------------- merge_heads
+def _merge(merge_heads, x, what):
+    """merge_heads(x), with the error of .view() on a transposed tensor explained."""
+    try:
+        return merge_heads(x)
+    except RuntimeError as e:
+        if "view" in str(e) or "stride" in str(e) or "contiguous" in str(e):
+            raise CheckFailure(what, "it to work", f"RuntimeError: {str(e)[:90]}",
+                               "merged with .view() after transpose(1, 2): the transposed tensor is non-contiguous "
+                               "in memory; call .contiguous() before .view(...), or use .reshape(...)") from None
+        raise
+
+
+@register("merge_heads", "(B, h, L, d_k) -> (B, L, h * d_k)")
+def _merge_shape(merge_heads):
+    with seeded(3):
+        x = torch.randn(2, 3, 5, 4)
+    what = "merge_heads(x of shape (2, 3, 5, 4))"
+    expect_shape(_merge(merge_heads, x, what), (2, 5, 12), what,
+                 "transpose(1, 2) to (B, L, h, d_k), then reshape to (B, L, h * d_k)")
+
+
+@register("merge_heads", "concatenates the heads' features at each position")
+def _merge_values(merge_heads):
+    with seeded(4):
+        x = torch.randn(2, 3, 5, 4)
+    expected = torch.cat(x.unbind(1), dim=-1)  # (B, L, h * d_k): head 0's features, then head 1's, ...
+    what = "merge_heads(x of shape (2, 3, 5, 4))"
+    expect_close(_merge(merge_heads, x, what), expected, what,
+                 hint="out[..., i*d_k:(i+1)*d_k] must equal x[:, i]: x.transpose(1, 2).reshape(B, L, h * d_k)",
+                 mistakes={NO_TRANSPOSE_MERGE: x.reshape(2, 5, 12),
+                           INTERLEAVED: x.permute(0, 2, 3, 1).reshape(2, 5, 12)})
+
+
+@register("merge_heads", "undoes a split: merge_heads(x.view(B, L, h, d_k).transpose(1, 2)) == x")
+def _merge_inverse(merge_heads):
+    with seeded(5):
+        x = torch.randn(2, 6, 8)
+    split = x.view(2, 6, 4, 2).transpose(1, 2)  # (2, 4, 6, 2), as split_heads gives it (not contiguous)
+    what = "merge_heads(x.view(2, 6, 4, 2).transpose(1, 2))"
+    expect_close(_merge(merge_heads, split, what), x, what, hint="merge_heads must be the inverse of split_heads",
+                 mistakes={NO_TRANSPOSE_MERGE: split.reshape(2, 6, 8)})
+
+
+# ------------------------------------------------------------------------------- MultiHeadAttention
+def _linear(mha, name, d_model, what):
+    lin = getattr(mha, name, None)
+    if lin is None:
+        hint = ("no output projection w_o: the concatenated heads go through w_o = nn.Linear(d_model, d_model)"
+                if name == "w_o" else "name the projections w_q, w_k, w_v, w_o as in the contract")
+        raise CheckFailure(f"{what}: attribute `{name}`", f"an nn.Linear({d_model}, {d_model}) named {name}",
+                           "no such attribute", hint)
+    if not isinstance(lin, nn.Linear):
+        raise CheckFailure(f"{what}: attribute `{name}`", f"an nn.Linear({d_model}, {d_model})", type(lin).__name__,
+                           "use nn.Linear for each projection, so that weights can be copied to and from PyTorch")
+    if tuple(lin.weight.shape) != (d_model, d_model):
+        raise CheckFailure(f"{what}: {name}.weight", f"shape ({d_model}, {d_model})",
+                           f"shape {tuple(lin.weight.shape)}",
+                           "each projection maps d_model to d_model (all heads at once): nn.Linear(d_model, d_model)")
+    if lin.bias is None:
+        raise CheckFailure(f"{what}: {name}.bias", "a bias", "None", "nn.Linear(d_model, d_model) keeps bias=True")
+    return lin
+
+
+def _linears(mha, d_model, what):
+    lins = {n: _linear(mha, n, d_model, what) for n in ("w_q", "w_k", "w_v", "w_o")}
+    names = list(lins)
+    for i, a in enumerate(names):
+        for b in names[i + 1:]:
+            if lins[a] is lins[b] or lins[a].weight.data_ptr() == lins[b].weight.data_ptr():
+                raise CheckFailure(f"{what}: {a} and {b}", "four distinct nn.Linear modules", f"{a} is {b}",
+                                   "one Linear shared by the projections: query, key and value each need their own "
+                                   "nn.Linear(d_model, d_model) (and w_o its own)")
+    return lins
+
+
+def _make(MHA, d_model, h, dropout=0.0, what="MultiHeadAttention"):
+    mha = build(MHA, d_model, h, dropout=dropout, what=f"{what}({d_model}, {h}, dropout={dropout})")
+    if not isinstance(mha, nn.Module):
+        raise CheckFailure(what, "an nn.Module", type(mha).__name__, "subclass nn.Module and call super().__init__()")
+    return mha
+
+
+def _pair(MHA, d_model=12, h=3, dropout=0.0, seed=0):
+    """The learner's module and nn.MultiheadAttention with the same (random) weights, both in eval mode."""
+    mha = _make(MHA, d_model, h, dropout)
+    with seeded(seed):
+        ref = nn.MultiheadAttention(d_model, h, dropout=dropout, batch_first=True)
+        nn.init.normal_(ref.in_proj_bias, std=0.2)
+        nn.init.normal_(ref.out_proj.bias, std=0.2)
+    lins = _linears(mha, d_model, f"MultiHeadAttention({d_model}, {h})")
+    with torch.no_grad():
+        for i, n in enumerate(("w_q", "w_k", "w_v")):
+            lins[n].weight.copy_(ref.in_proj_weight[i * d_model:(i + 1) * d_model])
+            lins[n].bias.copy_(ref.in_proj_bias[i * d_model:(i + 1) * d_model])
+        lins["w_o"].weight.copy_(ref.out_proj.weight)
+        lins["w_o"].bias.copy_(ref.out_proj.bias)
+    mha.eval()
+    ref.eval()
+    return mha, ref
+
+
+def _forward(mha, query, key, value, mask=None, what="MultiHeadAttention(...)(query, key, value)"):
+    try:
+        out = mha(query, key, value) if mask is None else mha(query, key, value, mask)
+    except RuntimeError as e:
+        if query.size(1) == key.size(1) or not ("size of tensor" in str(e) or "must match" in str(e)):
+            raise
+        raise CheckFailure(what, "an output of shape (B, Lq, d_model)", f"RuntimeError: {str(e)[:90]}",
+                           "the lengths do not fit together: in cross-attention the query (Lq) and the keys (Lk) "
+                           "differ; q comes from `query`, k and v from `key` and `value`, and the mask is "
+                           "(B, 1, 1, Lk). Is the query used as key and value too?") from None
+    if isinstance(out, tuple):
+        raise CheckFailure(what, "one tensor (B, Lq, d_model)", f"a tuple of {len(out)}",
+                           "return only the output; keep the weights in self.attn_weights")
+    return as_tensor(out, what)
+
+
+def _manual(ref: nn.MultiheadAttention, query, key, value, mask=None, split="ok", merge="ok", w_o=True,
+            scale="d_k", proj="qkv", inputs="qkv", mask_mode="ok"):
+    """Multi-head attention written out with ref's weights, and its classic wrong variants."""
+    d, h = ref.embed_dim, ref.num_heads
+    d_k = d // h
+    W, b = ref.in_proj_weight.detach(), ref.in_proj_bias.detach()
+    lin = {c: (W[i * d:(i + 1) * d], b[i * d:(i + 1) * d]) for i, c in enumerate("qkv")}
+    src = dict(zip("qkv", (query, key, value)))
+    src = {c: src[inputs[i]] for i, c in enumerate("qkv")}
+    q, k, v = (F.linear(src[c], *lin[proj[i]]) for i, c in enumerate("qkv"))
+
+    def sp(x):
+        B, L, _ = x.shape
+        return x.reshape(B, h, L, d_k) if split == "no_transpose" else x.reshape(B, L, h, d_k).transpose(1, 2)
+    q, k, v = sp(q), sp(k), sp(v)
+    scores = q @ k.transpose(-2, -1) / math.sqrt(d if scale == "d_model" else d_k)
+    if mask is not None and mask_mode != "ignored":
+        scores = scores.masked_fill(mask if mask_mode == "inverted" else ~mask, -1e9)
+    out = torch.softmax(scores, -1) @ v  # (B, h, Lq, d_k)
+    B, _, Lq, _ = out.shape
+    out = out.reshape(B, Lq, d) if merge == "no_transpose" else out.transpose(1, 2).reshape(B, Lq, d)
+    return F.linear(out, ref.out_proj.weight.detach(), ref.out_proj.bias.detach()) if w_o else out
+
+
+def _mistakes(ref, query, key, value, mask=None):
+    """{description of a classic mistake: the output it gives}; a variant that cannot run on these inputs is
+    left out."""
+    variants = {
+        NO_TRANSPOSE_SPLIT: dict(split="no_transpose"),
+        NO_TRANSPOSE_SPLIT + " (and merged back the same way)": dict(split="no_transpose", merge="no_transpose"),
+        NO_TRANSPOSE_MERGE: dict(merge="no_transpose"),
+        "no output projection: the concatenated heads must go through w_o": dict(w_o=False),
+        "scores divided by sqrt(d_model) instead of sqrt(d_k) = sqrt(d_model / h)": dict(scale="d_model"),
+        "one projection used for query, key and value: use w_q, w_k and w_v, one each": dict(proj="qqq"),
+        "one projection used for query, key and value (w_v for all three): each needs its own Linear": dict(proj="vvv"),
+    }
+    if not (query is key and key is value):
+        variants["the query used as key and value too (self-attention only): project the `key` and `value` "
+                 "arguments"] = dict(inputs="qqq", mask_mode="ignored")
+        variants["key and value swapped: k = w_k(key), v = w_v(value)"] = dict(inputs="qvk")
+    if mask is not None:
+        variants["mask ignored: pass it to the attention of every head"] = dict(mask_mode="ignored")
+        variants["mask polarity inverted: True means 'may attend'"] = dict(mask_mode="inverted")
+    out = {}
+    with torch.no_grad():
+        for description, kw in variants.items():
+            try:
+                out[description] = _manual(ref, query, key, value, mask, **kw)
+            except RuntimeError:
+                pass
+    return out
+
+
+@register("MultiHeadAttention", "has w_q, w_k, w_v, w_o: four distinct nn.Linear(d_model, d_model) with bias")
+def _mha_attributes(MHA):
+    mha = _make(MHA, 12, 3, 0.1)
+    _linears(mha, 12, "MultiHeadAttention(12, 3)")
+    params = {id(p) for p in mha.parameters()}
+    for n in ("w_q", "w_k", "w_v", "w_o"):
+        if id(getattr(mha, n).weight) not in params:
+            raise CheckFailure(f"MultiHeadAttention(12, 3).{n}", "a registered submodule", "not in .parameters()",
+                               f"assign it as self.{n} = nn.Linear(...) after super().__init__()")
+
+
+@register("MultiHeadAttention", "d_model not divisible by n_heads raises a clear ValueError")
+def _mha_error(MHA):
+    mha = _make(MHA, 8, 2, 0.0)  # a valid module first: an unfinished class is not graded on its error message
+    x = torch.randn(1, 3, 8)
+    _forward(mha, x, x, x)
+    _expect_value_error(lambda: MHA(10, 3, dropout=0.0), 10, 3, "MultiHeadAttention(10, 3)")
+
+
+@register("MultiHeadAttention", "self-attention equals nn.MultiheadAttention with the same weights")
+def _mha_self(MHA):
+    mha, ref = _pair(MHA, 12, 3, seed=1)
+    with seeded(11):
+        x = torch.randn(2, 5, 12)
+    with torch.no_grad():
+        expected = ref(x, x, x, need_weights=False)[0]
+        got = _forward(mha, x, x, x, what="MultiHeadAttention(12, 3)(x, x, x), x of shape (2, 5, 12)")
+        expect_close(got, expected, "MultiHeadAttention(12, 3)(x, x, x), x of shape (2, 5, 12)",
+                     hint="w_o(merge_heads(attention(split_heads(w_q(q)), split_heads(w_k(k)), split_heads(w_v(v)))))",
+                     mistakes=_mistakes(ref, x, x, x))
+
+
+@register("MultiHeadAttention", "cross-attention (Lq != Lk) with a padding mask equals nn.MultiheadAttention")
+def _mha_cross(MHA):
+    mha, ref = _pair(MHA, 12, 4, seed=2)
+    with seeded(12):
+        query, key, value = torch.randn(2, 3, 12), torch.randn(2, 6, 12), torch.randn(2, 6, 12)
+    real = torch.tensor([[True] * 6, [True] * 4 + [False] * 2])  # (B, Lk): the second source has 2 pads
+    mask = real[:, None, None, :]  # ours: (B, 1, 1, Lk), True at real keys
+    with torch.no_grad():
+        expected = ref(query, key, value, key_padding_mask=~real, need_weights=False)[0]  # PyTorch's: True = pad
+        what = "MultiHeadAttention(12, 4)(query (2, 3, 12), key (2, 6, 12), value (2, 6, 12), mask (2, 1, 1, 6))"
+        got = _forward(mha, query, key, value, mask, what)
+        expect_close(got, expected, what, mistakes=_mistakes(ref, query, key, value, mask),
+                     hint="q from `query`, k and v from `key` and `value`; the output has the query's length")
+
+
+@register("MultiHeadAttention", "a causal mask (1, 1, L, L) equals nn.MultiheadAttention's attn_mask")
+def _mha_causal(MHA):
+    mha, ref = _pair(MHA, 8, 2, seed=3)
+    with seeded(13):
+        x = torch.randn(2, 5, 8)
+    causal = torch.ones(5, 5, dtype=torch.bool).tril()
+    with torch.no_grad():
+        expected = ref(x, x, x, attn_mask=~causal, need_weights=False)[0]  # PyTorch's bool attn_mask: True = blocked
+        what = "MultiHeadAttention(8, 2)(x, x, x, causal mask of shape (1, 1, 5, 5))"
+        got = _forward(mha, x, x, x, causal[None, None], what)
+        expect_close(got, expected, what, mistakes=_mistakes(ref, x, x, x, causal[None, None]),
+                     hint="pass the mask on to scaled_dot_product_attention; it broadcasts over batch and heads")
+
+
+@register("MultiHeadAttention", "keeps the last call's weights as attn_weights (B, h, Lq, Lk), equal to PyTorch's")
+def _mha_weights(MHA):
+    mha, ref = _pair(MHA, 12, 3, seed=4)
+    with seeded(14):
+        first = torch.randn(1, 2, 12)
+        query, memory = torch.randn(2, 4, 12), torch.randn(2, 5, 12)
+    real = torch.tensor([[True] * 5, [True] * 3 + [False] * 2])
+    with torch.no_grad():
+        _forward(mha, first, first, first)
+        _forward(mha, query, memory, memory, real[:, None, None, :])
+        expected = ref(query, memory, memory, key_padding_mask=~real, need_weights=True,
+                       average_attn_weights=False)[1]  # (B, h, Lq, Lk)
+    w = getattr(mha, "attn_weights", None)
+    if w is None:
+        raise CheckFailure("MultiHeadAttention(...).attn_weights after a forward call", "the weights (2, 3, 4, 5)",
+                           "None or no such attribute",
+                           "not keeping attn_weights: store them in forward, `out, self.attn_weights = attention(...)`")
+    w = as_tensor(w, "attn_weights")
+    what = "attn_weights after a call with query (2, 4, 12), key (2, 5, 12) and a padding mask"
+    if tuple(w.shape) == (1, 3, 2, 2):
+        raise CheckFailure(what, "the weights of the last call", "those of the first call",
+                           "set self.attn_weights on every forward call, not only the first")
+    if tuple(w.shape) == (2, 4, 5):
+        raise CheckFailure(f"{what}: wrong shape", "shape (2, 3, 4, 5)", "shape (2, 4, 5)",
+                           "the weights were averaged over the heads: keep one set per head, (B, h, Lq, Lk)")
+    expect_shape(w, (2, 3, 4, 5), what, "keep the softmax weights of every head: (B, h, Lq, Lk)")
+    d_k = 4
+    Wq, Wk = ref.in_proj_weight[:12].detach(), ref.in_proj_weight[12:24].detach()
+    bq, bk = ref.in_proj_bias[:12].detach(), ref.in_proj_bias[12:24].detach()
+    q, k = _heads_of(F.linear(query, Wq, bq), 3), _heads_of(F.linear(memory, Wk, bk), 3)  # (B, h, L, d_k)
+    scores = q @ k.transpose(-2, -1) / d_k ** 0.5  # (B, h, Lq, Lk)
+    expect_close(w, expected, what, hint="keep the softmax weights (after masking) of each head",
+                 mistakes={"the scores were kept, not the softmax weights": scores,
+                           "the scores were kept after masking, not the softmax weights":
+                               scores.masked_fill(~real[:, None, None, :], -1e9),
+                           "the weights were computed without the mask": torch.softmax(scores, -1)})
+
+
+@register("MultiHeadAttention", "dropout acts on the attention weights in train mode and is off in eval mode")
+def _mha_dropout(MHA):
+    with seeded(15):
+        x = torch.randn(2, 4, 8)
+    # eval mode: a module built with dropout=0.5 equals PyTorch's without dropout
+    mha, ref = _pair(MHA, 8, 2, dropout=0.5, seed=5)
+    what = "MultiHeadAttention(8, 2, dropout=0.5).eval()(x, x, x)"
+    with torch.no_grad():
+        expected = ref(x, x, x, need_weights=False)[0]
+        first, second = _forward(mha, x, x, x, what=what), _forward(mha, x, x, x, what=what)
+        if first.shape == second.shape and not torch.allclose(first, second):
+            raise CheckFailure(f"{what}, called twice", "the same output (no dropout in eval mode)",
+                               "two different outputs",
+                               "dropout still acts in eval mode: use an nn.Dropout module (off after .eval()), "
+                               "not F.dropout(..., training=True)")
+        expect_close(first, expected, what, hint="in eval mode it must equal nn.MultiheadAttention without dropout",
+                     mistakes=_mistakes(ref, x, x, x))
+    # train mode with p = 1: every attention weight is dropped, so each head's output is 0 and only w_o's bias is left
+    mha, ref = _pair(MHA, 8, 2, dropout=1.0, seed=6)
+    mha.train()
+    with torch.no_grad():
+        got = _forward(mha, x, x, x)
+        b_o = mha.w_o.bias.detach().expand(2, 4, 8)
+        expect_close(got, b_o, "MultiHeadAttention(8, 2, dropout=1.0).train()(x, x, x)",
+                     hint="apply dropout to the attention weights (pass it to scaled_dot_product_attention), once, "
+                          "as nn.MultiheadAttention does: with p=1 all weights are dropped and only w_o.bias remains",
+                     mistakes={"dropout applied after w_o (to the output) instead of to the attention weights: "
+                               "the residual connection adds that dropout later": torch.zeros(2, 4, 8),
+                               "dropout not applied: pass self.dropout to the attention (on its weights)":
+                                   _manual(ref, x, x, x)})
+

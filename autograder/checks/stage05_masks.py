@@ -1,1 +1,223 @@
-"""Checks for stage05_masks (to be written)."""
+"""Stage 05: attention masks, against masks written out in the check (bool, True = may attend, shaped to
+broadcast to (B, h, Lq, Lk)), with the classic mistakes named: polarity, the diagonal, queries vs keys."""
+from __future__ import annotations
+
+import torch
+
+from ..core import CheckFailure, register
+from ._util import as_tensor, expect_shape, fmt
+
+NOT_BOOL = ("the mask is not bool: masks are boolean, True = may attend (e.g. `ids != pad_id`, or "
+            "torch.ones(..., dtype=torch.bool)); a float 0/1 or 0/-inf mask breaks `~mask` and masked_fill")
+
+
+def _ids():
+    # (B=2, L=5), right-padded with 0 = <pad>: the first sentence has 3 real tokens, the second 5
+    return torch.tensor([[5, 7, 9, 0, 0], [4, 8, 6, 3, 2]])
+
+
+def _expect_bool(got, what):
+    got = as_tensor(got, what)
+    if got.dtype != torch.bool:
+        raise CheckFailure(f"{what}: dtype", "torch.bool", str(got.dtype), NOT_BOOL)
+    return got
+
+
+def _expect_shape(got, shape, what, wrong_shapes: dict):
+    got = as_tensor(got, what)
+    hint = wrong_shapes.get(tuple(got.shape), None)
+    return expect_shape(got, shape, what, hint)
+
+
+def _expect_mask(got, expected: torch.Tensor, what: str, hint: str, mistakes: dict | None = None):
+    """Equal as booleans (the dtype has its own check); name the mistake whose mask it matches."""
+    got = _expect_shape(got, expected.shape, what, {})
+    values = got.detach().to("cpu")
+    if values.dtype != torch.bool:
+        if values.is_floating_point() and bool(torch.isinf(values).any()):
+            raise CheckFailure(what, "a bool mask (True = may attend)", f"a {values.dtype} mask of 0 and -inf",
+                               "an additive float mask (0 / -inf): the course's masks are bool, True = may attend")
+        values = values != 0
+    if torch.equal(values, expected):
+        return
+    for description, wrong in (mistakes or {}).items():
+        if wrong.shape == values.shape and torch.equal(values, wrong):
+            hint = description
+            break
+    where = tuple(int(i) for i in torch.nonzero(values != expected)[0].tolist())
+    raise CheckFailure(f"{what}: wrong values (first at index {where})",
+                       fmt(expected.int()) if expected.numel() <= 8 else f"{expected[where].item()} there",
+                       fmt(values.int()) if values.numel() <= 8 else f"{values[where].item()} there", hint)
+
+
+# ------------------------------------------------------------------------------------- padding_mask
+PAD_SHAPES = {
+    (2, 5): "the mask has shape (B, L): add the head and query dimensions, (ids != pad_id)[:, None, None, :] "
+            "-> (B, 1, 1, L), so that it broadcasts to (B, h, Lq, Lk)",
+    (2, 1, 5, 1): "the padding mask is over the queries (B, 1, L, 1) instead of the keys (B, 1, 1, L): "
+                  "it must hide the padded keys from every query",
+    (2, 1, 5): "one singleton dimension is missing: (B, 1, 1, L)",
+    (2, 5, 1, 1): "the singleton dimensions are in the wrong place: (B, 1, 1, L)",
+}
+
+
+@register("padding_mask", "returns a bool tensor")
+def _pad_dtype(padding_mask):
+    _expect_bool(padding_mask(_ids()), "padding_mask(ids)")
+
+
+@register("padding_mask", "shape (B, 1, 1, L): masks the keys, broadcasts over heads and queries")
+def _pad_shape(padding_mask):
+    _expect_shape(padding_mask(_ids()), (2, 1, 1, 5), "padding_mask(ids of shape (2, 5))", PAD_SHAPES)
+
+
+@register("padding_mask", "True at real tokens, False at <pad>")
+def _pad_values(padding_mask):
+    ids = _ids()
+    expected = (ids != 0)[:, None, None, :]
+    got = _expect_shape(padding_mask(ids), (2, 1, 1, 5), "padding_mask(ids of shape (2, 5))", PAD_SHAPES)
+    _expect_mask(got, expected, "padding_mask([[5, 7, 9, 0, 0], [4, 8, 6, 3, 2]])",
+                 "True where ids != pad_id", {"polarity inverted: True must mean a real token (may attend), "
+                                              "i.e. ids != pad_id, not ids == pad_id": ~expected})
+    ones = torch.tensor([[4, 5, 6]])
+    _expect_mask(padding_mask(ones), torch.ones(1, 1, 1, 3, dtype=torch.bool), "padding_mask([[4, 5, 6]]) (no padding)",
+                 "a batch without padding is all True")
+
+
+@register("padding_mask", "uses the pad_id argument")
+def _pad_id(padding_mask):
+    ids = torch.tensor([[5, 0, 3, 9, 9], [7, 9, 9, 9, 9]])  # 9 plays <pad>; 0 here is an ordinary token
+    expected = (ids != 9)[:, None, None, :]
+    got = _expect_shape(padding_mask(ids, pad_id=9), (2, 1, 1, 5), "padding_mask(ids, pad_id=9)", PAD_SHAPES)
+    _expect_mask(got, expected, "padding_mask([[5, 0, 3, 9, 9], [7, 9, 9, 9, 9]], pad_id=9)", "compare with pad_id",
+                 {"the pad_id argument is ignored (compared with 0 = PAD)": (ids != 0)[:, None, None, :],
+                  "polarity inverted: True must mean a real token (may attend), i.e. ids != pad_id": ~expected})
+
+
+# ------------------------------------------------------------------------------------- causal_mask
+def _causal(n):
+    return torch.ones(n, n, dtype=torch.bool).tril()[None, None]
+
+
+def _causal_mistakes(n):
+    one = torch.ones(n, n, dtype=torch.bool)
+    return {
+        "the diagonal is missing (tril(diagonal=-1) or triu offset off by one): position i must see itself, "
+        "True on AND below the diagonal": one.tril(-1)[None, None],
+        "inverted: True above the diagonal means attending to the future; True on and below it, e.g. "
+        "torch.ones(n, n, dtype=torch.bool).tril() or ~triu(ones, diagonal=1)": one.triu(1)[None, None],
+        "transposed: True on and above the diagonal lets position 0 see everything; use tril, not triu":
+            one.triu()[None, None],
+        "one step into the future allowed (tril(diagonal=1)): True on and below the diagonal only":
+            one.tril(1)[None, None],
+    }
+
+
+@register("causal_mask", "returns a bool tensor of shape (1, 1, size, size)")
+def _causal_shape(causal_mask):
+    got = _expect_shape(causal_mask(4), (1, 1, 4, 4), "causal_mask(4)",
+                        {(4, 4): "add the batch and head dimensions: mask[None, None] -> (1, 1, size, size)"})
+    _expect_bool(got, "causal_mask(4)")
+
+
+@register("causal_mask", "True on and below the diagonal (position i sees 0..i)")
+def _causal_values(causal_mask):
+    for n in (5, 1, 2):
+        got = _expect_shape(causal_mask(n), (1, 1, n, n), f"causal_mask({n})", {})
+        _expect_mask(got, _causal(n), f"causal_mask({n})", "torch.ones(size, size, dtype=torch.bool).tril()",
+                     _causal_mistakes(n))
+
+
+@register("causal_mask", "is built on the requested device")
+def _causal_device(causal_mask):
+    # 'meta' is PyTorch's data-less device: it stands in for 'cuda' on a machine without a GPU
+    got = as_tensor(causal_mask(3, device=torch.device("meta")), "causal_mask(3, device=torch.device('meta'))")
+    if got.device.type != "meta":
+        raise CheckFailure("causal_mask(3, device=torch.device('meta')).device", "meta", str(got.device),
+                           "causal_mask ignores `device`: create the tensor on it, "
+                           "torch.ones(size, size, dtype=torch.bool, device=device)")
+    got = as_tensor(causal_mask(3, "meta"), "causal_mask(3, 'meta')")
+    if got.device.type != "meta":
+        raise CheckFailure("causal_mask(3, 'meta').device", "meta", str(got.device),
+                           "the second positional argument is the device")
+    got = as_tensor(causal_mask(3), "causal_mask(3)")
+    if got.device.type != "cpu":
+        raise CheckFailure("causal_mask(3).device", "cpu (device=None)", str(got.device),
+                           "with device=None the tensor is made on the default device")
+
+
+# ------------------------------------------------------------------------------------- target_mask
+def _target(ids, pad_id=0):
+    L = ids.size(1)
+    return (ids != pad_id)[:, None, None, :] & torch.ones(L, L, dtype=torch.bool).tril()[None, None]
+
+
+def _target_mistakes(ids, pad_id=0):
+    B, L = ids.shape
+    real = ids != pad_id
+    causal = torch.ones(L, L, dtype=torch.bool).tril()[None, None]
+    keys, queries = real[:, None, None, :], real[:, None, :, None]
+    return {
+        "the padding part is missing: combine both, padding_mask(tgt_ids, pad_id) & causal_mask(L, device)":
+            causal.expand(B, 1, L, L),
+        "the causal part is missing: combine both, padding_mask(tgt_ids, pad_id) & causal_mask(L, device)":
+            keys.expand(B, 1, L, L),
+        # with right padding and the causal part, padding the queries alone or queries and keys give the same mask
+        "the padding is applied to the queries (rows): only the padded keys (columns) are hidden, and a padded "
+        "query keeps its causal row; use padding_mask's (B, 1, 1, L), not (B, 1, L, 1)": queries & causal,
+        "the padding is applied to the queries (rows) as well as the keys: only the padded keys (columns) are "
+        "hidden, and a padded query keeps its causal row": queries & keys & causal,
+        "the pad_id argument is ignored (compared with 0 = PAD)": (ids != 0)[:, None, None, :] & causal,
+        "or instead of and: the mask must be causal AND not padding": keys | causal,
+        "the causal part is inverted (True above the diagonal)": keys & ~causal,
+        "the causal part has no diagonal": keys & torch.ones(L, L, dtype=torch.bool).tril(-1)[None, None],
+    }
+
+
+TGT_SHAPES = {
+    (2, 2, 1, 1, 5): "the masks were broadcast wrongly: padding (B, 1, 1, L) & causal (1, 1, L, L) -> (B, 1, L, L)",
+    (2, 5, 5): "the head dimension is missing: (B, 1, L, L)",
+    (1, 1, 5, 5): "the padding part (one row per sentence) is missing: (B, 1, L, L)",
+    (2, 1, 1, 5): "the causal part is missing: padding (B, 1, 1, L) & causal (1, 1, L, L) -> (B, 1, L, L)",
+}
+
+
+@register("target_mask", "returns a bool tensor of shape (B, 1, L, L)")
+def _tgt_shape(target_mask):
+    got = _expect_shape(target_mask(_ids()), (2, 1, 5, 5), "target_mask(ids of shape (2, 5))", TGT_SHAPES)
+    _expect_bool(got, "target_mask(ids)")
+
+
+@register("target_mask", "causal AND not padding (padded keys hidden, every query keeps its causal row)")
+def _tgt_values(target_mask):
+    ids = _ids()
+    got = _expect_shape(target_mask(ids), (2, 1, 5, 5), "target_mask(ids of shape (2, 5))", TGT_SHAPES)
+    _expect_mask(got, _target(ids), "target_mask([[5, 7, 9, 0, 0], [4, 8, 6, 3, 2]])",
+                 "padding_mask(tgt_ids, pad_id) & causal_mask(L, tgt_ids.device)", _target_mistakes(ids))
+
+
+@register("target_mask", "uses the pad_id argument")
+def _tgt_pad_id(target_mask):
+    ids = torch.tensor([[1, 0, 4, 7, 7, 7], [1, 5, 6, 2, 3, 7]])  # 7 plays <pad>; 0 is an ordinary token here
+    got = _expect_shape(target_mask(ids, pad_id=7), (2, 1, 6, 6), "target_mask(ids of shape (2, 6), pad_id=7)",
+                        TGT_SHAPES)
+    _expect_mask(got, _target(ids, 7), "target_mask([[1, 0, 4, 7, 7, 7], [1, 5, 6, 2, 3, 7]], pad_id=7)",
+                 "pass pad_id on to the padding part", _target_mistakes(ids, 7))
+
+
+@register("target_mask", "is built on the device of tgt_ids")
+def _tgt_device(target_mask):
+    ids = _ids().to("meta")  # 'meta' stands in for 'cuda': a mask made on the CPU cannot be combined with it
+    what = "target_mask(ids on device 'meta')"
+    try:
+        got = target_mask(ids)
+    except NotImplementedError:
+        raise
+    except RuntimeError as e:
+        raise CheckFailure(what, "a mask on the device of the ids", f"RuntimeError: {str(e)[:100]}",
+                           "make the causal part on the ids' device: causal_mask(L, tgt_ids.device) (on a GPU, "
+                           "a CPU mask combined with CUDA ids fails the same way)") from None
+    got = as_tensor(got, what)
+    if got.device.type != "meta":
+        raise CheckFailure(f"{what}.device", "meta", str(got.device),
+                           "build the mask on tgt_ids.device: causal_mask(L, tgt_ids.device)")

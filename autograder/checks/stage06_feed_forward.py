@@ -1,1 +1,160 @@
-"""Checks for stage06_feed_forward (to be written)."""
+"""Stage 06: the position-wise feed-forward network, against the paper's formula written out with the
+learner's own weights, FFN(x) = max(0, x W_1 + b_1) W_2 + b_2, and dropout between the two layers."""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..core import CheckFailure, register
+from ._util import as_tensor, build, expect_close, expect_shape, seeded
+
+
+def _make(FFN, d_model=6, d_ff=10, dropout=0.0, seed=0):
+    ffn = build(FFN, d_model, d_ff, dropout=dropout,
+                what=f"PositionwiseFeedForward({d_model}, {d_ff}, dropout={dropout})")
+    if not isinstance(ffn, nn.Module):
+        raise CheckFailure("PositionwiseFeedForward", "an nn.Module", type(ffn).__name__,
+                           "subclass nn.Module and call super().__init__()")
+    w_1, w_2 = _linears(ffn, d_model, d_ff)
+    with seeded(seed), torch.no_grad():  # random weights and biases, whatever the learner's initialisation
+        for lin in (w_1, w_2):
+            lin.weight.normal_(0, 0.5)
+            lin.bias.normal_(0, 0.5)
+    return ffn
+
+
+def _linears(ffn, d_model, d_ff):
+    out = []
+    for name, (fan_in, fan_out) in (("w_1", (d_model, d_ff)), ("w_2", (d_ff, d_model))):
+        lin = getattr(ffn, name, None)
+        what = f"PositionwiseFeedForward({d_model}, {d_ff}).{name}"
+        if not isinstance(lin, nn.Linear):
+            raise CheckFailure(what, f"an nn.Linear({fan_in}, {fan_out})",
+                               type(lin).__name__ if lin is not None else "no such attribute",
+                               "name the two layers w_1 and w_2 (nn.Linear), as in the contract")
+        if tuple(lin.weight.shape) != (fan_out, fan_in):
+            got_in, got_out = lin.weight.shape[1], lin.weight.shape[0]
+            raise CheckFailure(what, f"nn.Linear({fan_in}, {fan_out}) (weight of shape {(fan_out, fan_in)})",
+                               f"nn.Linear({got_in}, {got_out})",
+                               "w_1 and w_2 have the wrong shapes: w_1 = nn.Linear(d_model, d_ff) widens, "
+                               "w_2 = nn.Linear(d_ff, d_model) narrows back (d_model -> d_ff -> d_model)")
+        if lin.bias is None:
+            raise CheckFailure(f"{what}.bias", "a bias", "None",
+                               "FFN(x) = max(0, x W_1 + b_1) W_2 + b_2: keep the biases (bias=True)")
+        out.append(lin)
+    return out
+
+
+def _parts(ffn):
+    return ((ffn.w_1.weight.detach(), ffn.w_1.bias.detach()), (ffn.w_2.weight.detach(), ffn.w_2.bias.detach()))
+
+
+def _formula(ffn, x):
+    (W1, b1), (W2, b2) = _parts(ffn)
+    return F.relu(x @ W1.T + b1) @ W2.T + b2  # (..., d_model) -> (..., d_ff) -> (..., d_model)
+
+
+def _mistakes(ffn, x):
+    (W1, b1), (W2, b2) = _parts(ffn)
+    l1 = lambda t: t @ W1.T + b1  # noqa: E731
+    l2 = lambda t: t @ W2.T + b2  # noqa: E731
+    return {
+        "GELU instead of ReLU: the paper's FFN uses max(0, .) = torch.relu": l2(F.gelu(l1(x))),
+        "GELU (tanh approximation) instead of ReLU: the paper's FFN uses torch.relu":
+            l2(F.gelu(l1(x), approximate="tanh")),
+        "the activation is after w_2 instead of between the layers: w_2(relu(w_1(x)))": F.relu(l2(l1(x))),
+        "the activation is after both layers: only between them, w_2(relu(w_1(x)))": F.relu(l2(F.relu(l1(x)))),
+        "the activation is before w_1 instead of between the layers: w_2(relu(w_1(x)))": l2(l1(F.relu(x))),
+        "no activation: without relu the two layers collapse into one linear map": l2(l1(x)),
+    }
+
+
+def _forward(ffn, x, what):
+    return as_tensor(ffn(x), what)
+
+
+@register("PositionwiseFeedForward", "w_1 = nn.Linear(d_model, d_ff), w_2 = nn.Linear(d_ff, d_model), with biases")
+def _ffn_attributes(FFN):
+    ffn = build(FFN, 6, 10, what="PositionwiseFeedForward(6, 10)")  # dropout has a default
+    _linears(ffn, 6, 10)
+    params = {id(p) for p in ffn.parameters()}
+    if id(ffn.w_1.weight) not in params or id(ffn.w_2.weight) not in params:
+        raise CheckFailure("PositionwiseFeedForward(6, 10).parameters()", "w_1's and w_2's weights", "missing",
+                           "assign the layers as attributes after super().__init__()")
+
+
+@register("PositionwiseFeedForward", "equals w_2(relu(w_1(x))) (the paper's formula) in eval mode")
+def _ffn_formula(FFN):
+    ffn = _make(FFN, 6, 10, dropout=0.0, seed=1).eval()
+    with seeded(11):
+        x = torch.randn(2, 4, 6)
+    with torch.no_grad():
+        expect_close(_forward(ffn, x, "PositionwiseFeedForward(6, 10)(x), x of shape (2, 4, 6)"), _formula(ffn, x),
+                     "PositionwiseFeedForward(6, 10)(x), x of shape (2, 4, 6)",
+                     hint="w_2(dropout(relu(w_1(x))))", mistakes=_mistakes(ffn, x))
+
+
+@register("PositionwiseFeedForward", "acts on each position alone: the same network at every position")
+def _ffn_positionwise(FFN):
+    ffn = _make(FFN, 4, 8, dropout=0.0, seed=2).eval()
+    with seeded(12):
+        x = torch.randn(3, 5, 4)
+    with torch.no_grad():
+        full = _forward(ffn, x, "PositionwiseFeedForward(4, 8)(x), x of shape (3, 5, 4)")
+        expect_close(full, _formula(ffn, x), "PositionwiseFeedForward(4, 8)(x), x of shape (3, 5, 4)",
+                     hint="w_2(relu(w_1(x))), applied to the last dimension", mistakes=_mistakes(ffn, x))
+        one = _forward(ffn, x[:, 2:3], "PositionwiseFeedForward(4, 8)(x[:, 2:3]), one position per sentence")
+        expect_close(one, full[:, 2:3], "the output for position 2 alone, x[:, 2:3] of shape (3, 1, 4)",
+                     hint="each position goes through the same network on its own: nothing mixes positions")
+        flat = _forward(ffn, x.reshape(15, 1, 4), "PositionwiseFeedForward(4, 8)(x.reshape(15, 1, 4))")
+        expect_close(flat, full.reshape(15, 1, 4), "the output for the 15 positions as a batch of shape (15, 1, 4)",
+                     hint="the network must not depend on the batch or length dimensions")
+
+
+@register("PositionwiseFeedForward", "dropout sits between relu and w_2 (train mode, p=1 leaves w_2.bias)")
+def _ffn_dropout_place(FFN):
+    ffn = _make(FFN, 6, 10, dropout=1.0, seed=3).train()
+    with seeded(13):
+        x = torch.randn(2, 3, 6)
+    (W1, b1), (W2, b2) = _parts(ffn)
+    what = "PositionwiseFeedForward(6, 10, dropout=1.0).train()(x)"
+    with torch.no_grad():
+        got = _forward(ffn, x, what)
+        # p = 1 zeroes every hidden unit, so w_2 sees zeros and returns its bias at every position
+        expect_close(got, b2.expand(2, 3, 6), what, hint="w_2(dropout(relu(w_1(x)))): dropout on the hidden layer",
+                     mistakes={"dropout after w_2 instead of between relu and w_2: w_2(dropout(relu(w_1(x))))":
+                                   torch.zeros(2, 3, 6),
+                               "dropout on the input, before w_1, instead of between relu and w_2":
+                                   (F.relu(b1) @ W2.T + b2).expand(2, 3, 6),
+                               "dropout not applied in train mode: w_2(dropout(relu(w_1(x)))) with "
+                               "self.dropout = nn.Dropout(dropout)": _formula(ffn, x)})
+
+
+@register("PositionwiseFeedForward", "dropout is off in eval mode and random in train mode")
+def _ffn_dropout_modes(FFN):
+    ffn = _make(FFN, 6, 10, dropout=0.5, seed=4)
+    with seeded(14):
+        x = torch.randn(4, 5, 6)
+    what = "PositionwiseFeedForward(6, 10, dropout=0.5).eval()(x)"
+    with torch.no_grad():
+        ffn.eval()
+        first, second = _forward(ffn, x, what), _forward(ffn, x, what)
+        if first.shape == second.shape and not torch.allclose(first, second):
+            raise CheckFailure(f"{what}, called twice", "the same output (no dropout in eval mode)",
+                               "two different outputs",
+                               "dropout still acts in eval mode: use an nn.Dropout module (off after .eval()), "
+                               "not F.dropout(..., training=True)")
+        expect_close(first, _formula(ffn, x), what, hint="in eval mode: w_2(relu(w_1(x))), no dropout",
+                     mistakes=_mistakes(ffn, x))
+        ffn.train()
+        with seeded(15):
+            a = _forward(ffn, x, "PositionwiseFeedForward(6, 10, dropout=0.5).train()(x)")
+            b = _forward(ffn, x, "PositionwiseFeedForward(6, 10, dropout=0.5).train()(x)")
+    expect_shape(a, (4, 5, 6), "PositionwiseFeedForward(6, 10, dropout=0.5).train()(x), x of shape (4, 5, 6)")
+    expect_shape(b, (4, 5, 6), "PositionwiseFeedForward(6, 10, dropout=0.5).train()(x), x of shape (4, 5, 6)")
+    if torch.allclose(a, b):
+        raise CheckFailure("two calls in train mode with dropout=0.5", "different (random) outputs",
+                           "the same output" + (", equal to the formula without dropout"
+                                                if torch.allclose(a, _formula(ffn, x)) else ""),
+                           "the dropout argument is not used: self.dropout = nn.Dropout(dropout), applied in forward")

@@ -1,1 +1,343 @@
-"""Checks for stage07_residual_layer_norm (to be written)."""
+"""Stage 07: layer normalization against nn.LayerNorm with random weight and bias copied in, and the
+residual sublayer connection (post-norm and pre-norm) against the formulas written out with F.layer_norm.
+SublayerConnection's checks put PyTorch's nn.LayerNorm in place of the learner's `norm`, so that they
+grade the connection alone, whatever the learner's LayerNorm does."""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from ..core import CheckFailure, register
+from ._util import as_tensor, build, expect_close, expect_shape, seeded
+
+# ------------------------------------------------------------------------------------- LayerNorm
+OTHER_NAMES = ("gamma", "beta", "g", "b", "a_2", "b_2", "scale", "shift", "alpha", "w", "gain")
+
+
+def _make_ln(LN, d, eps=None, seed=0):
+    """The learner's LayerNorm with random weight and bias, and nn.LayerNorm with the same ones."""
+    what = f"LayerNorm({d})" if eps is None else f"LayerNorm({d}, eps={eps})"
+    ln = build(LN, d, what=what) if eps is None else build(LN, d, eps=eps, what=what)
+    if not isinstance(ln, nn.Module):
+        raise CheckFailure(what, "an nn.Module", type(ln).__name__, "subclass nn.Module and call super().__init__()")
+    weight, bias = _weight_bias(ln, d, what)
+    ref = nn.LayerNorm(d, eps=1e-5 if eps is None else eps)
+    with seeded(seed), torch.no_grad():
+        ref.weight.normal_(1.0, 0.5)
+        ref.bias.normal_(0.0, 0.5)
+        weight.copy_(ref.weight)
+        bias.copy_(ref.bias)
+    return ln, ref
+
+
+def _weight_bias(ln, d, what):
+    weight, bias = getattr(ln, "weight", None), getattr(ln, "bias", None)
+    if weight is None or bias is None:
+        others = [n for n in OTHER_NAMES if isinstance(getattr(ln, n, None), torch.Tensor)]
+        raise CheckFailure(f"{what}: attributes `weight` and `bias`", "parameters named weight and bias",
+                           f"{', '.join(others)}" if others else "no such attributes",
+                           f"the parameters must be named weight and bias (not {' and '.join(others)}), as in "
+                           "nn.LayerNorm, so that weights can be copied to and from PyTorch" if others else
+                           "self.weight = nn.Parameter(torch.ones(d_model)); "
+                           "self.bias = nn.Parameter(torch.zeros(d_model))")
+    for name, t in (("weight", weight), ("bias", bias)):
+        if not isinstance(t, torch.Tensor):
+            raise CheckFailure(f"{what}.{name}", "a tensor (nn.Parameter)", type(t).__name__,
+                               f"self.{name} = nn.Parameter(...)")
+        expect_shape(t, (d,), f"{what}.{name}", "one value per feature: shape (d_model,)")
+    return weight, bias
+
+
+def _ln_mistakes(x, ref, eps=None):
+    w, b = ref.weight.detach(), ref.bias.detach()
+    eps = ref.eps if eps is None else eps
+    mean = x.mean(-1, keepdim=True)
+    var = x.var(-1, unbiased=False, keepdim=True)
+    unbiased = x.var(-1, unbiased=True, keepdim=True)
+    mk = lambda xhat: w * xhat + b  # noqa: E731
+    out = {
+        "the unbiased variance (divides by d - 1): layer norm uses the biased one, "
+        "x.var(-1, unbiased=False, keepdim=True)": mk((x - mean) / torch.sqrt(unbiased + eps)),
+        "eps added outside the square root: (x - mean) / sqrt(var + eps), not / (std + eps)":
+            mk((x - mean) / (var.sqrt() + eps)),
+        "eps outside the square root and the unbiased std (x.std()): use (x - mean) / sqrt(var + eps) with the "
+        "biased variance": mk((x - mean) / (unbiased.sqrt() + eps)),
+        "eps ignored: sqrt(var + eps) with the eps argument": mk((x - mean) / var.sqrt()),
+        "eps fixed at 1e-5: use the eps argument": mk((x - mean) / torch.sqrt(var + 1e-5)),
+        "the mean is not subtracted: (x - mean) / sqrt(var + eps)": mk(x / torch.sqrt(var + eps)),
+        "weight and bias swapped: weight * x_hat + bias": b * ((x - mean) / torch.sqrt(var + eps)) + w,
+        "weight and bias not applied: weight * x_hat + bias": (x - mean) / torch.sqrt(var + eps),
+    }
+    if x.dim() >= 2:
+        out["normalized over dim=-2 (the positions) instead of the last dimension (the features)"] = \
+            mk((x - x.mean(-2, keepdim=True)) / torch.sqrt(x.var(-2, unbiased=False, keepdim=True) + eps))
+        out["normalized over dim 0 (the batch) instead of the last dimension (the features)"] = \
+            mk((x - x.mean(0, keepdim=True)) / torch.sqrt(x.var(0, unbiased=False, keepdim=True) + eps))
+        out["normalized over the whole tensor instead of the last dimension (the features) of each position"] = \
+            mk((x - x.mean()) / torch.sqrt(x.var(unbiased=False) + eps))
+    if x.dim() >= 3:
+        out["normalized over the last two dimensions instead of the last one (the features)"] = \
+            mk((x - x.mean((-2, -1), keepdim=True)) / torch.sqrt(x.var((-2, -1), unbiased=False, keepdim=True) + eps))
+    return out
+
+
+def _ln_input(seed, shape):
+    """Rows of very different scales: tiny centred rows (var 1e-4, where eps inside or outside the sqrt
+    differs by 5%) and wide rows with offsets (where a missing mean shows). No tiny row has a large offset,
+    so E[x^2] - E[x]^2, a valid way to the variance, stays accurate in float32."""
+    with seeded(seed):
+        x = torch.randn(*shape)
+        scale = torch.tensor([0.01, 1.0, 5.0, 0.02])[torch.arange(shape[-2]) % 4][:, None]  # (L, 1)
+        offset = (torch.rand(shape[-2], 1) * 6 - 3) * (scale >= 1)
+        return x * scale + offset
+
+
+@register("LayerNorm", "parameters `weight` (ones) and `bias` (zeros) of shape (d_model,), as nn.Parameters")
+def _ln_params(LN):
+    ln = build(LN, 6, what="LayerNorm(6)")
+    weight, bias = _weight_bias(ln, 6, "LayerNorm(6)")
+    named = dict(ln.named_parameters())
+    for name, t in (("weight", weight), ("bias", bias)):
+        if not isinstance(t, nn.Parameter) or named.get(name) is not t:
+            raise CheckFailure(f"LayerNorm(6).{name}", "an nn.Parameter registered under that name",
+                               f"a plain {type(t).__name__}",
+                               f"wrap it: self.{name} = nn.Parameter(...); otherwise the optimizer never trains it "
+                               "and it is missing from state_dict()")
+    if not torch.equal(weight.detach(), torch.ones(6)) or not torch.equal(bias.detach(), torch.zeros(6)):
+        raise CheckFailure("LayerNorm(6)'s initial weight and bias", "ones and zeros (as nn.LayerNorm)",
+                           f"weight {[round(v, 3) for v in weight.detach().flatten()[:3].tolist()]}..., "
+                           f"bias {[round(v, 3) for v in bias.detach().flatten()[:3].tolist()]}...",
+                           "start from the identity: weight = torch.ones(d_model), bias = torch.zeros(d_model)")
+
+
+@register("LayerNorm", "equals nn.LayerNorm (eps=1e-5) with the same random weight and bias")
+def _ln_default(LN):
+    ln, ref = _make_ln(LN, 8, seed=1)
+    x = _ln_input(11, (2, 4, 8))
+    with torch.no_grad():
+        expect_close(as_tensor(ln(x), "LayerNorm(8)(x)"), ref(x), "LayerNorm(8)(x), x of shape (2, 4, 8)",
+                     hint="weight * (x - mean) / sqrt(var + eps) + bias over the last dimension, biased variance",
+                     mistakes=_ln_mistakes(x, ref))
+
+
+@register("LayerNorm", "uses the eps argument: equals nn.LayerNorm(d, eps=0.1)")
+def _ln_eps(LN):
+    ln, ref = _make_ln(LN, 8, eps=0.1, seed=2)
+    x = _ln_input(12, (2, 4, 8))
+    with torch.no_grad():
+        expect_close(as_tensor(ln(x), "LayerNorm(8, eps=0.1)(x)"), ref(x),
+                     "LayerNorm(8, eps=0.1)(x), x of shape (2, 4, 8)",
+                     hint="keep eps (self.eps = eps) and use it: sqrt(var + self.eps)", mistakes=_ln_mistakes(x, ref))
+
+
+@register("LayerNorm", "normalizes over the last dimension only, for 2-d and 4-d inputs")
+def _ln_shapes(LN):
+    ln, ref = _make_ln(LN, 6, seed=3)
+    with torch.no_grad():
+        for shape in ((5, 6), (2, 3, 4, 6)):
+            x = _ln_input(13, shape)
+            what = f"LayerNorm(6)(x), x of shape {shape}"
+            expect_close(as_tensor(ln(x), what), ref(x), what, mistakes=_ln_mistakes(x, ref),
+                         hint="mean and var over dim=-1 with keepdim=True, whatever the number of dimensions")
+
+
+@register("LayerNorm", "a constant row (zero variance) gives the bias, not NaN")
+def _ln_constant(LN):
+    ln, ref = _make_ln(LN, 5, seed=4)
+    x = torch.full((2, 3, 5), 2.5)
+    x[1] = -7.0
+    with torch.no_grad():
+        expect_close(as_tensor(ln(x), "LayerNorm(5)(constant x)"), ref.bias.detach().expand(2, 3, 5),
+                     "LayerNorm(5)(x) where every row is constant", mistakes=_ln_mistakes(x, ref),
+                     hint="x - mean is 0 and var is 0: eps inside the sqrt keeps 0 / sqrt(0 + eps) = 0")
+
+
+# ------------------------------------------------------------------------------ SublayerConnection
+class _Sublayer(nn.Module):
+    """A fixed nonlinear map (B, L, d) -> (B, L, d) that records what it was called with."""
+
+    def __init__(self, d, seed=0):
+        super().__init__()
+        with seeded(seed):
+            self.A = torch.randn(d, d) / d ** 0.5
+            self.c = torch.randn(d)
+        self.calls = []
+
+    def forward(self, t):
+        self.calls.append(t.detach().clone())
+        return torch.tanh(t @ self.A + self.c) * 2
+
+
+def _make_sc(SC, d=6, dropout=0.0, norm_first=None, seed=0):
+    """The learner's connection with nn.LayerNorm (random weight and bias) in place of its `norm`."""
+    kwargs = {"dropout": dropout} if norm_first is None else {"dropout": dropout, "norm_first": norm_first}
+    args = ", ".join([str(d)] + [f"{k}={v}" for k, v in kwargs.items()])
+    sc = build(SC, d, what=f"SublayerConnection({args})", **kwargs)
+    if not isinstance(sc, nn.Module):
+        raise CheckFailure("SublayerConnection", "an nn.Module", type(sc).__name__,
+                           "subclass nn.Module and call super().__init__()")
+    own = _norm_attr(sc, d, f"SublayerConnection({args})")
+    norm = nn.LayerNorm(d)
+    with seeded(seed), torch.no_grad():
+        norm.weight.normal_(1.0, 0.5)
+        norm.bias.normal_(0.0, 0.5)
+        own.weight.copy_(norm.weight)  # the same numbers in the learner's own norm, should forward reach it
+        own.bias.copy_(norm.bias)      # by another name
+    sc.norm = norm
+    return sc, norm
+
+
+def _norm_attr(sc, d, what):
+    norm = getattr(sc, "norm", None)
+    if not isinstance(norm, nn.Module):
+        raise CheckFailure(f"{what}: attribute `norm`", "a LayerNorm module named norm",
+                           type(norm).__name__ if norm is not None else "no such attribute",
+                           "self.norm = LayerNorm(d_model): the contract's name, so weights can be copied")
+    w, b = getattr(norm, "weight", None), getattr(norm, "bias", None)
+    if not isinstance(w, torch.Tensor) or not isinstance(b, torch.Tensor) or w.shape != (d,) or b.shape != (d,):
+        raise CheckFailure(f"{what}.norm", f"a LayerNorm({d}) with weight and bias of shape ({d},)",
+                           type(norm).__name__, "self.norm = LayerNorm(d_model)")
+    return norm
+
+
+def _sc_input(seed=0, shape=(2, 4, 6)):
+    with seeded(seed):
+        return torch.randn(*shape) * 2 + 1
+
+
+def _call(sc, x, sub, what):
+    return as_tensor(sc(x, sub), what)
+
+
+def _sc_mistakes(x, N, S, norm_first):
+    post, pre = N(x + S(x)), x + S(N(x))
+    twice = "the norm is applied twice: apply it once, "
+    common = {
+        "the residual is missing: the sublayer's output is added to its input x":
+            S(N(x)) if norm_first else N(S(x)),
+        "the norm is on the sublayer's output only, not on the sum: norm(x + sublayer(x)) (post-norm) or "
+        "x + sublayer(norm(x)) (pre-norm)": x + N(S(x)),
+        "the norm is not applied": x + S(x),
+        twice + "around the sum (post-norm) or to the sublayer's input (pre-norm)": N(x + S(N(x))),
+        twice + "around the sum (post-norm) or to the sublayer's input (pre-norm); here the sum is normalized twice":
+            N(N(x + S(x))),
+        twice + "around the sum (post-norm) or to the sublayer's input (pre-norm); here both, and the residual "
+        "is norm(x)":
+            N(N(x) + S(N(x))),
+    }
+    if norm_first:
+        return {"post-norm instead of pre-norm: the norm_first flag is ignored or reversed; norm_first=True "
+                "gives x + dropout(sublayer(norm(x)))": post,
+                "the residual adds norm(x) instead of x: x + dropout(sublayer(norm(x)))": N(x) + S(N(x)),
+                **common}
+    return {"pre-norm instead of post-norm: the norm_first flag is ignored or reversed; the default "
+            "(norm_first=False) is the paper's norm(x + dropout(sublayer(x)))": pre, **common}
+
+
+@register("SublayerConnection", "has `norm`, a LayerNorm(d_model) with weight and bias")
+def _sc_attr(SC):
+    for kwargs in ({}, {"norm_first": True}):
+        sc = build(SC, 6, what=f"SublayerConnection(6{', norm_first=True' if kwargs else ''})", **kwargs)
+        _norm_attr(sc, 6, "SublayerConnection(6)")
+    sc, _ = _make_sc(SC, 6, 0.0, None)
+    sc.eval()
+    with torch.no_grad():
+        _call(sc, _sc_input(), _Sublayer(6), "SublayerConnection(6)(x, sublayer)")
+
+
+@register("SublayerConnection", "post-norm (the default): norm(x + sublayer(x))")
+def _sc_post(SC):
+    sc, N = _make_sc(SC, 6, 0.0, None, seed=1)
+    sc.eval()
+    S, x = _Sublayer(6, 11), _sc_input(21)
+    what = "SublayerConnection(6, dropout=0.0)(x, sublayer)"
+    with torch.no_grad():
+        got = _call(sc, x, S, what)
+        expect_close(got, N(x + S(x)), what, hint="post-norm: self.norm(x + self.dropout(sublayer(x)))",
+                     mistakes=_sc_mistakes(x, N, S, norm_first=False))
+    sc, N = _make_sc(SC, 6, 0.0, False, seed=1)
+    sc.eval()
+    with torch.no_grad():
+        what = "SublayerConnection(6, dropout=0.0, norm_first=False)(x, sublayer)"
+        expect_close(_call(sc, x, S, what), N(x + S(x)), what, mistakes=_sc_mistakes(x, N, S, norm_first=False),
+                     hint="post-norm when norm_first is False: self.norm(x + self.dropout(sublayer(x)))")
+
+
+@register("SublayerConnection", "pre-norm (norm_first=True): x + sublayer(norm(x))")
+def _sc_pre(SC):
+    sc, N = _make_sc(SC, 6, 0.0, True, seed=2)
+    sc.eval()
+    S, x = _Sublayer(6, 12), _sc_input(22)
+    what = "SublayerConnection(6, dropout=0.0, norm_first=True)(x, sublayer)"
+    with torch.no_grad():
+        expect_close(_call(sc, x, S, what), x + S(N(x)), what, mistakes=_sc_mistakes(x, N, S, norm_first=True),
+                     hint="pre-norm: x + self.dropout(sublayer(self.norm(x)))")
+
+
+@register("SublayerConnection", "calls the sublayer once, on x (post-norm) or on norm(x) (pre-norm)")
+def _sc_calls(SC):
+    x = _sc_input(23)
+    for norm_first in (False, True):
+        sc, N = _make_sc(SC, 6, 0.0, norm_first, seed=3)
+        sc.eval()
+        S = _Sublayer(6, 13)
+        what = f"SublayerConnection(6, norm_first={norm_first})(x, sublayer)"
+        with torch.no_grad():
+            _call(sc, x, S, what)
+            if len(S.calls) != 1:
+                raise CheckFailure(f"{what}: calls of the sublayer", "1", str(len(S.calls)),
+                                   "call the sublayer once and keep its output: it is a whole attention or "
+                                   "feed-forward block, and with dropout inside two calls differ")
+            expected = N(x) if norm_first else x
+            expect_close(S.calls[0], expected, f"{what}: what the sublayer was given",
+                         hint=("pre-norm gives the sublayer norm(x)" if norm_first
+                               else "post-norm gives the sublayer x itself"),
+                         mistakes={"the sublayer was given x: pre-norm (norm_first=True) gives it norm(x)": x,
+                                   "the sublayer was given norm(x): post-norm (the default) gives it x, and normalizes "
+                                   "the sum after": N(x),
+                                   "the sublayer was given the doubly normalized x: apply the norm once": N(N(x))})
+
+
+@register("SublayerConnection",
+          "dropout on the sublayer's output only (train mode, p=1: post-norm gives norm(x), pre-norm x)")
+def _sc_dropout_place(SC):
+    x = _sc_input(24)
+    for norm_first in (False, True):
+        sc, N = _make_sc(SC, 6, 1.0, norm_first, seed=4)
+        sc.train()
+        S = _Sublayer(6, 14)
+        what = f"SublayerConnection(6, dropout=1.0, norm_first={norm_first}).train()(x, sublayer)"
+        with torch.no_grad():
+            got = _call(sc, x, S, what)
+            # p = 1 zeroes the sublayer's output: what remains is the residual path alone
+            expected = x if norm_first else N(x)
+            expect_close(got, expected, what,
+                         hint="dropout applies to the sublayer's output, before the residual sum: "
+                              + ("x + dropout(sublayer(norm(x)))" if norm_first else "norm(x + dropout(sublayer(x)))"),
+                         mistakes={"dropout applied to the residual sum instead of the sublayer's output (or the "
+                                   "residual x is missing): " + ("x + dropout(sublayer(norm(x)))" if norm_first
+                                                                  else "norm(x + dropout(sublayer(x)))"):
+                                       torch.zeros_like(x) if norm_first else N(torch.zeros_like(x)),
+                                   "dropout not applied in train mode: self.dropout = nn.Dropout(dropout) on the "
+                                   "sublayer's output": x + S(N(x)) if norm_first else N(x + S(x)),
+                                   **_sc_mistakes(x, N, lambda t: torch.zeros_like(t), norm_first)})
+
+
+@register("SublayerConnection", "dropout is off in eval mode")
+def _sc_eval(SC):
+    x = _sc_input(25)
+    for norm_first in (False, True):
+        sc, N = _make_sc(SC, 6, 0.5, norm_first, seed=5)
+        sc.eval()
+        S = _Sublayer(6, 15)
+        what = f"SublayerConnection(6, dropout=0.5, norm_first={norm_first}).eval()(x, sublayer)"
+        with torch.no_grad():
+            first, second = _call(sc, x, S, what), _call(sc, x, S, what)
+            if first.shape == second.shape and not torch.allclose(first, second):
+                raise CheckFailure(f"{what}, called twice", "the same output (no dropout in eval mode)",
+                                   "two different outputs",
+                                   "dropout still acts in eval mode: use an nn.Dropout module (off after .eval()), "
+                                   "not F.dropout(..., training=True)")
+            expect_close(first, x + S(N(x)) if norm_first else N(x + S(x)), what,
+                         mistakes=_sc_mistakes(x, N, S, norm_first),
+                         hint="in eval mode: " + ("x + sublayer(norm(x))" if norm_first else "norm(x + sublayer(x))"))

@@ -1,1 +1,211 @@
-"""Checks for stage11_label_smoothing (to be written)."""
+"""Stage 11: the label-smoothed loss, against F.cross_entropy(label_smoothing=epsilon*V/(V-1),
+ignore_index=...) (the same distribution as the contract's: the target keeps 1 - epsilon, each of the
+other V - 1 tokens gets epsilon / (V - 1)), with the classic mistakes named."""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+from ..core import CheckFailure, register
+from ._util import expect_close, fmt, seeded
+
+PAD = 0
+
+FORMULA = ("loss per position = -(1 - epsilon) * log p[target] - epsilon / (V - 1) * (sum of log p over the other "
+           "V - 1 tokens), averaged over the positions whose target is not ignore_index")
+EPS_OVER_V = ("each wrong token got epsilon / V (F.cross_entropy(label_smoothing=epsilon) spreads epsilon over all V "
+              "tokens, the target included); the contract gives the V - 1 wrong tokens epsilon / (V - 1) each, "
+              "i.e. F.cross_entropy(..., label_smoothing=epsilon * V / (V - 1))")
+MEAN_ALL = ("padding counted in the average: the sum over real positions was divided by ALL positions; divide by the "
+            "number of positions whose target is not ignore_index")
+PAD_AS_TARGET = ("padding positions were scored as if <pad> were a real target: leave out the positions whose "
+                 "target is ignore_index (mask them, or F.cross_entropy(..., ignore_index=ignore_index))")
+SUMMED = "summed over positions instead of averaged: divide by the number of non-padding positions"
+KL = ("KL divergence (nn.KLDivLoss) instead of cross-entropy: it is smaller by the entropy of the smoothed "
+      "distribution; the contract asks for the cross-entropy -sum q log p")
+NO_LOG_SOFTMAX = "logits used as log-probabilities: take F.log_softmax(logits, dim=-1) first"
+ANNOTATED = ("the smoothing mass went to V - 2 tokens (the target and <pad> left out, as in the Annotated "
+             "Transformer); the contract shares epsilon among all V - 1 tokens other than the target")
+EPS_IGNORED = "the epsilon argument is ignored (a fixed value is used)"
+NO_SMOOTHING = "no smoothing: plain cross-entropy (the target must keep 1 - epsilon, not 1)"
+IGNORE_IGNORED = ("the ignore_index argument is ignored: <pad> = 0 was left out instead of ignore_index; use the "
+                  "argument")
+
+
+def _reference(logits, target, epsilon, ignore_index=PAD):
+    V = logits.size(-1)
+    return F.cross_entropy(logits.reshape(-1, V).double(), target.reshape(-1), ignore_index=ignore_index,
+                           label_smoothing=epsilon * V / (V - 1))
+
+
+def _per_position(logits, target, epsilon, pad_column=None):
+    """Cross-entropy against the smoothed distribution at every position, padding included (N,), written out."""
+    V = logits.size(-1)
+    logp = F.log_softmax(logits.reshape(-1, V).double(), -1)
+    t = target.reshape(-1)
+    nll = -logp.gather(1, t[:, None]).squeeze(1)
+    if pad_column is None:
+        others = -logp.sum(1) - nll
+        return (1 - epsilon) * nll + epsilon / (V - 1) * others
+    others = -logp.sum(1) - nll + logp[:, pad_column]
+    return (1 - epsilon) * nll + epsilon / (V - 2) * others
+
+
+def _no_log_softmax(z, t, epsilon):
+    """The smoothed cross-entropy with the logits z (N, V) taken for log-probabilities, per position."""
+    z_t = z.gather(1, t[:, None]).squeeze(1)
+    return -(1 - epsilon) * z_t - epsilon / (z.size(1) - 1) * (z.sum(1) - z_t)
+
+
+def _mistakes(logits, target, epsilon, ignore_index=PAD):
+    """What the classic mistakes would return on these inputs."""
+    V = logits.size(-1)
+    flat_t = target.reshape(-1)
+    keep = flat_t != ignore_index
+    n = max(int(keep.sum()), 1)
+    per = _per_position(logits, target, epsilon)
+    out = {
+        EPS_OVER_V: F.cross_entropy(logits.reshape(-1, V).double(), flat_t, ignore_index=ignore_index,
+                                    label_smoothing=epsilon),
+        MEAN_ALL: per[keep].sum() / flat_t.numel(),
+        PAD_AS_TARGET: per.mean(),
+        SUMMED: per[keep].sum(),
+        NO_LOG_SOFTMAX: _no_log_softmax(logits.reshape(-1, V).double(), flat_t, epsilon)[keep].mean(),
+    }
+    if 0 < epsilon < 1:
+        entropy = -(1 - epsilon) * math.log(1 - epsilon) - epsilon * math.log(epsilon / (V - 1))
+        out[KL] = per[keep].mean() - entropy
+        if V > 2:
+            out[ANNOTATED] = _per_position(logits, target, epsilon, pad_column=PAD)[keep].mean()
+        out[NO_SMOOTHING] = _reference(logits, target, 0.0, ignore_index)
+    if epsilon != 0.1:
+        out[EPS_IGNORED + " (0.1, the default, was used)"] = _reference(logits, target, 0.1, ignore_index)
+    if ignore_index != PAD:
+        out[IGNORE_IGNORED] = _reference(logits, target, epsilon, PAD)
+    return {k: v.float() for k, v in out.items()}
+
+
+def _loss(fn, logits, target, what, **kwargs):
+    """Call the learner's loss; the answer must be a tensor holding one number (returned as a 0-d tensor)."""
+    got = fn(logits, target, **kwargs)
+    if not isinstance(got, torch.Tensor):
+        raise CheckFailure(what, "a scalar torch.Tensor (so that loss.backward() works)", type(got).__name__,
+                           "return the tensor itself, not loss.item() or a Python number")
+    if got.numel() != 1:
+        raise CheckFailure(f"{what}: not a single number", "a scalar tensor (shape ())",
+                           f"shape {tuple(got.shape)}",
+                           "average over the non-padding positions: the loss is one number, not one per position")
+    return got.reshape(())
+
+
+def _inputs(seed, shape=(3, 5), V=7, scale=2.0):
+    with seeded(seed):
+        logits = torch.randn(*shape, V) * scale
+        target = torch.randint(1, V, shape)
+    return logits, target
+
+
+# -------------------------------------------------------------------------------- label_smoothed_loss
+@register("label_smoothed_loss", "equals cross-entropy against the smoothed distribution (epsilon = 0.1)")
+def _ls_value(loss_fn):
+    logits, target = _inputs(0)
+    target[0, 3:] = PAD
+    target[2, 1:] = PAD
+    got = _loss(loss_fn, logits, target, "label_smoothed_loss(logits (3, 5, 7), target (3, 5) with padding)")
+    expect_close(got, _reference(logits, target, 0.1).float(),
+                 "label_smoothed_loss(logits (3, 5, 7), target (3, 5) with padding, epsilon=0.1)",
+                 hint=FORMULA, atol=1e-5, mistakes=_mistakes(logits, target, 0.1))
+    # flat inputs (N, V) and (N,) as well
+    flat_l, flat_t = logits.reshape(-1, 7), target.reshape(-1)
+    got = _loss(loss_fn, flat_l, flat_t, "label_smoothed_loss(logits (15, 7), target (15,))")
+    expect_close(got, _reference(flat_l, flat_t, 0.1).float(), "label_smoothed_loss(logits (15, 7), target (15,))",
+                 hint="work over the last dimension of any shape: reshape logits to (-1, V) and target to (-1,)",
+                 atol=1e-5, mistakes=_mistakes(flat_l, flat_t, 0.1))
+
+
+@register("label_smoothed_loss", "each wrong token gets epsilon / (V - 1), not epsilon / V")
+def _ls_mass(loss_fn):
+    logits, target = _inputs(1, shape=(4, 3), V=3, scale=3.0)  # V = 3: epsilon/2 versus epsilon/3, a clear gap
+    got = _loss(loss_fn, logits, target, "label_smoothed_loss(logits (4, 3, 3), target (4, 3), epsilon=0.3)",
+                epsilon=0.3)
+    expect_close(got, _reference(logits, target, 0.3).float(),
+                 "label_smoothed_loss with V = 3, epsilon=0.3 (the target keeps 0.7, the two others get 0.15 each)",
+                 hint=FORMULA, atol=1e-5, mistakes=_mistakes(logits, target, 0.3))
+
+
+@register("label_smoothed_loss", "averages over the non-padding positions only")
+def _ls_padding(loss_fn):
+    logits, target = _inputs(2, shape=(2, 6))
+    target[0, 2:] = PAD  # 2 + 6 = 8 real positions out of 12
+    what = "label_smoothed_loss with 8 real targets and 4 <pad> targets out of 12"
+    got = _loss(loss_fn, logits, target, what)
+    expect_close(got, _reference(logits, target, 0.1).float(), what, hint=FORMULA, atol=1e-5,
+                 mistakes=_mistakes(logits, target, 0.1))
+    # the logits at padding positions do not matter
+    other = logits.clone()
+    other[0, 2:] = torch.linspace(-20, 20, 4 * 7).view(4, 7)
+    got2 = _loss(loss_fn, other, target, what + ", other logits at the padding positions")
+    expect_close(got2, got.detach(), what + " after changing only the logits at the padding positions", atol=1e-5,
+                 hint=PAD_AS_TARGET)
+
+
+@register("label_smoothed_loss", "uses epsilon: 0 gives plain cross-entropy, 0.3 more smoothing")
+def _ls_epsilon(loss_fn):
+    logits, target = _inputs(3)
+    target[1, 4:] = PAD
+    for eps in (0.0, 0.3):
+        what = f"label_smoothed_loss(logits (3, 5, 7), target, epsilon={eps})"
+        got = _loss(loss_fn, logits, target, what, epsilon=eps)
+        plain = " (with epsilon = 0 it is F.cross_entropy(..., ignore_index=...))" if eps == 0 else ""
+        expect_close(got, _reference(logits, target, eps).float(), what, hint=FORMULA + plain,
+                     atol=1e-5, mistakes=_mistakes(logits, target, eps))
+
+
+@register("label_smoothed_loss", "uses the ignore_index argument")
+def _ls_ignore_index(loss_fn):
+    logits, target = _inputs(4)
+    target[0, 0] = 0  # token 0 is a real target here
+    target[1, 1] = 0
+    target[:, 3:] = 5  # ignore_index=5 marks the padding
+    what = "label_smoothed_loss(logits, target, ignore_index=5) with target 0 at two real positions"
+    got = _loss(loss_fn, logits, target, what, ignore_index=5)
+    expect_close(got, _reference(logits, target, 0.1, ignore_index=5).float(), what, hint=FORMULA, atol=1e-5,
+                 mistakes=_mistakes(logits, target, 0.1, ignore_index=5))
+
+
+@register("label_smoothed_loss", "is 0, not NaN, when every target is padding")
+def _ls_all_padding(loss_fn):
+    logits, _ = _inputs(5, shape=(2, 3))
+    target = torch.full((2, 3), PAD)
+    what = "label_smoothed_loss when every target is <pad>"
+    got = _loss(loss_fn, logits, target, what)
+    if not torch.isfinite(got):
+        raise CheckFailure(what, "0", fmt(got.item()),
+                           "0 / 0: with no real position, the mean over nothing is NaN; return a zero "
+                           "(e.g. `if n == 0: return logits.sum() * 0.0`) or divide by max(n, 1)")
+    if abs(got.item()) > 1e-7:
+        raise CheckFailure(what, "0", fmt(got.item()), PAD_AS_TARGET)
+
+
+@register("label_smoothed_loss", "its gradient reaches the logits and equals PyTorch's")
+def _ls_gradient(loss_fn):
+    logits, target = _inputs(6)
+    target[2, 2:] = PAD
+    mine = logits.clone().requires_grad_(True)
+    got = _loss(loss_fn, mine, target, "label_smoothed_loss(logits.requires_grad_(), target)")
+    if not got.requires_grad:
+        raise CheckFailure("the loss's gradient", "a loss connected to the logits (loss.requires_grad is True)",
+                           "a loss detached from the logits",
+                           "the computation left PyTorch: no .item(), .tolist(), numpy or torch.tensor(...) on the "
+                           "way; and no torch.no_grad()")
+    got.backward()
+    ref_logits = logits.clone().double().requires_grad_(True)
+    _reference(ref_logits, target, 0.1).backward()
+    if mine.grad is None:
+        raise CheckFailure("logits.grad after loss.backward()", "a gradient", "None",
+                           "the loss must be computed from the logits tensor itself (no copies via .data or .detach())")
+    expect_close(mine.grad, ref_logits.grad.float(), "logits.grad after loss.backward()", atol=1e-6,
+                 hint="the gradient is (softmax(logits) - smoothed target) / (number of real positions), and 0 at "
+                      "padding positions")

@@ -1,1 +1,746 @@
-"""Checks for stage13_decoding (to be written)."""
+"""Stage 13: decoding and BLEU. The decoders are run on small fake models that have only the contract's
+interface (model.encode, model.decode, model.generator) and whose next-token distribution is a fixed
+function of the source and the prefix, so the checks know the whole search space: a reference greedy
+decoder, a reference beam search written from the contract, and a brute-force search over every
+sequence give the expected answers. corpus_bleu is held against sacrebleu. Classic mistakes are named
+by running the same references with the mistake put in."""
+from __future__ import annotations
+
+import math
+import random
+
+import torch
+from torch import nn
+
+from ..core import CheckFailure, register
+from ._util import fmt
+
+PAD, BOS, EOS = 0, 1, 2
+
+
+# ------------------------------------------------------------------------------------ fake models
+class _FakeModel(nn.Module):
+    """A 'translation model' through encode/decode/generator only. memory remembers the source ids, and
+    decode puts at the last position the logits next_logits(source ids, prefix) (a fixed function), so
+    that a decoder's choices can be replayed exactly. It records the first wrong mask it is given."""
+
+    def __init__(self, vocab: int, next_logits):
+        super().__init__()
+        self.vocab, self.next_logits = vocab, next_logits
+        self.generator = nn.Identity()  # decode already returns logits
+        self.unused = nn.Parameter(torch.zeros(1))  # so that next(model.parameters()).device works
+        self.problem: str | None = None
+
+    def forward(self, *args, **kwargs):
+        raise CheckFailure("the decoder called model(...)", "only model.encode, model.decode and model.generator",
+                           "a call to model.forward", "decode step by step: memory = model.encode(src, src_mask) "
+                           "once, then model.decode(ys, memory, src_mask, tgt_mask) and model.generator")
+
+    def encode(self, src, src_mask):
+        if not isinstance(src, torch.Tensor) or src.dim() != 2:
+            raise CheckFailure("model.encode(src, src_mask)", "src of shape (B, Ls)",
+                               f"{type(src).__name__} of shape {tuple(getattr(src, 'shape', ()))}",
+                               "pass the batch of source ids as it is")
+        return src.detach().float()[:, :, None]  # (B, Ls, 1): the 'memory' holds the source ids
+
+    def decode(self, tgt_in, memory, src_mask, tgt_mask):
+        if not isinstance(tgt_in, torch.Tensor) or tgt_in.dim() != 2:
+            raise CheckFailure("model.decode(tgt_in, ...)", "tgt_in of shape (N, t): the prefixes generated so far",
+                               f"shape {tuple(getattr(tgt_in, 'shape', ()))}",
+                               "keep the running prefixes as a (N, t) LongTensor starting with <bos>")
+        N, t = tgt_in.shape
+        if not isinstance(memory, torch.Tensor) or memory.dim() != 3 or memory.size(0) not in (1, N):
+            raise CheckFailure("model.decode(tgt_in, memory, ...)", f"memory with 1 or {N} rows (one per prefix)",
+                               f"shape {tuple(getattr(memory, 'shape', ()))}",
+                               "pass memory = model.encode(src, src_mask), repeated (or indexed) so that each "
+                               "prefix row has its source's row")
+        memory = memory.expand(N, -1, -1)
+        prefixes = [tuple(int(v) for v in p) for p in tgt_in.tolist()]
+        # rows that already hold <eos> or <pad> are finished: what they attend to no longer matters
+        live = [b for b, p in enumerate(prefixes) if EOS not in p[1:] and PAD not in p[1:]]
+        self._check_masks(N, t, memory, src_mask, tgt_mask, live)
+        sources = [tuple(int(round(v)) for v in row) for row in memory[:, :, 0].tolist()]
+        rows = [self.next_logits(s, p) for s, p in zip(sources, prefixes)]
+        out = torch.zeros(N, t, self.vocab)
+        out[:, -1] = torch.tensor(rows, dtype=torch.float32)
+        return out  # (N, t, V)
+
+    def _check_masks(self, N, t, memory, src_mask, tgt_mask, live):
+        if self.problem is not None or not live:
+            return
+        i = torch.arange(t)
+        causal = (i[:, None] >= i[None, :]).expand(N, 1, t, t)  # (bool .tril() is slow on a busy CPU)
+        self.problem = _mask_problem(tgt_mask, causal, "tgt_mask",
+                                     "causal_mask(t) of the running prefix: shape (1, 1, t, t) (or (N, 1, t, t)), "
+                                     "True on and below the diagonal", live)
+        if self.problem is None:
+            real = (memory[:, :, 0] != PAD)[:, None, None, :].expand(N, 1, t, memory.size(1))
+            self.problem = _mask_problem(src_mask, real, "src_mask",
+                                         "the src_mask you were given (B, 1, 1, Ls), with one row per prefix "
+                                         "(indexed or repeated like memory)", live)
+
+
+def _broadcasts_to(shape, full) -> bool:
+    """Whether a tensor of `shape` broadcasts to exactly `full` (torch.broadcast_shapes without its slow import)."""
+    return len(shape) <= len(full) and all(s in (1, f) for s, f in zip(reversed(shape), reversed(full)))
+
+
+def _mask_problem(mask, expected, name, what, rows):
+    """What is wrong with a mask given to model.decode (None when it is right at the given rows)."""
+    full = tuple(expected.shape)
+    t = full[-2]
+    if mask is None:
+        return f"model.decode got {name}=None, expected {what}"
+    if not isinstance(mask, torch.Tensor):
+        return f"model.decode got {name} of type {type(mask).__name__}, expected {what}"
+    if mask.dtype != torch.bool:
+        return f"model.decode got {name} of dtype {mask.dtype}, expected a bool mask: {what}"
+    if not _broadcasts_to(tuple(mask.shape), full):
+        return (f"model.decode got {name} of shape {tuple(mask.shape)} with a prefix of length {t} "
+                f"({full[0]} rows), expected {what}")
+    if not torch.equal(mask.expand(full)[rows], expected[rows]):
+        return f"model.decode got a {name} with other values for a prefix of length {t}, expected {what}"
+    return None
+
+
+def _log_softmax(xs):
+    m = max(xs)
+    s = m + math.log(sum(math.exp(x - m) for x in xs))
+    return [x - s for x in xs]
+
+
+def _table(vocab, seed, scale=2.0, banned=(PAD, BOS), eos=EOS, eos_bias=0.0):
+    """next_logits: a fixed pseudo-random vector per (source, prefix); banned tokens get -30."""
+    cache = {}
+
+    def next_logits(src, prefix):
+        key = (src, prefix)
+        if key not in cache:
+            rng = random.Random(f"{seed}/{src}/{prefix}")
+            row = [rng.gauss(0.0, scale) for _ in range(vocab)]
+            for b in banned:
+                row[b] = -30.0
+            row[eos] += eos_bias
+            cache[key] = row
+        return cache[key]
+    return next_logits
+
+
+def _spec(vocab, spec, bos=BOS, eos=EOS, default_eos=0.9):
+    """next_logits from probabilities: spec[(source, generated tokens)] = {token: probability}; the rest of
+    the mass is spread evenly over the other tokens. Unlisted prefixes end with probability default_eos."""
+    def next_logits(src, prefix):
+        probs = spec.get((src, tuple(prefix[1:])), {eos: default_eos})
+        rest = (1.0 - sum(probs.values())) / (vocab - len(probs))
+        return [math.log(probs.get(tok, rest)) for tok in range(vocab)]
+    return next_logits
+
+
+def _script(vocab, scripts, eos=EOS, after=4):
+    """next_logits of a model that says scripts[source] then <eos> (10 nats ahead of the rest), and
+    `after` forever once it has said <eos> or left the script."""
+    def next_logits(src, prefix):
+        said, script = list(prefix[1:]), scripts[src]
+        if said == script[:len(said)]:
+            tok = script[len(said)] if len(said) < len(script) else eos
+        else:
+            tok = after
+        return [10.0 if i == tok else 0.0 for i in range(vocab)]
+    return next_logits
+
+
+# ------------------------------------------------------------------------- references in the checks
+def _ref_greedy(next_logits, src, max_len, bos=BOS, eos=EOS):
+    prefix = (bos,)
+    for _ in range(max_len):
+        row = next_logits(src, prefix)
+        tok = max(range(len(row)), key=row.__getitem__)
+        prefix += (tok,)
+        if tok == eos:
+            return list(prefix[1:-1])
+    return list(prefix[1:])
+
+
+def _greedy_variants(next_logits, src, max_len, bos=BOS, eos=EOS):
+    """What classic greedy mistakes return for one source."""
+    prefix = (bos,)
+    for _ in range(max_len + 1):
+        row = next_logits(src, prefix)
+        prefix += (max(range(len(row)), key=row.__getitem__),)
+    run = list(prefix[1:])  # max_len + 1 tokens, never stopping
+    cut = run.index(eos) if eos in run[:max_len] else None
+    right = run[:cut] if cut is not None else run[:max_len]
+    ended = cut is not None
+    return {
+        "<bos> is in the output: return the generated tokens only (ys[1:])": [bos] + right + ([eos] if ended else []),
+        "<bos> is in the output: return the generated tokens only, without <bos> and the final <eos>": [bos] + right,
+        "the final <eos> is in the output: cut each answer before its <eos>": right + ([eos] if ended else []),
+        "did not stop at <eos>: a source is finished once it produces <eos>; return the tokens before it":
+            run[:max_len] if ended else right,
+        "did not stop at <eos> (the <eos> tokens were dropped from the output instead): cut each answer at its "
+        "first <eos>": [tok for tok in run[:max_len] if tok != eos] if ended else right,
+        "generated max_len + 1 tokens: at most max_len tokens, <eos> included":
+            run[:run.index(eos)] if eos in run else run,
+        "generated only max_len - 1 tokens: the loop must allow max_len tokens, <eos> included":
+            right if ended and cut < max_len - 1 else run[:max_len - 1],
+    }
+
+
+def _ref_beam(next_logits, src, max_len, K, alpha, bos=BOS, eos=EOS, penalty=True, eos_counts=True,
+              stop_first=False, finished_in_beam=None, raw=False, opens_count=True):
+    """Beam search as the contract says it (defaults), or with one classic mistake put in."""
+    def lp(length):
+        return ((5 + length) / 6) ** alpha if penalty else 1.0
+
+    memo = {}
+
+    def scores(prefix):
+        if prefix not in memo:
+            row = next_logits(src, prefix)
+            memo[prefix] = row if raw else _log_softmax(row)
+        return memo[prefix]
+
+    if finished_in_beam is not None:  # beams that do not set finished hypotheses aside
+        beams = [((bos,), 0.0)]
+        for _ in range(max_len):
+            cands = []
+            for p, s in beams:
+                if eos in p[1:] and finished_in_beam == "slots":
+                    cands.append((s, p))
+                    continue
+                cands += [(s + v, p + (tok,)) for tok, v in enumerate(scores(p))]
+            cands.sort(key=lambda c: -c[0])
+            beams = [(p, s) for s, p in cands[:K]]
+            if all(eos in p[1:] for p, _ in beams):
+                break
+
+        def final(p, s):
+            ids = list(p[1:])
+            if eos in ids:
+                ids = ids[:ids.index(eos)]
+                return s / lp(len(ids) + (1 if eos_counts else 0)), ids
+            return s / lp(len(ids)), ids
+        return max((final(p, s) for p, s in beams), key=lambda f: f[0])[1]
+
+    open_, finished = [((bos,), 0.0)], []
+    for t in range(1, max_len + 1):
+        cands = sorted(((s + v, p + (tok,)) for p, s in open_ for tok, v in enumerate(scores(p))),
+                       key=lambda c: -c[0])
+        new_open = []
+        for s, p in cands:
+            if p[-1] == eos:
+                finished.append((s / lp(t if eos_counts else t - 1), list(p[1:-1])))
+            else:
+                new_open.append((p, s))
+                if len(new_open) == K:
+                    break
+        open_ = new_open
+        if stop_first and finished:
+            break
+    else:
+        if opens_count or not finished:
+            finished += [(s / lp(max_len), list(p[1:])) for p, s in open_]
+    return max(finished, key=lambda f: f[0])[1]
+
+
+NO_PENALTY = "no length penalty: the answer must maximize log p / length_penalty(length, alpha), not log p"
+EOS_NOT_COUNTED = "the length in the penalty left out <eos>: length counts the generated tokens, <eos> included"
+BEAM_MISTAKES = {
+    NO_PENALTY: dict(penalty=False),
+    EOS_NOT_COUNTED: dict(eos_counts=False),
+    "the search stopped at the first finished hypothesis: set it aside and go on while an open hypothesis "
+    "can still beat it": dict(stop_first=True),
+    "finished hypotheses kept their beam slots: set a hypothesis ending in <eos> aside, and keep walking down the "
+    "ranking until beam_size OPEN hypotheses are kept": dict(finished_in_beam="slots"),
+    "finished hypotheses stayed in the beam and were extended past <eos>: set a hypothesis ending in <eos> aside; "
+    "only open ones are extended": dict(finished_in_beam="extend"),
+    "raw logits used as scores: rank by log-probabilities, log_softmax(model.generator(...))": dict(raw=True),
+    "hypotheses still open after max_len tokens were not counted: they count as finished (length max_len)":
+        dict(opens_count=False),
+}
+
+
+def _beam_variants(next_logits, sources, max_len, K, alpha, bos=BOS, eos=EOS):
+    out = {}
+    for description, flags in BEAM_MISTAKES.items():
+        out[description] = [_ref_beam(next_logits, s, max_len, K, alpha, bos, eos, **flags) for s in sources]
+    expected = [_ref_beam(next_logits, s, max_len, K, alpha, bos, eos) for s in sources]
+    out["<bos> is in the output: return the generated tokens only"] = [[bos] + e for e in expected]
+    out["searched max_len + 1 tokens: at most max_len tokens are generated, <eos> included"] = \
+        [_ref_beam(next_logits, s, max_len + 1, K, alpha, bos, eos) for s in sources]
+    return expected, out
+
+
+def _brute_force(next_logits, src, max_len, alpha, bos=BOS, eos=EOS, eos_counts=True):
+    """The best log p / length_penalty over every sequence: ends with <eos>, or is max_len long."""
+    best = (-math.inf, None)
+
+    def walk(prefix, logp):
+        nonlocal best
+        t = len(prefix)  # tokens generated after the next one
+        for tok, v in enumerate(_log_softmax(next_logits(src, prefix))):
+            s = logp + v
+            if tok == eos:
+                length = t if eos_counts else t - 1
+                cand = (s / ((5 + length) / 6) ** alpha, list(prefix[1:]))
+            elif t == max_len:
+                cand = (s / ((5 + max_len) / 6) ** alpha, list(prefix[1:]) + [tok])
+            else:
+                walk(prefix + (tok,), s)
+                continue
+            if cand[0] > best[0]:
+                best = cand
+    walk((bos,), 0.0)
+    return best[1]
+
+
+# ---------------------------------------------------------------------------------- comparisons
+def _as_lists(got, n, what):
+    if isinstance(got, torch.Tensor):
+        raise CheckFailure(what, f"a list of {n} lists of token ids", f"a tensor of shape {tuple(got.shape)}",
+                           "return a Python list with one list of ids per source (answers differ in length)")
+    try:
+        rows = list(got)
+        out = [[int(v) for v in (r.tolist() if isinstance(r, torch.Tensor) else r)] for r in rows]
+    except (TypeError, ValueError):
+        raise CheckFailure(what, f"a list of {n} lists of token ids", fmt(got),
+                           "return [[ids of source 0], [ids of source 1], ...]") from None
+    if len(out) != n:
+        raise CheckFailure(what, f"{n} answers, one per source", f"{len(out)}",
+                           "one list of ids per row of src")
+    return out
+
+
+def _expect_lists(got, expected, what, hint, mistakes=None, sources=None, eos=EOS):
+    got = _as_lists(got, len(expected), what)
+    if got == expected:
+        return
+    names = [d for d, wrong in (mistakes or {}).items() if wrong == got]
+    i = next(j for j, (a, b) in enumerate(zip(got, expected)) if a != b)
+    src = f" for source {i}" + (f" {list(sources[i])}" if sources is not None else "")
+    if not names and eos in got[i]:
+        names = [f"the answer holds <eos> ({eos}): a hypothesis is finished at its <eos>; cut the answer before it, "
+                 "and never extend a finished hypothesis"]
+    raise CheckFailure(f"{what}: the answer{src}", fmt(expected[i]), fmt(got[i]),
+                       "; or ".join(names) if names else hint)
+
+
+def _src(rows):
+    """A right-padded batch of source ids and its padding mask (B, 1, 1, Ls)."""
+    L = max(len(r) for r in rows)
+    src = torch.tensor([list(r) + [PAD] * (L - len(r)) for r in rows])
+    return src, (src != PAD)[:, None, None, :]
+
+
+def _keys(src):
+    return [tuple(r) for r in src.tolist()]
+
+
+GREEDY_HINT = ("memory = model.encode(src, src_mask); ys = <bos> column; repeat max_len times: "
+               "logits = model.generator(model.decode(ys, memory, src_mask, causal_mask(t))[:, -1]), append the "
+               "argmax; a source is done at its <eos>; return each row's tokens after <bos>, cut before <eos>")
+
+
+def _greedy_case(greedy_decode, next_logits, vocab, rows, max_len, what, bos=BOS, eos=EOS, extra=None):
+    model = _FakeModel(vocab, next_logits)
+    src, mask = _src(rows)
+    kwargs = {} if (bos, eos) == (BOS, EOS) else dict(bos_id=bos, eos_id=eos)
+    got = greedy_decode(model, src, mask, max_len, **kwargs)
+    keys = _keys(src)
+    expected = [_ref_greedy(next_logits, k, max_len, bos, eos) for k in keys]
+    per_source = [_greedy_variants(next_logits, k, max_len, bos, eos) for k in keys]
+    mistakes = {d: [v[d] for v in per_source] for d in per_source[0]}
+    mistakes.update(extra(keys) if extra else {})
+    _expect_lists(got, expected, what, GREEDY_HINT, mistakes, rows, eos)
+    return model
+
+
+# ------------------------------------------------------------------------------------ greedy_decode
+@register("greedy_decode", "equals a reference greedy decoder on a batch of sources")
+def _greedy_table(greedy_decode):
+    rows = [[7, 8, 9], [10], [11, 12], [13, 14, 15], [16, 17], [18]]
+    fn = _table(7, seed=1, eos_bias=1.0)
+    _greedy_case(greedy_decode, fn, 7, rows, 6, "greedy_decode(model, 6 sources, max_len=6)")
+
+
+@register("greedy_decode", "stops each source at its <eos>: no <bos>, no <eos> in the answer")
+def _greedy_stops(greedy_decode):
+    scripts = {(7, 0, 0): [], (8, 9, 0): [5, 6], (10, 11, 12): [6, 5, 4, 3]}
+    rows = [[7], [8, 9], [10, 11, 12]]
+    _greedy_case(greedy_decode, _script(7, scripts), 7, rows, 8,
+                 "greedy_decode(a model that says [], [5, 6], [6, 5, 4, 3] then <eos>, max_len=8)")
+
+
+@register("greedy_decode", "generates at most max_len tokens, <eos> included")
+def _greedy_max_len(greedy_decode):
+    scripts = {(7, 0): [4, 5, 6, 4, 5, 6, 4, 5, 6], (8, 9): [5, 6, 3], (10, 0): [6, 5, 4, 3]}
+    rows = [[7], [8, 9], [10]]
+    _greedy_case(greedy_decode, _script(7, scripts), 7, rows, 4,
+                 "greedy_decode(a model that says 9, 3 and 4 tokens then <eos>, max_len=4)")
+
+
+@register("greedy_decode", "passes model.decode the causal mask of the prefix and the source mask")
+def _greedy_masks(greedy_decode):
+    rows = [[7, 8, 9], [10], [11, 12]]
+    model = _greedy_case(greedy_decode, _table(6, seed=2, eos_bias=0.5), 6, rows, 5,
+                         "greedy_decode(model, 3 sources, max_len=5)")
+    if model.problem:
+        raise CheckFailure("the masks given to model.decode", None, None, model.problem)
+
+
+@register("greedy_decode", "uses bos_id and eos_id")
+def _greedy_ids(greedy_decode):
+    rows = [[7, 8], [9], [10, 11], [12, 13]]
+    fn = _table(7, seed=3, banned=(PAD, 5), eos=3, eos_bias=1.0)
+
+    def extra(keys):
+        return {"the bos_id argument is ignored (<bos> = 1 was used)":
+                    [_ref_greedy(fn, k, 6, BOS, 3) for k in keys],
+                "the eos_id argument is ignored (<eos> = 2 was used)":
+                    [_ref_greedy(fn, k, 6, 5, EOS) for k in keys]}
+    _greedy_case(greedy_decode, fn, 7, rows, 6, "greedy_decode(model, src, src_mask, 6, bos_id=5, eos_id=3)",
+                 bos=5, eos=3, extra=extra)
+
+
+# ----------------------------------------------------------------------------------- length_penalty
+def _lp_number(length_penalty, length, alpha):
+    what = f"length_penalty({length}, {alpha})"
+    got = length_penalty(length, alpha)
+    try:
+        return float(got.item() if isinstance(got, torch.Tensor) else got), what
+    except (TypeError, ValueError, RuntimeError):
+        raise CheckFailure(what, "a number", fmt(got), "return ((5 + length) / 6) ** alpha") from None
+
+
+LP_MISTAKES = {
+    "the exponent is missing: ((5 + length) / 6) ** alpha": lambda n, a: (5 + n) / 6,
+    "only the numerator is raised to alpha: ((5 + length) / 6) ** alpha, parentheses around the quotient":
+        lambda n, a: (5 + n) ** a / 6,
+    "the exponent's sign is flipped: ((5 + length) / 6) ** alpha": lambda n, a: ((5 + n) / 6) ** -a,
+    "length ** alpha: the penalty of Wu et al. 2016 is ((5 + length) / 6) ** alpha": lambda n, a: n ** a,
+    "divided by 5 instead of 6: ((5 + length) / 6) ** alpha": lambda n, a: ((5 + n) / 5) ** a,
+    "(1 + length) instead of (5 + length): ((5 + length) / 6) ** alpha": lambda n, a: ((1 + n) / 6) ** a,
+}
+
+
+def _expect_lp(length_penalty, length, alpha):
+    got, what = _lp_number(length_penalty, length, alpha)
+    expected = ((5 + length) / 6) ** alpha
+    if math.isclose(got, expected, rel_tol=1e-9):
+        return
+    hint = next((d for d, f in LP_MISTAKES.items() if math.isclose(got, f(length, alpha), rel_tol=1e-9)),
+                "((5 + length) / 6) ** alpha")
+    raise CheckFailure(what, f"{expected:.6g}", f"{got:.6g}", hint)
+
+
+@register("length_penalty", "equals ((5 + length) / 6) ** alpha")
+def _lp_formula(length_penalty):
+    for length, alpha in ((7, 0.6), (10, 1.0), (3, 1.5), (20, 0.6), (2, 2.0)):
+        _expect_lp(length_penalty, length, alpha)
+
+
+@register("length_penalty", "is 1 for alpha = 0 (no penalty) and for length 1")
+def _lp_ones(length_penalty):
+    for length, alpha in ((9, 0.0), (1, 0.6), (1, 2.0)):
+        _expect_lp(length_penalty, length, alpha)
+
+
+@register("length_penalty", "grows with the length and with alpha")
+def _lp_grows(length_penalty):
+    for alpha in (0.6, 1.2):
+        values = [_lp_number(length_penalty, n, alpha)[0] for n in range(1, 12)]
+        if any(b <= a for a, b in zip(values, values[1:])):
+            raise CheckFailure(f"length_penalty(1..11, {alpha})", "increasing with the length", fmt(values),
+                               "((5 + length) / 6) ** alpha: longer hypotheses get a larger divisor")
+    a, b = _lp_number(length_penalty, 10, 0.5)[0], _lp_number(length_penalty, 10, 1.0)[0]
+    if not b > a:
+        raise CheckFailure("length_penalty(10, 0.5) < length_penalty(10, 1.0)", "True", f"{a:.4g} and {b:.4g}",
+                           "use alpha as the exponent: ((5 + length) / 6) ** alpha")
+
+
+# -------------------------------------------------------------------------------------- beam_search
+BEAM_HINT = ("rank every one-token extension of the open hypotheses by log p (log_softmax of model.generator), "
+             "set the ones ending in <eos> aside as finished, keep beam_size open ones; after max_len tokens the "
+             "open ones count as finished; answer: the finished one with the best log p / length_penalty(length, "
+             "alpha), length counting <eos>")
+
+
+def _beam_case(beam_search, next_logits, vocab, rows, max_len, K, alpha, what, bos=BOS, eos=EOS, extra=None):
+    model = _FakeModel(vocab, next_logits)
+    src, mask = _src(rows)
+    kwargs = dict(beam_size=K, alpha=alpha)
+    if (bos, eos) != (BOS, EOS):
+        kwargs.update(bos_id=bos, eos_id=eos)
+    got = beam_search(model, src, mask, max_len, **kwargs)
+    keys = _keys(src)
+    expected, mistakes = _beam_variants(next_logits, keys, max_len, K, alpha, bos, eos)
+    mistakes.update(extra(keys) if extra else {})
+    _expect_lists(got, expected, what, BEAM_HINT, mistakes, rows, eos)
+    return model, got
+
+
+@register("beam_search", "returns one list per source: no <bos>, no <eos>, at most max_len ids")
+def _beam_format(beam_search):
+    rows = [[7, 8], [9], [10, 11], [12, 13]]
+    fn = _table(7, seed=4)
+    model = _FakeModel(7, fn)
+    src, mask = _src(rows)
+    what = "beam_search(model, 4 sources, max_len=5, beam_size=3, alpha=0.6)"
+    got = _as_lists(beam_search(model, src, mask, 5, beam_size=3, alpha=0.6), 4, what)
+    for i, ids in enumerate(got):
+        if ids[:1] == [BOS]:
+            raise CheckFailure(f"{what}: the answer for source {i}", "ids without <bos>", fmt(ids),
+                               "drop the <bos> that every hypothesis starts with")
+        if EOS in ids:
+            raise CheckFailure(f"{what}: the answer for source {i}", "ids without <eos>", fmt(ids),
+                               "cut the final <eos>" if ids[-1] == EOS and EOS not in ids[:-1] else
+                               "tokens after <eos>: a hypothesis ending in <eos> is finished and never extended")
+        if len(ids) > 5:
+            raise CheckFailure(f"{what}: the answer for source {i}", "at most max_len = 5 ids", f"{len(ids)} ids",
+                               "stop after max_len generated tokens (<eos> included)")
+
+
+@register("beam_search", "beam_size=1 with alpha=0 equals greedy decoding")
+def _beam_greedy(beam_search):
+    rows = [[7, 8, 9], [10], [11, 12], [13, 14, 15], [16, 17]]
+    fn = _table(7, seed=5, eos_bias=1.0)
+    model = _FakeModel(7, fn)
+    src, mask = _src(rows)
+    got = beam_search(model, src, mask, 6, beam_size=1, alpha=0.0)
+    keys = _keys(src)
+    expected = [_ref_greedy(fn, k, 6) for k in keys]
+    _, mistakes = _beam_variants(fn, keys, 6, 1, 0.0)
+    _expect_lists(got, expected, "beam_search(model, 5 sources, max_len=6, beam_size=1, alpha=0)",
+                  "with one hypothesis and no length penalty, each step keeps the most probable open extension: "
+                  "greedy decoding", mistakes, rows)
+
+
+@register("beam_search", "a beam as wide as the search space finds the brute-force best log p / penalty")
+def _beam_exhaustive(beam_search):
+    rows = [[7, 8], [9, 10]]
+    fn = _table(6, seed=54, scale=1.5, eos_bias=-0.5)  # live tokens: <eos>, 3, 4, 5 (<pad> and <bos> get -30)
+    keys = _keys(_src(rows)[0])
+    for alpha in (0.6, 1.5):
+        model = _FakeModel(6, fn)
+        src, mask = _src(rows)
+        what = f"beam_search(model, 2 sources, max_len=4, beam_size=27, alpha={alpha})"
+        got = beam_search(model, src, mask, 4, beam_size=27, alpha=alpha)
+        expected = [_brute_force(fn, k, 4, alpha) for k in keys]
+        _, mistakes = _beam_variants(fn, keys, 4, 27, alpha)
+        mistakes[NO_PENALTY] = [_brute_force(fn, k, 4, 0.0) for k in keys]
+        mistakes[EOS_NOT_COUNTED] = [_brute_force(fn, k, 4, alpha, eos_counts=False) for k in keys]
+        _expect_lists(got, expected, what, "beam_size 27 = 3 ** 3 keeps every hypothesis that can win open "
+                                           "(3 tokens besides <eos> can win), so the answer is the best of all "
+                                           "sequences: " + BEAM_HINT, mistakes, rows)
+
+
+@register("beam_search", "equals a reference beam search on a batch (beam 3, alpha 0.6)")
+def _beam_reference(beam_search):
+    rows = [[7, 8, 9], [10], [11, 12], [13, 14, 15], [16, 17], [18, 19]]
+    _beam_case(beam_search, _table(7, seed=35), 7, rows, 6, 3, 0.6,
+               "beam_search(model, 6 sources, max_len=6, beam_size=3, alpha=0.6)")
+
+
+@register("beam_search", "sets finished hypotheses aside and goes on with beam_size open ones")
+def _beam_aside(beam_search):
+    # source 7: <eos> first (p 0.5), but 5 6 3 <eos> (p 0.18) wins with alpha 3: it needs both beam slots
+    # for the open 4 and 5 at step 1, and the search must go on after [<eos>] finished.
+    # source 8: <eos> first (p 0.3), then 4 <eos> (p 0.65 x 0.95) is more probable (alpha 0).
+    spec = {((7,), ()): {EOS: 0.5, 4: 0.3, 5: 0.18}, ((7,), (4,)): {EOS: 0.99}, ((7,), (5,)): {6: 0.99},
+            ((7,), (5, 6)): {3: 0.99}, ((7,), (5, 6, 3)): {EOS: 0.99},
+            ((8,), ()): {EOS: 0.3, 4: 0.65}, ((8,), (4,)): {EOS: 0.95}}
+    fn = _spec(7, spec)
+    _beam_case(beam_search, fn, 7, [[7]], 4, 2, 3.0,
+               "beam_search(model, [[7]], max_len=4, beam_size=2, alpha=3.0) where [<eos>] finishes first "
+               "(log p -0.69) and [5, 6, 3, <eos>] (log p -1.75) wins after the penalty")
+    _beam_case(beam_search, fn, 7, [[8]], 4, 2, 0.0,
+               "beam_search(model, [[8]], max_len=4, beam_size=2, alpha=0) where [<eos>] finishes first "
+               "(log p -1.2) and [4, <eos>] (log p -0.48) is better")
+
+
+@register("beam_search", "divides by length_penalty(length, alpha), length counting <eos>")
+def _beam_penalty(beam_search):
+    # source 9: [<eos>] log p -1 against [4, 5, <eos>] log p -1.25: with alpha 1.5 the long one wins,
+    #   -1.25 / (8/6) ** 1.5 = -0.81 > -1, but loses without a penalty.
+    # source 10: [<eos>] log p -1 against [4, 5, <eos>] log p -1.6: -1.6 / (8/6) ** 1.5 = -1.04 < -1, the
+    #   short one wins, but a length without <eos> would give -1 / (5/6) ** 1.5 = -1.31 < -1.6 / (7/6) ** 1.5 = -1.27.
+    spec = {((9,), ()): {EOS: math.exp(-1.0), 4: math.exp(-1.25)}, ((9,), (4,)): {5: 0.9999},
+            ((9,), (4, 5)): {EOS: 0.9999},
+            ((10,), ()): {EOS: math.exp(-1.0), 4: math.exp(-1.6)}, ((10,), (4,)): {5: 0.9999},
+            ((10,), (4, 5)): {EOS: 0.9999}}
+    _beam_case(beam_search, _spec(7, spec), 7, [[9], [10]], 4, 4, 1.5,
+               "beam_search(model, [[9], [10]], max_len=4, beam_size=4, alpha=1.5) choosing between [<eos>] "
+               "(log p -1) and [4, 5, <eos>] (log p -1.25, -1.6)")
+
+
+@register("beam_search", "passes model.decode the causal mask of the prefix and the source mask")
+def _beam_masks(beam_search):
+    rows = [[7, 8, 9], [10], [11, 12]]
+    model, _ = _beam_case(beam_search, _table(6, seed=8, eos_bias=0.5), 6, rows, 4, 2, 0.6,
+                          "beam_search(model, 3 sources, max_len=4, beam_size=2, alpha=0.6)")
+    if model.problem:
+        raise CheckFailure("the masks given to model.decode", None, None, model.problem)
+
+
+@register("beam_search", "uses bos_id and eos_id")
+def _beam_ids(beam_search):
+    rows = [[7, 8], [9], [10, 11], [12, 13]]
+    fn = _table(7, seed=9, banned=(PAD, 5), eos=3, eos_bias=1.0)
+
+    def extra(keys):
+        return {"the bos_id argument is ignored (<bos> = 1 was used)":
+                    [_ref_beam(fn, k, 5, 3, 0.6, BOS, 3) for k in keys],
+                "the eos_id argument is ignored (<eos> = 2 was used)":
+                    [_ref_beam(fn, k, 5, 3, 0.6, 5, EOS) for k in keys]}
+    _beam_case(beam_search, fn, 7, rows, 5, 3, 0.6,
+               "beam_search(model, src, src_mask, 5, beam_size=3, alpha=0.6, bos_id=5, eos_id=3)",
+               bos=5, eos=3, extra=extra)
+
+
+# -------------------------------------------------------------------------------------- corpus_bleu
+def _sacrebleu(hyps, refs, max_n=4, smooth="none"):
+    from sacrebleu.metrics import BLEU
+    bleu = BLEU(tokenize="none", smooth_method=smooth, max_ngram_order=max_n)
+    return bleu.corpus_score([" ".join(h) for h in hyps], [[" ".join(r) for r in refs]]).score
+
+
+def _ngrams(tokens, n):
+    out = {}
+    for i in range(len(tokens) - n + 1):
+        g = tuple(tokens[i:i + n])
+        out[g] = out.get(g, 0) + 1
+    return out
+
+
+def _bleu_formula(hyps, refs, max_n, clip=True, brevity=True, geometric=True, flipped_bp=False):
+    """BLEU written out, with switches for the classic mistakes."""
+    matches, totals, hyp_len, ref_len = [0] * max_n, [0] * max_n, 0, 0
+    for h, r in zip(hyps, refs):
+        hyp_len, ref_len = hyp_len + len(h), ref_len + len(r)
+        for n in range(1, max_n + 1):
+            hc, rc = _ngrams(h, n), _ngrams(r, n)
+            matches[n - 1] += sum(min(c, rc.get(g, 0)) if clip else (c if g in rc else 0) for g, c in hc.items())
+            totals[n - 1] += max(len(h) - n + 1, 0)
+    if hyp_len == 0 or min(totals) == 0:
+        return 0.0
+    if geometric:
+        if min(matches) == 0:
+            return 0.0
+        precision = math.exp(sum(math.log(m / t) for m, t in zip(matches, totals)) / max_n)
+    else:
+        precision = sum(m / t for m, t in zip(matches, totals)) / max_n
+    bp = 1.0
+    if brevity and hyp_len < ref_len:
+        bp = math.exp(1 - hyp_len / ref_len) if flipped_bp else math.exp(1 - ref_len / hyp_len)
+    return 100 * bp * precision
+
+
+def _bleu_mistakes(hyps, refs, max_n):
+    expected = _sacrebleu(hyps, refs, max_n)
+    out = {
+        "n-gram counts not clipped: a hypothesis n-gram matches at most as often as it occurs in the reference "
+        "(min(count in hypothesis, count in reference))": _bleu_formula(hyps, refs, max_n, clip=False),
+        "no brevity penalty: multiply by exp(1 - ref_len / hyp_len) when the hypotheses are shorter":
+            _bleu_formula(hyps, refs, max_n, brevity=False),
+        "the brevity penalty is upside down: exp(1 - ref_len / hyp_len), with the lengths summed over the corpus":
+            _bleu_formula(hyps, refs, max_n, flipped_bp=True),
+        "an average of sentence scores: corpus BLEU sums the n-gram matches, n-gram counts and lengths over all "
+        "sentences first, then computes one score":
+            sum(_bleu_formula([h], [r], max_n) for h, r in zip(hyps, refs)) / len(hyps),
+        "an arithmetic mean of the n-gram precisions: BLEU takes their geometric mean, exp(mean of log p_n)":
+            _bleu_formula(hyps, refs, max_n, geometric=False),
+        "on a 0..1 scale: the contract's BLEU is in 0..100 (multiply by 100)": expected / 100,
+        "the max_n argument is ignored (4 used)": _sacrebleu(hyps, refs, 4),
+    }
+    for smooth in ("exp", "floor", "add-k"):
+        out[f"smoothed ({smooth}): the contract's BLEU has no smoothing, a zero precision gives 0"] = \
+            _sacrebleu(hyps, refs, max_n, smooth)
+    return expected, out
+
+
+def _expect_bleu(corpus_bleu, hyps, refs, max_n, what, hint):
+    got = corpus_bleu(hyps, refs, max_n=max_n) if max_n != 4 else corpus_bleu(hyps, refs)
+    try:
+        got = float(got.item() if isinstance(got, torch.Tensor) else got)
+    except (TypeError, ValueError, RuntimeError):
+        raise CheckFailure(what, "a number in 0..100", fmt(got), "return the score as a float") from None
+    expected, mistakes = _bleu_mistakes(hyps, refs, max_n)
+    if math.isclose(got, expected, rel_tol=1e-6, abs_tol=1e-6):
+        return
+    names = [d for d, v in mistakes.items() if math.isclose(got, v, rel_tol=1e-6, abs_tol=1e-6)]
+    raise CheckFailure(what, f"{expected:.4f} (sacrebleu)", f"{got:.4f}" if math.isfinite(got) else str(got),
+                       "; or ".join(names) if names else hint)
+
+
+BLEU_HINT = ("BP * exp(mean over n of log p_n), p_n = clipped n-gram matches / hypothesis n-grams, both summed over "
+             "the corpus; BP = min(1, exp(1 - ref_len / hyp_len)) with the corpus lengths; times 100")
+
+
+def _random_corpus(seed, n=30):
+    rng = random.Random(seed)
+    words = "a the cat dog sat on mat big red runs".split()
+    refs = [[rng.choice(words) for _ in range(rng.randint(3, 12))] for _ in range(n)]
+    hyps = [r[: max(1, len(r) - rng.randint(0, 3))] + [rng.choice(words)] for r in refs]
+    hyps = [[w if rng.random() > 0.25 else rng.choice(words) for w in h] for h in hyps]
+    hyps[3], refs[5] = ["the"], ["a", "dog"]  # a one-word hypothesis and a two-word reference
+    return hyps, refs
+
+
+@register("corpus_bleu", "equals sacrebleu's corpus BLEU on a small corpus")
+def _bleu_corpus(corpus_bleu):
+    hyps, refs = _random_corpus(0)
+    _expect_bleu(corpus_bleu, hyps, refs, 4, "corpus_bleu(30 hypotheses, 30 references)", BLEU_HINT)
+
+
+@register("corpus_bleu", "clips n-gram counts by the reference ('the the the the')")
+def _bleu_clip(corpus_bleu):
+    _expect_bleu(corpus_bleu, [["the", "the", "the", "the"]], [["the", "cat", "the", "mat"]], 1,
+                 "corpus_bleu([['the', 'the', 'the', 'the']], [['the', 'cat', 'the', 'mat']], max_n=1)",
+                 "'the' occurs twice in the reference, so at most 2 of the 4 count: p_1 = 2/4, BLEU 50")
+    hyps = [["the", "the", "cat", "the", "cat", "sat"], ["a", "a", "dog", "a", "a", "runs"]]
+    refs = [["the", "cat", "sat", "on", "the", "mat"], ["a", "dog", "runs", "a", "lot"]]
+    _expect_bleu(corpus_bleu, hyps, refs, 2, "corpus_bleu(repeated words, max_n=2)",
+                 "clip each n-gram's count by its count in the reference")
+
+
+@register("corpus_bleu", "applies the brevity penalty to short hypotheses")
+def _bleu_brevity(corpus_bleu):
+    hyps = [["a", "b", "c", "d", "e"], ["x", "y", "z", "w"]]
+    refs = [["a", "b", "c", "d", "e", "f", "g", "h"], ["x", "y", "z", "w", "v", "u"]]
+    _expect_bleu(corpus_bleu, hyps, refs, 4, "corpus_bleu(two exact prefixes of their references: 9 of 14 tokens)",
+                 "BP = exp(1 - 14 / 9) when the hypotheses (9 tokens) are shorter than the references (14)")
+    _expect_bleu(corpus_bleu, [["a", "b", "c", "d", "e", "f"]], [["a", "b", "c", "d"]], 4,
+                 "corpus_bleu(a hypothesis longer than its reference)",
+                 "no brevity penalty when hyp_len >= ref_len: BP = min(1, exp(1 - ref_len / hyp_len))")
+
+
+@register("corpus_bleu", "sums n-gram counts over the corpus (not an average of sentence scores)")
+def _bleu_corpus_counts(corpus_bleu):
+    hyps = [["the", "cat", "sat", "on", "the", "mat"], ["a", "dog", "runs"], ["big", "red", "dog", "sat", "down"]]
+    refs = [["the", "cat", "sat", "on", "a", "mat"], ["the", "dog", "runs", "fast"], ["a", "big", "red", "dog", "sat"]]
+    _expect_bleu(corpus_bleu, hyps, refs, 4, "corpus_bleu(3 sentences)",
+                 "sum the matches and the n-gram counts of all sentences, then compute one score")
+
+
+@register("corpus_bleu", "uses max_n")
+def _bleu_max_n(corpus_bleu):
+    hyps, refs = _random_corpus(1, n=12)
+    for max_n in (2, 3):
+        _expect_bleu(corpus_bleu, hyps, refs, max_n, f"corpus_bleu(12 sentences, max_n={max_n})",
+                     "n-grams of orders 1..max_n, and the mean of their log precisions over max_n orders")
+
+
+@register("corpus_bleu", "no smoothing: 0 when some n-gram order has no match")
+def _bleu_zero(corpus_bleu):
+    _expect_bleu(corpus_bleu, [["a", "b", "c", "d"], ["e", "f"]], [["a", "b", "c", "x"], ["e", "f"]], 4,
+                 "corpus_bleu([['a', 'b', 'c', 'd'], ['e', 'f']], [['a', 'b', 'c', 'x'], ['e', 'f']])",
+                 "the only 4-gram does not match: p_4 = 0, so BLEU = 0 (no smoothing)")
+    _expect_bleu(corpus_bleu, [["a", "b", "c"]], [["a", "b", "c"]], 4, "corpus_bleu([['a', 'b', 'c']], same)",
+                 "a 3-token corpus has no 4-gram: p_4 = 0/0 counts as 0, so BLEU = 0 (as sacrebleu)")
+
+
+@register("corpus_bleu", "a perfect match scores 100 (a 0..100 scale)")
+def _bleu_perfect(corpus_bleu):
+    hyps = [["the", "cat", "sat", "on", "the", "mat"], ["a", "big", "dog", "runs"]]
+    _expect_bleu(corpus_bleu, hyps, [list(h) for h in hyps], 4, "corpus_bleu(hypotheses equal to their references)",
+                 "every precision is 1 and BP is 1: BLEU = 100")

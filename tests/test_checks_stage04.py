@@ -1,0 +1,414 @@
+"""Stage 04's checks: full marks for the reference and for correct code written differently; points
+lost, with the mistake named, for each classic mistake of splitting heads and multi-head attention."""
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import solutions
+from solutions import merge_heads, scaled_dot_product_attention, split_heads
+from tests.grading import assert_caught, assert_full_marks, grade
+
+NAMES = ["split_heads", "merge_heads", "MultiHeadAttention"]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_reference_gets_full_marks(name):
+    assert_full_marks(getattr(solutions, name))
+
+
+# ---------------------------------------------------------------- correct, written differently
+def split_heads_chunks(x, n_heads):
+    if x.size(-1) % n_heads != 0:
+        raise ValueError(f"{x.size(-1)} features cannot be shared by {n_heads} heads")
+    return torch.stack(x.chunk(n_heads, dim=-1), dim=1)  # h pieces of (B, L, d_k) -> (B, h, L, d_k)
+
+
+def split_heads_unflatten(x, n_heads):
+    d_model = x.shape[-1]
+    if d_model % n_heads:
+        raise ValueError(f"d_model {d_model} is not a multiple of n_heads {n_heads}")
+    return x.unflatten(-1, (n_heads, d_model // n_heads)).permute(0, 2, 1, 3)
+
+
+def merge_heads_cat(x):
+    return torch.cat([x[:, i] for i in range(x.size(1))], dim=-1)
+
+
+def merge_heads_flatten(x):
+    return x.permute(0, 2, 1, 3).flatten(2)
+
+
+class MHAEinsum(nn.Module):
+    """Heads as an einsum index, -inf fill, dropout through F.dropout, weights kept with an extra attribute."""
+
+    def __init__(self, d_model, n_heads, dropout=0.1):
+        super().__init__()
+        if d_model % n_heads != 0:
+            raise ValueError("d_model must be divisible by the number of heads")
+        self.n_heads, self.p = n_heads, dropout
+        self.w_q, self.w_k, self.w_v, self.w_o = (nn.Linear(d_model, d_model) for _ in range(4))
+        self.scores = None
+
+    def forward(self, query, key, value, mask=None):
+        B, Lq, D = query.shape
+        h = self.n_heads
+        q = self.w_q(query).view(B, Lq, h, D // h)
+        k = self.w_k(key).view(B, key.size(1), h, D // h)
+        v = self.w_v(value).view(B, value.size(1), h, D // h)
+        self.scores = torch.einsum("bqhd,bkhd->bhqk", q, k) / math.sqrt(D // h)
+        s = self.scores if mask is None else self.scores.masked_fill(mask == 0, float("-inf"))
+        w = F.dropout(torch.softmax(s, dim=-1), self.p, self.training)
+        self.attn_weights = w
+        return self.w_o(torch.einsum("bhqk,bkhd->bqhd", w, v).reshape(B, Lq, D))
+
+
+class MHALoop(nn.Module):
+    """One head at a time, slicing the projections' outputs, with the stage 03 attention."""
+
+    def __init__(self, d_model, n_heads, dropout=0.1):
+        super().__init__()
+        if d_model % n_heads:
+            raise ValueError(f"d_model={d_model} is not divisible by n_heads={n_heads}")
+        self.h, self.d_k = n_heads, d_model // n_heads
+        self.w_q = nn.Linear(d_model, d_model)
+        self.w_k = nn.Linear(d_model, d_model)
+        self.w_v = nn.Linear(d_model, d_model)
+        self.w_o = nn.Linear(d_model, d_model)
+        self.drop = nn.Dropout(dropout)
+
+    def forward(self, query, key, value, mask=None):
+        q, k, v = self.w_q(query), self.w_k(key), self.w_v(value)
+        outs, weights = [], []
+        for i in range(self.h):
+            part = slice(i * self.d_k, (i + 1) * self.d_k)
+            m = None if mask is None else mask[:, 0]  # (B, 1 or Lq, Lk): drop the head axis
+            o, w = scaled_dot_product_attention(q[..., part], k[..., part], v[..., part], m, self.drop)
+            outs.append(o)
+            weights.append(w)
+        self.attn_weights = torch.stack(weights, dim=1)
+        return self.w_o(torch.cat(outs, dim=-1))
+
+
+class MHAWhere(solutions.MultiHeadAttention):
+    """The reference's layout, with torch.where and a -1e9 fill written inline."""
+
+    def forward(self, query, key, value, mask=None):
+        q, k, v = (split_heads(lin(t), self.h) for lin, t in ((self.w_q, query), (self.w_k, key), (self.w_v, value)))
+        scores = torch.matmul(q, k.transpose(2, 3)) * self.d_k ** -0.5
+        if mask is not None:
+            scores = torch.where(mask, scores, torch.full_like(scores, -1e9))
+        self.attn_weights = self.dropout(scores.softmax(dim=-1))
+        return self.w_o(merge_heads(self.attn_weights @ v))
+
+
+@pytest.mark.parametrize("fn", [split_heads_chunks, split_heads_unflatten])
+def test_other_correct_split_heads(fn):
+    assert_full_marks(fn, "split_heads")
+
+
+@pytest.mark.parametrize("fn", [merge_heads_cat, merge_heads_flatten])
+def test_other_correct_merge_heads(fn):
+    assert_full_marks(fn, "merge_heads")
+
+
+@pytest.mark.parametrize("cls", [MHAEinsum, MHALoop, MHAWhere])
+def test_other_correct_multi_head_attention(cls):
+    assert_full_marks(cls, "MultiHeadAttention")
+
+
+# ---------------------------------------------------------------- classic mistakes: split and merge
+def split_no_transpose(x, n_heads):
+    B, L, d = x.shape
+    if d % n_heads:
+        raise ValueError("d_model not divisible by n_heads")
+    return x.view(B, n_heads, L, d // n_heads)
+
+
+def split_interleaved(x, n_heads):
+    B, L, d = x.shape
+    if d % n_heads:
+        raise ValueError("d_model not divisible by n_heads")
+    return x.view(B, L, d // n_heads, n_heads).permute(0, 3, 1, 2)
+
+
+def split_no_value_error(x, n_heads):
+    B, L, d = x.shape
+    return x.view(B, L, n_heads, d // n_heads).transpose(1, 2)
+
+
+def split_silent_rounding(x, n_heads):
+    B, L, d = x.shape
+    d_k = d // n_heads
+    return x[..., :n_heads * d_k].reshape(B, L, n_heads, d_k).transpose(1, 2)
+
+
+def split_vague_error(x, n_heads):
+    if x.size(-1) % n_heads:
+        raise ValueError("bad input")
+    return split_heads(x, n_heads)
+
+
+def merge_no_transpose(x):
+    B, h, L, d_k = x.shape
+    return x.reshape(B, L, h * d_k)
+
+
+def merge_view_without_contiguous(x):
+    B, h, L, d_k = x.shape
+    return x.transpose(1, 2).view(B, L, h * d_k)
+
+
+SPLIT_MISTAKES = [
+    ("view(B, h, L, d_k) without transpose", split_no_transpose, ["without a transpose"]),
+    ("features dealt out in turn", split_interleaved, ["in turn"]),
+    ("no ValueError, a view error instead", split_no_value_error, ["no clear ValueError", "RuntimeError"]),
+    ("no error at all, features dropped", split_silent_rounding, ["no clear ValueError", "no error"]),
+    ("a ValueError that names nothing", split_vague_error, ["names the problem"]),
+]
+
+
+@pytest.mark.parametrize("label,fn,keywords", SPLIT_MISTAKES, ids=[m[0] for m in SPLIT_MISTAKES])
+def test_split_heads_mistakes_are_caught(label, fn, keywords):
+    assert_caught(fn, "split_heads", *keywords)
+
+
+def test_merge_heads_mistakes_are_caught():
+    assert_caught(merge_no_transpose, "merge_heads", "merged without the transpose")
+    assert_caught(merge_view_without_contiguous, "merge_heads", ".contiguous()", "non-contiguous", ".reshape")
+
+
+# ---------------------------------------------------------------- classic mistakes: MultiHeadAttention
+class Base(solutions.MultiHeadAttention):
+    """The reference with its forward written out, so that a mutant changes one step."""
+
+    def heads(self, t):
+        return split_heads(t, self.h)
+
+    def merge(self, t):
+        return merge_heads(t)
+
+    def project(self, query, key, value):
+        return self.w_q(query), self.w_k(key), self.w_v(value)
+
+    def attend(self, q, k, v, mask):
+        return scaled_dot_product_attention(q, k, v, mask, self.dropout)
+
+    def output(self, t):
+        return self.w_o(t)
+
+    def forward(self, query, key, value, mask=None):
+        q, k, v = (self.heads(t) for t in self.project(query, key, value))
+        out, self.attn_weights = self.attend(q, k, v, mask)
+        return self.output(self.merge(out))
+
+
+class SplitNoTranspose(Base):
+    def heads(self, t):
+        B, L, d = t.shape
+        return t.view(B, self.h, L, d // self.h)
+
+
+class SplitAndMergeNoTranspose(SplitNoTranspose):
+    def merge(self, t):
+        B, h, L, d_k = t.shape
+        return t.reshape(B, L, h * d_k)
+
+
+class MergeNoTranspose(Base):
+    def merge(self, t):
+        B, h, L, d_k = t.shape
+        return t.reshape(B, L, h * d_k)
+
+
+class NoOutputProjection(Base):
+    def output(self, t):
+        return t
+
+
+class NoOutputProjectionAttribute(Base):
+    def __init__(self, d_model, n_heads, dropout=0.1):
+        super().__init__(d_model, n_heads, dropout)
+        del self.w_o
+
+    def output(self, t):
+        return t
+
+
+class SharedLinear(Base):
+    def __init__(self, d_model, n_heads, dropout=0.1):
+        super().__init__(d_model, n_heads, dropout)
+        self.w_k = self.w_v = self.w_q
+
+
+class OneProjectionUsed(Base):
+    def project(self, query, key, value):
+        return self.w_q(query), self.w_q(key), self.w_q(value)
+
+
+class KeyValueSwapped(Base):
+    def project(self, query, key, value):
+        return self.w_q(query), self.w_k(value), self.w_v(key)
+
+
+class QueryOnly(Base):
+    def project(self, query, key, value):
+        return self.w_q(query), self.w_k(query), self.w_v(query)
+
+
+class QueryOnlyNoMask(QueryOnly):
+    def attend(self, q, k, v, mask):
+        return scaled_dot_product_attention(q, k, v, None, self.dropout)
+
+
+class ScaledByDModel(Base):
+    def attend(self, q, k, v, mask):
+        # q / sqrt(h), then / sqrt(d_k) inside: the scores are divided by sqrt(h * d_k) = sqrt(d_model)
+        return scaled_dot_product_attention(q / math.sqrt(self.h), k, v, mask, self.dropout)
+
+
+class MaskIgnored(Base):
+    def attend(self, q, k, v, mask):
+        return scaled_dot_product_attention(q, k, v, None, self.dropout)
+
+
+class MaskInverted(Base):
+    def attend(self, q, k, v, mask):
+        return scaled_dot_product_attention(q, k, v, None if mask is None else ~mask, self.dropout)
+
+
+class WeightsNotKept(solutions.MultiHeadAttention):
+    def forward(self, query, key, value, mask=None):
+        q, k, v = (split_heads(lin(t), self.h) for lin, t in ((self.w_q, query), (self.w_k, key), (self.w_v, value)))
+        out, _ = scaled_dot_product_attention(q, k, v, mask, self.dropout)
+        return self.w_o(merge_heads(out))
+
+
+class WeightsAveraged(Base):
+    def attend(self, q, k, v, mask):
+        out, w = super().attend(q, k, v, mask)
+        return out, w.mean(1)
+
+
+class WeightsKeptOnce(Base):
+    def attend(self, q, k, v, mask):
+        out, w = super().attend(q, k, v, mask)
+        if getattr(self, "_kept", None) is None:
+            self._kept = w
+        return out, self._kept
+
+
+class ScoresKept(Base):
+    def attend(self, q, k, v, mask):
+        out, _ = super().attend(q, k, v, mask)
+        return out, q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+
+
+class NoValueError(Base):
+    def __init__(self, d_model, n_heads, dropout=0.1):
+        nn.Module.__init__(self)
+        self.h, self.d_k = n_heads, d_model // n_heads
+        self.w_q, self.w_k, self.w_v, self.w_o = (nn.Linear(d_model, d_model) for _ in range(4))
+        self.dropout = nn.Dropout(dropout)
+
+
+class AssertInstead(NoValueError):
+    def __init__(self, d_model, n_heads, dropout=0.1):
+        assert d_model % n_heads == 0
+        super().__init__(d_model, n_heads, dropout)
+
+
+class DropoutOnOutput(Base):
+    def attend(self, q, k, v, mask):
+        return scaled_dot_product_attention(q, k, v, mask)
+
+    def output(self, t):
+        return self.dropout(self.w_o(t))
+
+
+class DropoutAlwaysOn(Base):
+    def attend(self, q, k, v, mask):
+        return scaled_dot_product_attention(q, k, v, mask, lambda w: F.dropout(w, self.dropout.p, training=True))
+
+
+class ReturnsTuple(Base):
+    def forward(self, query, key, value, mask=None):
+        return super().forward(query, key, value, mask), self.attn_weights
+
+
+MHA_MISTAKES = [
+    ("split without transpose", SplitNoTranspose, ["without a transpose"]),
+    ("split and merge without transpose", SplitAndMergeNoTranspose, ["without a transpose"]),
+    ("merge without transpose", MergeNoTranspose, ["merged without the transpose"]),
+    ("w_o not applied", NoOutputProjection, ["no output projection"]),
+    ("no w_o at all", NoOutputProjectionAttribute, ["no output projection"]),
+    ("one Linear shared by q, k, v", SharedLinear, ["shared"]),
+    ("w_q used for all three", OneProjectionUsed, ["one projection used for query, key and value"]),
+    ("key and value swapped", KeyValueSwapped, ["key and value swapped"]),
+    ("query used as key and value", QueryOnly, ["query used as key and value"]),
+    ("query used as key and value, no mask", QueryOnlyNoMask, ["query used as key and value"]),
+    ("scaled by sqrt(d_model)", ScaledByDModel, ["sqrt(d_model) instead of sqrt(d_k)"]),
+    ("mask ignored", MaskIgnored, ["mask ignored"]),
+    ("mask inverted", MaskInverted, ["polarity"]),
+    ("attn_weights not kept", WeightsNotKept, ["not keeping attn_weights"]),
+    ("attn_weights averaged over heads", WeightsAveraged, ["averaged over the heads"]),
+    ("attn_weights of the first call only", WeightsKeptOnce, ["every forward call"]),
+    ("scores kept instead of weights", ScoresKept, ["scores were kept"]),
+    ("no ValueError", NoValueError, ["no clear ValueError"]),
+    ("assert instead of ValueError", AssertInstead, ["no clear ValueError", "AssertionError"]),
+    ("dropout on the output, not the weights", DropoutOnOutput, ["dropout applied after w_o"]),
+    ("dropout on in eval mode", DropoutAlwaysOn, ["dropout still acts in eval mode", "nn.Dropout module"]),
+    ("returns (output, weights)", ReturnsTuple, ["return only the output"]),
+]
+
+
+@pytest.mark.parametrize("label,cls,keywords", MHA_MISTAKES, ids=[m[0] for m in MHA_MISTAKES])
+def test_multi_head_attention_mistakes_are_caught(label, cls, keywords):
+    assert_caught(cls, "MultiHeadAttention", *keywords)
+
+
+def test_shared_linear_fails_the_comparisons_too():
+    points, text = grade(SharedLinear, "MultiHeadAttention")
+    assert points <= 2, text  # the attributes fail, and so does every check that copies weights
+
+
+# ---------------------------------------------------------------- stubs, as the lesson hands them out
+def test_stubs_get_zero_and_say_not_implemented():
+    def split_heads(x, n_heads):
+        B, L, d_model = x.shape
+        if d_model % n_heads:
+            raise ValueError(f"d_model={d_model} is not divisible by n_heads={n_heads}")
+        raise NotImplementedError()
+
+    def merge_heads(x):
+        raise NotImplementedError()
+
+    class MultiHeadAttention(nn.Module):
+        def __init__(self, d_model, n_heads, dropout=0.1):
+            super().__init__()
+            if d_model % n_heads:
+                raise ValueError(f"d_model={d_model} is not divisible by n_heads={n_heads}")
+            raise NotImplementedError()
+
+        def forward(self, query, key, value, mask=None):
+            raise NotImplementedError()
+
+    for stub in (split_heads, merge_heads, MultiHeadAttention):
+        points, text = grade(stub)
+        assert points == 0 and text.count("not implemented yet") == len(text.splitlines()) - 1, text
+
+
+def test_checks_are_fast_on_the_reference():
+    import time
+
+    from autograder import REGISTRY
+    for name in NAMES:
+        for c in REGISTRY[name]:
+            times = []
+            for _ in range(2):  # the first run pays PyTorch's one-time warm-up
+                start = time.perf_counter()
+                c.fn(getattr(solutions, name))
+                times.append(time.perf_counter() - start)
+            assert min(times) < 1.0, f"{name}: {c.title} takes {min(times):.2f} s"

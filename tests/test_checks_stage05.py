@@ -1,0 +1,244 @@
+"""Stage 05's checks: full marks for the reference and for masks built differently; points lost, with
+the mistake named, for each classic mistake (polarity, the diagonal, queries instead of keys, dtype,
+device)."""
+import time
+
+import pytest
+import torch
+
+import solutions
+from tests.grading import assert_caught, assert_full_marks, grade
+
+NAMES = ["padding_mask", "causal_mask", "target_mask"]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_reference_gets_full_marks(name):
+    assert_full_marks(getattr(solutions, name))
+
+
+# ---------------------------------------------------------------- correct, written differently
+def padding_mask_unsqueeze(ids, pad_id=0):
+    return ids.ne(pad_id).unsqueeze(1).unsqueeze(2)
+
+
+def padding_mask_lengths(ids, pad_id=0):
+    """From the lengths of right-padded rows (the course pads on the right)."""
+    lengths = (ids != pad_id).sum(dim=1)  # (B,)
+    positions = torch.arange(ids.size(1), device=ids.device)
+    return (positions[None, :] < lengths[:, None]).view(ids.size(0), 1, 1, ids.size(1))
+
+
+def causal_mask_triu(size, device=None):
+    return ~torch.triu(torch.ones(size, size, dtype=torch.bool, device=device), diagonal=1)[None, None]
+
+
+def causal_mask_arange(size, device=None):
+    i = torch.arange(size, device=device)
+    return (i[:, None] >= i[None, :]).reshape(1, 1, size, size)
+
+
+def causal_mask_loop(size, device=None):
+    rows = [[j <= i for j in range(size)] for i in range(size)]
+    return torch.tensor(rows, dtype=torch.bool, device=device).unsqueeze(0).unsqueeze(0)
+
+
+def target_mask_logical_and(tgt_ids, pad_id=0):
+    B, L = tgt_ids.shape
+    keys = (tgt_ids != pad_id).view(B, 1, 1, L)
+    causal = torch.tril(torch.ones(L, L, device=tgt_ids.device)).bool()
+    return torch.logical_and(keys, causal).expand(B, 1, L, L)
+
+
+def target_mask_from_parts(tgt_ids, pad_id=0):
+    return causal_mask_arange(tgt_ids.size(1), tgt_ids.device) & padding_mask_unsqueeze(tgt_ids, pad_id)
+
+
+@pytest.mark.parametrize("fn", [padding_mask_unsqueeze, padding_mask_lengths])
+def test_other_correct_padding_masks(fn):
+    assert_full_marks(fn, "padding_mask")
+
+
+@pytest.mark.parametrize("fn", [causal_mask_triu, causal_mask_arange, causal_mask_loop])
+def test_other_correct_causal_masks(fn):
+    assert_full_marks(fn, "causal_mask")
+
+
+@pytest.mark.parametrize("fn", [target_mask_logical_and, target_mask_from_parts])
+def test_other_correct_target_masks(fn):
+    assert_full_marks(fn, "target_mask")
+
+
+# ---------------------------------------------------------------- classic mistakes: padding_mask
+def pad_inverted(ids, pad_id=0):
+    return (ids == pad_id)[:, None, None, :]
+
+
+def pad_over_queries(ids, pad_id=0):
+    return (ids != pad_id)[:, None, :, None]
+
+
+def pad_flat(ids, pad_id=0):
+    return ids != pad_id
+
+
+def pad_float(ids, pad_id=0):
+    return (ids != pad_id).float()[:, None, None, :]
+
+
+def pad_additive(ids, pad_id=0):
+    return torch.zeros(ids.shape).masked_fill(ids == pad_id, float("-inf"))[:, None, None, :]
+
+
+def pad_ignores_pad_id(ids, pad_id=0):
+    return (ids != 0)[:, None, None, :]
+
+
+PAD_MISTAKES = [
+    ("polarity inverted", pad_inverted, ["polarity inverted"]),
+    ("over the queries", pad_over_queries, ["over the queries", "(B, 1, 1, L)"]),
+    ("shape (B, L)", pad_flat, ["shape (B, L)"]),
+    ("float mask", pad_float, ["not bool"]),
+    ("additive -inf mask", pad_additive, ["additive float mask"]),
+    ("pad_id ignored", pad_ignores_pad_id, ["pad_id argument is ignored"]),
+]
+
+
+@pytest.mark.parametrize("label,fn,keywords", PAD_MISTAKES, ids=[m[0] for m in PAD_MISTAKES])
+def test_padding_mask_mistakes_are_caught(label, fn, keywords):
+    assert_caught(fn, "padding_mask", *keywords)
+
+
+# ---------------------------------------------------------------- classic mistakes: causal_mask
+def causal_no_diagonal(size, device=None):
+    return torch.ones(size, size, dtype=torch.bool, device=device).tril(-1)[None, None]
+
+
+def causal_triu_off_by_one(size, device=None):
+    return ~torch.ones(size, size, dtype=torch.bool, device=device).triu()[None, None]  # triu(0): the diagonal goes too
+
+
+def causal_inverted(size, device=None):
+    return torch.ones(size, size, dtype=torch.bool, device=device).triu(1)[None, None]
+
+
+def causal_transposed(size, device=None):
+    return torch.ones(size, size, dtype=torch.bool, device=device).triu()[None, None]
+
+
+def causal_float(size, device=None):
+    return torch.ones(size, size, device=device).tril()[None, None]
+
+
+def causal_ignores_device(size, device=None):
+    return torch.ones(size, size, dtype=torch.bool).tril()[None, None]
+
+
+def causal_2d(size, device=None):
+    return torch.ones(size, size, dtype=torch.bool, device=device).tril()
+
+
+CAUSAL_MISTAKES = [
+    ("tril(-1): no diagonal", causal_no_diagonal, ["diagonal is missing"]),
+    ("~triu(0): no diagonal", causal_triu_off_by_one, ["diagonal is missing"]),
+    ("inverted", causal_inverted, ["inverted", "above the diagonal"]),
+    ("transposed", causal_transposed, ["transposed"]),
+    ("float", causal_float, ["not bool"]),
+    ("device ignored", causal_ignores_device, ["ignores `device`"]),
+    ("no batch and head dims", causal_2d, ["add the batch and head dimensions"]),
+]
+
+
+@pytest.mark.parametrize("label,fn,keywords", CAUSAL_MISTAKES, ids=[m[0] for m in CAUSAL_MISTAKES])
+def test_causal_mask_mistakes_are_caught(label, fn, keywords):
+    assert_caught(fn, "causal_mask", *keywords)
+
+
+# ---------------------------------------------------------------- classic mistakes: target_mask
+def _parts(ids, pad_id=0):
+    L = ids.size(1)
+    return (ids != pad_id), torch.ones(L, L, dtype=torch.bool, device=ids.device).tril()
+
+
+def tgt_no_padding(ids, pad_id=0):
+    real, causal = _parts(ids, pad_id)
+    return causal.expand(ids.size(0), 1, -1, -1)
+
+
+def tgt_no_causal(ids, pad_id=0):
+    real, causal = _parts(ids, pad_id)
+    return real[:, None, None, :].expand(-1, 1, ids.size(1), -1)
+
+
+def tgt_pads_queries(ids, pad_id=0):
+    real, causal = _parts(ids, pad_id)
+    return real[:, None, :, None] & causal
+
+
+def tgt_pads_queries_and_keys(ids, pad_id=0):
+    real, causal = _parts(ids, pad_id)
+    return real[:, None, :, None] & real[:, None, None, :] & causal
+
+
+def tgt_or(ids, pad_id=0):
+    real, causal = _parts(ids, pad_id)
+    return real[:, None, None, :] | causal
+
+
+def tgt_ignores_pad_id(ids, pad_id=0):
+    return solutions.target_mask(ids)
+
+
+def tgt_cpu_causal(ids, pad_id=0):
+    L = ids.size(1)
+    return solutions.padding_mask(ids, pad_id) & torch.ones(L, L, dtype=torch.bool).tril()[None, None]
+
+
+def tgt_float(ids, pad_id=0):
+    return solutions.target_mask(ids, pad_id).float()
+
+
+TGT_MISTAKES = [
+    ("padding forgotten", tgt_no_padding, ["padding part is missing"]),
+    ("causal forgotten", tgt_no_causal, ["causal part is missing"]),
+    ("padding on the queries", tgt_pads_queries, ["applied to the queries (rows)", "(B, 1, 1, L)"]),
+    ("padding on queries and keys", tgt_pads_queries_and_keys,
+     ["applied to the queries (rows)", "keeps its causal row"]),
+    ("or instead of and", tgt_or, ["or instead of and"]),
+    ("pad_id ignored", tgt_ignores_pad_id, ["pad_id argument is ignored"]),
+    ("causal part on the CPU", tgt_cpu_causal, ["causal_mask(L, tgt_ids.device)"]),
+    ("float", tgt_float, ["not bool"]),
+]
+
+
+@pytest.mark.parametrize("label,fn,keywords", TGT_MISTAKES, ids=[m[0] for m in TGT_MISTAKES])
+def test_target_mask_mistakes_are_caught(label, fn, keywords):
+    assert_caught(fn, "target_mask", *keywords)
+
+
+# ---------------------------------------------------------------- stubs, speed
+def test_stubs_get_zero_and_say_not_implemented():
+    def padding_mask(ids, pad_id=0):
+        raise NotImplementedError()
+
+    def causal_mask(size, device=None):
+        raise NotImplementedError()
+
+    def target_mask(tgt_ids, pad_id=0):
+        raise NotImplementedError()
+
+    for stub in (padding_mask, causal_mask, target_mask):
+        points, text = grade(stub)
+        assert points == 0 and text.count("not implemented yet") == len(text.splitlines()) - 1, text
+
+
+def test_checks_are_fast_on_the_reference():
+    from autograder import REGISTRY
+    for name in NAMES:
+        for c in REGISTRY[name]:
+            times = []
+            for _ in range(2):
+                start = time.perf_counter()
+                c.fn(getattr(solutions, name))
+                times.append(time.perf_counter() - start)
+            assert min(times) < 1.0, f"{name}: {c.title} takes {min(times):.2f} s"

@@ -1,0 +1,192 @@
+"""Stage 06's checks: full marks for the reference and for feed-forward networks written differently;
+points lost, with the mistake named, for each classic mistake (activation, dropout's place, shapes)."""
+import time
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import solutions
+from tests.grading import assert_caught, assert_full_marks, grade
+
+NAME = "PositionwiseFeedForward"
+
+
+def test_reference_gets_full_marks():
+    assert_full_marks(solutions.PositionwiseFeedForward)
+
+
+# ---------------------------------------------------------------- correct, written differently
+class FFNSequential(nn.Module):
+    """The layers composed in an nn.Sequential, with w_1 and w_2 as names for its members."""
+
+    def __init__(self, d_model, d_ff, dropout=0.1):
+        super().__init__()
+        self.w_1, self.w_2 = nn.Linear(d_model, d_ff), nn.Linear(d_ff, d_model)
+        self.net = nn.Sequential(self.w_1, nn.ReLU(), nn.Dropout(dropout), self.w_2)
+
+    def forward(self, x):
+        return self.net(x)
+
+
+class FFNFunctional(nn.Module):
+    """clamp for the ReLU, F.dropout with the module's training flag, dropout before the activation
+    (relu(dropout(h)) == dropout(relu(h)): dropout only scales by a non-negative factor)."""
+
+    def __init__(self, d_model, d_ff, dropout=0.1):
+        super().__init__()
+        self.w_1 = nn.Linear(d_model, d_ff)
+        self.w_2 = nn.Linear(d_ff, d_model)
+        self.p = dropout
+
+    def forward(self, x):
+        h = F.dropout(self.w_1(x), self.p, self.training).clamp(min=0)
+        return self.w_2(h)
+
+
+class FFNMatmul(nn.Module):
+    """The paper's formula with the Linear's tensors: max(0, x W_1 + b_1) W_2 + b_2, flattened positions."""
+
+    def __init__(self, d_model, d_ff, dropout=0.1):
+        super().__init__()
+        self.w_1 = nn.Linear(d_model, d_ff)
+        self.w_2 = nn.Linear(d_ff, d_model)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x):
+        B, L, d = x.shape
+        flat = x.reshape(B * L, d)
+        h = torch.maximum(flat @ self.w_1.weight.T + self.w_1.bias, torch.zeros(()))
+        return (self.dropout(h) @ self.w_2.weight.T + self.w_2.bias).reshape(B, L, d)
+
+
+@pytest.mark.parametrize("cls", [FFNSequential, FFNFunctional, FFNMatmul])
+def test_other_correct_feed_forward(cls):
+    assert_full_marks(cls, NAME)
+
+
+# ---------------------------------------------------------------- classic mistakes
+class Base(solutions.PositionwiseFeedForward):
+    def act(self, h):
+        return torch.relu(h)
+
+    def forward(self, x):
+        return self.w_2(self.dropout(self.act(self.w_1(x))))
+
+
+class Gelu(Base):
+    def act(self, h):
+        return F.gelu(h)
+
+
+class ActivationAfterW2(Base):
+    def forward(self, x):
+        return torch.relu(self.w_2(self.dropout(self.w_1(x))))
+
+
+class NoActivation(Base):
+    def act(self, h):
+        return h
+
+
+class DropoutAfterW2(Base):
+    def forward(self, x):
+        return self.dropout(self.w_2(torch.relu(self.w_1(x))))
+
+
+class DropoutOnInput(Base):
+    def forward(self, x):
+        return self.w_2(torch.relu(self.w_1(self.dropout(x))))
+
+
+class NoDropout(Base):
+    def forward(self, x):
+        return self.w_2(torch.relu(self.w_1(x)))
+
+
+class DropoutAlwaysOn(Base):
+    def forward(self, x):
+        return self.w_2(F.dropout(torch.relu(self.w_1(x)), self.dropout.p, training=True))
+
+
+class SquareLayers(Base):
+    """d_ff ignored: d_model -> d_model -> d_model."""
+
+    def __init__(self, d_model, d_ff, dropout=0.1):
+        super().__init__(d_model, d_ff, dropout)
+        self.w_1, self.w_2 = nn.Linear(d_model, d_model), nn.Linear(d_model, d_model)
+
+
+class SwappedArguments(Base):
+    """nn.Linear(out, in) written the other way round: fails at the first call."""
+
+    def __init__(self, d_model, d_ff, dropout=0.1):
+        super().__init__(d_model, d_ff, dropout)
+        self.w_1, self.w_2 = nn.Linear(d_ff, d_model), nn.Linear(d_model, d_ff)
+
+
+class NoBias(Base):
+    def __init__(self, d_model, d_ff, dropout=0.1):
+        super().__init__(d_model, d_ff, dropout)
+        self.w_1 = nn.Linear(d_model, d_ff, bias=False)
+
+
+class OtherNames(nn.Module):
+    def __init__(self, d_model, d_ff, dropout=0.1):
+        super().__init__()
+        self.linear1, self.linear2 = nn.Linear(d_model, d_ff), nn.Linear(d_ff, d_model)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x):
+        return self.linear2(self.dropout(torch.relu(self.linear1(x))))
+
+
+MISTAKES = [
+    ("GELU instead of ReLU", Gelu, ["GELU instead of ReLU"]),
+    ("activation after w_2", ActivationAfterW2, ["activation is after w_2"]),
+    ("no activation", NoActivation, ["no activation"]),
+    ("dropout after w_2", DropoutAfterW2, ["dropout after w_2"]),
+    ("dropout on the input", DropoutOnInput, ["dropout on the input"]),
+    ("no dropout", NoDropout, ["dropout not applied", "not used"]),
+    ("dropout on in eval mode", DropoutAlwaysOn, ["dropout still acts in eval mode", "nn.Dropout module"]),
+    ("d_ff ignored", SquareLayers, ["wrong shapes", "d_model -> d_ff -> d_model"]),
+    ("Linear arguments swapped", SwappedArguments, ["wrong shapes"]),
+    ("no bias", NoBias, ["keep the biases"]),
+    ("other attribute names", OtherNames, ["w_1 and w_2"]),
+]
+
+
+@pytest.mark.parametrize("label,cls,keywords", MISTAKES, ids=[m[0] for m in MISTAKES])
+def test_feed_forward_mistakes_are_caught(label, cls, keywords):
+    assert_caught(cls, NAME, *keywords)
+
+
+def test_gelu_loses_every_numeric_check():
+    points, text = grade(Gelu, NAME)
+    assert points <= 2, text
+
+
+# ---------------------------------------------------------------- stubs, speed
+def test_stub_gets_zero_and_says_not_implemented():
+    class PositionwiseFeedForward(nn.Module):
+        def __init__(self, d_model, d_ff, dropout=0.1):
+            super().__init__()
+            raise NotImplementedError()
+
+        def forward(self, x):
+            raise NotImplementedError()
+
+    points, text = grade(PositionwiseFeedForward)
+    assert points == 0 and text.count("not implemented yet") == len(text.splitlines()) - 1, text
+
+
+def test_checks_are_fast_on_the_reference():
+    from autograder import REGISTRY
+    for c in REGISTRY[NAME]:
+        times = []
+        for _ in range(2):
+            start = time.perf_counter()
+            c.fn(solutions.PositionwiseFeedForward)
+            times.append(time.perf_counter() - start)
+        assert min(times) < 1.0, f"{c.title} takes {min(times):.2f} s"

@@ -1,0 +1,364 @@
+"""Stage 07's checks: full marks for the reference and for layer norms and residual connections written
+differently; points lost, with the mistake named, for each classic mistake (unbiased variance, eps outside
+the sqrt, wrong dimension, post-/pre-norm confused, residual missing, dropout on the sum, norm twice)."""
+import time
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import solutions
+from tests.grading import assert_caught, assert_full_marks, grade
+
+NAMES = ["LayerNorm", "SublayerConnection"]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_reference_gets_full_marks(name):
+    assert_full_marks(getattr(solutions, name))
+
+
+# ---------------------------------------------------------------- correct, written differently
+class LayerNormRsqrt(nn.Module):
+    """torch.var_mean and rsqrt."""
+
+    def __init__(self, d_model, eps=1e-5):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(d_model))
+        self.bias = nn.Parameter(torch.zeros(d_model))
+        self.eps = eps
+
+    def forward(self, x):
+        var, mean = torch.var_mean(x, dim=-1, keepdim=True, correction=0)
+        return (x - mean) * torch.rsqrt(var + self.eps) * self.weight + self.bias
+
+
+class LayerNormMoments(nn.Module):
+    """The variance as E[x^2] - E[x]^2, eps kept in a buffer."""
+
+    def __init__(self, d_model, eps=1e-5):
+        super().__init__()
+        self.register_parameter("weight", nn.Parameter(torch.ones(d_model)))
+        self.register_parameter("bias", nn.Parameter(torch.zeros(d_model)))
+        self.register_buffer("eps", torch.tensor(eps))
+
+    def forward(self, x):
+        mean = x.mean(-1, keepdim=True)
+        var = (x * x).mean(-1, keepdim=True) - mean ** 2
+        return self.weight * (x - mean) / (var + self.eps).sqrt() + self.bias
+
+
+class LayerNormFunctional(nn.Module):
+    def __init__(self, d_model, eps=1e-5):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(d_model))
+        self.bias = nn.Parameter(torch.zeros(d_model))
+        self.eps, self.shape = eps, (d_model,)
+
+    def forward(self, x):
+        return F.layer_norm(x, self.shape, self.weight, self.bias, self.eps)
+
+
+class SublayerFunctionalDropout(nn.Module):
+    """F.dropout with the training flag, two branches as methods, PyTorch's nn.LayerNorm as the norm."""
+
+    def __init__(self, d_model, dropout=0.1, norm_first=False):
+        super().__init__()
+        self.norm = nn.LayerNorm(d_model)
+        self.p, self.pre = dropout, norm_first
+
+    def _post(self, x, sublayer):
+        return self.norm(x + F.dropout(sublayer(x), self.p, self.training))
+
+    def _pre(self, x, sublayer):
+        return x + F.dropout(sublayer(self.norm(x)), self.p, self.training)
+
+    def forward(self, x, sublayer):
+        return (self._pre if self.pre else self._post)(x, sublayer)
+
+
+class SublayerResidualFirst(nn.Module):
+    """The residual kept in a variable, the learner's own LayerNorm class."""
+
+    def __init__(self, d_model, dropout=0.1, norm_first=False):
+        super().__init__()
+        self.norm_first = norm_first
+        self.norm = LayerNormRsqrt(d_model)
+        self.drop = nn.Dropout(p=dropout)
+
+    def forward(self, x, sublayer):
+        residual = x
+        if self.norm_first:
+            x = self.norm(x)
+        x = residual + self.drop(sublayer(x))
+        if not self.norm_first:
+            x = self.norm(x)
+        return x
+
+
+@pytest.mark.parametrize("cls", [LayerNormRsqrt, LayerNormMoments, LayerNormFunctional])
+def test_other_correct_layer_norms(cls):
+    assert_full_marks(cls, "LayerNorm")
+
+
+class LayerNormSubclass(nn.LayerNorm):
+    pass
+
+
+def test_pytorch_layer_norm_itself_gets_full_marks():
+    assert_full_marks(LayerNormSubclass, "LayerNorm")
+
+
+@pytest.mark.parametrize("cls", [SublayerFunctionalDropout, SublayerResidualFirst])
+def test_other_correct_sublayer_connections(cls):
+    assert_full_marks(cls, "SublayerConnection")
+
+
+# ---------------------------------------------------------------- classic mistakes: LayerNorm
+class LNBase(solutions.LayerNorm):
+    def stats(self, x):
+        return x.mean(-1, keepdim=True), x.var(-1, unbiased=False, keepdim=True)
+
+    def forward(self, x):
+        mean, var = self.stats(x)
+        return self.weight * (x - mean) / torch.sqrt(var + self.eps) + self.bias
+
+
+class Unbiased(LNBase):
+    def stats(self, x):
+        return x.mean(-1, keepdim=True), x.var(-1, keepdim=True)
+
+
+class AnnotatedTransformer(LNBase):
+    """a_2 * (x - mean) / (std + eps) + b_2, with the unbiased std of x.std()."""
+
+    def forward(self, x):
+        return self.weight * (x - x.mean(-1, keepdim=True)) / (x.std(-1, keepdim=True) + self.eps) + self.bias
+
+
+class EpsOutsideSqrt(LNBase):
+    def forward(self, x):
+        mean, var = self.stats(x)
+        return self.weight * (x - mean) / (var.sqrt() + self.eps) + self.bias
+
+
+class NoEps(LNBase):
+    def forward(self, x):
+        mean, var = self.stats(x)
+        return self.weight * (x - mean) / var.sqrt() + self.bias
+
+
+class EpsFixed(LNBase):
+    def forward(self, x):
+        mean, var = self.stats(x)
+        return self.weight * (x - mean) / torch.sqrt(var + 1e-5) + self.bias
+
+
+class OverPositions(LNBase):
+    def stats(self, x):
+        return x.mean(-2, keepdim=True), x.var(-2, unbiased=False, keepdim=True)
+
+
+class OverBatch(LNBase):
+    def stats(self, x):
+        return x.mean(0, keepdim=True), x.var(0, unbiased=False, keepdim=True)
+
+
+class OverEverything(LNBase):
+    def stats(self, x):
+        return x.mean(), x.var(unbiased=False)
+
+
+class NoMean(LNBase):
+    def forward(self, x):
+        mean, var = self.stats(x)
+        return self.weight * x / torch.sqrt(var + self.eps) + self.bias
+
+
+class GammaBeta(nn.Module):
+    def __init__(self, d_model, eps=1e-5):
+        super().__init__()
+        self.gamma, self.beta, self.eps = nn.Parameter(torch.ones(d_model)), nn.Parameter(torch.zeros(d_model)), eps
+
+    def forward(self, x):
+        return self.gamma * (x - x.mean(-1, keepdim=True)) / torch.sqrt(x.var(-1, False, True) + self.eps) + self.beta
+
+
+class PlainTensors(LNBase):
+    def __init__(self, d_model, eps=1e-5):
+        nn.Module.__init__(self)
+        self.eps = eps
+        self.weight = torch.ones(d_model, requires_grad=True)
+        self.bias = torch.zeros(d_model, requires_grad=True)
+
+
+class RandomInit(LNBase):
+    def __init__(self, d_model, eps=1e-5):
+        super().__init__(d_model, eps)
+        self.weight = nn.Parameter(torch.randn(d_model))
+
+
+LN_MISTAKES = [
+    ("unbiased variance", Unbiased, ["unbiased variance"]),
+    ("x.std() + eps (the Annotated Transformer)", AnnotatedTransformer, ["eps outside the square root",
+                                                                          "unbiased std"]),
+    ("eps outside the sqrt", EpsOutsideSqrt, ["eps added outside the square root"]),
+    ("no eps", NoEps, ["eps ignored", "NaN"]),
+    ("eps fixed at 1e-5", EpsFixed, ["eps fixed at 1e-5"]),
+    ("over the positions", OverPositions, ["dim=-2"]),
+    ("over the batch", OverBatch, ["dim 0"]),
+    ("over the whole tensor", OverEverything, ["whole tensor"]),
+    ("mean not subtracted", NoMean, ["mean is not subtracted"]),
+    ("gamma and beta", GammaBeta, ["named weight and bias", "gamma"]),
+    ("plain tensors", PlainTensors, ["nn.Parameter"]),
+    ("random initial weight", RandomInit, ["ones and zeros"]),
+]
+
+
+@pytest.mark.parametrize("label,cls,keywords", LN_MISTAKES, ids=[m[0] for m in LN_MISTAKES])
+def test_layer_norm_mistakes_are_caught(label, cls, keywords):
+    assert_caught(cls, "LayerNorm", *keywords)
+
+
+# ---------------------------------------------------------------- classic mistakes: SublayerConnection
+class SCBase(solutions.SublayerConnection):
+    pass
+
+
+class AlwaysPost(SCBase):
+    def forward(self, x, sublayer):
+        return self.norm(x + self.dropout(sublayer(x)))
+
+
+class AlwaysPre(SCBase):
+    def forward(self, x, sublayer):
+        return x + self.dropout(sublayer(self.norm(x)))
+
+
+class FlagReversed(SCBase):
+    def forward(self, x, sublayer):
+        if not self.norm_first:
+            return x + self.dropout(sublayer(self.norm(x)))
+        return self.norm(x + self.dropout(sublayer(x)))
+
+
+class NoResidual(SCBase):
+    def forward(self, x, sublayer):
+        if self.norm_first:
+            return self.dropout(sublayer(self.norm(x)))
+        return self.norm(self.dropout(sublayer(x)))
+
+
+class DropoutOnSum(SCBase):
+    def forward(self, x, sublayer):
+        if self.norm_first:
+            return self.dropout(x + sublayer(self.norm(x)))
+        return self.norm(self.dropout(x + sublayer(x)))
+
+
+class NormTwice(SCBase):
+    def forward(self, x, sublayer):
+        if self.norm_first:
+            return self.norm(x + self.dropout(sublayer(self.norm(x))))
+        return self.norm(x + self.dropout(sublayer(self.norm(x))))
+
+
+class PreNormResidualFromNormed(SCBase):
+    def forward(self, x, sublayer):
+        if self.norm_first:
+            x = self.norm(x)
+            return x + self.dropout(sublayer(x))
+        return super().forward(x, sublayer)
+
+
+class NoDropout(SCBase):
+    def forward(self, x, sublayer):
+        return x + sublayer(self.norm(x)) if self.norm_first else self.norm(x + sublayer(x))
+
+
+class DropoutAlwaysOn(SCBase):
+    def forward(self, x, sublayer):
+        drop = lambda t: F.dropout(t, self.dropout.p, training=True)  # noqa: E731
+        return x + drop(sublayer(self.norm(x))) if self.norm_first else self.norm(x + drop(sublayer(x)))
+
+
+class CallsTwice(SCBase):
+    def forward(self, x, sublayer):
+        shape = sublayer(x).shape  # noqa: F841  (a look at the shape costs a whole extra call)
+        return super().forward(x, sublayer)
+
+
+class OtherNormName(nn.Module):
+    def __init__(self, d_model, dropout=0.1, norm_first=False):
+        super().__init__()
+        self.layer_norm, self.dropout, self.norm_first = nn.LayerNorm(d_model), nn.Dropout(dropout), norm_first
+
+    def forward(self, x, sublayer):
+        if self.norm_first:
+            return x + self.dropout(sublayer(self.layer_norm(x)))
+        return self.layer_norm(x + self.dropout(sublayer(x)))
+
+
+SC_MISTAKES = [
+    ("norm_first ignored (always post-norm)", AlwaysPost, ["post-norm instead of pre-norm", "norm_first"]),
+    ("norm_first ignored (always pre-norm)", AlwaysPre, ["pre-norm instead of post-norm", "norm_first"]),
+    ("norm_first reversed", FlagReversed, ["pre-norm instead of post-norm", "post-norm instead of pre-norm"]),
+    ("residual missing", NoResidual, ["residual is missing"]),
+    ("dropout on the residual sum", DropoutOnSum, ["dropout applied to the residual sum"]),
+    ("norm applied twice", NormTwice, ["norm is applied twice"]),
+    ("pre-norm residual from norm(x)", PreNormResidualFromNormed, ["residual adds norm(x) instead of x"]),
+    ("no dropout", NoDropout, ["dropout not applied"]),
+    ("dropout on in eval mode", DropoutAlwaysOn, ["dropout still acts in eval mode"]),
+    ("sublayer called twice", CallsTwice, ["calls of the sublayer", "call the sublayer once"]),
+    ("norm under another name", OtherNormName, ["attribute `norm`"]),
+]
+
+
+@pytest.mark.parametrize("label,cls,keywords", SC_MISTAKES, ids=[m[0] for m in SC_MISTAKES])
+def test_sublayer_connection_mistakes_are_caught(label, cls, keywords):
+    assert_caught(cls, "SublayerConnection", *keywords)
+
+
+def test_sublayer_connection_is_graded_apart_from_the_layer_norm():
+    """A connection built on a broken LayerNorm still gets full marks: the checks swap in nn.LayerNorm."""
+    class SublayerOnBrokenNorm(solutions.SublayerConnection):
+        def __init__(self, d_model, dropout=0.1, norm_first=False):
+            super().__init__(d_model, dropout, norm_first)
+            self.norm = Unbiased(d_model)
+    assert_full_marks(SublayerOnBrokenNorm, "SublayerConnection")
+
+
+# ---------------------------------------------------------------- stubs, speed
+def test_stubs_get_zero_and_say_not_implemented():
+    class LayerNorm(nn.Module):
+        def __init__(self, d_model, eps=1e-5):
+            super().__init__()
+            raise NotImplementedError()
+
+        def forward(self, x):
+            raise NotImplementedError()
+
+    class SublayerConnection(nn.Module):
+        def __init__(self, d_model, dropout=0.1, norm_first=False):
+            super().__init__()
+            raise NotImplementedError()
+
+        def forward(self, x, sublayer):
+            raise NotImplementedError()
+
+    for stub in (LayerNorm, SublayerConnection):
+        points, text = grade(stub)
+        assert points == 0 and text.count("not implemented yet") == len(text.splitlines()) - 1, text
+
+
+def test_checks_are_fast_on_the_reference():
+    from autograder import REGISTRY
+    for name in NAMES:
+        for c in REGISTRY[name]:
+            times = []
+            for _ in range(2):
+                start = time.perf_counter()
+                c.fn(getattr(solutions, name))
+                times.append(time.perf_counter() - start)
+            assert min(times) < 1.0, f"{name}: {c.title} takes {min(times):.2f} s"
