@@ -62,21 +62,6 @@ def merge_pair(symbols: tuple[str, ...], pair: tuple[str, str]) -> tuple[str, ..
     ### END SOLUTION
 
 
-class _Descending:
-    """Heap key that orders pairs from the lexicographically greatest down (ties go to the greatest)."""
-
-    __slots__ = ("pair",)
-
-    def __init__(self, pair):
-        self.pair = pair
-
-    def __lt__(self, other):
-        return self.pair > other.pair
-
-    def __eq__(self, other):
-        return self.pair == other.pair
-
-
 def learn_bpe(corpus: Iterable[str], num_merges: int, min_frequency: int = 2) -> list[tuple[str, str]]:
     """Learn up to `num_merges` BPE merges from the words of `corpus` (lines of text).
 
@@ -93,6 +78,17 @@ def learn_bpe(corpus: Iterable[str], num_merges: int, min_frequency: int = 2) ->
     if isinstance(corpus, str):
         corpus = corpus.splitlines()
     ### BEGIN SOLUTION
+    class Descending:
+        """Heap key: pairs from the lexicographically greatest down, so that ties go to the greatest."""
+        def __init__(self, pair):
+            self.pair = pair
+
+        def __lt__(self, other):
+            return self.pair > other.pair
+
+        def __eq__(self, other):
+            return self.pair == other.pair
+
     counts = Counter(word for line in corpus for word in line.strip("\r\n ").split(" ") if word)
     words = [word_to_symbols(w) for w in counts]  # the current segmentation of each distinct word
     freqs = list(counts.values())
@@ -104,7 +100,7 @@ def learn_bpe(corpus: Iterable[str], num_merges: int, min_frequency: int = 2) ->
         for pair in zip(symbols, symbols[1:]):
             stats[pair] += f
             where[pair].add(i)
-    heap = [(-c, _Descending(p)) for p, c in stats.items()]
+    heap = [(-c, Descending(p)) for p, c in stats.items()]
     heapq.heapify(heap)
 
     merges: list[tuple[str, str]] = []
@@ -135,14 +131,28 @@ def learn_bpe(corpus: Iterable[str], num_merges: int, min_frequency: int = 2) ->
         changed.discard(best)
         for pair in changed:
             if stats[pair] > 0:
-                heapq.heappush(heap, (-stats[pair], _Descending(pair)))
+                heapq.heappush(heap, (-stats[pair], Descending(pair)))
             else:
                 del stats[pair]
     return merges
     ### END SOLUTION
 
 
-_APPLY_CACHE: dict = {}
+_RANKS: dict = {}
+
+
+def merge_ranks(merges) -> dict[tuple[str, str], int]:
+    """{pair: position of its first occurrence in merges}, built once per merges list (kept by identity:
+    build a new list rather than editing one in place). Example: [("l", "o"), ("lo", "w")] -> {("l", "o"): 0, ("lo", "w"): 1}"""
+    entry = _RANKS.get(id(merges))
+    if entry is None or entry[0] is not merges or entry[1] != len(merges):
+        ranks: dict = {}
+        for i, pair in enumerate(merges):
+            ranks.setdefault(tuple(pair), i)
+        if len(_RANKS) > 32:
+            _RANKS.clear()
+        entry = _RANKS[id(merges)] = (merges, len(merges), ranks)  # holding merges keeps its id unique
+    return entry[2]
 
 
 def apply_bpe(word: str, merges: list[tuple[str, str]]) -> list[str]:
@@ -152,36 +162,15 @@ def apply_bpe(word: str, merges: list[tuple[str, str]]) -> list[str]:
              (l o w e s t</w> -> lo w e s t</w> -> low e s t</w> -> low es t</w>)
     """
     ### BEGIN SOLUTION
-    ranks = _ranks(merges)
-    key = (id(ranks), word)
-    if key in _APPLY_CACHE:
-        return list(_APPLY_CACHE[key])
+    ranks = merge_ranks(merges)  # given: {pair: rank}, computed once per list of merges
     symbols = word_to_symbols(word)
     while len(symbols) > 1:
         pair = min(zip(symbols, symbols[1:]), key=lambda p: ranks.get(p, math.inf))
         if pair not in ranks:
-            break
+            break  # no learned merge applies any more
         symbols = merge_pair(symbols, pair)
-    _APPLY_CACHE[key] = symbols
     return list(symbols)
     ### END SOLUTION
-
-
-_RANKS: dict = {}
-
-
-def _ranks(merges) -> dict:
-    """{pair: position of its first occurrence in merges}, built once per merges list."""
-    entry = _RANKS.get(id(merges))
-    if entry is None or entry[0] is not merges or entry[1] != len(merges):
-        ranks: dict = {}
-        for i, pair in enumerate(merges):
-            ranks.setdefault(tuple(pair), i)
-        if len(_RANKS) > 32:
-            _RANKS.clear()
-            _APPLY_CACHE.clear()
-        entry = _RANKS[id(merges)] = (merges, len(merges), ranks)
-    return entry[2]
 
 
 class BPETokenizer:
@@ -221,8 +210,17 @@ class BPETokenizer:
         return len(self.itos)
 
     def tokenize(self, text: str) -> list[str]:
-        """Subword strings of `text`. Example: "lower" -> ["low", "er</w>"]."""
-        return [s for word in text.split() for s in apply_bpe(word, self.merges)]
+        """Subword strings of `text`, each word segmented once and cached. Example: "lower" -> ["low", "er</w>"]."""
+        cache = self.__dict__.setdefault("_cache", {})
+        if cache.get("merges") is not self.merges:
+            cache.clear()
+            cache["merges"] = self.merges
+        out = []
+        for word in text.split():
+            if word not in cache:
+                cache[word] = apply_bpe(word, self.merges)
+            out.extend(cache[word])
+        return out
 
     def encode(self, text: str) -> list[int]:
         """Subword ids of `text`, no <bos>/<eos>; unknown symbols become <unk> (3)."""

@@ -27,7 +27,7 @@ def test_regenerating_the_stubs_changes_nothing():
 
 
 def defs(source):
-    """{qualified name: (arguments, docstring, body)} of every function and class in `source`."""
+    """{qualified name: (arguments, docstring, body)} of the top-level functions, classes and methods."""
     out = {}
 
     def walk(nodes, prefix=""):
@@ -35,7 +35,8 @@ def defs(source):
             if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
                 args = ast.unparse(node.args) if isinstance(node, ast.FunctionDef) else None
                 out[prefix + node.name] = (args, ast.get_docstring(node), node.body)
-                walk(node.body, prefix + node.name + ".")
+                if isinstance(node, ast.ClassDef):  # methods; what a function defines inside is its body
+                    walk(node.body, prefix + node.name + ".")
     walk(ast.parse(source).body)
     return out
 

@@ -101,8 +101,9 @@ def build(cls, *args, what: str, **kwargs):
     except NotImplementedError:
         raise
     except TypeError as e:
+        about_arguments = "argument" in str(e)
         raise CheckFailure(f"{what}: could not construct it", f"{cls.__name__}({_sig(args, kwargs)}) to work",
-                           f"TypeError: {e}", "keep the signature of the stub") from None
+                           f"TypeError: {e}", "keep the signature of the stub" if about_arguments else None) from None
 
 
 def _sig(args, kwargs):

@@ -1,1 +1,529 @@
-"""Checks for stage08_encoder (to be written)."""
+"""Stage 08: the encoder layer and stack, against nn.TransformerEncoderLayer / nn.TransformerEncoder with
+copied weights, with the classic mistakes named.
+
+The references' parameters are all randomized (LayerNorm weights and every bias included), so that a
+missing, extra or misplaced norm and a swapped sublayer show in the numbers. The learner's modules get
+the reference's weights through the contract's attribute names (self_attn.w_q ..., feed_forward.w_1/w_2,
+sublayers[i].norm), so the checks depend on the layout of this stage only. The wrong variants that
+name a mistake come from a small functional reference written out below from the paper (section 3.1).
+Stages 09 and 10 reuse these helpers.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..core import CheckFailure, register
+from ._util import build, expect_close, expect_shape, seeded
+
+PAD = 0                    # the contract's <pad> id
+D, H, FF = 16, 4, 32       # small sizes: d_model, n_heads, d_ff
+NAMES_HINT = ("name the parts as the contract does (self_attn.w_q, .w_k, .w_v, .w_o; feed_forward.w_1, .w_2; "
+              "sublayers[i].norm.weight and .bias) so that weights can be copied from PyTorch's modules")
+
+
+# ------------------------------------------------------------------------- copying weights in
+def get_path(module, path: str, what: str):
+    """module.a.b.0.c, failing with the contract's names when a step is missing."""
+    obj = module
+    for part in path.split("."):
+        if part.isdigit() and isinstance(obj, (nn.ModuleList, nn.Sequential, list, tuple)):
+            obj = obj[int(part)] if int(part) < len(obj) else None
+        else:
+            obj = getattr(obj, part, None)
+        if obj is None:
+            raise CheckFailure(f"{what}: attribute `{path}`", "it to exist (the contract's attribute names)",
+                               f"no `{part}` there", NAMES_HINT)
+    return obj
+
+
+def copy_into(module, path: str, value: torch.Tensor, what: str) -> None:
+    p = get_path(module, path, what)
+    if not isinstance(p, torch.Tensor) or tuple(p.shape) != tuple(value.shape):
+        got = f"shape {tuple(p.shape)}" if isinstance(p, torch.Tensor) else type(p).__name__
+        raise CheckFailure(f"{what}: `{path}`", f"a tensor of shape {tuple(value.shape)}", got,
+                           "build the parts with the sizes of the contract (nn.Linear(d_model, d_model) for "
+                           "attention, nn.Linear(d_model, d_ff) then nn.Linear(d_ff, d_model), norms of d_model)")
+    with torch.no_grad():
+        p.copy_(value)
+
+
+def copy_mha(module, prefix: str, ref: nn.MultiheadAttention, what: str) -> None:
+    d = ref.embed_dim
+    for i, n in enumerate("qkv"):
+        copy_into(module, f"{prefix}.w_{n}.weight", ref.in_proj_weight[i * d:(i + 1) * d], what)
+        copy_into(module, f"{prefix}.w_{n}.bias", ref.in_proj_bias[i * d:(i + 1) * d], what)
+    copy_into(module, f"{prefix}.w_o.weight", ref.out_proj.weight, what)
+    copy_into(module, f"{prefix}.w_o.bias", ref.out_proj.bias, what)
+
+
+def copy_layer(ours, ref, what: str) -> None:
+    """nn.TransformerEncoderLayer / nn.TransformerDecoderLayer -> the learner's layer, by the contract's names."""
+    copy_mha(ours, "self_attn", ref.self_attn, what)
+    norms = [ref.norm1, ref.norm2]
+    if isinstance(ref, nn.TransformerDecoderLayer):
+        copy_mha(ours, "cross_attn", ref.multihead_attn, what)
+        norms.append(ref.norm3)
+    for name, lin in (("w_1", ref.linear1), ("w_2", ref.linear2)):
+        copy_into(ours, f"feed_forward.{name}.weight", lin.weight, what)
+        copy_into(ours, f"feed_forward.{name}.bias", lin.bias, what)
+    for i, norm in enumerate(norms):
+        copy_into(ours, f"sublayers.{i}.norm.weight", norm.weight, what)
+        copy_into(ours, f"sublayers.{i}.norm.bias", norm.bias, what)
+
+
+def copy_final_norm(ours, ref_norm: nn.LayerNorm, what: str, stack: str, more: str = "") -> None:
+    norm = getattr(ours, "norm", None)
+    if not isinstance(getattr(norm, "weight", None), torch.Tensor) or \
+            not isinstance(getattr(norm, "bias", None), torch.Tensor):
+        raise CheckFailure(f"{what}: `norm` with norm_first=True", "a LayerNorm(d_model) after the last layer",
+                           type(norm).__name__ if norm is not None else "no `norm`",
+                           f"final norm missing in the pre-norm {stack}: each pre-norm layer ends with a residual sum "
+                           f"that is never normalized, so the stack needs its own LayerNorm at the end{more}")
+    copy_into(ours, "norm.weight", ref_norm.weight, what)
+    copy_into(ours, "norm.bias", ref_norm.bias, what)
+
+
+def randomize(module: nn.Module) -> nn.Module:
+    """Every parameter random: matrices ~ N(0, 1/fan_in), biases ~ N(0, 0.2^2), LayerNorm weights in [0.5, 1.5]."""
+    with torch.no_grad():
+        for m in module.modules():
+            for name, p in m.named_parameters(recurse=False):
+                if isinstance(m, nn.LayerNorm) and name == "weight":
+                    p.uniform_(0.5, 1.5)
+                elif p.dim() > 1:
+                    p.normal_(0.0, p.size(-1) ** -0.5)
+                else:
+                    p.normal_(0.0, 0.2)
+    return module
+
+
+# dropout=0.0 and train mode: the same numbers as eval, and PyTorch stays off its fused fast path
+def ref_encoder_layer(norm_first: bool, seed: int) -> nn.TransformerEncoderLayer:
+    with seeded(seed):
+        ref = nn.TransformerEncoderLayer(D, H, FF, dropout=0.0, batch_first=True, norm_first=norm_first)
+        return randomize(ref).train()
+
+
+def ref_encoder(n_layers: int, norm_first: bool, seed: int) -> nn.TransformerEncoder:
+    """nn.TransformerEncoder; its final LayerNorm only for pre-norm (the post-norm paper model has none)."""
+    with seeded(seed):
+        layer = nn.TransformerEncoderLayer(D, H, FF, dropout=0.0, batch_first=True, norm_first=norm_first)
+        ref = nn.TransformerEncoder(layer, n_layers, norm=nn.LayerNorm(D) if norm_first else None,
+                                    enable_nested_tensor=False)
+        return randomize(ref).train()  # the clones start equal: randomize each layer
+
+
+# ------------------------------------------------------------------ a functional reference
+def mha(m: nn.MultiheadAttention, query, key, value, allowed=None):
+    """nn.MultiheadAttention `m`'s weights, written out; `allowed` is bool, True = may attend."""
+    d, h = m.embed_dim, m.num_heads
+
+    def proj(x, i):  # (B, L, d) -> (B, h, L, d_k)
+        B, L, _ = x.shape
+        y = F.linear(x, m.in_proj_weight[i * d:(i + 1) * d], m.in_proj_bias[i * d:(i + 1) * d])
+        return y.view(B, L, h, d // h).transpose(1, 2)
+
+    out = F.scaled_dot_product_attention(proj(query, 0), proj(key, 1), proj(value, 2), attn_mask=allowed)
+    B, _, Lq, _ = out.shape
+    return m.out_proj(out.transpose(1, 2).reshape(B, Lq, d))
+
+
+def ffn(ref, x):
+    return ref.linear2(F.relu(ref.linear1(x)))
+
+
+def sublayer(x, f, norm, mode: str):
+    if mode == "post":                 # the paper: LayerNorm(x + Sublayer(x))
+        return norm(x + f(x))
+    if mode == "pre":                  # x + Sublayer(LayerNorm(x))
+        return x + f(norm(x))
+    if mode == "post-no-residual":
+        return norm(f(x))
+    if mode == "pre-no-residual":
+        return f(norm(x))
+    if mode == "pre-normed-residual":  # the residual taken after the norm
+        n = norm(x)
+        return n + f(n)
+    if mode == "norm-inside":          # x + LayerNorm(Sublayer(x))
+        return x + norm(f(x))
+    raise ValueError(mode)
+
+
+def enc_layer_ref(ref, x, allowed, mode="post", order="af", norms=(0, 1)):
+    """An encoder layer from ref's weights: step k ("a" self-attention, "f" feed-forward) uses norm norms[k]."""
+    parts = {"a": lambda y: mha(ref.self_attn, y, y, y, allowed), "f": lambda y: ffn(ref, y)}
+    ns = (ref.norm1, ref.norm2)
+    for step, k in zip(order, norms):
+        x = sublayer(x, parts[step], ns[k], mode)
+    return x
+
+
+def layer_mistakes(layer_fn, norm_first: bool) -> dict:
+    """The classic mistakes of one layer; layer_fn(mode=..., order=..., norms=...) computes a variant."""
+    out = {}
+    if norm_first:
+        out["norm_first ignored: post-norm LayerNorm(x + sublayer(x)) computed where pre-norm "
+            "x + sublayer(LayerNorm(x)) was asked (pass norm_first on to the sublayer connections)"] = \
+            layer_fn(mode="post")
+        out["pre-norm residual taken after the norm: n = norm(x); n + sublayer(n) instead of "
+            "x + sublayer(norm(x))"] = layer_fn(mode="pre-normed-residual")
+        out["residual connection missing: sublayer(norm(x)) instead of x + sublayer(norm(x))"] = \
+            layer_fn(mode="pre-no-residual")
+    else:
+        out["pre-norm computed where post-norm was asked (norm_first=False is the paper's "
+            "LayerNorm(x + sublayer(x)))"] = layer_fn(mode="pre")
+        out["residual connection missing: LayerNorm(sublayer(x)) instead of LayerNorm(x + sublayer(x))"] = \
+            layer_fn(mode="post-no-residual")
+        out["LayerNorm applied to the sublayer's output only: x + LayerNorm(sublayer(x)) instead of "
+            "LayerNorm(x + sublayer(x))"] = layer_fn(mode="norm-inside")
+    return out
+
+
+def close_at(got, expected, real, what, hint=None, mistakes=None):
+    """expect_close at the real (non-padding) positions only: got and expected (B, L, d), real (B, L) bool.
+    Padding positions are set equal to the expected ones, so indices in the message are (b, position, feature)."""
+    got = expect_shape(got, expected.shape, what, hint)
+    keep = real[..., None]
+
+    def at_real(t):
+        return torch.where(keep, t, expected)
+    expect_close(at_real(got), expected, what + " at the real (non-padding) positions", hint=hint,
+                 mistakes={k: at_real(v) for k, v in (mistakes or {}).items()})
+
+
+def ids_with_lengths(lengths, L, seed, low=4, high=20):
+    with seeded(seed):
+        ids = torch.randint(low, high, (len(lengths), L))
+    for b, n in enumerate(lengths):
+        ids[b, n:] = PAD
+    return ids
+
+
+def key_mask(ids):
+    """(B, L) ids -> (B, 1, 1, L), True at real tokens (may attend)."""
+    return (ids != PAD)[:, None, None, :]
+
+
+def as_module(obj, what):
+    if not isinstance(obj, nn.Module):
+        raise CheckFailure(what, "an nn.Module", type(obj).__name__, "subclass nn.Module and call super().__init__()")
+    return obj
+
+
+def check_parameters_registered(module, parts, what):
+    """Every parameter of `parts` must be among module.parameters() (not hidden in a plain list)."""
+    registered = {id(p) for p in module.parameters()}
+    for name, part in parts:
+        if isinstance(part, nn.Module) and any(id(p) not in registered for p in part.parameters()):
+            raise CheckFailure(f"{what}: parameters of `{name}`", "registered in the module's parameters()",
+                               "missing from parameters()",
+                               f"`{name}` kept in a plain Python list: use nn.ModuleList so that its parameters are "
+                               "registered (trained by the optimizer, moved by .to(device), saved in state_dict)")
+
+
+def check_distinct(parts, what, kind, hint=None):
+    """parts: list of (name, module). No two are the same object or share a parameter tensor."""
+    for i, (na, a) in enumerate(parts):
+        for nb, b in parts[i + 1:]:
+            if a is b:
+                raise CheckFailure(f"{what}: {na} and {nb}", f"two distinct {kind}", "the same object twice",
+                                   hint or f"one {kind[:-1]} object repeated: [Module(...)] * n repeats ONE module "
+                                   "n times; build a new one each time ([Module(...) for _ in range(n)], or "
+                                   "copy.deepcopy)")
+            pa = {p.data_ptr() for p in a.parameters()}
+            if pa & {p.data_ptr() for p in b.parameters()}:
+                raise CheckFailure(f"{what}: {na} and {nb}", f"{kind} with their own parameters",
+                                   "they share parameter tensors",
+                                   hint or f"one set of parameters shared between {kind}: build each with its own "
+                                   "modules")
+
+
+def check_layer_parts(layer, what, cross: bool):
+    """self_attn (+ cross_attn), feed_forward and sublayers with their own norms, by the contract's names."""
+    as_module(layer, what)
+    n_sub = 3 if cross else 2
+    attns = ["self_attn"] + (["cross_attn"] if cross else [])
+    for a in attns:
+        for n in "qkvo":
+            p = get_path(layer, f"{a}.w_{n}.weight", what)
+            expect_shape(p, (D, D), f"{what}: {a}.w_{n}.weight",
+                         "attention projections are nn.Linear(d_model, d_model)")
+    expect_shape(get_path(layer, "feed_forward.w_1.weight", what), (FF, D), f"{what}: feed_forward.w_1.weight",
+                 "feed_forward = PositionwiseFeedForward(d_model, d_ff, dropout): w_1 is nn.Linear(d_model, d_ff)")
+    subs = get_path(layer, "sublayers", what)
+    if not hasattr(subs, "__len__") or len(subs) != n_sub:
+        raise CheckFailure(f"{what}: `sublayers`", f"{n_sub} SublayerConnections",
+                           f"{len(subs) if hasattr(subs, '__len__') else type(subs).__name__}",
+                           "one SublayerConnection per sublayer: " + ("self-attention, cross-attention, feed-forward"
+                                                                      if cross else "self-attention, feed-forward"))
+    for i in range(n_sub):
+        expect_shape(get_path(layer, f"sublayers.{i}.norm.weight", what), (D,), f"{what}: sublayers[{i}].norm.weight")
+    check_distinct([(f"sublayers[{i}]", subs[i]) for i in range(n_sub)], what, "sublayer connections")
+    check_distinct([(f"sublayers[{i}].norm", subs[i].norm) for i in range(n_sub)], what, "LayerNorms")
+    if cross:
+        check_distinct([("self_attn", layer.self_attn), ("cross_attn", layer.cross_attn)], what, "attention modules",
+                       "self_attn and cross_attn are one module (or share weights): build two MultiHeadAttention "
+                       "modules, self-attention and cross-attention learn different projections")
+    check_parameters_registered(layer, [("sublayers", subs[i]) for i in range(n_sub)] +
+                                [(a, getattr(layer, a)) for a in attns + ["feed_forward"]], what)
+
+
+def check_dropout(make, call, what):
+    """make(dropout) -> module; call(module) -> output. Dropout active in train mode, off in eval mode,
+    and the dropout argument used (dropout=0.0 in train mode changes nothing)."""
+    m = make(0.5)
+    m.eval()
+    e1, e2 = call(m), call(m)
+    if not torch.equal(e1, e2):
+        raise CheckFailure(f"{what}, dropout=0.5, in eval mode: two calls", "the same output", "different outputs",
+                           "dropout still active in eval mode: use nn.Dropout modules (they switch off with .eval()), "
+                           "or F.dropout(x, p, training=self.training); modules kept in a plain Python list are "
+                           "not reached by .eval() either")
+    m.train()
+    with seeded(11):
+        t = call(m)
+    if torch.allclose(t, e1):
+        raise CheckFailure(f"{what}, dropout=0.5, in train mode", "an output changed by dropout",
+                           "the same output as in eval mode",
+                           "the dropout argument is not used: pass it on to the sublayer connections, the attention "
+                           "and the feed-forward network")
+    z = make(0.0)
+    z.eval()
+    ze = call(z)
+    z.train()
+    with seeded(12):
+        zt = call(z)
+    if not torch.allclose(zt, ze, atol=1e-6):
+        raise CheckFailure(f"{what}, dropout=0.0, in train mode", "the same output as in eval mode",
+                           "a different output",
+                           "the dropout argument is ignored somewhere (a fixed rate such as 0.1 is used instead)")
+
+
+# ==================================================================================== EncoderLayer
+def _make_layer(EncoderLayer, norm_first=False, dropout=0.0, seed=0):
+    what = f"EncoderLayer({D}, {H}, {FF}, dropout={dropout}, norm_first={norm_first})"
+    with seeded(seed):
+        layer = build(EncoderLayer, D, H, FF, dropout=dropout, norm_first=norm_first, what=what)
+    return as_module(layer, what), what
+
+
+def _layer_vs_torch(EncoderLayer, norm_first, seed, lengths):
+    layer, what = _make_layer(EncoderLayer, norm_first)
+    ref = ref_encoder_layer(norm_first, seed)
+    copy_layer(layer, ref, what)
+    layer.eval()
+    L = max(lengths)
+    ids = ids_with_lengths(lengths, L, seed)
+    with seeded(seed + 100):
+        x = torch.randn(len(lengths), L, D)
+    got = layer(x, key_mask(ids))
+    with torch.no_grad():
+        expected = ref(x, src_key_padding_mask=ids == PAD)
+        def fn(mode="post", order="af", norms=(0, 1), allowed=key_mask(ids)):
+            return enc_layer_ref(ref, x, allowed, mode, order, norms)
+        mistakes = layer_mistakes(fn, norm_first)
+        mode = "pre" if norm_first else "post"
+        mistakes["sublayer order wrong: the feed-forward ran before self-attention (sublayers[0] wraps "
+                 "self-attention, sublayers[1] the feed-forward)"] = fn(mode, "fa", (0, 1))
+        mistakes["the two sublayers' norms swapped: sublayers[0] must wrap self-attention, sublayers[1] the "
+                 "feed-forward"] = fn(mode, "af", (1, 0))
+        mistakes["sublayers[0] used for both sublayers: the feed-forward must go through sublayers[1]"] = \
+            fn(mode, "af", (0, 0))
+        mistakes["one sublayer connection (one LayerNorm) shared by both sublayers: build a new "
+                 "SublayerConnection for each"] = fn(mode, "af", (1, 1))
+        if (ids == PAD).any():
+            mistakes["src_mask not passed to self-attention: the padding positions were attended"] = \
+                fn(mode, allowed=None)
+            mistakes["src_mask not passed to self-attention, and " + (
+                "norm_first ignored" if norm_first else "pre-norm computed")] = \
+                fn("post" if norm_first else "pre", allowed=None)
+    real = ids != PAD
+    close_at(got, expected, real, f"{what}(x, src_mask) vs nn.TransformerEncoderLayer(norm_first={norm_first})",
+             hint=("pre-norm: x = x + dropout(self_attn(norm(x))), then x + dropout(ff(norm(x)))" if norm_first else
+                   "post-norm (the paper): x = norm(x + dropout(self_attn(x))), then norm(x + dropout(ff(x)))"),
+             mistakes=mistakes)
+    return layer, ref, x, ids
+
+
+@register("EncoderLayer", "has self_attn, feed_forward and 2 sublayers, each with its own LayerNorm; keeps the shape")
+def _el_parts(EncoderLayer):
+    layer, what = _make_layer(EncoderLayer)
+    check_layer_parts(layer, what, cross=False)
+    layer.eval()
+    with seeded(1):
+        x = torch.randn(2, 5, D)
+    expect_shape(layer(x, None), (2, 5, D), f"{what}(x of shape (2, 5, {D}), src_mask=None)",
+                 "each sublayer keeps (B, L, d_model); src_mask=None means no mask")
+
+
+@register("EncoderLayer", "post-norm equals nn.TransformerEncoderLayer with the same weights")
+def _el_post(EncoderLayer):
+    _layer_vs_torch(EncoderLayer, False, seed=2, lengths=[6, 6])
+
+
+@register("EncoderLayer", "pre-norm (norm_first=True) equals nn.TransformerEncoderLayer(norm_first=True)")
+def _el_pre(EncoderLayer):
+    _layer_vs_torch(EncoderLayer, True, seed=3, lengths=[5, 5])
+
+
+@register("EncoderLayer", "src_mask hides padding: real positions equal PyTorch's and ignore the padding")
+def _el_padding(EncoderLayer):
+    layer, ref, x, ids = _layer_vs_torch(EncoderLayer, False, seed=4, lengths=[7, 4])
+    x2 = x.clone()
+    with seeded(44):
+        x2[ids == PAD] = torch.randn(int((ids == PAD).sum()), D) * 3
+    real = ids != PAD
+    close_at(layer(x2, key_mask(ids)), layer(x, key_mask(ids)), real,
+             "output after changing only the vectors at padding positions",
+             hint="src_mask not passed to self-attention: padding positions must not change the real ones")
+
+
+@register("EncoderLayer", "uses the dropout argument: active in train mode, off in eval mode")
+def _el_dropout(EncoderLayer):
+    with seeded(5):
+        x = torch.randn(2, 6, D)
+    check_dropout(lambda p: _make_layer(EncoderLayer, dropout=p)[0], lambda m: m(x, None),
+                  f"EncoderLayer({D}, {H}, {FF})")
+
+
+# ========================================================================================= Encoder
+def _make_encoder(Encoder, n_layers, norm_first=False, dropout=0.0, seed=0):
+    what = f"Encoder({D}, {H}, {FF}, {n_layers}, dropout={dropout}, norm_first={norm_first})"
+    with seeded(seed):
+        enc = build(Encoder, D, H, FF, n_layers, dropout=dropout, norm_first=norm_first, what=what)
+    return as_module(enc, what), what
+
+
+def stack_layers(stack, what, n_layers):
+    layers = get_path(stack, "layers", what)
+    if not hasattr(layers, "__len__") or len(layers) != n_layers:
+        raise CheckFailure(f"{what}: `layers`", f"{n_layers} layers",
+                           f"{len(layers) if hasattr(layers, '__len__') else type(layers).__name__}",
+                           "n_layers layers in an nn.ModuleList: [Layer(...) for _ in range(n_layers)]")
+    return layers
+
+
+def check_stack_parts(make, kind):
+    """`layers`: n_layers layers, registered (an nn.ModuleList); `norm`: none in post-norm, a LayerNorm in pre-norm."""
+    for n in (3, 1):
+        stack, what = make(n)
+        layers = stack_layers(stack, what, n)
+        check_parameters_registered(stack, [("layers", layers[i]) for i in range(n)], what)
+    post, what = make(2)
+    if not hasattr(post, "norm"):
+        raise CheckFailure(f"{what}: attribute `norm`", "nn.Identity() in post-norm, a LayerNorm in pre-norm",
+                           "no such attribute", "keep the contract's `norm` attribute")
+    if post.norm is not None and any(True for _ in getattr(post.norm, "parameters", lambda: [])()):
+        raise CheckFailure(f"{what}: `norm` with norm_first=False", "nn.Identity() (no parameters)",
+                           type(post.norm).__name__,
+                           f"final norm present in the post-norm {kind}: each post-norm layer already ends with a "
+                           "LayerNorm; the final LayerNorm belongs to the pre-norm model only")
+    pre, what = make(2, norm_first=True)
+    norm = getattr(pre, "norm", None)
+    if not isinstance(getattr(norm, "weight", None), torch.Tensor) or tuple(norm.weight.shape) != (D,):
+        raise CheckFailure(f"{what}: `norm` with norm_first=True", f"a LayerNorm({D}) after the last layer",
+                           type(norm).__name__ if norm is not None else "no `norm`",
+                           f"final norm missing in the pre-norm {kind}: the last pre-norm layer ends with a residual "
+                           "sum that is never normalized")
+
+
+def check_stack_distinct(make, kind):
+    stack, what = make(3)
+    layers = stack_layers(stack, what, 3)
+    check_distinct([(f"layers[{i}]", layers[i]) for i in range(3)], what, f"{kind} layers")
+
+
+def stack_mistakes(layers, run_layer, final, norm_first, default_norm):
+    """Named wrong stacks. run_layer(ref_layer, x, mode=..., masked=...) -> output (x None: the stack's input);
+    final: the reference's final norm or None."""
+    def chain(mode, masked=lambda i: True, feed="chain", final_norm=final, layers_override=None):
+        h = None
+        out = None
+        for i, lay in enumerate(layers_override or layers):
+            inp = h if (feed == "chain" and h is not None) else None
+            out = run_layer(lay, inp, mode=mode, masked=masked(i))
+            h = out
+            if feed == "first-only":
+                break
+        return final_norm(out) if final_norm is not None else out
+    mode = "pre" if norm_first else "post"
+    m = {}
+    if norm_first:
+        m["final norm missing in pre-norm: apply `norm` (a LayerNorm) to the last layer's output"] = \
+            chain(mode, final_norm=None)
+        m["norm_first not passed on to the layers: post-norm layers were built"] = chain("post")
+    else:
+        m["final norm present in post-norm: a LayerNorm after the last layer (norm must be the identity when "
+          "norm_first=False)"] = default_norm(chain(mode))
+        m["norm_first ignored: pre-norm layers were built where post-norm was asked"] = chain("pre")
+    m["one layer object repeated n times (nn.ModuleList([layer] * n)): every layer is the same module; build a "
+      "new layer each time"] = chain(mode, layers_override=[layers[-1]] * len(layers))
+    m["each layer applied to the stack's input instead of the previous layer's output"] = chain(mode, feed="input")
+    m["only the first layer applied (a return inside the loop?)"] = chain(mode, feed="first-only")
+    m["the mask is not passed to the layers"] = chain(mode, masked=lambda i: False)
+    m["the mask is passed to the first layer only"] = chain(mode, masked=lambda i: i == 0)
+    return m
+
+
+def default_layer_norm(x):
+    return F.layer_norm(x, (x.size(-1),))
+
+
+def _encoder_vs_torch(Encoder, norm_first, seed, lengths, n_layers=2):
+    enc, what = _make_encoder(Encoder, n_layers, norm_first)
+    ref = ref_encoder(n_layers, norm_first, seed)
+    layers = stack_layers(enc, what, n_layers)
+    for i in range(n_layers):
+        copy_layer(layers[i], ref.layers[i], f"{what}.layers[{i}]")
+    if norm_first:
+        copy_final_norm(enc, ref.norm, what, "encoder")
+    enc.eval()
+    L = max(lengths)
+    ids = ids_with_lengths(lengths, L, seed)
+    with seeded(seed + 100):
+        x = torch.randn(len(lengths), L, D)
+    got = enc(x, key_mask(ids))
+    with torch.no_grad():
+        expected = ref(x, src_key_padding_mask=ids == PAD)
+
+        def run_layer(lay, inp, mode, masked):
+            return enc_layer_ref(lay, x if inp is None else inp, key_mask(ids) if masked else None, mode)
+        mistakes = stack_mistakes(list(ref.layers), run_layer, ref.norm, norm_first, default_layer_norm)
+    close_at(got, expected, ids != PAD,
+             f"{what}(x, src_mask) vs nn.TransformerEncoder({'with' if norm_first else 'without'} a final LayerNorm)",
+             hint="x = layer(x, src_mask) for each layer in turn, then self.norm(x) (a LayerNorm in pre-norm, "
+                  "the identity in post-norm)", mistakes=mistakes)
+    return enc, x, ids
+
+
+@register("Encoder", "has n_layers layers in an nn.ModuleList, and `norm` only in pre-norm")
+def _enc_parts(Encoder):
+    check_stack_parts(lambda n, norm_first=False: _make_encoder(Encoder, n, norm_first), "encoder")
+
+
+@register("Encoder", "its layers are distinct, each with its own parameters")
+def _enc_distinct(Encoder):
+    check_stack_distinct(lambda n: _make_encoder(Encoder, n), "encoder")
+
+
+@register("Encoder", "post-norm stack equals nn.TransformerEncoder without a final norm")
+def _enc_post(Encoder):
+    _encoder_vs_torch(Encoder, False, seed=6, lengths=[6, 6])
+
+
+@register("Encoder", "pre-norm stack equals nn.TransformerEncoder(norm_first=True) with its final LayerNorm")
+def _enc_pre(Encoder):
+    _encoder_vs_torch(Encoder, True, seed=7, lengths=[5, 5])
+
+
+@register("Encoder", "src_mask reaches every layer: padding changes nothing at real positions")
+def _enc_padding(Encoder):
+    enc, x, ids = _encoder_vs_torch(Encoder, False, seed=8, lengths=[7, 3])
+    x2 = x.clone()
+    with seeded(88):
+        x2[ids == PAD] = torch.randn(int((ids == PAD).sum()), D) * 3
+    close_at(enc(x2, key_mask(ids)), enc(x, key_mask(ids)), ids != PAD,
+             "output after changing only the vectors at padding positions",
+             hint="pass src_mask to every layer: padding positions must not change the real ones")

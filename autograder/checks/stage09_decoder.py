@@ -1,1 +1,291 @@
-"""Checks for stage09_decoder (to be written)."""
+"""Stage 09: the decoder layer and stack, against nn.TransformerDecoderLayer / nn.TransformerDecoder with
+copied weights (all parameters randomized, LayerNorms included), and by properties: a later target token
+never changes an earlier output, source padding never changes anything. Classic mistakes are named."""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from ..core import CheckFailure, register
+from ._util import build, close, expect_shape, seeded
+from .stage08_encoder import (D, FF, H, PAD, as_module, check_dropout, check_layer_parts,
+                              check_stack_distinct, check_stack_parts, close_at, copy_final_norm, copy_layer,
+                              default_layer_norm, ffn, ids_with_lengths, key_mask, layer_mistakes, mha, randomize,
+                              stack_layers, stack_mistakes, sublayer)
+
+
+def causal(L):
+    """(1, 1, L, L), True on and below the diagonal (may attend)."""
+    return torch.ones(L, L, dtype=torch.bool).tril()[None, None]
+
+
+def everything(B, Ls):
+    """(B, 1, 1, Ls) all True: a source without padding."""
+    return torch.ones(B, 1, 1, Ls, dtype=torch.bool)
+
+
+def tgt_mask_of(ids):
+    """(B, 1, Lt, Lt): causal and not a padding key."""
+    return causal(ids.size(1)) & key_mask(ids)
+
+
+def ref_decoder_layer(norm_first: bool, seed: int) -> nn.TransformerDecoderLayer:
+    with seeded(seed):
+        ref = nn.TransformerDecoderLayer(D, H, FF, dropout=0.0, batch_first=True, norm_first=norm_first)
+        return randomize(ref).train()  # dropout=0.0: train mode computes what eval does, off the fast path
+
+
+def ref_decoder(n_layers: int, norm_first: bool, seed: int) -> nn.TransformerDecoder:
+    """nn.TransformerDecoder; its final LayerNorm only for pre-norm (the post-norm paper model has none)."""
+    with seeded(seed):
+        layer = nn.TransformerDecoderLayer(D, H, FF, dropout=0.0, batch_first=True, norm_first=norm_first)
+        ref = nn.TransformerDecoder(layer, n_layers, norm=nn.LayerNorm(D) if norm_first else None)
+        return randomize(ref).train()
+
+
+def run_ref_decoder(ref, x, memory, src_ids, tgt_ids):
+    """PyTorch's masks are True where attending is NOT allowed."""
+    Lt = x.size(1)
+    with torch.no_grad():
+        return ref(x, memory, tgt_mask=~torch.ones(Lt, Lt, dtype=torch.bool).tril(),
+                   tgt_key_padding_mask=tgt_ids == PAD, memory_key_padding_mask=src_ids == PAD)
+
+
+def dec_layer_ref(ref, x, memory, self_allowed, cross_allowed, mode="post", order="scf", norms=(0, 1, 2), kv="memory"):
+    """A decoder layer from ref's weights, written out; step k ("s" self-attention, "c" cross-attention,
+    "f" feed-forward) uses norm norms[k]. kv says where cross-attention takes its keys and values."""
+    def cross(y):
+        if kv == "memory":
+            return mha(ref.multihead_attn, y, memory, memory, cross_allowed)
+        if kv == "x":
+            return mha(ref.multihead_attn, y, y, y, cross_allowed)
+        if kv == "k=x":
+            return mha(ref.multihead_attn, y, y, memory, cross_allowed)
+        if kv == "v=x":
+            return mha(ref.multihead_attn, y, memory, y, cross_allowed)
+        if kv == "q=memory":
+            return mha(ref.multihead_attn, memory, y, y, cross_allowed)
+        raise ValueError(kv)
+    parts = {"s": lambda y: mha(ref.self_attn, y, y, y, self_allowed), "c": cross, "f": lambda y: ffn(ref, y)}
+    ns = (ref.norm1, ref.norm2, ref.norm3)
+    for step, k in zip(order, norms):
+        x = sublayer(x, parts[step], ns[k], mode)
+    return x
+
+
+def _inputs(seed, tgt_lengths, src_lengths):
+    Lt, Ls = max(tgt_lengths), max(src_lengths)
+    tgt, src = ids_with_lengths(tgt_lengths, Lt, seed), ids_with_lengths(src_lengths, Ls, seed + 1)
+    with seeded(seed + 100):
+        x, memory = torch.randn(len(tgt_lengths), Lt, D), torch.randn(len(src_lengths), Ls, D)
+    return x, memory, src, tgt
+
+
+# ==================================================================================== DecoderLayer
+def _make_layer(DecoderLayer, norm_first=False, dropout=0.0, seed=0):
+    what = f"DecoderLayer({D}, {H}, {FF}, dropout={dropout}, norm_first={norm_first})"
+    with seeded(seed):
+        layer = build(DecoderLayer, D, H, FF, dropout=dropout, norm_first=norm_first, what=what)
+    return as_module(layer, what), what
+
+
+def _layer_vs_torch(DecoderLayer, norm_first, seed, tgt_lengths, src_lengths, extra=True):
+    layer, what = _make_layer(DecoderLayer, norm_first)
+    ref = ref_decoder_layer(norm_first, seed)
+    copy_layer(layer, ref, what)
+    layer.eval()
+    x, memory, src, tgt = _inputs(seed, tgt_lengths, src_lengths)
+    got = layer(x, memory, key_mask(src), tgt_mask_of(tgt))
+    expected = run_ref_decoder(ref, x, memory, src, tgt)
+    with torch.no_grad():
+        def fn(mode="post" if not norm_first else "pre", order="scf", norms=(0, 1, 2), kv="memory",
+               self_allowed=tgt_mask_of(tgt), cross_allowed=key_mask(src)):
+            return dec_layer_ref(ref, x, memory, self_allowed, cross_allowed, mode, order, norms, kv)
+        mistakes = layer_mistakes(fn, norm_first)
+        mistakes.update({
+            "sublayer order wrong: cross-attention ran before self-attention (self-attention, cross-attention, "
+            "feed-forward, in sublayers[0], [1], [2])": fn(order="csf"),
+            "sublayer order wrong: the feed-forward ran first": fn(order="fsc"),
+            "the sublayers' norms mixed up: sublayers[0] wraps self-attention, [1] cross-attention, [2] the "
+            "feed-forward": fn(norms=(1, 0, 2)),
+            "decoder self-attention without the causal mask (only padding hidden): a position sees later "
+            "target tokens": fn(self_allowed=key_mask(tgt)),
+            "tgt_mask not passed to self-attention: no causal mask, no target padding mask": fn(self_allowed=None),
+            "cross-attention without the source padding mask (src_mask): the memory's padding was attended":
+                fn(cross_allowed=None),
+        })
+        if x.size(1) == memory.size(1):
+            mistakes.update({
+                "cross-attention keys and values taken from the decoder (x) instead of the memory":
+                    fn(kv="x"),
+                "cross-attention keys and values taken from the decoder (x) instead of the memory, without a mask":
+                    fn(kv="x", cross_allowed=None),
+                "cross-attention keys taken from the decoder (x): keys and values both come from the memory":
+                    fn(kv="k=x"),
+                "cross-attention values taken from the decoder (x): keys and values both come from the memory":
+                    fn(kv="v=x"),
+                "cross-attention roles swapped: the queries come from the decoder, keys and values from the memory":
+                    fn(kv="q=memory"),
+            })
+    close_at(got, expected, tgt != PAD,
+             f"{what}(x, memory, src_mask, tgt_mask) vs nn.TransformerDecoderLayer(norm_first={norm_first})",
+             hint=("self-attention(x, x, x, tgt_mask), then cross-attention(x, memory, memory, src_mask), then the "
+                   "feed-forward, each in its sublayer connection"), mistakes=mistakes)
+    return layer, x, memory, src, tgt
+
+
+@register("DecoderLayer", "has self_attn, cross_attn, feed_forward and 3 sublayers, each its own; keeps the shape")
+def _dl_parts(DecoderLayer):
+    layer, what = _make_layer(DecoderLayer)
+    check_layer_parts(layer, what, cross=True)
+    layer.eval()
+    with seeded(1):
+        x, memory = torch.randn(2, 5, D), torch.randn(2, 7, D)
+    expect_shape(layer(x, memory, everything(2, 7), causal(5)), (2, 5, D),
+                 f"{what}(x (2, 5, {D}), memory (2, 7, {D}), src_mask, tgt_mask=causal)",
+                 "the output has the target's length: queries come from x, keys and values from memory")
+
+
+@register("DecoderLayer", "post-norm equals nn.TransformerDecoderLayer with the same weights and masks")
+def _dl_post(DecoderLayer):
+    _layer_vs_torch(DecoderLayer, False, seed=2, tgt_lengths=[5, 3], src_lengths=[7, 4])
+
+
+@register("DecoderLayer", "pre-norm (norm_first=True) equals nn.TransformerDecoderLayer(norm_first=True)")
+def _dl_pre(DecoderLayer):
+    _layer_vs_torch(DecoderLayer, True, seed=3, tgt_lengths=[5, 4], src_lengths=[6, 3])
+
+
+@register("DecoderLayer", "self-attention is causal: a later target token never changes earlier outputs")
+def _dl_causal(DecoderLayer):
+    layer, what = _make_layer(DecoderLayer, seed=4)
+    layer.eval()
+    with seeded(4):
+        x, memory = torch.randn(2, 6, D), torch.randn(2, 4, D)
+    x2 = x.clone()
+    x2[:, -1] = x2[:, -1] * -2 + 1
+    a = layer(x, memory, everything(2, 4), causal(6))
+    b = layer(x2, memory, everything(2, 4), causal(6))
+    expect_shape(a, (2, 6, D), what)
+    if not close(b[:, :-1], a[:, :-1]):
+        raise CheckFailure(f"{what}: outputs at positions 0..4 after changing only the target at position 5",
+                           "unchanged", "changed",
+                           "decoder self-attention without the causal mask: pass tgt_mask to self-attention "
+                           "(self_attn(x, x, x, tgt_mask)) so that a position never sees later target tokens; and "
+                           "cross-attention reads the memory (cross_attn(x, memory, memory, src_mask)), never x")
+
+
+@register("DecoderLayer", "cross-attention: keys and values from the memory, queries from the decoder")
+def _dl_cross(DecoderLayer):
+    layer, what = _make_layer(DecoderLayer, seed=5)
+    layer.eval()
+    with seeded(5):
+        x, memory = torch.randn(2, 5, D), torch.randn(2, 5, D)
+    a = layer(x, memory, everything(2, 5), causal(5))
+    b = layer(x, memory * -1.5 + 0.5, everything(2, 5), causal(5))
+    if close(a, b):
+        raise CheckFailure(f"{what}: output after changing the memory", "a different output", "the same output",
+                           "cross-attention keys and values taken from the decoder instead of the memory: "
+                           "cross_attn(x, memory, memory, src_mask)")
+    _layer_vs_torch(DecoderLayer, False, seed=5, tgt_lengths=[5, 5], src_lengths=[5, 3])
+
+
+@register("DecoderLayer", "src_mask hides the source padding in cross-attention")
+def _dl_src_padding(DecoderLayer):
+    layer, x, memory, src, tgt = _layer_vs_torch(DecoderLayer, False, seed=6, tgt_lengths=[4, 4], src_lengths=[6, 2])
+    m2 = memory.clone()
+    with seeded(66):
+        m2[src == PAD] = torch.randn(int((src == PAD).sum()), D) * 3
+    close_at(layer(x, m2, key_mask(src), tgt_mask_of(tgt)), layer(x, memory, key_mask(src), tgt_mask_of(tgt)),
+             tgt != PAD, "output after changing only the memory at the source's padding positions",
+             hint="cross-attention without the source padding mask: cross_attn(x, memory, memory, src_mask)")
+
+
+@register("DecoderLayer", "uses the dropout argument: active in train mode, off in eval mode")
+def _dl_dropout(DecoderLayer):
+    with seeded(7):
+        x, memory = torch.randn(2, 5, D), torch.randn(2, 6, D)
+    check_dropout(lambda p: _make_layer(DecoderLayer, dropout=p)[0],
+                  lambda m: m(x, memory, everything(2, 6), causal(5)),
+                  f"DecoderLayer({D}, {H}, {FF})")
+
+
+# ========================================================================================= Decoder
+def _make_decoder(Decoder, n_layers, norm_first=False, dropout=0.0, seed=0):
+    what = f"Decoder({D}, {H}, {FF}, {n_layers}, dropout={dropout}, norm_first={norm_first})"
+    with seeded(seed):
+        dec = build(Decoder, D, H, FF, n_layers, dropout=dropout, norm_first=norm_first, what=what)
+    return as_module(dec, what), what
+
+
+def _decoder_vs_torch(Decoder, norm_first, seed, tgt_lengths, src_lengths, n_layers=2):
+    dec, what = _make_decoder(Decoder, n_layers, norm_first)
+    ref = ref_decoder(n_layers, norm_first, seed)
+    layers = stack_layers(dec, what, n_layers)
+    for i in range(n_layers):
+        copy_layer(layers[i], ref.layers[i], f"{what}.layers[{i}]")
+    if norm_first:
+        copy_final_norm(dec, ref.norm, what, "decoder")
+    dec.eval()
+    x, memory, src, tgt = _inputs(seed, tgt_lengths, src_lengths)
+    got = dec(x, memory, key_mask(src), tgt_mask_of(tgt))
+    expected = run_ref_decoder(ref, x, memory, src, tgt)
+    mode = "pre" if norm_first else "post"
+    with torch.no_grad():
+        def run_layer(lay, inp, mode, masked, self_allowed=tgt_mask_of(tgt), cross_allowed=key_mask(src),
+                      mem=memory):
+            return dec_layer_ref(lay, x if inp is None else inp, mem, self_allowed if masked else None,
+                                 cross_allowed if masked else None, mode)
+        layers_ref = list(ref.layers)
+        mistakes = stack_mistakes(layers_ref, run_layer, ref.norm, norm_first, default_layer_norm)
+
+        def chain(**kw):
+            h = x
+            for lay in layers_ref:
+                h = run_layer(lay, h, mode, True, **kw)
+            return ref.norm(h) if ref.norm is not None else h
+        mistakes["tgt_mask not passed on: the layers' self-attention is not causal"] = chain(self_allowed=None)
+        mistakes["src_mask not passed on: cross-attention attended the source padding"] = chain(cross_allowed=None)
+    close_at(got, expected, tgt != PAD,
+             f"{what}(x, memory, src_mask, tgt_mask) vs nn.TransformerDecoder"
+             f"({'with' if norm_first else 'without'} a final LayerNorm)",
+             hint="x = layer(x, memory, src_mask, tgt_mask) for each layer in turn (the same memory for all), "
+                  "then self.norm(x) (a LayerNorm in pre-norm, the identity in post-norm)", mistakes=mistakes)
+    return dec, x, memory, src, tgt
+
+
+@register("Decoder", "has n_layers layers in an nn.ModuleList, and `norm` only in pre-norm")
+def _dec_parts(Decoder):
+    check_stack_parts(lambda n, norm_first=False: _make_decoder(Decoder, n, norm_first), "decoder")
+
+
+@register("Decoder", "its layers are distinct, each with its own parameters")
+def _dec_distinct(Decoder):
+    check_stack_distinct(lambda n: _make_decoder(Decoder, n), "decoder")
+
+
+@register("Decoder", "post-norm stack equals nn.TransformerDecoder without a final norm")
+def _dec_post(Decoder):
+    _decoder_vs_torch(Decoder, False, seed=8, tgt_lengths=[5, 3], src_lengths=[6, 4])
+
+
+@register("Decoder", "pre-norm stack equals nn.TransformerDecoder(norm_first=True) with its final LayerNorm")
+def _dec_pre(Decoder):
+    _decoder_vs_torch(Decoder, True, seed=9, tgt_lengths=[4, 4], src_lengths=[5, 3])
+
+
+@register("Decoder", "masks reach every layer: no future target token, no source padding changes an output")
+def _dec_masks(Decoder):
+    dec, x, memory, src, tgt = _decoder_vs_torch(Decoder, False, seed=10, tgt_lengths=[5, 5], src_lengths=[6, 2])
+    sm, tm, what = key_mask(src), tgt_mask_of(tgt), f"Decoder({D}, {H}, {FF}, 2, dropout=0.0)"
+    a = dec(x, memory, sm, tm)
+    x2 = x.clone()
+    x2[:, -1] = x2[:, -1] * -2 + 1
+    if not close(dec(x2, memory, sm, tm)[:, :-1], a[:, :-1]):
+        raise CheckFailure(f"{what}: outputs at positions 0..3 after changing only the target at position 4",
+                           "unchanged", "changed", "tgt_mask not passed to every layer: a position saw a later token")
+    m2 = memory.clone()
+    with seeded(1010):
+        m2[src == PAD] = torch.randn(int((src == PAD).sum()), D) * 3
+    close_at(dec(x, m2, sm, tm), a, tgt != PAD, "output after changing only the memory at source padding positions",
+             hint="src_mask not passed to every layer's cross-attention")

@@ -1,1 +1,388 @@
-"""Checks for stage10_output_projection (to be written)."""
+"""Stage 10: the whole model. Its parts and weight tying by identity; what encode and decode feed their
+stacks (embedding * sqrt(d_model) + the sinusoidal table, written out here from the paper's formula);
+the whole model against nn.Transformer with copied weights (post-norm and pre-norm); and forward as
+generator(decode(tgt_in, encode(src))) with unscaled logits. Classic mistakes are named."""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..core import CheckFailure, register
+from ._util import build, expect_close, expect_raises, expect_shape, seeded
+from .stage08_encoder import (D, FF, H, PAD, as_module, close_at, copy_final_norm, copy_layer, default_layer_norm,
+                              get_path, randomize, stack_layers)
+
+BOS = 1
+V_SRC, V_TGT, N = 23, 19, 2   # different vocabulary sizes, neither equal to d_model
+NOT_SCALED = "embeddings not scaled by sqrt(d_model): use the TokenEmbedding (embedding(ids) * sqrt(d_model))"
+
+
+def sinusoid(L, d):
+    """PE[pos, 2i] = sin(pos / 10000^(2i/d)), PE[pos, 2i+1] = cos(pos / 10000^(2i/d)) (paper, section 3.5)."""
+    pos = torch.arange(L, dtype=torch.float64)[:, None]
+    angle = pos / torch.pow(10000.0, torch.arange(0, d, 2, dtype=torch.float64) / d)   # (L, d/2)
+    return torch.stack([angle.sin(), angle.cos()], dim=-1).reshape(L, d).float()     # sin, cos interleaved
+
+
+def _make(Transformer, V_src=V_SRC, V_tgt=V_TGT, seed=0, **kw):
+    args = dict(d_model=D, n_heads=H, n_layers=N, d_ff=FF, dropout=0.0)
+    args.update(kw)
+    what = f"Transformer({V_src}, {V_tgt}, " + ", ".join(f"{k}={v}" for k, v in args.items()) + ")"
+    with seeded(seed):
+        model = build(Transformer, V_src, V_tgt, what=what, **args)
+    return as_module(model, what), what
+
+
+def _embedding_weight(model, side, what):
+    w = get_path(model, f"{side}_embed.embedding.weight", what)
+    if not isinstance(w, torch.Tensor):
+        raise CheckFailure(f"{what}: {side}_embed.embedding.weight", "a tensor", type(w).__name__,
+                           f"{side}_embed is a TokenEmbedding whose `embedding` is an nn.Embedding")
+    return w
+
+
+def _batch(seed=0, src_lengths=(6, 4), tgt_lengths=(5, 3)):
+    """src ids valid in both vocabularies (so using the wrong embedding gives numbers, not an error)."""
+    with seeded(seed):
+        src = torch.randint(4, min(V_SRC, V_TGT), (len(src_lengths), max(src_lengths)))
+        tgt = torch.randint(4, V_TGT, (len(tgt_lengths), max(tgt_lengths)))
+    tgt[:, 0] = BOS
+    for ids, lengths in ((src, src_lengths), (tgt, tgt_lengths)):
+        for b, n in enumerate(lengths):
+            ids[b, n:] = PAD
+    sm = (src != PAD)[:, None, None, :]                                                     # (B, 1, 1, Ls)
+    tm = torch.ones(tgt.size(1), tgt.size(1), dtype=torch.bool).tril() & (tgt != PAD)[:, None, None, :]  # (B,1,Lt,Lt)
+    return src, tgt, sm, tm
+
+
+def _inputs(model, ids, side, what):
+    """What the stack should get, and the classic wrong variants."""
+    w = _embedding_weight(model, side, what).detach()
+    other = _embedding_weight(model, "tgt" if side == "src" else "src", what).detach()
+    e = w[ids]
+    pe = sinusoid(ids.size(1), D)
+    right = e * math.sqrt(D) + pe
+    stack = "encoder" if side == "src" else "decoder"
+    wrong = {
+        NOT_SCALED: e + pe,
+        "embeddings scaled twice: TokenEmbedding already multiplies by sqrt(d_model)": e * D + pe,
+        "embeddings divided by sqrt(d_model) instead of multiplied": e / math.sqrt(D) + pe,
+        f"positional encoding not applied to the {stack} input: positional(embed(ids))": e * math.sqrt(D),
+        "positional encoding scaled with the embeddings: add it after the sqrt(d_model) scale":
+            (e + pe) * math.sqrt(D),
+    }
+    if other is not w and int(ids.max()) < other.size(0):
+        name = "target" if side == "src" else "source"
+        wrong[f"the {name} embedding used for the {'source' if side == 'src' else 'target'}"] = \
+            other[ids] * math.sqrt(D) + pe
+    return right, wrong
+
+
+class _Recorder(nn.Module):
+    """Stands in for the encoder or decoder: returns its input and remembers the arguments."""
+
+    def __init__(self):
+        super().__init__()
+        self.layers, self.norm, self.calls = nn.ModuleList(), nn.Identity(), []
+
+    def forward(self, x, *args, **kwargs):
+        self.calls.append((x, args, kwargs))
+        return x
+
+
+def _argument(call, index, names):
+    _, args, kwargs = call
+    for n in names:
+        if n in kwargs:
+            return kwargs[n]
+    return args[index] if len(args) > index else None
+
+
+def _copy_stacks(model, what, norm_first, seed):
+    """A randomized nn.Transformer; its stacks copied into the model. Returns it."""
+    with seeded(seed):
+        enc = nn.TransformerEncoder(
+            nn.TransformerEncoderLayer(D, H, FF, dropout=0.0, batch_first=True, norm_first=norm_first), N,
+            norm=nn.LayerNorm(D) if norm_first else None, enable_nested_tensor=False)
+        dec = nn.TransformerDecoder(
+            nn.TransformerDecoderLayer(D, H, FF, dropout=0.0, batch_first=True, norm_first=norm_first), N,
+            norm=nn.LayerNorm(D) if norm_first else None)  # the post-norm paper model has no final norms
+        ref = nn.Transformer(D, H, custom_encoder=enc, custom_decoder=dec, dropout=0.0, batch_first=True)
+        randomize(ref).train()  # dropout=0.0: train mode computes what eval does, off PyTorch's fast path
+    for stack, theirs in (("encoder", ref.encoder), ("decoder", ref.decoder)):
+        mine = get_path(model, stack, what)
+        layers = stack_layers(mine, f"{what}.{stack}", N)
+        for i in range(N):
+            copy_layer(layers[i], theirs.layers[i], f"{what}.{stack}.layers[{i}]")
+        if norm_first:
+            copy_final_norm(mine, theirs.norm, f"{what}.{stack}", stack,
+                            " (is norm_first passed on to the Encoder and the Decoder?)")
+    return ref
+
+
+def _generator(model, what):
+    gen = get_path(model, "generator", what)
+    if not isinstance(gen, nn.Linear):
+        raise CheckFailure(f"{what}: `generator`", f"nn.Linear({D}, tgt_vocab_size)", type(gen).__name__,
+                           "the output projection is a plain nn.Linear(d_model, tgt_vocab_size)")
+    return lambda h: F.linear(h, gen.weight, gen.bias)
+
+
+def _logit_mistakes(logits):
+    return {"logits multiplied by sqrt(d_model): the projection is not scaled (only the embeddings are)":
+            logits * math.sqrt(D),
+            "logits divided by sqrt(d_model): the projection is not scaled (only the embeddings are)":
+            logits / math.sqrt(D),
+            "forward returns log-probabilities: return the logits, the (log-)softmax is left to the loss":
+            torch.log_softmax(logits, -1),
+            "forward returns probabilities: return the logits, the softmax is left to the loss":
+            torch.softmax(logits, -1)}
+
+
+def _vs_torch(Transformer, norm_first, seed):
+    model, what = _make(Transformer, norm_first=norm_first, seed=seed)
+    ref = _copy_stacks(model, what, norm_first, seed)
+    model.eval()
+    src, tgt, sm, tm = _batch(seed)
+    gen = _generator(model, what)
+    with torch.no_grad():
+        s_in, s_wrong = _inputs(model, src, "src", what)
+        t_in, t_wrong = _inputs(model, tgt, "tgt", what)
+        pad_s, pad_t = src == PAD, tgt == PAD
+        causal_not = ~torch.ones(tgt.size(1), tgt.size(1), dtype=torch.bool).tril()  # PyTorch: True = NOT allowed
+
+        def encode(s, final=True):
+            return ref.encoder(s, src_key_padding_mask=pad_s) if final else _no_final(ref.encoder, s, pad_s)
+
+        def full(s, t, final=True, extra_norm=False, cross_mask=True):
+            memory = encode(s, final)
+            if extra_norm:
+                memory = default_layer_norm(memory)
+            h = t
+            for layer in ref.decoder.layers:
+                h = layer(h, memory, tgt_mask=causal_not, tgt_key_padding_mask=pad_t,
+                          memory_key_padding_mask=pad_s if cross_mask else None)
+            if final and ref.decoder.norm is not None:
+                h = ref.decoder.norm(h)
+            return gen(default_layer_norm(h) if extra_norm else h)
+        memory = encode(s_in)
+        enc_mistakes = {k: encode(v) for k, v in s_wrong.items()}
+        enc_mistakes["src_mask not passed on to the encoder: the source padding was attended"] = ref.encoder(s_in)
+        if not norm_first:
+            enc_mistakes["final norm present in the post-norm encoder: norm must be the identity"] = \
+                default_layer_norm(memory)
+        else:
+            enc_mistakes["final norm missing in the pre-norm encoder: apply its LayerNorm after the last layer"] = \
+                encode(s_in, final=False)
+    close_at(model.encode(src, sm), memory, src != PAD,
+             f"{what}.encode(src, src_mask) vs nn.TransformerEncoder on embedding * sqrt(d_model) + PE",
+             hint="encode(src) = encoder(positional(src_embed(src)), src_mask)", mistakes=enc_mistakes)
+    with torch.no_grad():
+        out = ref(s_in, t_in, tgt_mask=causal_not, src_key_padding_mask=pad_s, tgt_key_padding_mask=pad_t,
+                  memory_key_padding_mask=pad_s)  # nn.Transformer itself: the reference
+        expected = gen(out)
+        mistakes = _logit_mistakes(expected)
+        for k, v in t_wrong.items():
+            mistakes[k] = full(s_in, v)
+        mistakes[NOT_SCALED + " (source and target)"] = full(s_wrong[NOT_SCALED], t_wrong[NOT_SCALED])
+        mistakes["src_mask not passed on to decode: cross-attention attended the source padding"] = \
+            full(s_in, t_in, cross_mask=False)
+        if norm_first:
+            mistakes["final norms missing in the pre-norm encoder and decoder"] = full(s_in, t_in, final=False)
+        else:
+            mistakes["final norms present in the post-norm encoder and decoder: norm must be the identity"] = \
+                full(s_in, t_in, extra_norm=True)
+    close_at(model(src, tgt, sm, tm), expected, tgt != PAD,
+             f"{what}(src, tgt_in, src_mask, tgt_mask) vs generator(nn.Transformer(...)) with the same weights",
+             hint="forward = generator(decode(tgt_in, encode(src, src_mask), src_mask, tgt_mask))", mistakes=mistakes)
+
+
+def _no_final(enc, s, pad):
+    h = s
+    for layer in enc.layers:
+        h = layer(h, src_key_padding_mask=pad)
+    return h
+
+
+@register("Transformer", "has src_embed, tgt_embed, positional, encoder, decoder, generator, built from its arguments")
+def _parts(Transformer):
+    model, what = _make(Transformer, max_len=12)
+    for side, V in (("src", V_SRC), ("tgt", V_TGT)):
+        emb = get_path(model, f"{side}_embed.embedding", what)
+        if not isinstance(emb, nn.Embedding):
+            raise CheckFailure(f"{what}: {side}_embed.embedding", "an nn.Embedding", type(emb).__name__,
+                               f"{side}_embed = TokenEmbedding({side}_vocab_size, d_model)")
+        expect_shape(emb.weight, (V, D), f"{what}: {side}_embed.embedding.weight",
+                     f"{side}_embed = TokenEmbedding({side}_vocab_size, d_model): one row per {side} token")
+    as_module(get_path(model, "positional", what), f"{what}: positional")
+    for stack in ("encoder", "decoder"):
+        layers = stack_layers(get_path(model, stack, what), f"{what}.{stack}", N)
+        expect_shape(get_path(layers[0], "feed_forward.w_1.weight", f"{what}.{stack}.layers[0]"), (FF, D),
+                     f"{what}: {stack}.layers[0].feed_forward.w_1.weight", "pass d_ff on to the stacks")
+    gen = get_path(model, "generator", what)
+    if not isinstance(gen, nn.Linear) or gen.in_features != D or gen.out_features != V_TGT:
+        raise CheckFailure(f"{what}: `generator`", f"nn.Linear({D}, {V_TGT}) (d_model -> tgt_vocab_size)",
+                           f"nn.Linear({gen.in_features}, {gen.out_features})" if isinstance(gen, nn.Linear)
+                           else type(gen).__name__,
+                           "the projection maps each decoder state to one score per TARGET token")
+    src, tgt, sm, tm = _batch(1)
+    model.eval()
+    expected = model(src, tgt, sm, tm)
+    model.train()
+    with seeded(2):
+        trained = model(src, tgt, sm, tm)
+    if not torch.allclose(trained, expected, atol=1e-5):
+        raise CheckFailure(f"{what} in train mode", "the same logits as in eval mode (dropout=0.0)",
+                           "different logits", "the dropout argument is not passed on to every part "
+                                               "(the positional encoding, the encoder, the decoder)")
+    long = torch.full((1, 13), 5)
+    expect_raises(lambda: model.encode(long, long[:, None, None, :] != PAD), ValueError,
+                  f"{what}.encode of a source of length 13",
+                  "max_len not passed on: PositionalEncoding(d_model, max_len, dropout) refuses longer sequences")
+
+
+@register("Transformer", "tie_weights: generator, target and (same vocabulary size) source embeddings share ONE weight")
+def _tied_same(Transformer):
+    model, what = _make(Transformer, V_src=20, V_tgt=20)
+    gen = get_path(model, "generator.weight", what)
+    tgt = _embedding_weight(model, "tgt", what)
+    src = _embedding_weight(model, "src", what)
+    if gen is not tgt:
+        if isinstance(gen, torch.Tensor) and gen.data_ptr() == tgt.data_ptr():
+            hint = ("the weights share their numbers but are separate Parameters (.data assigned?), so their "
+                    "gradients are not shared: assign the Parameter itself, "
+                    "self.generator.weight = self.tgt_embed.embedding.weight")
+        elif gen is src:
+            hint = "the generator is tied to the source embedding: it predicts TARGET tokens (tgt_embed)"
+        else:
+            hint = "weights not tied: self.generator.weight = self.tgt_embed.embedding.weight (paper, section 3.4)"
+        raise CheckFailure(f"{what}: generator.weight is tgt_embed.embedding.weight", "the same Parameter object",
+                           "a different tensor", hint)
+    if src is not tgt:
+        raise CheckFailure(f"{what}: src_embed.embedding.weight is tgt_embed.embedding.weight",
+                           "the same Parameter object (both vocabularies have 20 tokens)", "a different tensor",
+                           "source embedding not tied: with equal vocabulary sizes the source embedding shares the "
+                           "weight too (self.src_embed.embedding.weight = self.tgt_embed.embedding.weight)")
+    n_params = sum(p.numel() for p in model.parameters())
+    untied_model, _ = _make(Transformer, V_src=20, V_tgt=20, tie_weights=False)
+    n_untied = sum(p.numel() for p in untied_model.parameters())
+    if n_untied - n_params != 2 * 20 * D:
+        raise CheckFailure(f"{what}: parameters tied vs untied", f"{2 * 20 * D} fewer with tying (two 20 x {D} "
+                           "matrices shared)", f"{n_untied - n_params} fewer",
+                           "tie_weights ignored: tie only when tie_weights=True, and then share the Parameter objects")
+
+
+@register("Transformer", "different vocabulary sizes: only the generator is tied; tie_weights=False ties nothing")
+def _tied_different(Transformer):
+    model, what = _make(Transformer)
+    gen = get_path(model, "generator.weight", what)
+    tgt, src = _embedding_weight(model, "tgt", what), _embedding_weight(model, "src", what)
+    if gen is not tgt:
+        hint = ("the generator is tied to the source embedding: it predicts TARGET tokens (tgt_embed)" if gen is src
+                else "weights not tied: self.generator.weight = self.tgt_embed.embedding.weight")
+        raise CheckFailure(f"{what}: generator.weight is tgt_embed.embedding.weight", "the same Parameter object",
+                           "a different tensor", hint)
+    if src is tgt or tuple(src.shape) != (V_SRC, D):
+        raise CheckFailure(f"{what}: src_embed.embedding.weight", f"its own ({V_SRC}, {D}) weight",
+                           f"shape {tuple(src.shape)}" + (", the target's weight" if src is tgt else ""),
+                           "the source embedding is tied only when both vocabularies have the same size")
+    untied, what = _make(Transformer, V_src=20, V_tgt=20, tie_weights=False)
+    gen, tgt, src = (get_path(untied, "generator.weight", what), _embedding_weight(untied, "tgt", what),
+                     _embedding_weight(untied, "src", what))
+    ptrs = [gen.data_ptr(), tgt.data_ptr(), src.data_ptr()]
+    if len(set(ptrs)) < 3:
+        raise CheckFailure(f"{what}: generator, tgt_embed and src_embed weights", "three separate weights",
+                           "shared weights", "tie_weights ignored: share them only when tie_weights=True")
+
+
+@register("Transformer", "encode feeds the encoder embedding * sqrt(d_model) + PE, and passes src_mask")
+def _encode_input(Transformer):
+    model, what = _make(Transformer, seed=3)
+    model.eval()
+    src, tgt, sm, tm = _batch(3)
+    right, wrong = _inputs(model, src, "src", what)
+    rec = _Recorder()
+    model.encoder = rec
+    out = model.encode(src, sm)
+    if not rec.calls:
+        raise CheckFailure(f"{what}.encode", "a call of self.encoder", "no call", "encode(src) = "
+                           "self.encoder(self.positional(self.src_embed(src)), src_mask)")
+    x = rec.calls[0][0]
+    expect_close(x, right, f"{what}.encode(src, src_mask): what the encoder was given",
+                 hint="positional(src_embed(src)): embedding(src) * sqrt(d_model) + PE[:Ls]", mistakes=wrong)
+    mask = _argument(rec.calls[0], 0, ("src_mask", "mask"))
+    if not isinstance(mask, torch.Tensor) or mask.shape != sm.shape or not torch.equal(mask, sm):
+        raise CheckFailure(f"{what}.encode(src, src_mask): the mask the encoder was given", "src_mask itself",
+                           "None" if mask is None else "something else", "src_mask not passed on to the encoder")
+    expect_close(out, right, f"{what}.encode(src, src_mask) with an encoder that returns its input",
+                 hint="return the encoder's output")
+
+
+@register("Transformer", "decode feeds the decoder embedding * sqrt(d_model) + PE and returns d_model states")
+def _decode_input(Transformer):
+    model, what = _make(Transformer, seed=4)
+    model.eval()
+    src, tgt, sm, tm = _batch(4)
+    right, wrong = _inputs(model, tgt, "tgt", what)
+    with seeded(4):
+        memory = torch.randn(src.size(0), src.size(1), D)
+    rec = _Recorder()
+    model.decoder = rec
+    out = model.decode(tgt, memory, sm, tm)
+    expect_shape(out, (tgt.size(0), tgt.size(1), D), f"{what}.decode(tgt_in, memory, src_mask, tgt_mask)",
+                 "decode returns the decoder's states (B, Lt, d_model): the generator is applied in forward, "
+                 "not inside decode")
+    if not rec.calls:
+        raise CheckFailure(f"{what}.decode", "a call of self.decoder", "no call",
+                           "decode = self.decoder(self.positional(self.tgt_embed(tgt_in)), memory, src_mask, tgt_mask)")
+    x = rec.calls[0][0]
+    expect_close(x, right, f"{what}.decode(...): what the decoder was given as x",
+                 hint="positional(tgt_embed(tgt_in)): embedding(tgt_in) * sqrt(d_model) + PE[:Lt]", mistakes=wrong)
+    for index, names, value, label in ((0, ("memory",), memory, "memory"), (1, ("src_mask",), sm, "src_mask"),
+                                       (2, ("tgt_mask",), tm, "tgt_mask")):
+        got = _argument(rec.calls[0], index, names)
+        if not isinstance(got, torch.Tensor) or got.shape != value.shape or not torch.equal(got, value):
+            swapped = isinstance(got, torch.Tensor) and any(
+                got.shape == v.shape and torch.equal(got, v) for v in (memory, sm, tm) if v is not value)
+            raise CheckFailure(f"{what}.decode(tgt_in, memory, src_mask, tgt_mask): the decoder's argument {label}",
+                               f"the {label} given to decode", "None" if got is None else "something else",
+                               "arguments in the wrong order: decoder(x, memory, src_mask, tgt_mask)" if swapped
+                               else f"{label} not passed on to the decoder")
+    expect_close(out, right, f"{what}.decode(...) with a decoder that returns its input",
+                 hint="return the decoder's output, without the generator")
+
+
+@register("Transformer", "post-norm model equals nn.Transformer with the same weights (encode and forward)")
+def _post(Transformer):
+    _vs_torch(Transformer, False, seed=5)
+
+
+@register("Transformer", "pre-norm model (norm_first=True) equals nn.Transformer(norm_first=True)")
+def _pre(Transformer):
+    _vs_torch(Transformer, True, seed=6)
+
+
+@register("Transformer", "forward returns unscaled logits: generator(decode(tgt_in, encode(src)))")
+def _forward(Transformer):
+    model, what = _make(Transformer, seed=7)
+    model.eval()
+    src, tgt, sm, tm = _batch(7)
+    memory = model.encode(src, sm)
+    expect_shape(memory, (src.size(0), src.size(1), D), f"{what}.encode(src, src_mask)",
+                 "encode returns the encoder's output (B, Ls, d_model)")
+    states = model.decode(tgt, memory, sm, tm)
+    expect_shape(states, (tgt.size(0), tgt.size(1), D), f"{what}.decode(tgt_in, memory, src_mask, tgt_mask)",
+                 "generator applied inside decode: decode returns the decoder's states (B, Lt, d_model); "
+                 "forward applies the generator")
+    with torch.no_grad():
+        expected = _generator(model, what)(states)
+    logits = model(src, tgt, sm, tm)
+    expect_shape(logits, (tgt.size(0), tgt.size(1), V_TGT), f"{what}(src, tgt_in, src_mask, tgt_mask)",
+                 "forward returns logits (B, Lt, tgt_vocab_size): generator(decode(...))")
+    expect_close(logits, expected, f"{what}(src, tgt_in, src_mask, tgt_mask) vs generator(decode(tgt_in, "
+                 "encode(src, src_mask), src_mask, tgt_mask))",
+                 hint="forward = generator(decode(tgt_in, encode(src, src_mask), src_mask, tgt_mask)), nothing more",
+                 mistakes=_logit_mistakes(expected))

@@ -1,0 +1,276 @@
+"""Stage 09's checks: full marks for the reference and for correct code written differently; points
+lost, with the mistake named, for each classic mistake of the decoder layer and stack."""
+import copy
+
+import pytest
+from torch import nn
+
+import solutions
+from solutions import LayerNorm, MultiHeadAttention, PositionwiseFeedForward, SublayerConnection
+from tests.grading import assert_caught, assert_full_marks, grade
+from tests.test_checks_stage08 import EinsumAttention, FeedForward, Residual
+
+
+def test_reference_gets_full_marks():
+    assert_full_marks(solutions.DecoderLayer)
+    assert_full_marks(solutions.Decoder)
+
+
+# ---------------------------------------------------------------- correct, written differently
+class DecoderLayerExplicit(nn.Module):
+    """Einsum attention, nn.LayerNorm, the residual sums written out; a mask of None is no mask."""
+
+    def __init__(self, d_model, n_heads, d_ff, dropout=0.1, norm_first=False):
+        super().__init__()
+        self.self_attn = EinsumAttention(d_model, n_heads, dropout)
+        self.cross_attn = EinsumAttention(d_model, n_heads, dropout)
+        self.feed_forward = FeedForward(d_model, d_ff, dropout)
+        self.sublayers = nn.ModuleList(Residual(d_model, dropout) for _ in range(3))
+        self.norm_first = norm_first
+
+    def _res(self, i, x, f):
+        sub = self.sublayers[i]
+        return x + sub.dropout(f(sub.norm(x))) if self.norm_first else sub.norm(x + sub.dropout(f(x)))
+
+    def forward(self, x, memory, src_mask, tgt_mask):
+        x = self._res(0, x, lambda y: self.self_attn(y, y, y, tgt_mask))
+        x = self._res(1, x, lambda y: self.cross_attn(y, memory, memory, src_mask))
+        return self._res(2, x, self.feed_forward)
+
+
+class DecoderLayerSolutionsParts(nn.Module):
+    """The course's parts, keyword arguments, the memory's mask made boolean again (harmless)."""
+
+    def __init__(self, d_model, n_heads, d_ff, dropout=0.1, norm_first=False):
+        super().__init__()
+        self.self_attn = MultiHeadAttention(d_model, n_heads, dropout)
+        self.cross_attn = MultiHeadAttention(d_model, n_heads, dropout)
+        self.feed_forward = PositionwiseFeedForward(d_model, d_ff, dropout)
+        self.sublayers = nn.ModuleList([SublayerConnection(d_model, dropout, norm_first),
+                                        SublayerConnection(d_model, dropout, norm_first),
+                                        SublayerConnection(d_model, dropout, norm_first)])
+
+    def forward(self, x, memory, src_mask=None, tgt_mask=None):
+        m = None if src_mask is None else src_mask.bool()
+        steps = [lambda q: self.self_attn(query=q, key=q, value=q, mask=tgt_mask),
+                 lambda q: self.cross_attn(query=q, key=memory, value=memory, mask=m),
+                 self.feed_forward]
+        for sub, step in zip(self.sublayers, steps):
+            x = sub(x, step)
+        return x
+
+
+class DecoderClones(nn.Module):
+    def __init__(self, d_model, n_heads, d_ff, n_layers, dropout=0.1, norm_first=False):
+        super().__init__()
+        layer = DecoderLayerExplicit(d_model, n_heads, d_ff, dropout, norm_first)
+        self.layers = nn.ModuleList(copy.deepcopy(layer) for _ in range(n_layers))
+        self.norm = nn.LayerNorm(d_model) if norm_first else nn.Identity()
+
+    def forward(self, x, memory, src_mask, tgt_mask):
+        for layer in self.layers:
+            x = layer(x, memory, src_mask, tgt_mask)
+        return self.norm(x)
+
+
+class DecoderWhile(nn.Module):
+    def __init__(self, d_model, n_heads, d_ff, n_layers, dropout=0.1, norm_first=False):
+        super().__init__()
+        self.layers = nn.ModuleList()
+        for _ in range(n_layers):
+            self.layers.append(DecoderLayerSolutionsParts(d_model, n_heads, d_ff, dropout, norm_first))
+        self.norm = LayerNorm(d_model) if norm_first else nn.Identity()
+
+    def forward(self, x, memory, src_mask, tgt_mask):
+        i = 0
+        while i < len(self.layers):
+            x = self.layers[i](x, memory, src_mask=src_mask, tgt_mask=tgt_mask)
+            i += 1
+        return self.norm(x)
+
+
+@pytest.mark.parametrize("cls", [DecoderLayerExplicit, DecoderLayerSolutionsParts])
+def test_other_correct_decoder_layers(cls):
+    assert_full_marks(cls, "DecoderLayer")
+
+
+@pytest.mark.parametrize("cls", [DecoderClones, DecoderWhile])
+def test_other_correct_decoders(cls):
+    assert_full_marks(cls, "Decoder")
+
+
+# ---------------------------------------------------------------- classic mistakes: DecoderLayer
+def layer_variant(fixed_norm_first=None, fixed_dropout=None, change=None, fwd=None):
+    """A solutions.DecoderLayer with one thing changed."""
+    class Variant(solutions.DecoderLayer):
+        def __init__(self, d_model, n_heads, d_ff, dropout=0.1, norm_first=False):
+            super().__init__(d_model, n_heads, d_ff, dropout if fixed_dropout is None else fixed_dropout,
+                             norm_first if fixed_norm_first is None else fixed_norm_first)
+            if change is not None:
+                change(self, d_model, n_heads, d_ff, dropout, norm_first)
+
+        if fwd is not None:
+            def forward(self, x, memory, src_mask, tgt_mask):
+                return fwd(self, x, memory, src_mask, tgt_mask)
+    return Variant
+
+
+def steps(self, x, memory, src_mask, tgt_mask, self_mask="tgt", cross_kv="memory", cross_mask="src"):
+    masks = {"tgt": tgt_mask, "src": src_mask, None: None}
+    kv = {"memory": (memory, memory)}
+
+    def cross(y):
+        k, v = kv.get(cross_kv, (y, y))
+        return self.cross_attn(y, k, v, masks[cross_mask])
+    return [lambda y: self.self_attn(y, y, y, masks[self_mask]), cross, self.feed_forward]
+
+
+def run(self, parts, order=(0, 1, 2)):
+    def f(x):
+        for sub, i in zip(self.sublayers, order):
+            x = sub(x, parts[i])
+        return x
+    return f
+
+
+def fwd_no_causal(self, x, memory, src_mask, tgt_mask):
+    return run(self, steps(self, x, memory, src_mask, tgt_mask, self_mask=None))(x)
+
+
+def fwd_kv_from_decoder(self, x, memory, src_mask, tgt_mask):
+    return run(self, steps(self, x, memory, src_mask, tgt_mask, cross_kv="x"))(x)
+
+
+def fwd_kv_from_decoder_no_mask(self, x, memory, src_mask, tgt_mask):
+    return run(self, steps(self, x, memory, src_mask, tgt_mask, cross_kv="x", cross_mask=None))(x)
+
+
+def fwd_cross_without_src_mask(self, x, memory, src_mask, tgt_mask):
+    return run(self, steps(self, x, memory, src_mask, tgt_mask, cross_mask=None))(x)
+
+
+def fwd_cross_first(self, x, memory, src_mask, tgt_mask):
+    return run(self, steps(self, x, memory, src_mask, tgt_mask), order=(1, 0, 2))(x)
+
+
+def fwd_no_residual(self, x, memory, src_mask, tgt_mask):
+    for sub, f in zip(self.sublayers, steps(self, x, memory, src_mask, tgt_mask)):
+        x = sub.norm(f(x)) if not sub.norm_first else f(sub.norm(x))
+    return x
+
+
+def same_attention_twice(self, d, h, ff, p, nf):
+    self.cross_attn = self.self_attn
+
+
+def one_sublayer_repeated(self, d, h, ff, p, nf):
+    del self.sublayers
+    self.sublayers = nn.ModuleList([SublayerConnection(d, p, nf)] * 3)
+
+
+LAYER_MISTAKES = [
+    ("norm_first ignored", layer_variant(fixed_norm_first=False), ["norm_first ignored"]),
+    ("always pre-norm", layer_variant(fixed_norm_first=True), ["pre-norm computed where post-norm"]),
+    ("no causal mask in self-attention", layer_variant(fwd=fwd_no_causal), ["tgt_mask not passed", "causal"]),
+    ("cross-attention keys and values from the decoder", layer_variant(fwd=fwd_kv_from_decoder),
+     ["keys and values taken from the decoder"]),
+    ("cross-attention on the decoder, no mask", layer_variant(fwd=fwd_kv_from_decoder_no_mask),
+     ["keys and values taken from the decoder"]),
+    ("cross-attention without src_mask", layer_variant(fwd=fwd_cross_without_src_mask),
+     ["without the source padding mask"]),
+    ("cross-attention before self-attention", layer_variant(fwd=fwd_cross_first), ["sublayer order wrong"]),
+    ("residual missing", layer_variant(fwd=fwd_no_residual), ["residual connection missing"]),
+    ("one attention module for both", layer_variant(change=same_attention_twice),
+     ["self_attn and cross_attn are one module"]),
+    ("one sublayer object repeated", layer_variant(change=one_sublayer_repeated), ["repeated"]),
+    ("dropout argument ignored", layer_variant(fixed_dropout=0.1), ["dropout argument is ignored"]),
+]
+
+
+@pytest.mark.parametrize("label,cls,keywords", LAYER_MISTAKES, ids=[m[0] for m in LAYER_MISTAKES])
+def test_decoder_layer_mistakes_are_caught(label, cls, keywords):
+    assert_caught(cls, "DecoderLayer", *keywords)
+
+
+# ---------------------------------------------------------------- classic mistakes: Decoder
+def decoder_variant(layers=None, norm=None, layer_norm_first=None, fwd=None):
+    class Variant(solutions.Decoder):
+        def __init__(self, d_model, n_heads, d_ff, n_layers, dropout=0.1, norm_first=False):
+            super().__init__(d_model, n_heads, d_ff, n_layers, dropout, norm_first)
+            if layer_norm_first is not None:
+                self.layers = nn.ModuleList(solutions.DecoderLayer(d_model, n_heads, d_ff, dropout, layer_norm_first)
+                                            for _ in range(n_layers))
+            if layers is not None:
+                del self.layers  # a learner's __init__ would assign it only once
+                self.layers = layers(d_model, n_heads, d_ff, n_layers, dropout, norm_first)
+            if norm is not None:
+                self.norm = norm(d_model)
+
+        if fwd is not None:
+            def forward(self, x, memory, src_mask, tgt_mask):
+                return fwd(self, x, memory, src_mask, tgt_mask)
+    return Variant
+
+
+def repeated_layer(d, h, ff, n, p, nf):
+    return nn.ModuleList([solutions.DecoderLayer(d, h, ff, p, nf)] * n)
+
+
+def layers_in_a_list(d, h, ff, n, p, nf):
+    return [solutions.DecoderLayer(d, h, ff, p, nf) for _ in range(n)]
+
+
+def stack_fwd(self_mask="tgt", cross_mask="src", feed="chain", final=True):
+    def forward(self, x, memory, src_mask, tgt_mask):
+        masks = {"tgt": tgt_mask, "src": src_mask, None: None}
+        out = x
+        for layer in self.layers:
+            out = layer(out if feed == "chain" else x, memory, masks[cross_mask], masks[self_mask])
+        return self.norm(out) if final else out
+    return forward
+
+
+DECODER_MISTAKES = [
+    ("one layer repeated n times", decoder_variant(layers=repeated_layer), ["repeated", "deepcopy"]),
+    ("layers in a Python list", decoder_variant(layers=layers_in_a_list), ["plain Python list"]),
+    ("final norm in post-norm", decoder_variant(norm=LayerNorm), ["final norm present in the post-norm"]),
+    ("final norm missing in pre-norm", decoder_variant(norm=lambda d: nn.Identity()), ["final norm missing"]),
+    ("final norm built but not applied", decoder_variant(fwd=stack_fwd(final=False)), ["final norm missing"]),
+    ("norm_first not passed to the layers", decoder_variant(layer_norm_first=False), ["norm_first not passed"]),
+    ("tgt_mask not passed", decoder_variant(fwd=stack_fwd(self_mask=None)), ["tgt_mask not passed"]),
+    ("src_mask not passed", decoder_variant(fwd=stack_fwd(cross_mask=None)), ["src_mask not passed"]),
+    ("no masks passed", decoder_variant(fwd=stack_fwd(None, None)), ["mask is not passed"]),
+    ("each layer applied to the input", decoder_variant(fwd=stack_fwd(feed="input")), ["stack's input"]),
+]
+
+
+@pytest.mark.parametrize("label,cls,keywords", DECODER_MISTAKES, ids=[m[0] for m in DECODER_MISTAKES])
+def test_decoder_mistakes_are_caught(label, cls, keywords):
+    assert_caught(cls, "Decoder", *keywords)
+
+
+# ---------------------------------------------------------------- stubs
+def test_stubs_get_zero_and_say_not_implemented():
+    from autograder import REGISTRY
+
+    class DecoderLayer(nn.Module):
+        def __init__(self, d_model, n_heads, d_ff, dropout=0.1, norm_first=False):
+            super().__init__()
+            raise NotImplementedError()
+
+    class Decoder(nn.Module):
+        def __init__(self, d_model, n_heads, d_ff, n_layers, dropout=0.1, norm_first=False):
+            super().__init__()
+            raise NotImplementedError()
+
+    for stub in (DecoderLayer, Decoder):
+        points, text = grade(stub)
+        assert points == 0 and text.count("not implemented yet") == len(REGISTRY[stub.__name__]), text
+
+
+def test_a_forward_stub_gets_zero_too():
+    class DecoderLayer(solutions.DecoderLayer):
+        def forward(self, x, memory, src_mask, tgt_mask):
+            raise NotImplementedError()
+    points, text = grade(DecoderLayer)
+    assert points == 0 and "not implemented yet" in text, text
