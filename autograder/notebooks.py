@@ -3,7 +3,7 @@
 A lesson's stub cell carries metadata {"course": {"names": [...]}}: the functions and classes of the
 lesson's solutions module that it holds. `render` fills it with their source (the solved notebook,
 nbgrader's source version, markers included) or with nbgrader's ClearSolutions applied to that source
-(the learner's stub). `python -m autograder lessons --check` says whether lessons/ is in sync;
+(the learner's stub). `python -m autograder lessons` says whether lessons/ is in sync;
 `--write` brings it in sync. Solutions are read as text (ast), never imported.
 """
 from __future__ import annotations
