@@ -159,8 +159,9 @@ def render(nb, stem: str, solved: bool):
     return nb
 
 
-def lesson_paths() -> list[pathlib.Path]:
-    return sorted(LESSONS.glob("[0-9][0-9]_*.ipynb"))
+def lesson_paths(graded_only: bool = True) -> list[pathlib.Path]:
+    """The lesson notebooks in order; by default only the graded ones (01-13, not 14_translate)."""
+    return sorted(p for p in LESSONS.glob("[0-9][0-9]_*.ipynb") if p.stem in MODULES or not graded_only)
 
 
 def solved(path: pathlib.Path):

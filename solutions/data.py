@@ -74,7 +74,11 @@ def _check_file(path: pathlib.Path, name: str, where: str) -> None:
         raise _fail(name, f"truncated or invalid gzip in {where} ({e})") from None
 
 
-def _download(url: str, dest: pathlib.Path, name: str, timeout: float) -> None:
+class _Truncated(Exception):
+    """The connection ended before Content-Length bytes came."""
+
+
+def _download(url: str, dest: pathlib.Path, timeout: float) -> None:
     """One attempt: stream `url` into `dest`, checking the length against Content-Length."""
     with urllib.request.urlopen(url, timeout=timeout) as response, open(dest, "wb") as f:
         expected = response.headers.get("Content-Length")
@@ -83,7 +87,7 @@ def _download(url: str, dest: pathlib.Path, name: str, timeout: float) -> None:
             f.write(chunk)
             size += len(chunk)
     if expected is not None and size != int(expected):
-        raise http.client.IncompleteRead(b"", int(expected) - size)
+        raise _Truncated(f"{size} of {expected} bytes")
 
 
 def fetch(name: str, source: str = "multi30k", cache_dir=None, retries: int = 3, timeout: float = 30.0,
@@ -124,7 +128,7 @@ def fetch(name: str, source: str = "multi30k", cache_dir=None, retries: int = 3,
         os.close(fd)
         tmp = pathlib.Path(tmp)
         try:
-            _download(url, tmp, name, timeout)
+            _download(url, tmp, timeout)
             _check_file(tmp, name, url)  # a bad file is not a network hiccup: no retry
             os.replace(tmp, target)      # atomic: the cache holds the whole verified file or nothing
             return target
@@ -132,9 +136,8 @@ def fetch(name: str, source: str = "multi30k", cache_dir=None, retries: int = 3,
             last_error = f"HTTP error {e.code} {e.reason} from {url}"
             if 400 <= e.code < 500 and e.code not in (408, 429):
                 break  # not found, forbidden...: asking again will not help
-        except http.client.IncompleteRead as e:
-            last_error = f"truncated download from {url} ({e.partial and len(e.partial) or 0} bytes read, " \
-                         f"{e.expected} missing)"
+        except (_Truncated, http.client.IncompleteRead) as e:
+            last_error = f"truncated download from {url} (connection closed after {e})"
         except (socket.timeout, TimeoutError) as e:
             last_error = f"timeout after {timeout} s from {url} ({e})"
         except urllib.error.URLError as e:

@@ -1,0 +1,127 @@
+"""The training code of the final lesson, end to end on a small synthetic corpus: the loss drops, a
+checkpoint reloads to the same model, BLEU is scored with sacrebleu, the command line runs."""
+import json
+import subprocess
+import sys
+import types
+
+import pytest
+import torch
+
+import solutions
+from solutions.data import load_synthetic
+from solutions.translate import (Config, build_model, config_for, evaluate_bleu, load_checkpoint, prepare_data,
+                                 save_checkpoint, train, translate, translate_batch, validation_loss)
+
+from .conftest import ROOT
+
+# small enough to train in ~10 s on two cores, big enough to learn the grammar's frequent words;
+# stopped by max_epochs (the time budget is only a guard), so a slow machine trains as much
+TINY = Config(d_model=64, n_heads=4, n_layers=1, d_ff=128, bpe_merges=200, max_tokens=600, lr_peak=2e-3,
+              warmup_steps=60, max_epochs=4, minutes=3, eval_batch_tokens=3000)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """Tiny models gain little from a second thread, and two threads slow down many times over when
+    another process shares the cores; the setting is restored after this module."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def trained():
+    """(data, untrained validation loss, model, history), trained once for the tests below."""
+    splits = load_synthetic(1500, 100, 100, seed=0)
+    data = prepare_data(TINY, splits, progress=False)
+    torch.manual_seed(0)
+    untrained = validation_loss(build_model(TINY, data.tokenizer.vocab_size), data.val, TINY)
+    model, history = train(TINY, data, progress=False)
+    return data, untrained, model, history
+
+
+def test_config_defaults():
+    cpu, gpu = config_for("cpu"), config_for("cuda")
+    assert (cpu.d_model, cpu.n_layers, cpu.device) == (256, 3, "cpu") and gpu.d_model > cpu.d_model
+    assert config_for("cpu", minutes=1).minutes == 1
+    # noam_factor puts the top of the warmup schedule at lr_peak
+    assert abs(solutions.noam_lr(cpu.warmup_steps, cpu.d_model, cpu.warmup_steps, cpu.noam_factor) - cpu.lr_peak) < 1e-12
+
+
+def test_prepare_data_shares_one_vocabulary():
+    splits = load_synthetic(200, 10, 10, seed=1)
+    data = prepare_data(TINY, splits, progress=False)
+    assert len(data.train) == 200 and len(data.val) == 10
+    src, tgt = data.train[0]
+    assert data.tokenizer.decode(src) == splits["train"][0][0] and data.tokenizer.decode(tgt) == splits["train"][1][0]
+
+
+def test_training_lowers_the_validation_loss(trained):
+    data, untrained, model, history = trained
+    # untrained: about log(vocabulary) ~ 5.5; a model that has learnt the grammar's frequent words: < 3
+    assert history["val_loss"][-1] < 0.6 * untrained, (untrained, history["val_loss"])
+    assert len(history["step_loss"]) == len(history["lr"]) == len(history["tokens_per_s"]) == history["steps"]
+    assert history["lr"][TINY.warmup_steps - 1] == pytest.approx(TINY.lr_peak)  # the warmup's top
+    assert history["epochs"] == TINY.max_epochs
+
+
+def test_time_budget_stops_training():
+    data = prepare_data(TINY, load_synthetic(300, 10, 10), progress=False)
+    _, history = train(TINY, data, minutes=0.001, progress=False)  # 0.06 s: stops after the first step
+    assert history["steps"] == 1 and 0 < history["epochs"] < 1 and len(history["val_loss"]) == 1
+
+
+def test_checkpoint_reloads_the_same_model(trained, tmp_path):
+    data, _, model, history = trained
+    save_checkpoint(tmp_path / "model.pt", model, data.tokenizer, TINY, history)
+    again, tokenizer, config = load_checkpoint(tmp_path / "model.pt")
+    assert config == TINY and tokenizer.itos == data.tokenizer.itos and tokenizer.merges == data.tokenizer.merges
+    assert again.generator.weight is again.tgt_embed.embedding.weight  # still tied after loading
+    batch = solutions.make_batch([s for s, _ in data.val[:8]], [t for _, t in data.val[:8]])
+    with torch.no_grad():
+        a = model(batch.src, batch.tgt_in, batch.src_mask, batch.tgt_mask)  # (8, Lt, V)
+        b = again(batch.src, batch.tgt_in, batch.src_mask, batch.tgt_mask)
+    assert torch.equal(a, b)
+    sentences = data.text["test"][0][:5]
+    assert translate_batch(again, tokenizer, sentences) == translate_batch(model, data.tokenizer, sentences)
+
+
+def test_bleu_greedy_and_beam(trained):
+    data, _, model, _ = trained
+    de, en = (lines[:40] for lines in data.text["test"])
+    for method in ("greedy", "beam"):
+        bleu = evaluate_bleu(model, data.tokenizer, de, en, method=method, beam_size=3)
+        assert 0.0 <= bleu <= 100.0
+    bleu, hyps = evaluate_bleu(model, data.tokenizer, de[:3], de[:3], return_hypotheses=True)
+    assert len(hyps) == 3 and all(isinstance(h, str) for h in hyps)
+    # batched and sorted by length, yet in the input order: each equals its sentence alone
+    assert [translate(model, data.tokenizer, s, method="greedy") for s in de[:3]] == hyps
+    with pytest.raises(ValueError, match="method"):
+        translate(model, data.tokenizer, de[0], method="sample")
+
+
+def test_learner_implementation_is_used():
+    built = []
+
+    class MyTransformer(solutions.Transformer):  # stands for the learner's class
+        def __init__(self, *args, **kwargs):
+            built.append(kwargs["d_model"])
+            super().__init__(*args, **kwargs)
+
+    impl = types.SimpleNamespace(Transformer=MyTransformer)  # the rest comes from solutions
+    model = build_model(TINY, 50, impl=impl)
+    assert isinstance(model, MyTransformer) and built == [64]
+
+
+def test_command_line(tmp_path):
+    cmd = [sys.executable, "-m", "solutions.translate", "train", "--data", "synthetic", "--synthetic-train", "300",
+           "--minutes", "0.05", "--d-model", "32", "--n-heads", "2", "--n-layers", "1", "--d-ff", "64",
+           "--bpe-merges", "100", "--max-test", "20", "--device", "cpu", "--threads", "1", "--quiet", "--out", str(tmp_path / "run")]
+    result = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "test BLEU" in result.stdout and "peak memory" in result.stdout
+    results = json.loads((tmp_path / "run" / "results.json").read_text())
+    assert 0 <= results["greedy_bleu"] <= 100 and 0 <= results["beam_bleu"] <= 100 and results["data"] == "synthetic"
+    assert (tmp_path / "run" / "model.pt").is_file()
