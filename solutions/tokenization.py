@@ -211,10 +211,10 @@ class BPETokenizer:
 
     def tokenize(self, text: str) -> list[str]:
         """Subword strings of `text`, each word segmented once and cached. Example: "lower" -> ["low", "er</w>"]."""
-        cache = self.__dict__.setdefault("_cache", {})
-        if cache.get("merges") is not self.merges:
-            cache.clear()
-            cache["merges"] = self.merges
+        cache = self.__dict__.get("_cache")
+        if cache is None or self.__dict__.get("_cached_merges") is not self.merges:  # new or retrained
+            cache = self.__dict__["_cache"] = {}
+            self.__dict__["_cached_merges"] = self.merges
         out = []
         for word in text.split():
             if word not in cache:

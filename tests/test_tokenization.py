@@ -119,6 +119,17 @@ def test_tokenizer_round_trip_specials_and_unknowns(tmp_path):
     assert again.encode(text) == ids and again.vocab_size == tok.vocab_size
 
 
+def test_the_word_cache_holds_any_word():
+    """Regression: the cache once kept its merges under the key "merges", so the word "merges" (in
+    Multi30k's val set) encoded as the whole merge list, 8,010 ids."""
+    tok = BPETokenizer().train(built_corpus() + ["merges _cache merges"], 80)
+    for word in ("merges", "_cache", "_cached_merges", "__dict__"):
+        ids = tok.encode(f"low {word} low")
+        assert len(ids) <= len(word) + 3 and tok.decode(ids) == f"low {word} low", (word, len(ids))
+    tok.merges = tok.merges[:10]  # retrained (or edited): the cache starts again
+    assert tok.tokenize("lower") == [apply_bpe("lower", tok.merges)][0]
+
+
 def test_pad_sequences_and_embedding():
     assert pad_sequences([[5, 6, 7], [8]]).tolist() == [[5, 6, 7], [8, 0, 0]]
     assert pad_sequences([[5], [8]], pad_id=9).dtype == torch.long
