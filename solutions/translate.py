@@ -43,16 +43,19 @@ class Config:
     n_layers: int = 3           # 3 encoder + 3 decoder layers: half the paper's depth, enough for Multi30k
     d_ff: int = 1024            # 4 x d_model, the paper's ratio
     dropout: float = 0.1        # the paper's P_drop; Multi30k is small, so regularization matters
+    norm_first: bool = True     # pre-norm: takes twice the rate; measured 28.4 vs 21.6 BLEU (greedy) after 900
+                                # steps against the paper's post-norm (False) at its best rate, 1e-3
     label_smoothing: float = 0.1  # the paper's epsilon_ls
     # data
     bpe_merges: int = 8000      # joint German+English BPE: ~8k symbols cover Multi30k's words in 1-2 pieces
     max_sentence_tokens: int = 100  # training pairs with a longer side are dropped (none in Multi30k)
     # optimization
     max_tokens: int = 1500      # padded tokens per batch (~100 sentences): small batches, many steps on a CPU
-    lr_peak: float = 1e-3       # the warmup schedule's top; measured: 1e-3 trains well, 3.6e-3 collapsed
-    warmup_steps: int = 500     # ~1.6 epochs of Multi30k at 1500 tokens per batch, then 1/sqrt(step) decay
+    lr_peak: float = 2e-3       # the warmup schedule's top, for pre-norm; post-norm wants 1e-3 (3.6e-3 collapsed)
+    warmup_steps: int = 300     # one epoch of Multi30k at 1500 tokens per batch, then 1/sqrt(step) decay
     clip_norm: float = 1.0      # gradient-norm clipping: guards against early spikes (the paper does not clip)
     max_epochs: int = 30        # an upper bound; the time budget usually stops first
+    max_steps: int = 0          # 0: no limit; else stop after that many optimizer steps (a budget that no load changes)
     minutes: float = 15.0       # training time budget (TRAIN_MINUTES in the lesson)
     # decoding
     beam_size: int = 4          # the paper's beam
@@ -65,7 +68,7 @@ class Config:
     @property
     def noam_factor(self) -> float:
         """The factor of noam_lr whose peak (at warmup_steps) is lr_peak:
-        lr_peak = factor * d_model^-0.5 * warmup^-0.5. Example: d_model 256, warmup 500, peak 1e-3 -> 0.358"""
+        lr_peak = factor * d_model^-0.5 * warmup^-0.5. Example: d_model 256, warmup 300, peak 2e-3 -> 0.554"""
         return self.lr_peak * math.sqrt(self.d_model * self.warmup_steps)
 
 
@@ -80,9 +83,9 @@ def config_for(device: str | torch.device | None = None, **overrides) -> Config:
     device = str(device)
     if device.startswith("cuda"):
         # the paper's width, heads and d_ff with 3+3 layers (6+6 overfits 29k sentences); batches of ~4k
-        # tokens (~130 steps an epoch); the paper's peak rate for d_model 512, 7e-4 (not measured here)
+        # tokens (~110 steps an epoch), a longer warmup and a lower peak for the wider model (not measured here)
         base = dict(d_model=512, n_heads=8, n_layers=3, d_ff=2048, max_tokens=4096, warmup_steps=800,
-                    lr_peak=7e-4, eval_batch_tokens=20000, device=device)
+                    lr_peak=1e-3, eval_batch_tokens=20000, device=device)
     else:
         base = dict(device=device)
     return dataclasses.replace(Config(**base), **overrides)
@@ -136,7 +139,7 @@ def build_model(config: Config, vocab_size: int, impl=solutions) -> torch.nn.Mod
     torch.manual_seed(config.seed)
     model = _use(impl, "Transformer")(vocab_size, vocab_size, d_model=config.d_model, n_heads=config.n_heads,
                                       n_layers=config.n_layers, d_ff=config.d_ff, dropout=config.dropout,
-                                      tie_weights=True)
+                                      norm_first=config.norm_first, tie_weights=True)
     return model.to(config.device)
 
 
@@ -161,7 +164,7 @@ def validation_loss(model, pairs, config: Config, impl=solutions) -> float:
     model.eval()
     total, n_tokens = 0.0, 0
     lengths = [max(len(s), len(t) + 1) for s, t in pairs]
-    for idx in _use(impl, "batch_by_tokens")(lengths, 4 * config.max_tokens):
+    for idx in _use(impl, "batch_by_tokens")(lengths, 2 * config.max_tokens):  # no gradients: twice the batch
         batch = make_batch([pairs[i][0] for i in idx], [pairs[i][1] for i in idx]).to(device)
         with amp:
             logits = model(batch.src, batch.tgt_in, batch.src_mask, batch.tgt_mask)  # (B, Lt, V)
@@ -173,7 +176,7 @@ def validation_loss(model, pairs, config: Config, impl=solutions) -> float:
 
 def train(config: Config, data: PreparedData, minutes: float | None = None, model=None, progress: bool = True,
           impl=solutions):
-    """Train on data.train until `minutes` (default config.minutes) or config.max_epochs run out;
+    """Train on data.train until `minutes` (default config.minutes), config.max_epochs or config.max_steps run out;
     validation loss after each epoch. Returns (model, history) with history lists for plotting:
     step_loss, lr, tokens_per_s (one per step), val_loss and val_step (one per epoch), and totals.
 
@@ -224,7 +227,7 @@ def train(config: Config, data: PreparedData, minutes: float | None = None, mode
             elapsed = time.time() - start
             bar.set_postfix(loss=f"{history['step_loss'][-1]:.3f}", lr=f"{lr:.2e}",
                             tok_s=f"{n_target_tokens / elapsed:.0f}", refresh=False)
-            if elapsed > 60 * minutes:
+            if elapsed > 60 * minutes or step == config.max_steps:
                 stop = True
                 history["epochs"] = epoch + (i + 1) / len(batches)
                 break
@@ -385,8 +388,9 @@ def main(argv=None) -> None:
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     for f in dataclasses.fields(Config):  # every Config field can be overridden: --d-model 128 --minutes 1
         if f.name != "device":
-            p.add_argument("--" + f.name.replace("_", "-"), type=type(f.default), default=None,
-                           help=f"default {f.default} (CPU)")
+            kind = type(f.default)
+            p.add_argument("--" + f.name.replace("_", "-"), default=None, help=f"default {f.default} (CPU)",
+                           type=(lambda v: v.lower() in ("1", "true", "yes")) if kind is bool else kind)
     args = parser.parse_args(argv)
     run_training(args)
 
