@@ -1,4 +1,5 @@
-"""Command line: `python -m autograder grade NOTEBOOK... [--json FILE]`,
+"""Command line: `python -m autograder grade NOTEBOOK... [--json FILE] [--jobs N] [--timeout S] [--cell-timeout S]
+[--memory GB]`,
 `python -m autograder lessons [--write]`, `python -m autograder nbgrader-course DIR`."""
 from __future__ import annotations
 
@@ -13,6 +14,10 @@ def main(argv=None) -> int:
     g.add_argument("notebooks", nargs="+")
     g.add_argument("--json", help="also write the report as JSON to this file")
     g.add_argument("--timeout", type=float, default=600, help="seconds per notebook (default 600)")
+    g.add_argument("--cell-timeout", type=float, default=180, help="seconds per cell (default 180)")
+    g.add_argument("--jobs", "-j", type=int, default=1, help="notebooks graded at the same time (default 1)")
+    g.add_argument("--memory", type=float, default=None,
+                   help="GB of address space for each kernel (default 4, or $AUTOGRADER_MEMORY_GB)")
     les = sub.add_parser("lessons", help="check (or --write) that the lessons' stubs match solutions/")
     les.add_argument("--write", action="store_true")
     course = sub.add_parser("nbgrader-course", help="build an nbgrader course directory from the lessons")
@@ -21,8 +26,9 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
 
     if args.command == "grade":
-        from .grade import grade
-        report = grade(args.notebooks, args.json, args.timeout)
+        from .grade import MEMORY_GB, grade
+        report = grade(args.notebooks, args.json, args.timeout, jobs=args.jobs, cell_timeout=args.cell_timeout,
+                       memory_gb=args.memory if args.memory is not None else MEMORY_GB)
         return 0 if all(n["error"] is None for n in report["notebooks"]) else 1
     if args.command == "lessons":
         from .notebooks import sync

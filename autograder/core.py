@@ -134,38 +134,50 @@ def _describe_exception(e: BaseException) -> str:
 
 
 def run_check(c: Check, obj) -> tuple[float, str]:
-    """(points, one line of report) for one check; never raises for anything the learner's code does."""
+    """(points, one line of report) for one check; never raises for anything the learner's code does.
+    When the stage forbids a library shortcut (see `forbid`) and the learner's code used it during this
+    check, the check earns nothing, whatever its verdict."""
+    used: list[str] = []
+    rules = FORBIDDEN.get(c.name)
     try:
         with _silenced():
-            _run_limited(lambda: c.fn(obj), c.timeout)
+            _run_limited(lambda: _watched(c.fn, obj, rules, used) if rules else c.fn(obj), c.timeout)
     except CheckFailure as e:
-        return 0.0, f"✗ {c.title} [0/{c.points:g}]: {e}"
+        points, line = 0.0, f"✗ {c.title} [0/{c.points:g}]: {e}"
     except NotImplementedError:
-        return 0.0, f"✗ {c.title} [0/{c.points:g}]: not implemented yet"
+        points, line = 0.0, f"✗ {c.title} [0/{c.points:g}]: not implemented yet"
     except CheckTimeout:
-        return 0.0, (f"✗ {c.title} [0/{c.points:g}]: took longer than {c.timeout:g} s. Likely: an endless loop "
-                     "(a while loop whose condition never changes), or work repeated far more than needed")
+        points, line = 0.0, (f"✗ {c.title} [0/{c.points:g}]: took longer than {c.timeout:g} s. Likely: an endless "
+                             "loop (a while loop whose condition never changes), or work repeated far more than needed")
     except RecursionError:
-        return 0.0, f"✗ {c.title} [0/{c.points:g}]: endless recursion. Likely: the function calls itself"
+        points, line = 0.0, f"✗ {c.title} [0/{c.points:g}]: endless recursion. Likely: the function calls itself"
     except MemoryError:
-        return 0.0, f"✗ {c.title} [0/{c.points:g}]: ran out of memory. Likely: a tensor far larger than needed"
+        points, line = 0.0, f"✗ {c.title} [0/{c.points:g}]: ran out of memory. Likely: a tensor far larger than needed"
     except BaseException as e:  # noqa: BLE001  (SystemExit and KeyboardInterrupt from learner code included)
         if isinstance(e, KeyboardInterrupt) and not isinstance(e, CheckTimeout):
             raise  # the learner pressed stop: let the notebook stop
-        return 0.0, f"✗ {c.title} [0/{c.points:g}]: your code raised {_describe_exception(e)}"
-    return c.points, f"✓ {c.title} [{c.points:g}/{c.points:g}]"
+        points, line = 0.0, f"✗ {c.title} [0/{c.points:g}]: your code raised {_describe_exception(e)}"
+    else:
+        points, line = c.points, f"✓ {c.title} [{c.points:g}/{c.points:g}]"
+    if used:
+        names = ", ".join(dict.fromkeys(used))
+        points, line = 0.0, (f"✗ {c.title} [0/{c.points:g}]: your code calls {names}, which does this "
+                             "lesson's work for you: write it yourself")
+    return points, line
 
 
-def check(obj, verbose: bool = True) -> float:
-    """Run every check registered for `obj.__name__` against obj, print one line per check, and return
-    the points earned (so that a graded cell ending in check(...) gets partial credit in nbgrader)."""
+def run_checks(obj) -> tuple[str | None, float, float, list[str]]:
+    """(contract name, points earned, most points, one line per check) for obj, printing nothing.
+    The name is None when no checks are registered for obj.__name__."""
     from . import checks  # noqa: F401  (fills the registry)
+    return run_registered(obj)
+
+
+def run_registered(obj) -> tuple[str | None, float, float, list[str]]:
+    """run_checks without importing the checks (the grade command loads its own private copy)."""
     name = getattr(obj, "__name__", None)
-    if name not in REGISTRY:
-        known = ", ".join(sorted(REGISTRY))
-        print(f"✗ no checks for {name or type(obj).__name__!r}: pass the function or class itself, e.g. "
-              f"check(softmax). Known names: {known}")
-        return 0.0
+    if not isinstance(name, str) or name not in REGISTRY:
+        return None, 0.0, 0.0, []
     total, earned, lines, timed_out = 0.0, 0.0, [], False
     for c in REGISTRY[name]:
         if timed_out:  # the code hangs: do not make the learner (or nbgrader's cell timeout) wait for each check
@@ -176,7 +188,167 @@ def check(obj, verbose: bool = True) -> float:
         earned += points
         total += c.points
         lines.append(line)
+    return name, earned, total, lines
+
+
+def check(obj, verbose: bool = True) -> float:
+    """Run every check registered for `obj.__name__` against obj, print one line per check, and return
+    the points earned (so that a graded cell ending in check(...) gets partial credit in nbgrader)."""
+    name, earned, total, lines = run_checks(obj)
+    if name is None:
+        known = ", ".join(sorted(REGISTRY))
+        shown = getattr(obj, "__name__", None)
+        print(f"✗ no checks for {shown if isinstance(shown, str) else type(obj).__name__!r}: pass the function or "
+              f"class itself, e.g. check(softmax). Known names: {known}")
+        return 0.0
     for line in lines:
         print(line)
     print(f"{name}: {earned:g}/{total:g} points")
     return earned
+
+
+# ------------------------------------------------------------------------------- library shortcuts
+@dataclass
+class Forbidden:
+    """A library call that does a stage's own work. `functions`: the __name__s of torch functions
+    (torch.softmax, F.softmax and Tensor.softmax all report "softmax"), caught through a
+    TorchFunctionMode whatever alias the learner used; `classes`: dotted paths of torch classes
+    (nn.LayerNorm), caught when the learner's code builds one or calls one it did not get from the
+    check; `when(args, kwargs)`: only the calls it accepts count (e.g. label_smoothing > 0)."""
+    label: str
+    functions: tuple = ()
+    classes: tuple = ()
+    when: Callable | None = None
+
+
+FORBIDDEN: dict[str, list[Forbidden]] = {}
+
+
+def forbid(names, label: str, *, functions=(), classes=(), when=None) -> None:
+    """Declare that the contract names `names` must not get their work done by a library call: during
+    their checks, a use of it from the learner's code makes each check earn nothing, with a message
+    naming `label`. The same calls stay allowed everywhere else (other names, other stages, the checks)."""
+    for name in ([names] if isinstance(names, str) else names):
+        FORBIDDEN.setdefault(name, []).append(Forbidden(label, tuple(functions), tuple(classes), when))
+
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+_KIND: dict[str, str] = {}
+_LIBRARY_DIRS: list[tuple[str, ...]] = []
+_TRANSPARENT: set = set()  # the code of the watchers themselves: skipped when looking for who called
+
+
+def _library_dirs() -> tuple[str, ...]:
+    if not _LIBRARY_DIRS:
+        import sysconfig
+        dirs = set()
+        paths = sysconfig.get_paths()
+        for key in ("stdlib", "platstdlib", "purelib", "platlib"):
+            if paths.get(key):
+                dirs.add(os.path.realpath(paths[key]))
+        for mod in ("torch", "numpy"):
+            m = sys.modules.get(mod)
+            if m is not None and getattr(m, "__file__", None):
+                dirs.add(os.path.dirname(os.path.realpath(m.__file__)))
+        _LIBRARY_DIRS.append(tuple(d.rstrip(os.sep) + os.sep for d in dirs if d))
+    return _LIBRARY_DIRS[0]
+
+
+def _frame_kind(filename: str) -> str:
+    """'ours' (the autograder's files), 'library' (Python, PyTorch and installed packages) or 'learner'
+    (notebook cells, tests, the course's solutions: anything else)."""
+    kind = _KIND.get(filename)
+    if kind is None:
+        if filename.startswith("<frozen"):
+            kind = "library"
+        else:
+            real = filename if filename.startswith("<") else os.path.realpath(filename)
+            if real.startswith(_HERE + os.sep):
+                kind = "ours"
+            elif real.startswith(_library_dirs()):
+                kind = "library"
+            else:
+                kind = "learner"
+        _KIND[filename] = kind
+    return kind
+
+
+def _called_by_learner(frame) -> bool:
+    """Whether the innermost frame outside the libraries, from `frame` outwards, is the learner's code
+    (a reference the check computes itself is not a shortcut)."""
+    while frame is not None:
+        if frame.f_code not in _TRANSPARENT:
+            kind = _frame_kind(frame.f_code.co_filename)
+            if kind != "library":
+                return kind == "learner"
+        frame = frame.f_back
+    return False
+
+
+def _resolve(path: str):
+    import importlib
+    module, _, attr = path.rpartition(".")
+    return getattr(importlib.import_module(module), attr)
+
+
+def _watched(fn: Callable, obj, rules: list[Forbidden], used: list[str]):
+    """fn(obj), recording in `used` the labels of the forbidden calls made by the learner's code."""
+    from torch.overrides import TorchFunctionMode
+
+    by_name: dict[str, list[Forbidden]] = {}
+    for rule in rules:
+        for f in rule.functions:
+            by_name.setdefault(f, []).append(rule)
+
+    class Watch(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            for rule in by_name.get(getattr(func, "__name__", None), ()):
+                if (rule.when is None or rule.when(args, kwargs)) and _called_by_learner(sys._getframe(1)):
+                    used.append(rule.label)
+            return func(*args, **kwargs)
+
+    theirs_ok: set[int] = set()  # instances the check built itself, which the learner's code may call
+    patched = []
+
+    def wrap(cls, attr, rule):
+        original = cls.__dict__[attr]
+
+        def init(self, *args, **kwargs):
+            if _called_by_learner(sys._getframe(1)):
+                used.append(rule.label)
+            else:
+                theirs_ok.add(id(self))
+            return original(self, *args, **kwargs)
+
+        def forward(self, *args, **kwargs):
+            if id(self) not in theirs_ok and _called_by_learner(sys._getframe(1)):
+                used.append(rule.label)
+            return original(self, *args, **kwargs)
+        _TRANSPARENT.update((init.__code__, forward.__code__))
+        patched.append((cls, attr, original))
+        setattr(cls, attr, init if attr == "__init__" else forward)
+
+    _TRANSPARENT.add(Watch.__torch_function__.__code__)
+    for rule in rules:  # the graded object is the library's own (a subclass, or the function itself)
+        if isinstance(obj, type):
+            if any(issubclass(obj, _resolve(path)) for path in rule.classes):
+                used.append(rule.label)
+        elif getattr(obj, "__name__", None) in rule.functions:
+            code = getattr(obj, "__code__", None)
+            if code is None or _frame_kind(code.co_filename) == "library":
+                used.append(rule.label)
+    try:
+        for rule in rules:
+            for path in rule.classes:
+                cls = _resolve(path)
+                for attr in ("__init__", "forward"):
+                    if attr in cls.__dict__:
+                        wrap(cls, attr, rule)
+        if by_name:
+            with Watch():
+                return fn(obj)
+        return fn(obj)
+    finally:
+        for cls, attr, original in reversed(patched):
+            setattr(cls, attr, original)

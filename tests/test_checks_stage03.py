@@ -135,3 +135,55 @@ def test_a_hang_is_cut_by_the_time_limit(monkeypatch):
             pass
     points, text = grade(softmax)
     assert points == 0 and "longer than 0.5 s" in text and text.count("skipped") == 2
+
+
+# ---------------------------------------------------------------- library shortcuts
+def softmax_torch(x, dim=-1):
+    return torch.softmax(x, dim)
+
+
+def softmax_method(x, dim=-1):
+    return x.softmax(dim)
+
+
+def softmax_functional(x, dim=-1):
+    return torch.nn.functional.softmax(x, dim=dim)
+
+
+def softmax_module(x, dim=-1):
+    return torch.nn.Softmax(dim)(x)
+
+
+def softmax_log(x, dim=-1):
+    return torch.log_softmax(x, dim).exp()
+
+
+def softmax_aten(x, dim=-1):
+    return torch.ops.aten._softmax(x, dim, False)
+
+
+@pytest.mark.parametrize("fn", [softmax_torch, softmax_method, softmax_functional, softmax_module, softmax_log,
+                                softmax_aten, torch.softmax])
+def test_a_library_softmax_earns_nothing(fn):
+    """Lesson 03 teaches the softmax: PyTorch's doing the work (whatever the alias, or the function
+    itself) earns no point, and every check says why."""
+    points, text = grade(fn, None if fn is torch.softmax else "softmax")
+    assert points == 0 and text.count("a library softmax") == 3, text
+
+
+def attention_sdpa(q, k, v, mask=None, dropout=None):
+    w = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(q.size(-1)), -1)
+    out = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    return out, w
+
+
+def test_pytorch_attention_earns_nothing():
+    points, text = grade(attention_sdpa, "scaled_dot_product_attention")
+    assert points == 0 and text.count("F.scaled_dot_product_attention (or nn.MultiheadAttention)") == 7, text
+
+
+def test_the_checks_own_references_are_not_shortcuts():
+    """The checks compare with torch.softmax and F.scaled_dot_product_attention themselves, and the
+    attention may use any softmax (lesson 03 grades the softmax on its own): full marks."""
+    assert_full_marks(attention_where, "scaled_dot_product_attention")  # torch.softmax inside: allowed
+    assert_full_marks(solutions.softmax)

@@ -412,3 +412,23 @@ def test_checks_are_fast_on_the_reference():
                 c.fn(getattr(solutions, name))
                 times.append(time.perf_counter() - start)
             assert min(times) < 1.0, f"{name}: {c.title} takes {min(times):.2f} s"
+
+
+class MHATorch(nn.Module):
+    """nn.MultiheadAttention doing the lesson's work, behind the contract's names."""
+
+    def __init__(self, d_model, n_heads, dropout=0.1):
+        super().__init__()
+        self.inner = nn.MultiheadAttention(d_model, n_heads, dropout=dropout, batch_first=True)
+        self.w_q, self.w_k, self.w_v = (nn.Linear(d_model, d_model) for _ in range(3))
+        self.w_o = self.inner.out_proj
+
+    def forward(self, query, key, value, mask=None):
+        out, self.attn_weights = self.inner(query, key, value, average_attn_weights=False)
+        return out
+
+
+def test_pytorch_multi_head_attention_earns_nothing():
+    points, text = grade(MHATorch, "MultiHeadAttention")
+    assert points == 0 and text.count("nn.MultiheadAttention (or F.multi_head_attention_forward)") == \
+        text.count("✗") > 0, text

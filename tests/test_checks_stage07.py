@@ -97,7 +97,7 @@ class SublayerResidualFirst(nn.Module):
         return x
 
 
-@pytest.mark.parametrize("cls", [LayerNormRsqrt, LayerNormMoments, LayerNormFunctional])
+@pytest.mark.parametrize("cls", [LayerNormRsqrt, LayerNormMoments])
 def test_other_correct_layer_norms(cls):
     assert_full_marks(cls, "LayerNorm")
 
@@ -106,8 +106,24 @@ class LayerNormSubclass(nn.LayerNorm):
     pass
 
 
-def test_pytorch_layer_norm_itself_gets_full_marks():
-    assert_full_marks(LayerNormSubclass, "LayerNorm")
+class LayerNormWrapper(nn.Module):
+    def __init__(self, d_model, eps=1e-5):
+        super().__init__()
+        self.inner = nn.LayerNorm(d_model, eps=eps)
+        self.weight, self.bias = self.inner.weight, self.inner.bias
+
+    def forward(self, x):
+        return self.inner(x)
+
+
+@pytest.mark.parametrize("cls", [LayerNormSubclass, LayerNormWrapper, LayerNormFunctional])
+def test_pytorch_layer_norm_does_the_work_and_earns_nothing(cls):
+    """The lesson teaches layer normalization: every check in which nn.LayerNorm or F.layer_norm does it
+    earns nothing, and says why (only LayerNormFunctional's own parameters earn their point);
+    SublayerConnection may still use nn.LayerNorm (see SublayerFunctionalDropout)."""
+    points, text = grade(cls, "LayerNorm")
+    assert points == (1 if cls is LayerNormFunctional else 0), text
+    assert text.count("your code calls nn.LayerNorm (or F.layer_norm)") == text.count("✗") >= 4, text
 
 
 @pytest.mark.parametrize("cls", [SublayerFunctionalDropout, SublayerResidualFirst])

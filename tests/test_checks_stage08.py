@@ -349,3 +349,15 @@ def test_stubs_get_zero_and_say_not_implemented():
     for stub in (EncoderLayer, Encoder):
         points, text = grade(stub)
         assert points == 0 and text.count("not implemented yet") == len(REGISTRY[stub.__name__]), text
+
+
+class EncoderLayerTorch(nn.TransformerEncoderLayer):
+    """PyTorch's encoder layer under the contract's name."""
+
+    def __init__(self, d_model, self_attn=None, feed_forward=None, dropout=0.1, norm_first=False):
+        super().__init__(d_model, 4, 4 * d_model, dropout, batch_first=True, norm_first=norm_first)
+
+
+def test_pytorch_encoder_layer_earns_nothing():
+    points, text = grade(EncoderLayerTorch, "EncoderLayer")
+    assert points == 0 and text.count("PyTorch's nn.Transformer modules") == text.count("✗") > 0, text

@@ -50,9 +50,17 @@ def ls_kl_plus_entropy(logits, target, epsilon=0.1, ignore_index=0):
     return kl + entropy
 
 
-@pytest.mark.parametrize("fn", [ls_builtin, ls_distribution, ls_kl_plus_entropy])
+@pytest.mark.parametrize("fn", [ls_distribution, ls_kl_plus_entropy])
 def test_other_correct_losses(fn):
     assert_full_marks(fn, NAME)
+
+
+def test_pytorch_s_own_label_smoothing_earns_nothing():
+    """The lesson teaches label smoothing: F.cross_entropy(label_smoothing=...) doing it (even rescaled
+    correctly) earns nothing, and the report says so (ls_builtin's own all-padding case keeps its point);
+    plain cross-entropy stays allowed."""
+    points, text = grade(ls_builtin, NAME)
+    assert points == 1 and text.count("your code calls F.cross_entropy(..., label_smoothing=...)") == 6, text
 
 
 # ---------------------------------------------------------------- classic mistakes

@@ -8,8 +8,16 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..core import CheckFailure, register
+from ..core import CheckFailure, forbid, register
 from ._util import as_tensor, expect_close, expect_shape, seeded
+
+# the lesson's own work, which a library call must not do for the learner (allowed in later lessons)
+forbid("softmax", "a library softmax (torch.softmax, F.softmax, Tensor.softmax, nn.Softmax, log_softmax)",
+       functions=("softmax", "_softmax", "special_softmax", "log_softmax", "_log_softmax", "special_log_softmax"))
+forbid("scaled_dot_product_attention", "F.scaled_dot_product_attention (or nn.MultiheadAttention)",
+       functions=("scaled_dot_product_attention", "_scaled_dot_product_attention_math",
+                  "_scaled_dot_product_flash_attention_for_cpu", "multi_head_attention_forward"),
+       classes=("torch.nn.MultiheadAttention",))
 
 # ------------------------------------------------------------------------------------------ softmax
 NAIVE = "exp overflowed: subtract the row's maximum before exp (softmax(x) = softmax(x - max x))"

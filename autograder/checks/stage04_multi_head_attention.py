@@ -9,8 +9,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..core import CheckFailure, register
+from ..core import CheckFailure, forbid, register
 from ._util import as_tensor, build, expect_close, expect_shape, seeded
+
+# the lesson's own work, which a library module must not do for the learner (allowed in later lessons)
+forbid("MultiHeadAttention", "nn.MultiheadAttention (or F.multi_head_attention_forward)",
+       functions=("multi_head_attention_forward", "_native_multi_head_attention"),
+       classes=("torch.nn.MultiheadAttention",))
 
 NO_TRANSPOSE_SPLIT = ("heads reshaped without a transpose: x.view(B, h, L, d_k) mixes positions into the heads; "
                       "use x.view(B, L, h, d_k).transpose(1, 2)")

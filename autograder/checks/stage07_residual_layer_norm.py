@@ -7,8 +7,13 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ..core import CheckFailure, register
+from ..core import CheckFailure, forbid, register
 from ._util import as_tensor, build, expect_close, expect_shape, seeded
+
+# the lesson's own work, which a library call must not do for the learner (SublayerConnection may use any
+# LayerNorm: its checks put nn.LayerNorm in place of the learner's)
+forbid("LayerNorm", "nn.LayerNorm (or F.layer_norm)", functions=("layer_norm", "native_layer_norm"),
+       classes=("torch.nn.LayerNorm",))
 
 # ------------------------------------------------------------------------------------- LayerNorm
 OTHER_NAMES = ("gamma", "beta", "g", "b", "a_2", "b_2", "scale", "shift", "alpha", "w", "gain")

@@ -14,8 +14,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..core import CheckFailure, register
+from ..core import CheckFailure, forbid, register
 from ._util import build, expect_close, expect_shape, seeded
+
+# the lesson's own work, which PyTorch's Transformer modules must not do for the learner
+TORCH_TRANSFORMER = ("torch.nn.TransformerEncoderLayer", "torch.nn.TransformerEncoder", "torch.nn.TransformerDecoderLayer",
+                     "torch.nn.TransformerDecoder", "torch.nn.Transformer")
+forbid(("EncoderLayer", "Encoder"), "PyTorch's nn.Transformer modules (nn.TransformerEncoderLayer, nn.TransformerEncoder, ...)",
+       functions=("_transformer_encoder_layer_fwd",), classes=TORCH_TRANSFORMER)
 
 PAD = 0                    # the contract's <pad> id
 D, H, FF = 16, 4, 32       # small sizes: d_model, n_heads, d_ff

@@ -6,12 +6,16 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ..core import CheckFailure, register
+from ..core import CheckFailure, forbid, register
 from ._util import build, close, expect_shape, seeded
-from .stage08_encoder import (D, FF, H, PAD, as_module, check_dropout, check_layer_parts,
+from .stage08_encoder import (TORCH_TRANSFORMER, D, FF, H, PAD, as_module, check_dropout, check_layer_parts,
                               check_stack_distinct, check_stack_parts, close_at, copy_final_norm, copy_layer,
                               default_layer_norm, ffn, ids_with_lengths, key_mask, layer_mistakes, mha, randomize,
                               stack_layers, stack_mistakes, sublayer)
+
+# the lesson's own work, which PyTorch's Transformer modules must not do for the learner
+forbid(("DecoderLayer", "Decoder"), "PyTorch's nn.Transformer modules (nn.TransformerDecoderLayer, nn.TransformerDecoder, ...)",
+       functions=("_transformer_encoder_layer_fwd",), classes=TORCH_TRANSFORMER)
 
 
 def causal(L):

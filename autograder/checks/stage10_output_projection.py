@@ -10,10 +10,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..core import CheckFailure, register
+from ..core import CheckFailure, forbid, register
 from ._util import build, expect_close, expect_raises, expect_shape, seeded
-from .stage08_encoder import (D, FF, H, PAD, as_module, close_at, copy_final_norm, copy_layer, default_layer_norm,
+from .stage08_encoder import (TORCH_TRANSFORMER, D, FF, H, PAD, as_module, close_at, copy_final_norm, copy_layer, default_layer_norm,
                               get_path, randomize, stack_layers)
+
+# the lesson's own work, which PyTorch's Transformer modules must not do for the learner
+forbid("Transformer", "PyTorch's nn.Transformer modules (nn.Transformer, nn.TransformerEncoder, ...)",
+       functions=("_transformer_encoder_layer_fwd",), classes=TORCH_TRANSFORMER)
 
 BOS = 1
 V_SRC, V_TGT, N = 23, 19, 2   # different vocabulary sizes, neither equal to d_model

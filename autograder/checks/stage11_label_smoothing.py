@@ -8,8 +8,23 @@ import math
 import torch
 import torch.nn.functional as F
 
-from ..core import CheckFailure, register
+from ..core import CheckFailure, forbid, register
 from ._util import expect_close, fmt, seeded
+
+
+def _smoothing(args, kwargs) -> bool:
+    """F.cross_entropy(..., label_smoothing=s) with s > 0 (the 8th positional argument), or
+    torch._C._nn.cross_entropy_loss(input, target, weight, reduction, ignore_index, label_smoothing)."""
+    value = kwargs.get("label_smoothing", args[7] if len(args) > 7 else args[5] if len(args) == 6 else 0.0)
+    try:
+        return float(value) != 0.0
+    except (TypeError, ValueError):
+        return True
+
+
+# the lesson's own work, which a library call must not do for the learner (plain cross-entropy stays allowed)
+forbid("label_smoothed_loss", "F.cross_entropy(..., label_smoothing=...) (or nn.CrossEntropyLoss(label_smoothing=...))",
+       functions=("cross_entropy", "cross_entropy_loss"), when=_smoothing)
 
 PAD = 0
 

@@ -1,0 +1,229 @@
+"""`python -m autograder grade` under broken, slow and hostile submissions: one batch of lesson-03
+submissions (tests/submissions/corpus.py), graded two at a time, where each gets the score and the
+reason it must get, the honest ones exactly the grade they get alone, nothing outside the notebooks'
+folders changes, and no process they started survives. Plus the pieces that need no kernel."""
+import hashlib
+import io
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import time
+from types import SimpleNamespace
+
+import nbformat
+import pytest
+
+from autograder.grade import MARK, _hmac, _verdicts, grade, isolation, read_submission
+from tests.submissions.corpus import FULL, cases, harm_cases, write
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+CASES = {c.name: c for c in cases()}
+SLEEPER = b"4242.4242"  # what hostile_forks_sleepers' children run: sleep 4242.4242
+
+
+def sha(path):
+    return hashlib.sha256(pathlib.Path(path).read_bytes()).hexdigest() if pathlib.Path(path).exists() else None
+
+
+@pytest.fixture(scope="module")
+def batch(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("submissions")
+    isolated = isolation()
+    chosen = [c for c in CASES.values() if isolated or not c.needs_isolation]
+    paths = [write(c, folder) for c in chosen]
+    victims = [folder / "honest_solved.ipynb", folder / "honest_released.ipynb"]
+    canary = tmp_path_factory.mktemp("outside") / "canary.txt"
+    canary.write_text("canary")
+    if isolated:  # without namespaces these would really damage the files (the report would say so)
+        harm = harm_cases([str(v) for v in victims], str(canary))
+        chosen += harm
+        paths += [write(c, folder) for c in harm]
+    before = {str(p): sha(p) for p in victims + [canary]}
+    out = io.StringIO()
+    start = time.time()
+    report = grade(paths, folder / "report.json", timeout=300, stream=out, jobs=2, cell_timeout=15)
+    seconds = time.time() - start
+    print(f"\n{len(paths)} notebooks graded in {seconds:.0f} s (jobs=2, isolation={isolated})\n{out.getvalue()}")
+    return SimpleNamespace(cases={c.name: c for c in chosen}, report=report, seconds=seconds, isolated=isolated,
+                           by_name={pathlib.Path(n["path"]).stem: n for n in report["notebooks"]},
+                           before=before, paths=paths, json=folder / "report.json", text=out.getvalue())
+
+
+def everything_said(r):
+    return "\n".join([r["error"] or ""] + r["problems"] + [c["message"] for c in r["cells"]])
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_each_submission_gets_its_score_and_reason(batch, name):
+    case = batch.cases.get(name)
+    if case is None:
+        pytest.skip("needs the kernel's namespaces (isolation), not available here")
+    r = batch.by_name[name]
+    points, error, says = case.expected(batch.isolated)
+    said = everything_said(r)
+    assert r["max_points"] == case.max_points, r
+    assert r["points"] == points, f"{name}: {r['points']} instead of {points}\n{said}"
+    assert (r["error"] is not None) == error, f"{name}: error {r['error']!r}"
+    for phrase in says:
+        assert phrase.lower() in said.lower(), f"{name}: the report does not say {phrase!r}:\n{said}"
+    assert r["points"] == sum(c["points"] for c in r["cells"])
+
+
+def test_the_batch_report(batch):
+    """Every notebook is in the report, in order, with the documented fields; the JSON file is the same."""
+    assert [n["path"] for n in batch.report["notebooks"]] == [str(p) for p in batch.paths]
+    assert json.loads(batch.json.read_text()) == json.loads(json.dumps(batch.report))
+    for n in batch.report["notebooks"]:
+        assert {"path", "points", "max_points", "error", "cells", "problems"} <= set(n)
+        for c in n["cells"]:
+            assert {"grade_id", "points", "max_points", "message"} <= set(c)
+            assert 0 <= c["points"] <= c["max_points"]
+    # with isolation the files are read-only for the kernels: a change can only come from elsewhere (an
+    # editor during the test), and costs no notebook its points
+    assert all("not a notebook" in t["by"] for t in batch.report["tampering"]) if batch.isolated \
+        else batch.report["tampering"] == []
+    assert batch.seconds < 900, f"the batch took {batch.seconds:.0f} s"
+
+
+def test_honest_grades_are_the_ones_they_get_alone(batch, tmp_path):
+    """Graded alone, the honest submissions get what they got in the hostile batch."""
+    names = ["honest_solved", "honest_mistake_softmax_over_queries"]
+    alone = grade([write(CASES[n], tmp_path) for n in names], stream=io.StringIO(), cell_timeout=15)
+    for n, r in zip(names, alone["notebooks"]):
+        assert [c["points"] for c in r["cells"]] == [c["points"] for c in batch.by_name[n]["cells"]], n
+
+
+def running(marker: bytes) -> list:
+    """The processes whose command line contains marker."""
+    found = []
+    for entry in pathlib.Path("/proc").iterdir() if pathlib.Path("/proc").is_dir() else []:
+        if entry.name.isdigit():
+            try:
+                if marker in (entry / "cmdline").read_bytes():
+                    found.append(entry.name)
+            except OSError:
+                pass
+    return found
+
+
+def test_no_process_survives(batch):
+    left = running(SLEEPER)
+    assert not left, f"processes forked by a graded notebook still run: {left}"
+
+
+def test_files_outside_the_notebooks_folders_do_not_change(batch):
+    for path, digest in batch.before.items():
+        assert sha(path) == digest, f"{path} changed while grading"
+    assert all(sha(p) for p in batch.paths), "a submission was deleted"
+
+
+# ----------------------------------------------------------------------------- no kernel needed
+def test_the_command_goes_on_past_unreadable_files(tmp_path):
+    """Broken files need no kernel: the command reports each, exits 1, and writes the JSON."""
+    bad = tmp_path / "bad.ipynb"
+    bad.write_text("{not json")
+    empty = tmp_path / "empty.ipynb"
+    empty.write_bytes(b"")
+    binary = tmp_path / "binary.ipynb"
+    binary.write_bytes(b"\xff\xfe\x00garbage")
+    folder = tmp_path / "folder.ipynb"
+    folder.mkdir()
+    out = tmp_path / "r.json"
+    proc = subprocess.run([sys.executable, "-m", "autograder", "grade", str(bad), str(empty), str(binary), str(folder),
+                           str(tmp_path / "missing.ipynb"), "--json", str(out)],
+                          capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert proc.returncode == 1, proc.stderr
+    report = json.loads(out.read_text())
+    errors = [n["error"] for n in report["notebooks"]]
+    assert len(errors) == 5 and all(errors), errors
+    assert "not valid JSON" in errors[0] and "not valid JSON" in errors[1] and "UTF-8" in errors[2]
+    assert "cannot read" in errors[3] and "cannot read" in errors[4]
+
+
+def test_the_lesson_not_the_submission_says_what_is_graded(tmp_path):
+    """Deleted, copied and re-weighted graded cells: the lesson's cells and points count."""
+    from tests.submissions.corpus import LESSON, _cell
+    nb = nbformat.read(str(LESSON), as_version=4)
+    nb.cells.remove(_cell(nb, "check_scaled_dot_product_attention"))
+    _cell(nb, "check_softmax").metadata["nbgrader"]["points"] = 99
+    nb.cells.append(nbformat.v4.new_code_cell("check(softmax)", metadata={"nbgrader": {"grade": True,
+                    "grade_id": "check_softmax", "points": 50, "solution": False, "locked": True}}))
+    path = tmp_path / "renamed_by_the_student.ipynb"
+    nbformat.write(nb, str(path))
+    _, expected, problems, lesson, error = read_submission(path)
+    assert error is None and lesson == "03_attention"
+    assert expected == [("check_softmax", "softmax", 3.0),
+                        ("check_scaled_dot_product_attention", "scaled_dot_product_attention", 7.0)]
+    assert any("appears 2 times" in p for p in problems)
+
+
+def _executed(nonce, *lines):
+    cell = nbformat.v4.new_code_cell(f"__import__('sys').audit('autograder.grade', 'n0', {{'cell': '{nonce}'}})")
+    cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text="".join(line + "\n" for line in lines))]
+    cell.execution_count = 1
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(""), cell]
+    return nb
+
+
+def test_only_one_correctly_signed_verdict_counts():
+    key, nonce = "ab" * 32, "cd" * 16
+    text = json.dumps({"cell": nonce, "points": 3.0, "lines": [], "flags": []})
+    good = f"{MARK} {nonce} {_hmac(key, nonce + ' ' + text)} {text}"
+    assert _verdicts(_executed(nonce, good), {"check_x": nonce}, key)["check_x"][0]["points"] == 3.0
+    forged = f"{MARK} {nonce} {_hmac('ef' * 32, nonce + ' ' + text)} {text}"
+    for lines in ([forged], [good, good], [good, forged], [f"{MARK} {nonce} unsigned {text}"]):
+        verdict, why = _verdicts(_executed(nonce, *lines), {"check_x": nonce}, key)["check_x"]
+        assert verdict is None and why, lines
+    assert _verdicts(_executed(nonce, good), {"check_x": nonce}, None)["check_x"][0] is None
+
+
+def test_the_sandbox_signs_what_the_grade_command_verifies():
+    """The sandbox's own JSON encoder and HMAC (written without the json and hmac modules, which a
+    notebook could change) agree with the standard library's."""
+    g = {"__name__": "sandbox"}
+    src = (ROOT / "autograder" / "sandbox.py").read_text()
+    exec(compile(src, "sandbox.py", "exec"), g)
+    value = {"cell": "x", "points": 2.5, "lines": ["✓ é \"quoted\" \\ back\nslash", "\U0001F600"], "flags": [],
+             "error": None, "ok": True, "n": 3}
+    text = g["_encode"](value)
+    assert json.loads(text) == {**value, "n": 3.0}
+    assert g["_hmac"](hashlib.sha256, "ab" * 32, "cd " + text) == _hmac("ab" * 32, "cd " + text)
+
+
+def test_isolation_probe_is_cached_and_boolean():
+    assert isolation() in (True, False) and isolation() == isolation()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the jail's namespaces need root")
+def test_isolated_kernels_see_a_read_only_course(tmp_path):
+    """With isolation, a notebook cannot write the course's files (the write fails in the cell)."""
+    if not isolation():
+        pytest.skip("no namespaces here")
+    from tests.submissions.corpus import LESSON, _insert, _lean
+    from autograder.notebooks import solved
+    target = ROOT / "solutions" / "attention.py"
+    before = sha(target)
+    nb = _insert(_lean(solved(LESSON)), "softmax", f"open({str(target)!r}, 'a').write('# damaged')")
+    path = tmp_path / "writes_the_course.ipynb"
+    nbformat.write(nb, str(path))
+    r = grade([path], stream=io.StringIO(), cell_timeout=15)["notebooks"][0]
+    assert sha(target) == before and r["points"] == FULL and r["error"] is None, r
+
+
+def test_a_notebook_past_its_time_limit_keeps_what_was_graded(tmp_path):
+    """Stopped at the notebook's limit: the graded cells already run keep their verdicts, the others
+    say why they got nothing, and nothing it started survives."""
+    from autograder.notebooks import solved
+    from tests.submissions.corpus import LESSON, _insert, _lean
+    nb = _insert(_lean(solved(LESSON)), "scaled_dot_product_attention",
+                 "import os, time\nif os.fork() == 0:\n    os.execvp('sleep', ['sleep', '4242.4243'])\ntime.sleep(10**6)")
+    path = tmp_path / "stops.ipynb"
+    nbformat.write(nb, str(path))
+    r = grade([path], stream=io.StringIO(), timeout=45, cell_timeout=600)["notebooks"][0]
+    assert "stopped after 45 s" in r["error"], r
+    assert [c["points"] for c in r["cells"]] == [3.0, 0.0], r
+    assert "stopped after 45 s" in r["cells"][1]["message"]
+    assert not running(b"4242.4243")
