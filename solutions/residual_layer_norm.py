@@ -26,9 +26,9 @@ class LayerNorm(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         ### BEGIN SOLUTION
-        mean = x.mean(dim=-1, keepdim=True)                  # (..., 1)
-        var = x.var(dim=-1, unbiased=False, keepdim=True)   # (..., 1), biased like nn.LayerNorm
-        return self.weight * (x - mean) / torch.sqrt(var + self.eps) + self.bias
+        centered = x - x.mean(dim=-1, keepdim=True)             # (..., d_model): x - mu
+        var = (centered ** 2).mean(dim=-1, keepdim=True)        # (..., 1), biased (divides by d) like nn.LayerNorm
+        return self.weight * centered / torch.sqrt(var + self.eps) + self.bias
         ### END SOLUTION
 
 
