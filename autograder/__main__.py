@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 
@@ -15,7 +16,8 @@ def main(argv=None) -> int:
     g.add_argument("--json", help="also write the report as JSON to this file")
     g.add_argument("--timeout", type=float, default=600, help="seconds per notebook (default 600)")
     g.add_argument("--cell-timeout", type=float, default=180, help="seconds per cell (default 180)")
-    g.add_argument("--jobs", "-j", type=int, default=1, help="notebooks graded at the same time (default 1)")
+    g.add_argument("--jobs", "-j", type=int, default=None,
+                   help="notebooks graded at the same time (default: one per CPU core, at most 4)")
     g.add_argument("--memory", type=float, default=None,
                    help="GB of address space for each kernel (default 4, or $AUTOGRADER_MEMORY_GB)")
     les = sub.add_parser("lessons", help="check (or --write) that the lessons' stubs match solutions/")
@@ -27,7 +29,8 @@ def main(argv=None) -> int:
 
     if args.command == "grade":
         from .grade import MEMORY_GB, grade
-        report = grade(args.notebooks, args.json, args.timeout, jobs=args.jobs, cell_timeout=args.cell_timeout,
+        jobs = args.jobs or min(4, os.cpu_count() or 1)
+        report = grade(args.notebooks, args.json, args.timeout, jobs=jobs, cell_timeout=args.cell_timeout,
                        memory_gb=args.memory if args.memory is not None else MEMORY_GB)
         return 0 if all(n["error"] is None for n in report["notebooks"]) else 1
     if args.command == "lessons":

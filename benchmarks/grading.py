@@ -1,0 +1,118 @@
+"""Grading time: a fully solved submission of every graded lesson (01-13), graded by the course's own
+command and by nbgrader's `autograde`, in one run.
+
+    python benchmarks/grading.py [--jobs N] [--lessons 03_attention 12_training ...] [--skip-nbgrader]
+
+1. `python -m autograder grade` on the 13 solved notebooks (autograder.notebooks.solved: the lesson with
+   the reference code in its solution cells), with --jobs notebooks at a time.
+2. nbgrader 0.9: the course built by `python -m autograder nbgrader-course`, `generate_assignment` for
+   every lesson (not timed), one student's solved submissions, then `nbgrader autograde` per lesson,
+   timed together.
+Prints seconds, points and each command's peak memory (the largest resident set of the command or any
+process it waited for: the kernel is one of them), from the operating system's accounting (wait4's
+rusage), and the ratio ours / nbgrader's (lower is better). Target: each under two minutes on 2 cores.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+import nbformat  # noqa: E402
+
+from autograder.notebooks import lesson_paths, solved  # noqa: E402
+
+
+def timed(cmd, cwd) -> tuple[float, float, subprocess.CompletedProcess]:
+    """(seconds, peak resident MB of the command and everything it waited for, the process)."""
+    start = time.perf_counter()
+    proc = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    out_err = []
+    # os.wait4 gives this child's own rusage (its descendants included once it has waited for them)
+    import threading
+
+    def drain(stream, into):
+        into.append(stream.read())
+    readers = [threading.Thread(target=drain, args=(s, out_err)) for s in (proc.stdout, proc.stderr)]
+    for r in readers:
+        r.start()
+    _, status, usage = os.wait4(proc.pid, 0)
+    seconds = time.perf_counter() - start
+    for r in readers:
+        r.join()
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    done = subprocess.CompletedProcess(cmd, proc.returncode, *(out_err + ["", ""])[:2])
+    return seconds, usage.ru_maxrss / 1024, done
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--jobs", type=int, default=0,
+                   help="notebooks graded at the same time by our command (0: its default, one per core up to 4)")
+    p.add_argument("--lessons", nargs="*", help="lesson stems (default: all graded lessons)")
+    p.add_argument("--skip-nbgrader", action="store_true")
+    args = p.parse_args()
+    lessons = [x for x in lesson_paths() if not args.lessons or x.stem in args.lessons]
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="grading-bench-") as tmp:
+        tmp = pathlib.Path(tmp)
+        subs = tmp / "submissions"
+        subs.mkdir()
+        for path in lessons:
+            nbformat.write(solved(path), str(subs / path.name))
+        report = tmp / "report.json"
+        seconds, mb, proc = timed([sys.executable, "-m", "autograder", "grade", *sorted(map(str, subs.glob("*.ipynb"))),
+                                   "--json", str(report)]
+                                  + (["--jobs", str(args.jobs)] if args.jobs else []), ROOT)
+        if proc.returncode != 0:
+            sys.exit(f"autograder grade failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+        r = json.loads(report.read_text())
+        points = sum(n["points"] for n in r["notebooks"])
+        top = sum(n["max_points"] for n in r["notebooks"])
+        jobs = args.jobs or min(4, os.cpu_count() or 1)
+        rows.append((f"python -m autograder grade (--jobs {jobs})", seconds, points, top, mb))
+        print(f"ours: {seconds:.1f} s, {points:g}/{top:g} points, peak {mb:.0f} MB", flush=True)
+
+        if not args.skip_nbgrader:
+            course = tmp / "course"
+            subprocess.run([sys.executable, "-m", "autograder", "nbgrader-course", str(course), "--lessons",
+                            *[x.stem for x in lessons]], check=True, capture_output=True, cwd=ROOT)
+            for path in lessons:
+                subprocess.run([sys.executable, "-m", "nbgrader", "generate_assignment", path.stem, "--force"],
+                               check=True, capture_output=True, cwd=course)
+                folder = course / "submitted" / "student" / path.stem
+                folder.mkdir(parents=True)
+                nbformat.write(solved(path), str(folder / path.name))
+            total_s, peak = 0.0, 0.0
+            for path in lessons:
+                s, m, proc = timed([sys.executable, "-m", "nbgrader", "autograde", path.stem, "--force"], course)
+                if proc.returncode != 0:
+                    sys.exit(f"nbgrader autograde {path.stem} failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
+                total_s, peak = total_s + s, max(peak, m)
+            subprocess.run([sys.executable, "-m", "nbgrader", "export", "--to", "grades.csv"], check=True,
+                           capture_output=True, cwd=course)
+            grades = list(csv.DictReader(open(course / "grades.csv")))
+            points = sum(float(g["raw_score"] or 0) for g in grades)
+            top = sum(float(g["max_score"] or 0) for g in grades)
+            rows.append(("nbgrader autograde (one call per lesson)", total_s, points, top, peak))
+            print(f"nbgrader: {total_s:.1f} s, {points:g}/{top:g} points, peak {peak:.0f} MB", flush=True)
+
+    print(f"\n{len(lessons)} solved lessons, {os.cpu_count()} CPUs\n")
+    print(f"| {'command':45s} | {'seconds':>7s} | {'points':>9s} | {'peak MB':>7s} |")
+    print(f"|{'-' * 47}|{'-' * 9}|{'-' * 11}|{'-' * 9}|")
+    for name, s, pts, top, mb in rows:
+        print(f"| {name:45s} | {s:7.1f} | {pts:4g}/{top:<4g} | {mb:7.0f} |")
+    if len(rows) == 2:
+        print(f"\nratio ours / nbgrader: {rows[0][1] / rows[1][1]:.2f} (lower is better); target: both under 120 s")
+
+
+if __name__ == "__main__":
+    main()
