@@ -32,25 +32,17 @@ from autograder.notebooks import lesson_paths, solved  # noqa: E402
 
 
 def timed(cmd, cwd) -> tuple[float, float, subprocess.CompletedProcess]:
-    """(seconds, peak resident MB of the command and everything it waited for, the process)."""
-    start = time.perf_counter()
-    proc = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    out_err = []
-    # os.wait4 gives this child's own rusage (its descendants included once it has waited for them)
-    import threading
-
-    def drain(stream, into):
-        into.append(stream.read())
-    readers = [threading.Thread(target=drain, args=(s, out_err)) for s in (proc.stdout, proc.stderr)]
-    for r in readers:
-        r.start()
-    _, status, usage = os.wait4(proc.pid, 0)
-    seconds = time.perf_counter() - start
-    for r in readers:
-        r.join()
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    done = subprocess.CompletedProcess(cmd, proc.returncode, *(out_err + ["", ""])[:2])
-    return seconds, usage.ru_maxrss / 1024, done
+    """(seconds, peak resident MB of the command and everything it waited for, the finished process).
+    os.wait4 gives this child's own rusage, its descendants included once it has waited for them."""
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        start = time.perf_counter()
+        proc = subprocess.Popen(cmd, cwd=cwd, stdout=out, stderr=err, text=True)
+        _, status, usage = os.wait4(proc.pid, 0)
+        seconds = time.perf_counter() - start
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        err.seek(0)
+        return seconds, usage.ru_maxrss / 1024, subprocess.CompletedProcess(cmd, proc.returncode, out.read(), err.read())
 
 
 def main() -> None:
