@@ -67,6 +67,9 @@ def main() -> None:
         if proc.returncode != 0:
             sys.exit(f"autograder grade failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
         r = json.loads(report.read_text())
+        for n in r["notebooks"]:
+            if "seconds" in n:
+                print(f"  ours {pathlib.Path(n['path']).stem}: {n['seconds']:.1f} s", flush=True)
         points = sum(n["points"] for n in r["notebooks"])
         top = sum(n["max_points"] for n in r["notebooks"])
         jobs = args.jobs or min(4, os.cpu_count() or 1)
@@ -89,6 +92,7 @@ def main() -> None:
                 if proc.returncode != 0:
                     sys.exit(f"nbgrader autograde {path.stem} failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
                 total_s, peak = total_s + s, max(peak, m)
+                print(f"  nbgrader autograde {path.stem}: {s:.1f} s", flush=True)
             subprocess.run([sys.executable, "-m", "nbgrader", "export", "--to", "grades.csv"], check=True,
                            capture_output=True, cwd=course)
             grades = list(csv.DictReader(open(course / "grades.csv")))
