@@ -65,7 +65,9 @@ def expect_close(got, expected: torch.Tensor, what: str, hint: str | None = None
         if close(got, wrong, atol, rtol):
             hint = description
             break
-    diff = (got.detach().double() - expected.double()).abs()
+    # a NaN difference (NaN in the expected values: e.g. the learner's code changed an input in place) counts
+    # as the largest, so there is always an index to name
+    diff = (got.detach().double() - expected.double()).abs().nan_to_num(nan=float("inf"))
     where = tuple(int(i) for i in torch.nonzero(diff == diff.max())[0].tolist())
     raise CheckFailure(f"{what}: values differ (largest difference {diff.max().item():.3g} at index {where})",
                        fmt(expected.flatten()[diff.flatten().argmax()].item()) + " there",
