@@ -330,6 +330,236 @@ CORRECT = [
 ]
 
 
+# ---------------------------------------------------------------- correct, written differently (review A)
+def get_pair_stats_pairwise_get(vocab):
+    """itertools.pairwise and dict.get: a plain dict."""
+    import itertools
+    counts = {}
+    for symbols, n in vocab.items():
+        for pair in itertools.pairwise(symbols):
+            counts[pair] = counts.get(pair, 0) + n
+    return counts
+
+
+def get_pair_stats_repeat_update(vocab):
+    """Counter.update with each word's pair list repeated count times."""
+    stats = collections.Counter()
+    for symbols in vocab:
+        stats.update(list(zip(symbols[:-1], symbols[1:])) * vocab[symbols])
+    return stats
+
+
+def merge_pair_recursive(symbols, pair):
+    if len(symbols) < 2:
+        return tuple(symbols)
+    if (symbols[0], symbols[1]) == tuple(pair):
+        return (symbols[0] + symbols[1],) + merge_pair_recursive(symbols[2:], pair)
+    return (symbols[0],) + merge_pair_recursive(symbols[1:], pair)
+
+
+def merge_pair_stack(symbols, pair):
+    """Glue onto the last output symbol, unless that one was just made by a merge."""
+    out, just_merged = [], False
+    for s in symbols:
+        if out and not just_merged and (out[-1], s) == tuple(pair):
+            out[-1] += s
+            just_merged = True
+        else:
+            out.append(s)
+            just_merged = False
+    return tuple(out)
+
+
+def learn_bpe_indexed(corpus, num_merges, min_frequency=2):
+    """Incremental pair counts with an index pair -> words; the best pair by max over the live counts."""
+    freq = collections.Counter(w for line in corpus for w in line.split())
+    seg = {w: tuple(w[:-1]) + (w[-1] + "</w>",) for w in freq}
+    stats, holders = collections.Counter(), collections.defaultdict(set)
+    for w, s in seg.items():
+        for p in zip(s, s[1:]):
+            stats[p] += freq[w]
+            holders[p].add(w)
+    merges = []
+    while len(merges) < num_merges and stats:
+        best = max(stats, key=lambda p: (stats[p], p))
+        if stats[best] < min_frequency:
+            break
+        merges.append(best)
+        for w in holders.pop(best):
+            old, new = seg[w], merge_pair_stack(seg[w], best)
+            for p in zip(old, old[1:]):
+                stats[p] -= freq[w]
+                if not stats[p]:
+                    del stats[p]
+            for p in zip(new, new[1:]):
+                stats[p] += freq[w]
+                holders[p].add(w)
+            seg[w] = new
+    return merges
+
+
+def learn_bpe_sorted_strings(corpus, num_merges, min_frequency=2):
+    """Words kept as space-joined strings; the winner is the last of sorted(stats, key=(count, pair))."""
+    vocab = collections.Counter(" ".join(tuple(w[:-1]) + (w[-1] + "</w>",)) for line in corpus
+                                for w in line.split(" ") if w)
+    merges = []
+    for _ in range(num_merges):
+        stats = collections.Counter()
+        for w, n in vocab.items():
+            s = w.split(" ")
+            for p in zip(s, s[1:]):
+                stats[p] += n
+        if not stats:
+            break
+        best = sorted(stats, key=lambda p: (stats[p], p))[-1]
+        if stats[best] < min_frequency:
+            break
+        merges.append(best)
+        vocab = collections.Counter({" ".join(merge_pair_stack(tuple(w.split(" ")), best)): n
+                                     for w, n in vocab.items()})
+    return tuple(merges)  # a tuple of pairs: fine too
+
+
+def apply_bpe_first_occurrence(word, merges):
+    """Merges only the first occurrence of the best pair, then looks again: same result."""
+    rank = {}
+    for i, m in enumerate(merges):
+        rank.setdefault(tuple(m), i)
+    s = list(word[:-1]) + [word[-1] + "</w>"]
+    while True:
+        found = [(rank[(a, b)], i) for i, (a, b) in enumerate(zip(s, s[1:])) if (a, b) in rank]
+        if not found:
+            return s
+        _, i = min(found)
+        s[i:i + 2] = [s[i] + s[i + 1]]
+
+
+def apply_bpe_list_index(word, merges, dropout=0.0):
+    """merges.index as the rank (slow, correct), an extra keyword with a default."""
+    merges = [tuple(m) for m in merges]
+    s = tuple(word[:-1]) + (word[-1] + "</w>",)
+    while True:
+        present = [p for p in zip(s, s[1:]) if p in merges]
+        if not present:
+            return list(s)
+        s = merge_pair_recursive(s, min(present, key=merges.index))
+
+
+class TokenizerNumpySize(BPETokenizer):
+    """vocab_size a numpy integer, encode a tensor, decode by splitting on </w>."""
+
+    @property
+    def vocab_size(self):
+        import numpy as np
+        return np.int64(len(self.itos))
+
+    def encode(self, text):
+        return torch.tensor([self.stoi.get(s, 3) for s in self.tokenize(text)], dtype=torch.long)
+
+    def decode(self, ids):
+        text = "".join(self.itos[int(i)] for i in ids if int(i) > 2)
+        return " ".join(part for part in text.split("</w>") if part)
+
+
+class TokenizerRebuildsVocab:
+    """Saves only the characters and merges; load rebuilds the (sorted) vocabulary the same way."""
+
+    def __init__(self):
+        self.merges, self.chars = [], []
+        self._index()
+
+    def _index(self):
+        symbols = set(self.chars) | {c + "</w>" for c in self.chars} | {a + b for a, b in self.merges}
+        self.itos = ["<pad>", "<bos>", "<eos>", "<unk>"] + sorted(symbols)
+        self.stoi = {s: i for i, s in enumerate(self.itos)}
+
+    @property
+    def vocab_size(self):
+        return len(self.itos)
+
+    def train(self, corpus, num_merges, min_frequency=2):
+        corpus = [" ".join(line.split()) for line in corpus]
+        self.merges = [tuple(m) for m in learn_bpe_indexed(corpus, num_merges, min_frequency)]
+        self.chars = sorted({c for line in corpus for c in line if c != " "})
+        self._index()
+        return self
+
+    def encode(self, text):
+        return [self.stoi.get(s, 3) for w in text.split() for s in apply_bpe_first_occurrence(w, self.merges)]
+
+    def decode(self, ids):
+        return re.sub(r"\s+", " ", "".join(self.itos[i] for i in ids if i > 2).replace("</w>", " ")).strip()
+
+    def save(self, path):
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump({"chars": self.chars, "merges": self.merges}, f)
+
+    @classmethod
+    def load(cls, path):
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+        tok = cls()
+        tok.chars, tok.merges = data["chars"], [tuple(m) for m in data["merges"]]
+        tok._index()
+        return tok
+
+
+def pad_sequences_zip_longest(seqs, pad_id=0):
+    """Columns with itertools.zip_longest, then transposed (a contiguous copy)."""
+    import itertools
+    return torch.tensor(list(itertools.zip_longest(*seqs, fillvalue=pad_id)), dtype=torch.long).T.contiguous()
+
+
+def pad_sequences_fpad(seqs, pad_id=0, max_len=None):
+    """F.pad each row, then stack; an extra keyword with a default."""
+    width = max_len or max(len(s) for s in seqs)
+    return torch.stack([nn.functional.pad(torch.tensor(list(s), dtype=torch.long), (0, width - len(s)), value=pad_id)
+                        for s in seqs])
+
+
+class TokenEmbeddingInPlace(nn.Module):
+    """Scales the embedding's output in place (a fresh tensor: autograd is fine)."""
+
+    def __init__(self, vocab_size, d_model, padding_idx=None):
+        super().__init__()
+        self.embedding = nn.Embedding(vocab_size, d_model, padding_idx=padding_idx)
+
+    def forward(self, ids):
+        out = self.embedding(ids)
+        out *= math.sqrt(self.embedding.embedding_dim)
+        return out
+
+
+class TokenEmbeddingFloat64(nn.Module):
+    """Weights in float64, the scale a float64 buffer."""
+
+    def __init__(self, vocab_size, d_model, padding_idx=None):
+        super().__init__()
+        self.embedding = nn.Embedding(vocab_size, d_model, padding_idx=padding_idx, dtype=torch.float64)
+        self.register_buffer("scale", torch.full((1,), math.sqrt(d_model), dtype=torch.float64))
+
+    def forward(self, ids):
+        return self.embedding(ids) * self.scale
+
+
+CORRECT += [
+    ("get_pair_stats", get_pair_stats_pairwise_get),
+    ("get_pair_stats", get_pair_stats_repeat_update),
+    ("merge_pair", merge_pair_recursive),
+    ("merge_pair", merge_pair_stack),
+    ("learn_bpe", learn_bpe_indexed),
+    ("learn_bpe", learn_bpe_sorted_strings),
+    ("apply_bpe", apply_bpe_first_occurrence),
+    ("apply_bpe", apply_bpe_list_index),
+    ("BPETokenizer", TokenizerNumpySize),
+    ("BPETokenizer", TokenizerRebuildsVocab),
+    ("pad_sequences", pad_sequences_zip_longest),
+    ("pad_sequences", pad_sequences_fpad),
+    ("TokenEmbedding", TokenEmbeddingInPlace),
+    ("TokenEmbedding", TokenEmbeddingFloat64),
+]
+
+
 @pytest.mark.parametrize("name,obj", CORRECT, ids=[f"{n}-{o.__name__}" for n, o in CORRECT])
 def test_other_correct_implementations(name, obj):
     assert_full_marks(obj, name)
@@ -608,6 +838,13 @@ class EmbeddingDetached(TokenEmbedding):
         return self.embedding.weight.detach()[ids] * math.sqrt(self.d_model)
 
 
+class EmbeddingIndexesWeight(TokenEmbedding):
+    """Right values, but indexing the weight skips padding_idx: the padding row still gets a gradient."""
+
+    def forward(self, ids):
+        return self.embedding.weight[ids] * math.sqrt(self.d_model)
+
+
 class EmbeddingOtherName(nn.Module):
     def __init__(self, vocab_size, d_model, padding_idx=None):
         super().__init__()
@@ -676,6 +913,171 @@ MISTAKES = [
     ("TokenEmbedding", "weights scaled once at init", EmbeddingScaledAtInit, ["not scaled"]),
     ("TokenEmbedding", "weights detached", EmbeddingDetached, ["no .data, .detach()"]),
     ("TokenEmbedding", "attribute named lut", EmbeddingOtherName, ["attribute `embedding`"]),
+]
+
+
+# ---------------------------------------------------------------- more mistakes (review A)
+def stats_assigned(vocab):
+    stats = {}
+    for symbols, n in vocab.items():
+        for pair in zip(symbols, symbols[1:]):
+            stats[pair] = n  # overwrites the count of an earlier word
+    return stats
+
+
+def merge_either_order(symbols, pair):
+    """Also merges the pair reversed."""
+    out, i = [], 0
+    while i < len(symbols):
+        if i + 1 < len(symbols) and (symbols[i], symbols[i + 1]) in (tuple(pair), tuple(pair)[::-1]):
+            out.append(symbols[i] + symbols[i + 1])
+            i += 2
+        else:
+            out.append(symbols[i])
+            i += 1
+    return tuple(out)
+
+
+def merge_left_symbol_only(symbols, pair):
+    out, i = [], 0
+    while i < len(symbols):
+        if i + 1 < len(symbols) and symbols[i] == pair[0]:
+            out.append(symbols[i] + symbols[i + 1])
+            i += 2
+        else:
+            out.append(symbols[i])
+            i += 1
+    return tuple(out)
+
+
+def make_learn_bpe_b(kind):
+    """Recounting learn_bpe with one more classic mistake."""
+    start = solutions.tokenization.word_to_symbols
+
+    def learn_bpe(corpus, num_merges, min_frequency=2):
+        if kind == "across":  # each line one row of symbols
+            vocab = collections.Counter(tuple(s for w in line.split() for s in start(w)) for line in corpus)
+        elif kind == "lines_as_words":
+            vocab = collections.Counter(start(line) for line in corpus)
+        else:
+            vocab = collections.Counter(start(w) for line in corpus for w in line.split())
+        if kind == "mutates":
+            corpus.clear()
+        merges = []
+        while len(merges) < num_merges - (kind == "one_fewer"):
+            stats = solutions.get_pair_stats(vocab)
+            if not stats:
+                break
+            best = max(stats, key=lambda p: (stats[p], p))
+            if kind != "test_after" and stats[best] < min_frequency:
+                break
+            merges.append(best)
+            if kind == "test_after" and stats[best] < min_frequency:
+                break
+            if kind != "words_not_merged":
+                vocab = {solutions.merge_pair(w, best): n for w, n in vocab.items()}
+        return merges
+    return learn_bpe
+
+
+def apply_bpe_latest_first(word, merges):
+    rank = {tuple(m): i for i, m in enumerate(merges)}
+    s = solutions.tokenization.word_to_symbols(word)
+    while True:
+        pairs = [p for p in zip(s, s[1:]) if p in rank]
+        if not pairs:
+            return list(s)
+        s = solutions.merge_pair(s, max(pairs, key=rank.get))
+
+
+def apply_bpe_end_added_last(word, merges):
+    rank = {tuple(m): i for i, m in enumerate(merges)}
+    s = tuple(word)
+    while True:
+        pairs = [p for p in zip(s, s[1:]) if p in rank]
+        if not pairs:
+            break
+        s = solutions.merge_pair(s, min(pairs, key=rank.get))
+    return list(s[:-1]) + [s[-1] + "</w>"]
+
+
+def apply_bpe_consumes_merges(word, merges):
+    """Right answer, but empties the caller's list: a retrained tokenizer would lose its merges."""
+    out = solutions.apply_bpe(word, list(merges))
+    merges.clear()
+    return out
+
+
+class TokSharedVocab(BPETokenizer):
+    """The vocabulary lives in class attributes: every tokenizer shares and grows it."""
+    itos = list(solutions.tokenization.SPECIALS)
+    stoi = {s: i for i, s in enumerate(solutions.tokenization.SPECIALS)}
+
+    def __init__(self):
+        self.merges = []
+
+    def train(self, corpus, num_merges, min_frequency=2):
+        corpus = [" ".join(line.split()) for line in corpus]
+        self.merges = solutions.learn_bpe(corpus, num_merges, min_frequency)
+        chars = sorted({c for line in corpus for c in line if c != " "})
+        for s in chars + [c + "</w>" for c in chars] + ["".join(m) for m in self.merges]:
+            if s not in self.stoi:
+                self.stoi[s] = len(self.itos)
+                self.itos.append(s)
+        return self
+
+
+class TokDecodeDropsUnk(BPETokenizer):
+    def decode(self, ids):
+        return "".join(self.itos[i] for i in ids if i > 3).replace("</w>", " ").strip()
+
+
+class TokLoadNotClassmethod(BPETokenizer):
+    def load(self, path):  # noqa: D102  (an instance method: BPETokenizer.load(path) fails)
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+        self.merges, self.itos = [tuple(m) for m in data["merges"]], data["itos"]
+        self.stoi = {s: i for i, s in enumerate(self.itos)}
+        return self
+
+
+def pad_not_batch_first(seqs, pad_id=0):
+    return nn.utils.rnn.pad_sequence([torch.tensor(s) for s in seqs], padding_value=pad_id)
+
+
+def pad_extends_inputs(seqs, pad_id=0):
+    width = max(len(s) for s in seqs)
+    for s in seqs:
+        s.extend([pad_id] * (width - len(s)))
+    return torch.tensor(seqs, dtype=torch.long)
+
+
+def pad_default_one(seqs, pad_id=1):
+    return solutions.pad_sequences(seqs, pad_id)
+
+
+MISTAKES += [
+    ("get_pair_stats", "count assigned, not added", stats_assigned, ["stats[pair] += count"]),
+    ("merge_pair", "the pair reversed merged too", merge_either_order, ["== pair exactly"]),
+    ("merge_pair", "only the left symbol compared", merge_left_symbol_only, ["only the left symbol compared"]),
+    ("learn_bpe", "pairs across words (line as one row)", make_learn_bpe_b("across"), ["across words"]),
+    ("learn_bpe", "lines taken as words", make_learn_bpe_b("lines_as_words"), ["list of LINES"]),
+    ("learn_bpe", "words not merged after a merge", make_learn_bpe_b("words_not_merged"), ["merged twice"]),
+    ("learn_bpe", "one merge too few", make_learn_bpe_b("one_fewer"), ["one merge too few"]),
+    ("learn_bpe", "min_frequency tested after appending", make_learn_bpe_b("test_after"), ["BEFORE appending"]),
+    ("learn_bpe", "corpus emptied", make_learn_bpe_b("mutates"), ["corpus list passed in", "unchanged"]),
+    ("apply_bpe", "latest merge first", apply_bpe_latest_first, ["LATEST merge"]),
+    ("apply_bpe", "</w> joined after merging", apply_bpe_end_added_last, ["joined only after merging"]),
+    ("apply_bpe", "merges list emptied", apply_bpe_consumes_merges, ["merges list passed in", "unchanged"]),
+    ("BPETokenizer", "vocabulary in class attributes", TokSharedVocab, ["class attributes"]),
+    ("BPETokenizer", "decode drops <unk>", TokDecodeDropsUnk, ["decode([3])", "'<unk>'"]),
+    ("BPETokenizer", "load not a classmethod", TokLoadNotClassmethod, ["@classmethod"]),
+    ("pad_sequences", "(max_len, batch)", pad_not_batch_first, ["transposed", "batch_first=True"]),
+    ("pad_sequences", "extends the caller's lists", pad_extends_inputs, ["lists passed in", "unchanged"]),
+    ("pad_sequences", "default pad_id 1", pad_default_one, ["padded with 1", "PAD = 0"]),
+    ("TokenEmbedding", "d_model ** 1/2", make_embedding(lambda d, v: d ** 1 / 2), ["d_model ** 1/2"]),
+    ("TokenEmbedding", "sqrt(512) hard-coded", make_embedding(lambda d, v: math.sqrt(512)), ["hard-coded"]),
+    ("TokenEmbedding", "embedding.weight indexed", EmbeddingIndexesWeight, ["bypasses"]),
 ]
 
 

@@ -53,13 +53,22 @@ def _expect(got, expected, what: str, hint: str | None = None, mistakes: dict | 
     (or to a function computing it, called only when needed)."""
     if got == expected:
         return
+    hint = _named(got, mistakes) or hint
+    raise CheckFailure(what, fmt(expected), fmt(got), hint)
+
+
+def _named(got, mistakes: dict | None) -> str | None:
+    """The description of every mistake in `mistakes` whose answer equals got (several can coincide on
+    one small example: then each is named), or None."""
+    found = []
     for description, wrong in (mistakes or {}).items():
         if callable(wrong):
             wrong = wrong()
-        if got == wrong:
-            hint = description
-            break
-    raise CheckFailure(what, fmt(expected), fmt(got), hint)
+        if wrong is not None and got == wrong:
+            found.append(description)
+    if len(found) > 1:
+        return "one of these mistakes (they give the same answer here): " + " | ".join(found)
+    return found[0] if found else None
 
 
 # ------------------------------------------------------------------------------ answers' shapes
@@ -111,6 +120,16 @@ def _merge_variant(symbols, pair, how: str = "left") -> tuple[str, ...]:
     symbols = tuple(symbols)
     if how == "substring":  # str.replace on the joined text: matches inside symbols
         return tuple(" ".join(symbols).replace(" ".join(pair), "".join(pair)).split(" "))
+    if how == "left_only":  # only the left symbol compared: merges with whatever follows
+        out, i = [], 0
+        while i < len(symbols):
+            if i + 1 < len(symbols) and symbols[i] == pair[0]:
+                out.append(symbols[i] + symbols[i + 1])
+                i += 2
+            else:
+                out.append(symbols[i])
+                i += 1
+        return tuple(out)
     if how == "right":  # right to left: 'a a a' -> 'a aa'
         out, i = [], len(symbols) - 1
         while i >= 0:
@@ -134,13 +153,17 @@ def _merge_variant(symbols, pair, how: str = "left") -> tuple[str, ...]:
 
 
 def _learn_variant(corpus, num_merges, min_frequency, tie="max", weighted=True, end="joined", merge="left",
-                   stop="lt"):
+                   stop="lt", extra=0, across=False):
     """BPE learned by recounting every pair at each step; the keywords select a classic mistake."""
-    counts = Counter(w for line in corpus for w in line.split(" ") if w)
-    words = [_start(w, end) for w in counts]
-    freqs = [counts[w] if weighted else 1 for w in counts]
+    if across:  # each line one sequence: the words' symbols in a row
+        counts = Counter(tuple(s for w in line.split(" ") if w for s in _start(w)) for line in corpus)
+        words, freqs = list(counts), list(counts.values())
+    else:
+        counts = Counter(w for line in corpus for w in line.split(" ") if w)
+        words = [_start(w, end) for w in counts]
+        freqs = [counts[w] if weighted else 1 for w in counts]
     merges = []
-    while len(merges) < num_merges:
+    while len(merges) < num_merges + extra:
         stats = Counter()
         for symbols, f in zip(words, freqs):
             for pair in zip(symbols, symbols[1:]):
@@ -156,6 +179,8 @@ def _learn_variant(corpus, num_merges, min_frequency, tie="max", weighted=True, 
         if (stop == "lt" and stats[best] < min_frequency) or (stop == "le" and stats[best] <= min_frequency):
             break
         merges.append(best)
+        if stop == "after" and stats[best] < min_frequency:
+            break
         words = [_merge_variant(s, best, merge) for s in words]
     return merges
 
@@ -179,7 +204,25 @@ LEARN_MISTAKES = {
         dict(stop="ignore"),
     "stopped at count == min_frequency: a pair seen exactly min_frequency times is still merged "
     "(break only when count < min_frequency)": dict(stop="le"),
+    "the pair below min_frequency kept: compare the best count with min_frequency BEFORE appending the pair":
+        dict(stop="after"),
+    "pairs taken across words (each line one sequence of symbols): count and merge pairs inside each word "
+    "only, every word its own symbol sequence": dict(across=True),
+    "one merge too few: make num_merges merges (while len(merges) < num_merges)": dict(extra=-1),
+    "one merge too many: stop once len(merges) == num_merges": dict(extra=1),
 }
+
+
+def _learn_shape_hint(got) -> str | None:
+    """A mistake that shows in the merges themselves, whatever the corpus."""
+    if len(set(got)) < len(got):
+        twice = next(m for i, m in enumerate(got) if m in got[:i])
+        return (f"the same pair {twice} merged twice: after choosing a pair, merge it in every word "
+                "(merge_pair) before counting the pairs again")
+    if any(any(c.isspace() for c in s) for m in got for s in m):
+        return ("a merged symbol holds whitespace: corpus is a list of LINES; split each line into words "
+                "(line.split()) and start every word as its characters")
+    return None
 
 
 def _learn_mistakes(corpus, num_merges, min_frequency, budget: float = 2.0) -> dict:
@@ -206,14 +249,19 @@ def _apply_variant(word, merges, how="priority"):
         for pair in merges:
             symbols = _merge_variant(symbols, tuple(pair))
         return list(symbols)
+    if how == "end_after":
+        symbols = tuple(word)
     merge = {"overlap": "overlap", "right": "right"}.get(how, "left")
     while len(symbols) > 1:
         pairs = [p for p in zip(symbols, symbols[1:]) if p in ranks]
         if not pairs:
             break
-        pair = pairs[0] if how == "leftmost" else min(pairs, key=ranks.get)
+        pair = pairs[0] if how == "leftmost" else max(pairs, key=ranks.get) if how == "latest" else min(
+            pairs, key=ranks.get)
         symbols = _merge_variant(symbols, pair, merge)
     symbols = list(symbols)
+    if how == "end_after":
+        symbols[-1] += END
     if how == "drop_end":
         symbols[-1] = symbols[-1][: -len(END)] if symbols[-1].endswith(END) else symbols[-1]
     return symbols
@@ -229,6 +277,9 @@ APPLY_MISTAKES = {
     "`</w>` never added: a word starts as l o w</w>, the last character carrying `</w>`": "missing_end",
     "overlapping occurrences merged: after merging the pair at i, continue at i + 2 (a a a -> aa a)": "overlap",
     "occurrences merged from right to left: scan left to right (a a a -> aa a, not a aa)": "right",
+    "the LATEST merge applied first: at each step merge the pair that comes EARLIEST in the merges list "
+    "(min of the ranks, not max)": "latest",
+    "`</w>` joined only after merging: start from l o w</w>, so that merges ending in `</w>` can apply": "end_after",
 }
 
 
@@ -247,7 +298,10 @@ def _stats_variant(vocab, how="right"):
     for symbols, count in vocab.items():
         pairs = list(zip(symbols, symbols[1:]))
         for pair in (dict.fromkeys(pairs) if how == "once_per_word" else pairs):
-            stats[pair] += 1 if how == "unweighted" else count
+            if how == "assign":
+                stats[pair] = count
+            else:
+                stats[pair] += 1 if how == "unweighted" else count
     return {p: c for p, c in stats.items() if c}
 
 
@@ -256,6 +310,7 @@ STATS_MISTAKES = {
     "a pair repeated inside a word counted once: count every adjacent position (a a a a</w> holds (a, a) "
     "twice)": "once_per_word",
     "pairs taken across words: pair only neighbours inside one word, zip(symbols, symbols[1:])": "across",
+    "a count overwritten (stats[pair] = count): add to it, stats[pair] += count": "assign",
 }
 
 
@@ -307,14 +362,17 @@ def _stats_symbols(get_pair_stats):
 
 
 # ------------------------------------------------------------------------------------ merge_pair
-def _merge_check(merge_pair, symbols, pair, what, hint, hows=("overlap", "right", "first", "substring")):
+def _merge_check(merge_pair, symbols, pair, what, hint,
+                 hows=("overlap", "right", "first", "substring", "left_only")):
     got = _as_symbols(merge_pair(symbols, pair), what)
     names = {"overlap": "overlapping occurrences merged: after merging the pair at i, continue at i + 2, "
                         "so (a, a, a) -> (aa, a)",
              "right": "occurrences merged from right to left: scan left to right, so (a, a, a) -> (aa, a)",
              "first": "only the first occurrence merged: replace every occurrence of the pair",
              "substring": "the pair matched inside a symbol (str.replace on the joined text): compare whole "
-                          "symbols, (symbols[i], symbols[i + 1]) == pair"}
+                          "symbols, (symbols[i], symbols[i + 1]) == pair",
+             "left_only": "only the left symbol compared (symbols[i] == pair[0]): the right one must match too, "
+                     "(symbols[i], symbols[i + 1]) == pair"}
     _expect(tuple(got), _merge_variant(symbols, pair), what, hint,
             {names[h]: (lambda h=h: _merge_variant(symbols, pair, h)) for h in hows})
 
@@ -353,7 +411,8 @@ def _merge_whole(merge_pair):
     cases = ((("lo", "w</w>"), ("o", "w</w>")),     # 'o w</w>' is inside 'lo w</w>' as text only
              (("ab", "c"), ("b", "c")),
              (("a", "bc", "d</w>"), ("a", "b")),
-             (("b", "a</w>"), ("a", "b")),            # the pair reversed is not the pair
+             (("a", "c</w>"), ("a", "b")),            # the left symbol alone is not the pair
+             (("b", "a", "c</w>"), ("a", "b")),       # the pair reversed is not the pair
              (("a</w>",), ("a", "b")),                # one symbol: nothing to merge
              (("x", "y</w>"), ("x", "y")))            # 'y' is not 'y</w>'
     for symbols, pair in cases:
@@ -366,9 +425,19 @@ def _learn_small(learn_bpe, name, hint, defaults=False):
     """The learner's merges on a small stored case equal subword-nmt's; a differing answer is named."""
     corpus, n, m, expected = _case(name)
     call = f"learn_bpe({corpus!r}, {n}" + ("" if defaults else f", min_frequency={m}") + ")"
-    got = learn_bpe(list(corpus), n) if defaults else learn_bpe(list(corpus), n, min_frequency=m)
-    _expect(_as_merges(got, call), expected, call + " (merges made by subword-nmt)", hint,
-            _learn_mistakes(corpus, n, m))
+    lines = list(corpus)
+    got = learn_bpe(lines, n) if defaults else learn_bpe(lines, n, min_frequency=m)
+    _corpus_unchanged(lines, corpus, call)
+    got = _as_merges(got, call)
+    shape = _learn_shape_hint(got) if got != expected else None
+    _expect(got, expected, call + " (merges made by subword-nmt)", shape or hint,
+            None if shape else _learn_mistakes(corpus, n, m))
+
+
+def _corpus_unchanged(lines, corpus, call):
+    if lines != list(corpus):
+        raise CheckFailure(f"{call}: the corpus list passed in", "unchanged after the call", fmt(lines),
+                           "read the lines without modifying the list (build new lists and dicts instead)")
 
 
 @register("learn_bpe", "learns the docstring example: 2 merges of 'low low low lower'")
@@ -427,16 +496,14 @@ def _learn_fixture(learn_bpe, name):
     words = len({w for line in corpus for w in line.split(" ") if w})
     call = (f"learn_bpe(corpus of {len(corpus)} lines, {words} distinct words, {n}, min_frequency={m}) "
             f"against subword-nmt")
-    got = _as_merges(learn_bpe(list(corpus), n, min_frequency=m), call)
+    lines = list(corpus)
+    got = learn_bpe(lines, n, min_frequency=m)
+    _corpus_unchanged(lines, corpus, call)
+    got = _as_merges(got, call)
     if got == expected:
         return
     k = next((i for i, (a, b) in enumerate(zip(got, expected)) if a != b), min(len(got), len(expected)))
-    for description, variant in _learn_mistakes(corpus, n, m).items():
-        if variant() == got:
-            hint = description
-            break
-    else:
-        hint = None
+    hint = _learn_shape_hint(got) or _named(got, _learn_mistakes(corpus, n, m))
     if k < len(got) and k < len(expected):
         c_exp, c_got = _count_at(corpus, expected, k, [expected[k], got[k]])
         if hint is None:
@@ -471,7 +538,13 @@ def _learn_fixture_bc(learn_bpe):
 # ------------------------------------------------------------------------------------- apply_bpe
 def _apply_one(apply_bpe, word, merges, expected, what=None, hint=None):
     what = what or f"apply_bpe({word!r}, {merges})"
-    got = _as_symbols(apply_bpe(word, list(merges)), what)
+    given = list(merges)
+    got = apply_bpe(word, given)
+    if given != list(merges):
+        raise CheckFailure(f"{what}: the merges list passed in", "unchanged after the call",
+                           f"{len(given)} merges, {fmt(given)}", "read the merges without modifying the list "
+                           "(no pop, sort, append or assignment to merges[i]); build a new dict or list instead")
+    got = _as_symbols(got, what)
     _expect(got, list(expected), what, hint, _apply_mistakes(word, merges))
 
 
@@ -557,11 +630,11 @@ def _decode(tok, ids, what=None):
 
 def _vocab_size(tok):
     size = getattr(tok, "vocab_size", None)
-    if callable(size) or not isinstance(size, int) or isinstance(size, bool):
+    if callable(size) or not isinstance(size, numbers.Integral) or isinstance(size, bool):
         raise CheckFailure("tok.vocab_size", "an int (an attribute or a @property)",
                            f"{type(size).__name__} {fmt(size)}",
                            "make it a property: @property def vocab_size(self): return len(self.itos)")
-    return size
+    return int(size)
 
 
 @register("BPETokenizer", "train(corpus, num_merges) returns the tokenizer itself")
@@ -604,6 +677,22 @@ def _tok_specials(cls):
     if len(got) < 2 or got[-1] != UNK or UNK in got[:-1]:
         raise CheckFailure(f"encode('{first} Ж')", f"the ids of {first!r}, then 3 (<unk>)", fmt(got),
                            "map each subword on its own: known ones to their id, unknown ones to 3")
+    # another tokenizer, trained on other text, knows only its own characters and leaves the first one alone
+    before = _encode(tok, first)
+    corpus, n, _, _ = _case("docstring")
+    other = build(cls, what="BPETokenizer()")
+    other.train(list(corpus), n)
+    char = next(c for c in first + "".join(words) if c not in "".join(corpus))
+    shared = ("keep the vocabulary and merges on the instance (self.itos = [...] in __init__ or train), not in "
+              "class attributes that every tokenizer shares")
+    got = _encode(other, char)
+    if got != [UNK]:
+        raise CheckFailure(f"a second tokenizer trained on {corpus!r}: encode({char!r})",
+                           "[3] (<unk>: that tokenizer never saw it)", fmt(got), shared)
+    got = _encode(tok, first)
+    if got != before:
+        raise CheckFailure(f"the first tokenizer's encode({first!r}) after a second one was trained",
+                           f"{fmt(before)} (as before)", fmt(got), shared)
 
 
 @register("BPETokenizer", "encode adds no <bos>/<eos>: one id per subword")
@@ -677,6 +766,9 @@ def _tok_decode_specials(cls):
                            "skip the ids of <pad> (0), <bos> (1) and <eos> (2) when decoding: "
                            "`if i not in (PAD, BOS, EOS)`")
     _expect(_decode(tok, [PAD, BOS, EOS]), "", "decode([0, 1, 2])", "specials other than <unk> give no text")
+    if not _decode(tok, [UNK]).strip():
+        raise CheckFailure("decode([3])", "'<unk>' (an unknown symbol stays visible in the text)", "''",
+                           "skip only <pad> (0), <bos> (1) and <eos> (2); <unk> (3) decodes to '<unk>'")
 
 
 @register("BPETokenizer", "vocab_size counts the specials and every symbol; ids are below it")
@@ -701,7 +793,14 @@ def _tok_save_load(cls):
     with tempfile.TemporaryDirectory() as folder:
         path = os.path.join(folder, "tokenizer.json")
         tok.save(path)
-        again = cls.load(path)
+        try:
+            again = cls.load(path)
+        except TypeError as e:
+            if "required positional argument" not in str(e):
+                raise
+            raise CheckFailure("BPETokenizer.load(path), called on the class", "a new tokenizer",
+                               f"TypeError: {str(e)[:120]}", "make load a @classmethod: def load(cls, path), "
+                               "which builds the tokenizer with cls() and returns it") from None
     if not isinstance(again, cls):
         raise CheckFailure("BPETokenizer.load(path)", "a BPETokenizer", f"{type(again).__name__}",
                            "load is a @classmethod that builds a tokenizer and returns it")
@@ -714,15 +813,19 @@ def _tok_save_load(cls):
     _expect(_decode(again, ids), _decode(tok, ids), "decode(the same ids) after save and load",
             "save and restore the vocabulary (itos) in its order")
     before, after = getattr(tok, "vocab_size", None), getattr(again, "vocab_size", None)
-    if not callable(before) and after != before:
+    if not callable(before) and not (isinstance(after, numbers.Integral) and after == before):
         raise CheckFailure("vocab_size after save and load", f"{before} (as before saving)", fmt(after),
                            "restore the whole vocabulary in load")
 
 
 # ----------------------------------------------------------------------------------- pad_sequences
 def _pad_check(pad_sequences, seqs, pad_id, what, mistakes_extra=None):
-    got = (pad_sequences([list(s) for s in seqs]) if pad_id is None else
-           pad_sequences([list(s) for s in seqs], pad_id=pad_id))
+    given = [list(s) for s in seqs]
+    got = pad_sequences(given) if pad_id is None else pad_sequences(given, pad_id=pad_id)
+    if given != [list(s) for s in seqs]:
+        raise CheckFailure(f"{what}: the lists passed in", f"unchanged, {[list(s) for s in seqs]}", fmt(given),
+                           "build new rows (s + [pad_id] * (max_len - len(s))) instead of extending the "
+                           "learner's lists in place")
     p = 0 if pad_id is None else pad_id
     width = max(len(s) for s in seqs)
     expected = torch.tensor([list(s) + [p] * (width - len(s)) for s in seqs], dtype=torch.long)
@@ -730,6 +833,10 @@ def _pad_check(pad_sequences, seqs, pad_id, what, mistakes_extra=None):
     if not isinstance(got, torch.Tensor):
         raise CheckFailure(what, "a torch.LongTensor", f"{type(got).__name__} {fmt(got)}",
                            "build the result with torch.full((batch, max_len), pad_id, dtype=torch.long)")
+    if tuple(got.shape) == (width, len(seqs)) != tuple(expected.shape):
+        raise CheckFailure(f"{what}: wrong shape", f"shape {tuple(expected.shape)} (batch, max_len)",
+                           f"shape {tuple(got.shape)}", "transposed, (max_len, batch): one ROW per sequence "
+                           "(nn.utils.rnn.pad_sequence needs batch_first=True)")
     expect_shape(got, expected.shape, what, "shape (number of sequences, length of the LONGEST one)")
     if got.dtype != torch.long:
         hint = ("token ids must be torch.long (nn.Embedding needs integer ids): torch.full(..., dtype=torch.long)"
@@ -742,6 +849,11 @@ def _pad_check(pad_sequences, seqs, pad_id, what, mistakes_extra=None):
         mistakes["pad_id ignored: fill with pad_id, not 0"] = torch.tensor(
             [list(s) + [0] * (width - len(s)) for s in seqs], dtype=torch.long)
     mistakes.update(mistakes_extra or {})
+    real = torch.tensor([[j < len(s) for j in range(width)] for s in seqs])
+    fill = got[~real].unique()
+    if torch.equal(got[real], expected[real]) and fill.numel() == 1:
+        mistakes[f"padded with {fill.item()} instead of pad_id" + (" (its default is PAD = 0)" if pad_id is None else
+                                                                   f" = {p}")] = got
     hint = next((d for d, t in mistakes.items() if torch.equal(got, t)), "copy each sequence to the start of its row")
     raise CheckFailure(what, str(expected.tolist()), str(got.tolist()), hint)
 
@@ -799,7 +911,11 @@ def _forward_check(cls, vocab_size, d_model, seed):
                            "divided by sqrt(d_model) instead of multiplied": base / math.sqrt(d_model),
                            "scaled by sqrt(vocab_size) instead of sqrt(d_model)": base * math.sqrt(vocab_size),
                            "sqrt(d_model) rounded to an integer (math.isqrt or int()): use math.sqrt":
-                               base * math.isqrt(d_model)})
+                               base * math.isqrt(d_model),
+                           "d_model ** 1/2 is (d_model ** 1) / 2: write d_model ** 0.5 or math.sqrt(d_model)":
+                               base * (d_model / 2),
+                           "d_model hard-coded (sqrt(512)): scale by the d_model given to __init__":
+                               base * math.sqrt(512)})
 
 
 def _backward(out):
@@ -824,7 +940,7 @@ def _emb_forward(cls):
 
 @register("TokenEmbedding", "scales by the exact sqrt(d_model), e.g. sqrt(6)")
 def _emb_sqrt6(cls):
-    _forward_check(cls, 9, 6, 1)
+    _forward_check(cls, 11, 6, 1)
 
 
 @register("TokenEmbedding", "passes padding_idx to nn.Embedding (a zero row that gets no gradient)")
@@ -839,7 +955,9 @@ def _emb_padding(cls):
     if emb.weight.grad is None or emb.weight.grad[0].abs().max() > 0:
         raise CheckFailure("embedding.weight.grad[0] (the padding row) after a backward pass", "zeros",
                            "None" if emb.weight.grad is None else fmt(emb.weight.grad[0]),
-                           "nn.Embedding(..., padding_idx=padding_idx) keeps the padding row out of training")
+                           "nn.Embedding(..., padding_idx=padding_idx) keeps the padding row out of training, "
+                           "but only through self.embedding(ids): indexing embedding.weight (or a one-hot "
+                           "product) bypasses it")
     _, plain = _embedding(cls, 7, 4)
     if plain.padding_idx is not None:
         raise CheckFailure("TokenEmbedding(7, 4).embedding.padding_idx", "None (the default)", fmt(plain.padding_idx),
