@@ -70,12 +70,75 @@ class PositionalEncodingFunctional(nn.Module):
         return F.dropout(torch.add(x, self.table.narrow(0, 0, L).expand(B, L, d)), self.p, self.training)
 
 
-@pytest.mark.parametrize("fn", [sinusoidal_loops, sinusoidal_stack])
+def sinusoidal_polar(max_len, d_model):
+    """cos + i sin as a complex number, viewed as (real, imag) pairs and flipped to (sin, cos)."""
+    if d_model % 2:
+        raise ValueError("odd d_model")
+    angle = torch.arange(max_len, dtype=torch.float64)[:, None] * 10000.0 ** (
+        -torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)
+    pairs = torch.view_as_real(torch.polar(torch.ones_like(angle), angle)).flip(-1)
+    return pairs.reshape(max_len, d_model).float()
+
+
+def sinusoidal_phase(max_len, d_model, base=10000.0):
+    """One sine per column, the odd columns shifted by pi/2 (cos x = sin(x + pi/2)); an extra keyword."""
+    if d_model % 2 != 0:
+        raise ValueError("d_model must be even")
+    j = torch.arange(d_model)
+    freq = base ** (-(j - j % 2).float() / d_model)
+    return torch.sin(torch.arange(max_len).float()[:, None] * freq + (j % 2).float() * (math.pi / 2))
+
+
+def sinusoidal_transposed_view(max_len, d_model):
+    """Built as (d_model, max_len) and returned as its transpose: a non-contiguous tensor."""
+    if d_model % 2:
+        raise ValueError("odd d_model")
+    angle = torch.arange(max_len)[None, :] / torch.pow(10000, torch.arange(0, d_model, 2) / d_model)[:, None]
+    return torch.stack([angle.sin(), angle.cos()], 1).reshape(d_model, max_len).T
+
+
+class PositionalEncodingHandDropout(nn.Module):
+    """A hand-written dropout, index_select of the positions, an extra forward keyword, the length from dim -2."""
+
+    def __init__(self, d_model, max_len=5000, dropout=0.1):
+        super().__init__()
+        self.p = dropout
+        self.register_buffer("table", sinusoidal_phase(max_len, d_model))
+
+    def forward(self, x, offset=0):
+        L = x.size(-2)
+        if offset + L > self.table.size(0):
+            raise ValueError(f"length {L} exceeds max_len")
+        y = x + self.table.index_select(0, torch.arange(offset, offset + L, device=x.device))
+        if self.training and self.p > 0:
+            y = y * (torch.rand_like(y) >= self.p).to(y.dtype) / (1 - self.p)
+        return y
+
+
+class PositionalEncodingFloat64Buffer(nn.Module):
+    """A buffer slot registered empty, then filled with a float64 table; cast to x's dtype in forward."""
+
+    def __init__(self, d_model, max_len=5000, dropout=0.1):
+        super().__init__()
+        self.register_buffer("pe", None)
+        self.pe = sinusoidal_loops(max_len, d_model)
+        self.drop = nn.Dropout(p=dropout)
+        self.max_len = max_len
+
+    def forward(self, x):
+        if x.size(1) > self.max_len:
+            raise ValueError("sequence longer than max_len")
+        return self.drop(x + self.pe.narrow(0, 0, x.size(1)).to(dtype=x.dtype))
+
+
+@pytest.mark.parametrize("fn", [sinusoidal_loops, sinusoidal_stack, sinusoidal_polar, sinusoidal_phase,
+                                sinusoidal_transposed_view])
 def test_other_correct_tables(fn):
     assert_full_marks(fn, "sinusoidal_encoding")
 
 
-@pytest.mark.parametrize("cls", [PositionalEncodingAnnotated, PositionalEncodingFunctional])
+@pytest.mark.parametrize("cls", [PositionalEncodingAnnotated, PositionalEncodingFunctional,
+                                 PositionalEncodingHandDropout, PositionalEncodingFloat64Buffer])
 def test_other_correct_modules(cls):
     assert_full_marks(cls, "PositionalEncoding")
 
@@ -103,6 +166,19 @@ def make_table(how):
     return sinusoidal
 
 
+def table_four_i(max_len, d_model):
+    """torch.arange(0, d_model, 2) (already 2i) doubled again: exponent 4i/d_model."""
+    if d_model % 2:
+        raise ValueError("odd")
+    angle = torch.arange(max_len).float()[:, None] / 10000 ** (2 * torch.arange(0, d_model, 2).float() / d_model)
+    return torch.stack([angle.sin(), angle.cos()], -1).reshape(max_len, d_model)
+
+
+def table_assert(max_len, d_model):
+    assert d_model % 2 == 0, "odd d_model"
+    return solutions.sinusoidal_encoding(max_len, d_model)
+
+
 def table_half_precision(max_len, d_model):
     return solutions.sinusoidal_encoding(max_len, d_model).half()
 
@@ -118,6 +194,8 @@ TABLE_MISTAKES = [
     ("no ValueError for odd d_model", make_table("no_value_error"), ["ValueError", "odd d_model"]),
     ("positions from 1", make_table("from_one"), ["positions counted from 1"]),
     ("cos column with its own exponent", make_table("column_exponent"), ["(2i+1)/d_model"]),
+    ("exponent 4i/d (2i doubled)", table_four_i, ["exponent 4i/d_model"]),
+    ("assert instead of ValueError", table_assert, ["ValueError", "AssertionError"]),
     ("float16", table_half_precision, ["float32 or float64"]),
     ("a list", table_list, ["torch.Tensor"]),
 ]
@@ -223,6 +301,32 @@ class PEConcatTable(PositionalEncoding):
         self.pe = make_table("concat")(max_len, d_model)
 
 
+class PEFixedLength(PositionalEncoding):
+    """max_len ignored: the table always 5000 rows long."""
+
+    def __init__(self, d_model, max_len=5000, dropout=0.1):
+        super().__init__(d_model, 5000, dropout)
+
+
+class PEDropoutTwice(PositionalEncoding):
+    def forward(self, x):
+        return self.dropout(super().forward(x))
+
+
+class PETableOnly(PositionalEncoding):
+    def forward(self, x):
+        if x.size(1) > self.pe.size(0):
+            raise ValueError("too long")
+        return self.dropout(self.pe[: x.size(1)].expand_as(x))
+
+
+class PEHardCodedLimit(PositionalEncoding):
+    def forward(self, x):
+        if x.size(1) > 5000:
+            raise ValueError("too long")
+        return self.dropout(x + self.pe[: x.size(1)])
+
+
 MODULE_MISTAKES = [
     ("table a Parameter", PEParameter, ["nn.Parameter", "register_buffer"]),
     ("table not registered", PEPlainAttribute, ["plain attribute", "register_buffer"]),
@@ -238,6 +342,10 @@ MODULE_MISTAKES = [
     ("x modified in place", PEInPlace, ["in place"]),
     ("default dropout 0", PEDefaultNoDropout, ["dropout=0.1"]),
     ("sin and cos concatenated", PEConcatTable, ["concatenated"]),
+    ("max_len ignored", PEFixedLength, ["max_len argument is ignored"]),
+    ("dropout applied twice", PEDropoutTwice, ["dropout applied twice"]),
+    ("the table without x", PETableOnly, ["x itself plus the table"]),
+    ("length limit hard-coded to 5000", PEHardCodedLimit, ["longer than max_len", "ValueError"]),
 ]
 
 
@@ -277,3 +385,20 @@ def test_checks_are_fast():
         start = time.perf_counter()
         grade(obj)
         assert time.perf_counter() - start < 5
+
+
+def test_checks_write_nothing_to_stderr(capfd):
+    """A mistaken module in a fresh interpreter: the report on stdout, nothing at all on stderr."""
+    import subprocess
+    import sys
+    code = ("import torch; from torch import nn; from autograder import check\n"
+            "class PositionalEncoding(nn.Module):\n"
+            "    def __init__(self, d_model, max_len=5000, dropout=0.1):\n"
+            "        super().__init__(); self.pe = torch.zeros(max_len, d_model)\n"
+            "    def forward(self, x):\n"
+            "        import warnings; warnings.warn('mine'); return x.T\n"
+            "check(PositionalEncoding)\n")
+    import pathlib
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          cwd=pathlib.Path(__file__).resolve().parents[1])
+    assert done.returncode == 0 and done.stderr == "" and "PositionalEncoding: 0/" in done.stdout, done

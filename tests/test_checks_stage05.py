@@ -54,17 +54,71 @@ def target_mask_from_parts(tgt_ids, pad_id=0):
     return causal_mask_arange(tgt_ids.size(1), tgt_ids.device) & padding_mask_unsqueeze(tgt_ids, pad_id)
 
 
-@pytest.mark.parametrize("fn", [padding_mask_unsqueeze, padding_mask_lengths])
+def padding_mask_from_lists(ids, pad_id=0):
+    """Python lists, back to a tensor on the ids' device."""
+    rows = [[int(t) != pad_id for t in row] for row in ids.tolist()]
+    return torch.tensor(rows, dtype=torch.bool, device=ids.device)[:, None, None, :]
+
+
+def padding_mask_difference(ids, pad_id=0):
+    return (ids - pad_id).bool()[:, None, None]
+
+
+def causal_mask_rows(size, device=None):
+    """Row by row into a tensor made on the device."""
+    m = torch.zeros(size, size, dtype=torch.bool, device=device)
+    for i in range(size):
+        m[i, : i + 1] = True
+    return m.unsqueeze(0).unsqueeze(0)
+
+
+def causal_mask_numpy(size, device=None):
+    import numpy as np
+    return torch.from_numpy(np.tril(np.ones((size, size), dtype=bool))).to(device=device)[None, None]
+
+
+def target_mask_loops(tgt_ids, pad_id=0):
+    """Reads each id (cannot run on the data-less 'meta' device, right on any real one)."""
+    B, L = tgt_ids.shape
+    m = torch.zeros(B, 1, L, L, dtype=torch.bool, device=tgt_ids.device)
+    for b in range(B):
+        for i in range(L):
+            for j in range(i + 1):
+                if tgt_ids[b, j] != pad_id:
+                    m[b, 0, i, j] = True
+    return m
+
+
+def target_mask_lists_moved(tgt_ids, pad_id=0):
+    """Built from lists on the default device, then moved to the ids' device."""
+    B, L = tgt_ids.shape
+    rows = tgt_ids.tolist()
+    m = [[[[j <= i and rows[b][j] != pad_id for j in range(L)] for i in range(L)]] for b in range(B)]
+    return torch.tensor(m, dtype=torch.bool).to(tgt_ids.device)
+
+
+def target_mask_type_as(tgt_ids, pad_id=0):
+    """The Annotated Transformer's subsequent_mask(...).type_as(...), with the head dimension."""
+    L = tgt_ids.size(-1)
+    keys = (tgt_ids != pad_id).unsqueeze(-2).unsqueeze(1)
+    subsequent = torch.triu(torch.ones(1, L, L), diagonal=1).type(torch.uint8) == 0
+    return keys & subsequent.type_as(keys.data)
+
+
+@pytest.mark.parametrize("fn", [padding_mask_unsqueeze, padding_mask_lengths, padding_mask_from_lists,
+                                padding_mask_difference])
 def test_other_correct_padding_masks(fn):
     assert_full_marks(fn, "padding_mask")
 
 
-@pytest.mark.parametrize("fn", [causal_mask_triu, causal_mask_arange, causal_mask_loop])
+@pytest.mark.parametrize("fn", [causal_mask_triu, causal_mask_arange, causal_mask_loop, causal_mask_rows,
+                                causal_mask_numpy])
 def test_other_correct_causal_masks(fn):
     assert_full_marks(fn, "causal_mask")
 
 
-@pytest.mark.parametrize("fn", [target_mask_logical_and, target_mask_from_parts])
+@pytest.mark.parametrize("fn", [target_mask_logical_and, target_mask_from_parts, target_mask_loops,
+                                target_mask_lists_moved, target_mask_type_as])
 def test_other_correct_target_masks(fn):
     assert_full_marks(fn, "target_mask")
 
@@ -94,6 +148,11 @@ def pad_ignores_pad_id(ids, pad_id=0):
     return (ids != 0)[:, None, None, :]
 
 
+def pad_marks_ids_in_place(ids, pad_id=0):
+    ids[ids == pad_id] = -1  # right mask, but the caller's ids are changed
+    return (ids != -1)[:, None, None, :]
+
+
 PAD_MISTAKES = [
     ("polarity inverted", pad_inverted, ["polarity inverted"]),
     ("over the queries", pad_over_queries, ["over the queries", "(B, 1, 1, L)"]),
@@ -101,6 +160,7 @@ PAD_MISTAKES = [
     ("float mask", pad_float, ["not bool"]),
     ("additive -inf mask", pad_additive, ["additive float mask"]),
     ("pad_id ignored", pad_ignores_pad_id, ["pad_id argument is ignored"]),
+    ("ids modified in place", pad_marks_ids_in_place, ["modified in place"]),
 ]
 
 
@@ -138,6 +198,11 @@ def causal_2d(size, device=None):
     return torch.ones(size, size, dtype=torch.bool, device=device).tril()
 
 
+def causal_cut_from_size_5(size, device=None):
+    """Right for every size up to 5, as if the longest sentence were 5 tokens."""
+    return torch.ones(5, 5, dtype=torch.bool, device=device).tril()[None, None, :size, :size]
+
+
 CAUSAL_MISTAKES = [
     ("tril(-1): no diagonal", causal_no_diagonal, ["diagonal is missing"]),
     ("~triu(0): no diagonal", causal_triu_off_by_one, ["diagonal is missing"]),
@@ -146,6 +211,7 @@ CAUSAL_MISTAKES = [
     ("float", causal_float, ["not bool"]),
     ("device ignored", causal_ignores_device, ["ignores `device`"]),
     ("no batch and head dims", causal_2d, ["add the batch and head dimensions"]),
+    ("cut from a fixed 5 x 5 table", causal_cut_from_size_5, ["causal_mask(9)", "wrong shape"]),
 ]
 
 
@@ -198,6 +264,19 @@ def tgt_float(ids, pad_id=0):
     return solutions.target_mask(ids, pad_id).float()
 
 
+def tgt_lists_on_default_device(ids, pad_id=0):
+    """From lists, without device=: on a GPU the mask stays on the CPU."""
+    B, L = ids.shape
+    rows = ids.tolist()
+    return torch.tensor([[[[j <= i and rows[b][j] != pad_id for j in range(L)] for i in range(L)]] for b in range(B)])
+
+
+def tgt_marks_ids_in_place(ids, pad_id=0):
+    mask = solutions.target_mask(ids, pad_id)
+    ids[ids == pad_id] = -1  # the right mask, but the caller's ids are changed
+    return mask
+
+
 TGT_MISTAKES = [
     ("padding forgotten", tgt_no_padding, ["padding part is missing"]),
     ("causal forgotten", tgt_no_causal, ["causal part is missing"]),
@@ -208,6 +287,8 @@ TGT_MISTAKES = [
     ("pad_id ignored", tgt_ignores_pad_id, ["pad_id argument is ignored"]),
     ("causal part on the CPU", tgt_cpu_causal, ["causal_mask(L, tgt_ids.device)"]),
     ("float", tgt_float, ["not bool"]),
+    ("lists without device=", tgt_lists_on_default_device, ["device=tgt_ids.device"]),
+    ("ids modified in place", tgt_marks_ids_in_place, ["modified in place"]),
 ]
 
 

@@ -61,7 +61,72 @@ class FFNMatmul(nn.Module):
         return (self.dropout(h) @ self.w_2.weight.T + self.w_2.bias).reshape(B, L, d)
 
 
-@pytest.mark.parametrize("cls", [FFNSequential, FFNFunctional, FFNMatmul])
+class FFNEinsum(nn.Module):
+    """einsum with the Linear's tensors, torch.where for the ReLU, an extra keyword with a default."""
+
+    def __init__(self, d_model, d_ff, dropout=0.1, activation="relu"):
+        super().__init__()
+        self.w_1, self.w_2 = nn.Linear(d_model, d_ff), nn.Linear(d_ff, d_model)
+        self.drop = nn.Dropout(dropout)
+
+    def forward(self, x):
+        h = torch.einsum("...d,fd->...f", x, self.w_1.weight) + self.w_1.bias
+        h = torch.where(h > 0, h, torch.zeros_like(h))
+        return torch.einsum("...f,df->...d", self.drop(h), self.w_2.weight) + self.w_2.bias
+
+
+class FFNHandDropout(nn.Module):
+    """A hand-written inverted dropout, h * keep / (1 - p): NaN at p = 1 (0/0), judged at p = 0.5 then."""
+
+    def __init__(self, d_model, d_ff, dropout=0.1):
+        super().__init__()
+        self.w_1, self.w_2 = nn.Linear(d_model, d_ff), nn.Linear(d_ff, d_model)
+        self.p = dropout
+
+    def forward(self, x):
+        h = torch.relu(self.w_1(x))
+        if self.training:
+            h = h * (torch.rand_like(h) >= self.p).float() / (1 - self.p)
+        return self.w_2(h)
+
+
+class FFNConv1d(nn.Module):
+    """Position-wise as kernel-1 convolutions over (B, d, L), with w_1's and w_2's own tensors."""
+
+    def __init__(self, d_model, d_ff, dropout=0.1):
+        super().__init__()
+        self.w_1, self.w_2 = nn.Linear(d_model, d_ff), nn.Linear(d_ff, d_model)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x):
+        h = self.dropout(F.relu(F.conv1d(x.transpose(1, 2), self.w_1.weight[:, :, None], self.w_1.bias)))
+        return F.conv1d(h, self.w_2.weight[:, :, None], self.w_2.bias).transpose(1, 2)
+
+
+class FFNModuleDict(nn.Module):
+    """Layers in a ModuleDict, w_1 and w_2 as properties, in-place ReLU and dropout on the hidden layer."""
+
+    def __init__(self, d_model, d_ff, dropout=0.1):
+        super().__init__()
+        self.layers = nn.ModuleDict({"w_1": nn.Linear(d_model, d_ff), "act": nn.ReLU(inplace=True),
+                                     "drop": nn.Dropout(dropout, inplace=True), "w_2": nn.Linear(d_ff, d_model)})
+
+    @property
+    def w_1(self):
+        return self.layers["w_1"]
+
+    @property
+    def w_2(self):
+        return self.layers["w_2"]
+
+    def forward(self, x):
+        for name in ("w_1", "act", "drop", "w_2"):
+            x = self.layers[name](x)
+        return x
+
+
+@pytest.mark.parametrize("cls", [FFNSequential, FFNFunctional, FFNMatmul, FFNEinsum, FFNHandDropout, FFNConv1d,
+                                 FFNModuleDict])
 def test_other_correct_feed_forward(cls):
     assert_full_marks(cls, NAME)
 
@@ -142,6 +207,30 @@ class OtherNames(nn.Module):
         return self.linear2(self.dropout(torch.relu(self.linear1(x))))
 
 
+class Relu6(Base):
+    def act(self, h):
+        return F.relu6(h)
+
+
+class Detached(Base):
+    def forward(self, x):
+        return super().forward(x).detach()
+
+
+class OverwritesInput(Base):
+    def forward(self, x):
+        return x.copy_(super().forward(x))  # the right values, written into the caller's x
+
+
+def _hand_dropout(h, p, training):
+    return h * (torch.rand_like(h) >= p).float() / (1 - p) if training else h
+
+
+class HandDropoutAfterW2(Base):
+    def forward(self, x):
+        return _hand_dropout(self.w_2(torch.relu(self.w_1(x))), self.dropout.p, self.training)
+
+
 MISTAKES = [
     ("GELU instead of ReLU", Gelu, ["GELU instead of ReLU"]),
     ("activation after w_2", ActivationAfterW2, ["activation is after w_2"]),
@@ -154,6 +243,10 @@ MISTAKES = [
     ("Linear arguments swapped", SwappedArguments, ["wrong shapes"]),
     ("no bias", NoBias, ["keep the biases"]),
     ("other attribute names", OtherNames, ["w_1 and w_2"]),
+    ("relu6 instead of relu", Relu6, ["capped activation"]),
+    ("output detached from autograd", Detached, ["requires_grad", ".detach()"]),
+    ("x overwritten in place", OverwritesInput, ["x was modified in place"]),
+    ("hand-written dropout after w_2", HandDropoutAfterW2, ["between relu and w_2"]),
 ]
 
 

@@ -16,7 +16,7 @@ def _table(max_len: int, d_model: int, how: str = "right") -> torch.Tensor:
     """PE[pos, 2i] = sin(pos / 10000^(2i/d)), PE[pos, 2i+1] = cos(same), in float64; or a classic mistake."""
     pos = torch.arange(max_len, dtype=torch.float64)[:, None] + (1 if how == "from_one" else 0)  # (L, 1)
     i = torch.arange(d_model // 2, dtype=torch.float64)[None, :]                                 # (1, d/2)
-    exponent = {"i_over_d": i / d_model}.get(how, 2 * i / d_model)
+    exponent = {"i_over_d": i / d_model, "four_i": 4 * i / d_model}.get(how, 2 * i / d_model)
     angle = pos * 10000.0 ** exponent if how == "inverted" else pos / 10000.0 ** exponent        # (L, d/2)
     sin, cos = torch.sin(angle), torch.cos(angle)
     if how == "concat":
@@ -40,6 +40,8 @@ TABLE_MISTAKES = {
     "swapped": "sin and cos swapped: sin on the even columns (0, 2, ...), cos on the odd ones",
     "i_over_d": "exponent i/d_model instead of 2i/d_model (i counts the pairs of columns: use "
                 "torch.arange(0, d_model, 2) / d_model)",
+    "four_i": "exponent 4i/d_model: torch.arange(0, d_model, 2) already counts 2i, so divide it by d_model "
+              "without doubling it again",
     "column_exponent": "the cos column used its own index, 10000^((2i+1)/d_model): columns 2i and 2i+1 share "
                        "the angle pos / 10000^(2i/d_model)",
     "two_j": "exponent 2j/d_model with j the column index: i counts PAIRS of columns, so column 2i (and 2i+1) "
@@ -191,6 +193,12 @@ def _pe_buffer(cls):
         raise CheckFailure(f"{name}.named_parameters()", "none (nothing in this module is trained)", fmt(params),
                            "the table is a buffer and nn.Dropout has no parameters")
     if not any(is_table(b) for b in module.buffers()):
+        sizes = [tuple(b.shape) for b in module.buffers() if b.is_floating_point() and b.numel() % 6 == 0]
+        if sizes:
+            raise CheckFailure(f"{name}: the table's buffer", "max_len x d_model = 12 x 6 numbers",
+                               f"a buffer of shape {sizes[0]}",
+                               "the max_len argument is ignored: build the table with sinusoidal_encoding(max_len, "
+                               "d_model), not a fixed length")
         attrs = [k for k, v in vars(module).items() if is_table(v)]
         raise CheckFailure(f"{name}.buffers()", "the sinusoidal table (max_len x d_model numbers)",
                            f"no buffer holds it{' (it is the plain attribute ' + attrs[0] + ')' if attrs else ''}",
@@ -212,6 +220,10 @@ def _pe_dropout(cls):
         x = torch.rand(4, 30, 16) + 4.0  # x + PE > 0, even with a wrong table: a zero can only be dropout's
     module.eval()
     plain = _forward(module, x.clone(), f"{name}(x) in eval mode", 40)  # the module's own x + PE
+    if (plain.abs() < 1e-6).any() and torch.equal(plain, _forward(module, x.clone(), f"{name}(x) in eval mode", 40)):
+        raise CheckFailure(f"{name}(x) in eval mode", "x + PE, where no value is 0 here (x + PE > 3)",
+                           f"{(plain.abs() < 1e-6).double().mean().item():.0%} zeros, the same at every call",
+                           "return x + PE[:length] (x itself plus the table), then dropout")
     if (plain.abs() < 1e-6).any():
         raise CheckFailure(f"{name}(x) in eval mode", "no value zeroed (x + PE > 0 here)",
                            f"{(plain.abs() < 1e-6).double().mean().item():.0%} zeros",
@@ -239,6 +251,10 @@ def _pe_dropout(cls):
         raise CheckFailure(what, "each value either 0 or 2 * (x + PE) (dropout=0.5 of the sum)",
                            f"{share:.0%} zeros, the others from {ratio.min().item():.3g} to {ratio.max().item():.3g} "
                            f"times x + PE", hint)
+    if 0.65 < share < 0.85 and abs(ratio.mean().item() - 4.0) < 1e-3:
+        raise CheckFailure(f"{what}: share of zeros", "about 0.5, the kept values doubled",
+                           f"{share:.3f}, the kept values times 4", "dropout applied twice (1 - 0.5 * 0.5 = 0.75 "
+                           "dropped, kept values scaled twice): apply self.dropout once, to x + PE")
     if not 0.35 < share < 0.65 or abs(ratio.mean().item() - 2.0) > 1e-3:
         raise CheckFailure(f"{what}: share of zeros", "about 0.5, the kept values doubled",
                            f"{share:.3f}, the kept values times {ratio.mean().item():.3g}",

@@ -21,18 +21,37 @@ forbid("scaled_dot_product_attention", "F.scaled_dot_product_attention (or nn.Mu
 
 # ------------------------------------------------------------------------------------------ softmax
 NAIVE = "exp overflowed: subtract the row's maximum before exp (softmax(x) = softmax(x - max x))"
+KEEPDIM = ("the max or the sum lost its dimension: use keepdim=True, x.amax(dim, keepdim=True) and "
+           "e.sum(dim, keepdim=True), so that they broadcast back against x")
+
+
+def _soft(softmax, x, what, **kwargs):
+    """softmax(x) (give it a copy), a broadcasting error from a max or sum without keepdim named as such."""
+    try:
+        return softmax(x, **kwargs)
+    except RuntimeError as e:
+        if "must match the size" not in str(e):
+            raise
+        raise CheckFailure(what, f"a tensor of shape {tuple(x.shape)}", f"RuntimeError: {str(e)[:120]}",
+                           KEEPDIM) from None
 
 
 @register("softmax", "equals torch.softmax along the last dimension")
 def _softmax_last(softmax):
     with seeded(0):
         x = torch.randn(3, 4, 5) * 3
-    expect_close(softmax(x), torch.softmax(x, -1), "softmax(x) for x of shape (3, 4, 5)",
+    what = "softmax(x) for x of shape (3, 4, 5)"
+    arg = x.clone()
+    expect_close(_soft(softmax, arg, what), torch.softmax(x, -1), what,
                  hint="exp(x) / exp(x).sum(dim, keepdim=True), over the last dimension",
                  mistakes={"normalized over dim 0 instead of the last one": torch.softmax(x, 0),
                            "normalized over dim=-2 instead of dim=-1": torch.softmax(x, -2),
                            "divided by the sum over the whole tensor, not along one dimension":
                                x.exp() / x.exp().sum()})
+    if not torch.equal(arg, x):
+        raise CheckFailure("x after softmax(x)", "unchanged", "changed",
+                           "x was modified in place (x -= ..., x.sub_, x.exp_()): the caller still needs its x; "
+                           "compute new tensors, shifted = x - x.amax(dim, keepdim=True)")
 
 
 @register("softmax", "uses the dim argument")
@@ -40,7 +59,8 @@ def _softmax_dim(softmax):
     with seeded(1):
         x = torch.randn(4, 6, 2)
     for dim in (0, 1):
-        expect_close(softmax(x, dim=dim), torch.softmax(x, dim), f"softmax(x, dim={dim})",
+        expect_close(_soft(softmax, x.clone(), f"softmax(x, dim={dim})", dim=dim), torch.softmax(x, dim),
+                     f"softmax(x, dim={dim})",
                      hint="use `dim` in both the max and the sum (keepdim=True so they broadcast back)",
                      mistakes={"the dim argument is ignored (always the last dimension)": torch.softmax(x, -1)})
 
@@ -48,8 +68,12 @@ def _softmax_dim(softmax):
 @register("softmax", "is stable for large inputs (no overflow to nan)")
 def _softmax_stable(softmax):
     x = torch.tensor([[1000.0, 1001.0, 999.0], [-1000.0, -1000.0, -1000.0], [88.0, 89.0, 0.0]])
-    expect_close(softmax(x), torch.softmax(x, -1), "softmax([[1000, 1001, 999], [-1000, -1000, -1000], [88, 89, 0]])",
-                 hint=NAIVE)
+    what = "softmax([[1000, 1001, 999], [-1000, -1000, -1000], [88, 89, 0]])"
+    got = _soft(softmax, x.clone(), what)
+    finite = not (isinstance(got, torch.Tensor) and got.shape == x.shape and not torch.isfinite(got).all())
+    expect_close(got, torch.softmax(x, -1), what,  # the overflow hint only for inf / NaN
+                 hint="exp(x - max) / sum of exp(x - max), the max and the sum taken along the last dimension"
+                 if finite else NAIVE)
 
 
 # ------------------------------------------------------------------------------- attention helpers
@@ -58,8 +82,34 @@ def _inputs(seed=0, B=2, h=3, Lq=4, Lk=5, d_k=8, d_v=6):
         return torch.randn(B, h, Lq, d_k), torch.randn(B, h, Lk, d_k), torch.randn(B, h, Lk, d_v)
 
 
-def _call(attn, q, k, v, mask=None, dropout=None, what="scaled_dot_product_attention(q, k, v)"):
-    out = attn(q, k, v, mask) if dropout is None else attn(q, k, v, mask, dropout)
+TRANSPOSE = ("transpose only the last two dims of k, k.transpose(-2, -1): k.T or k.transpose(1, 2) give wrong "
+             "shapes with more than 2 or 3 dims")
+
+
+def _call(attn, q, k, v, mask=None, dropout=None, what="scaled_dot_product_attention(q, k, v)", unchanged=False):
+    """The learner's (output, weights) for copies of the inputs (the checks' own stay intact); with
+    `unchanged`, fail when the function modified its arguments in place."""
+    args = [t.clone() for t in (q, k, v)] + [None if mask is None else mask.clone()]
+    try:
+        out = attn(*args) if dropout is None else attn(*args, dropout)
+    except (RuntimeError, IndexError) as e:
+        text = str(e)
+        if not any(s in text for s in ("must match the size", "Dimension out of range", "Expected size",
+                                        "cannot be multiplied", "size mismatch")):
+            raise
+        shapes = ", ".join(f"{n} {tuple(t.shape)}" for n, t in zip("qkv", (q, k, v)))
+        raise CheckFailure(f"{what} for {shapes}: wrong shape inside your function",
+                           "(..., Lq, d_k) @ (..., d_k, Lk) -> weights (..., Lq, Lk)",
+                           f"{type(e).__name__}: {text.splitlines()[0][:120]}",
+                           TRANSPOSE + ("" if mask is None else f"; the mask {tuple(mask.shape)} broadcasts as it is"))\
+            from None
+    if unchanged:
+        for name, mine, given in zip(("q", "k", "v", "mask"), (q, k, v, mask), args):
+            if mine is not None and not torch.equal(mine, given):
+                raise CheckFailure(f"{name} after {what}", "unchanged", "changed",
+                                   f"{name} was modified in place (an in-place operation on it: /=, masked_fill_, "
+                                   "logical_not_, ...): the caller still needs its tensors; compute new ones, e.g. "
+                                   "scores = q @ k.transpose(-2, -1) / math.sqrt(d_k)")
     if not isinstance(out, tuple) or len(out) != 2:
         raise CheckFailure(what, "a tuple (output, weights)", type(out).__name__,
                            "return both: `return weights @ v, weights`")
@@ -111,16 +161,20 @@ def _attn_shapes(attn):
                  "weights = softmax(q @ k.transpose(-2, -1) / sqrt(d_k)): (..., Lq, Lk)")
     # also works without head dimensions: (B, L, d)
     out3, w3 = _call(attn, q[:, 0], k[:, 0], v[:, 0])
-    expect_shape(out3, (2, 4, 6), "output for 3-d inputs q (2, 4, 8), k (2, 5, 8)",
-                 "transpose the last two dims of k with k.transpose(-2, -1), not k.T or transpose(1, 2)")
+    expect_shape(out3, (2, 4, 6), "output for 3-d inputs q (2, 4, 8), k (2, 5, 8)", TRANSPOSE)
 
 
 @register("scaled_dot_product_attention", "equals F.scaled_dot_product_attention without a mask")
 def _attn_plain(attn):
     q, k, v = _inputs(1)
     ref, mistakes = _reference(q, k, v)
-    out, _ = _call(attn, q, k, v)
+    out, _ = _call(attn, q, k, v, unchanged=True)
     expect_close(out, ref, "output without a mask", hint="softmax(q k^T / sqrt(d_k)) v", mistakes=mistakes)
+    q, k, v = _inputs(7, B=1, h=2, Lq=3, Lk=7, d_k=16, d_v=4)  # other sizes: nothing hard-coded
+    ref, mistakes = _reference(q, k, v)
+    out, _ = _call(attn, q, k, v)
+    expect_close(out, ref, "output without a mask for q (1, 2, 3, 16), k (1, 2, 7, 16), v (1, 2, 7, 4)",
+                 hint="softmax(q k^T / sqrt(d_k)) v with d_k = q.size(-1), not a fixed number", mistakes=mistakes)
 
 
 @register("scaled_dot_product_attention", "weights: each query's row sums to 1 over the keys")
@@ -143,7 +197,15 @@ def _attn_mask(attn):
         mask = torch.rand(2, 3, 4, 5) > 0.4
     mask[..., 0] = True  # every query can attend somewhere
     ref, mistakes = _reference(q, k, v, mask)
-    out, w = _call(attn, q, k, v, mask)
+    out, w = _call(attn, q, k, v, mask, unchanged=True)
+    expect_shape(w, (2, 3, 4, 5), "weights for q (2, 3, 4, 8), k (2, 3, 5, 8)", "weights (..., Lq, Lk)")
+    rows = torch.isfinite(w).all(-1, keepdim=True)  # NaN rows aside (a fill of -inf), inverted polarity shows
+    if not torch.isfinite(out).all() and (w.masked_select(mask & rows).abs() < 1e-6).all() \
+            and (w.masked_select(~mask & rows).abs() > 1e-6).any():
+        raise CheckFailure("output with a random boolean mask", "finite numbers, weight only where mask is True",
+                           "NaN, and weight only where mask is False",
+                           "mask polarity inverted: True must mean 'may attend' (fill where ~mask, with a large finite "
+                           "negative number so that a fully masked row is not NaN)")
     expect_close(out, ref, "output with a random boolean mask", mistakes=mistakes,
                  hint="scores.masked_fill(~mask, float('-inf')) before the softmax")
     hidden = w.masked_select(~mask)
@@ -169,6 +231,8 @@ def _attn_all_masked(attn):
     mask = torch.ones(2, 3, 4, 5, dtype=torch.bool)
     mask[:, :, 1] = False  # query 1 may attend to nothing
     out, w = _call(attn, q, k, v, mask)
+    expect_shape(out, (2, 3, 4, 6), "output for q (2, 3, 4, 8), k (2, 3, 5, 8), v (2, 3, 5, 6)")
+    expect_shape(w, (2, 3, 4, 5), "weights for q (2, 3, 4, 8), k (2, 3, 5, 8)")
     if not (torch.isfinite(out).all() and torch.isfinite(w).all()):
         raise CheckFailure("output for a query row whose keys are all masked", "finite numbers", "NaN",
                            "softmax of a row of -inf is 0/0 = NaN: fill with a large finite negative number "
@@ -183,8 +247,8 @@ class _Recorder(nn.Module):
 
     def forward(self, w):
         self.seen = w
-        scale = torch.ones(w.size(-1))
-        scale[1] = 0.5
+        scale = torch.ones(w.size(-1), dtype=w.dtype, device=w.device)
+        scale[1:2] = 0.5
         return w * scale
 
 

@@ -50,6 +50,13 @@ def _expect_mask(got, expected: torch.Tensor, what: str, hint: str, mistakes: di
                        fmt(values.int()) if values.numel() <= 8 else f"{values[where].item()} there", hint)
 
 
+def _expect_unchanged(arg, original, what):
+    if not torch.equal(arg, original):
+        raise CheckFailure(f"the ids after {what}", fmt(original) + " (unchanged)", fmt(arg),
+                           "the ids were modified in place (ids[ids == pad_id] = ..., masked_fill_, ...): the caller "
+                           "still needs them; compare into a new tensor, ids != pad_id")
+
+
 # ------------------------------------------------------------------------------------- padding_mask
 PAD_SHAPES = {
     (2, 5): "the mask has shape (B, L): add the head and query dimensions, (ids != pad_id)[:, None, None, :] "
@@ -75,10 +82,12 @@ def _pad_shape(padding_mask):
 def _pad_values(padding_mask):
     ids = _ids()
     expected = (ids != 0)[:, None, None, :]
-    got = _expect_shape(padding_mask(ids), (2, 1, 1, 5), "padding_mask(ids of shape (2, 5))", PAD_SHAPES)
+    arg = ids.clone()
+    got = _expect_shape(padding_mask(arg), (2, 1, 1, 5), "padding_mask(ids of shape (2, 5))", PAD_SHAPES)
     _expect_mask(got, expected, "padding_mask([[5, 7, 9, 0, 0], [4, 8, 6, 3, 2]])",
                  "True where ids != pad_id", {"polarity inverted: True must mean a real token (may attend), "
                                               "i.e. ids != pad_id, not ids == pad_id": ~expected})
+    _expect_unchanged(arg, ids, "padding_mask(ids)")
     ones = torch.tensor([[4, 5, 6]])
     _expect_mask(padding_mask(ones), torch.ones(1, 1, 1, 3, dtype=torch.bool), "padding_mask([[4, 5, 6]]) (no padding)",
                  "a batch without padding is all True")
@@ -122,7 +131,7 @@ def _causal_shape(causal_mask):
 
 @register("causal_mask", "True on and below the diagonal (position i sees 0..i)")
 def _causal_values(causal_mask):
-    for n in (5, 1, 2):
+    for n in (5, 1, 2, 9):
         got = _expect_shape(causal_mask(n), (1, 1, n, n), f"causal_mask({n})", {})
         _expect_mask(got, _causal(n), f"causal_mask({n})", "torch.ones(size, size, dtype=torch.bool).tril()",
                      _causal_mistakes(n))
@@ -191,9 +200,11 @@ def _tgt_shape(target_mask):
 @register("target_mask", "causal AND not padding (padded keys hidden, every query keeps its causal row)")
 def _tgt_values(target_mask):
     ids = _ids()
-    got = _expect_shape(target_mask(ids), (2, 1, 5, 5), "target_mask(ids of shape (2, 5))", TGT_SHAPES)
+    arg = ids.clone()
+    got = _expect_shape(target_mask(arg), (2, 1, 5, 5), "target_mask(ids of shape (2, 5))", TGT_SHAPES)
     _expect_mask(got, _target(ids), "target_mask([[5, 7, 9, 0, 0], [4, 8, 6, 3, 2]])",
                  "padding_mask(tgt_ids, pad_id) & causal_mask(L, tgt_ids.device)", _target_mistakes(ids))
+    _expect_unchanged(arg, ids, "target_mask(ids)")
 
 
 @register("target_mask", "uses the pad_id argument")
@@ -205,19 +216,60 @@ def _tgt_pad_id(target_mask):
                  "pass pad_id on to the padding part", _target_mistakes(ids, 7))
 
 
+DEVICE_HINT = ("make the causal part on the ids' device: causal_mask(L, tgt_ids.device) (on a GPU, a CPU mask "
+               "combined with CUDA ids fails the same way)")
+
+
+def _reads_values(e: BaseException) -> bool:
+    """Whether e says the code looked at the values of a 'meta' tensor, which has none."""
+    text = str(e).lower()
+    return ((isinstance(e, NotImplementedError) and "meta" in text)
+            or (isinstance(e, RuntimeError) and "cannot be called on meta tensors" in text))
+
+
 @register("target_mask", "is built on the device of tgt_ids")
 def _tgt_device(target_mask):
     ids = _ids().to("meta")  # 'meta' stands in for 'cuda': a mask made on the CPU cannot be combined with it
     what = "target_mask(ids on device 'meta')"
     try:
         got = target_mask(ids)
-    except NotImplementedError:
-        raise
-    except RuntimeError as e:
+    except (NotImplementedError, RuntimeError, TypeError) as e:
+        if _reads_values(e):  # a loop over the values: test the other way round instead
+            return _tgt_device_by_default(target_mask)
+        if isinstance(e, NotImplementedError):
+            raise
+        if isinstance(e, TypeError):
+            if "numpy" not in str(e):
+                raise
+            raise CheckFailure(what, "a mask on the device of the ids", f"TypeError: {str(e)[:100]}",
+                               ".numpy() fails the same way for ids on a GPU: stay with torch operations on "
+                               "tgt_ids.device") from None
         raise CheckFailure(what, "a mask on the device of the ids", f"RuntimeError: {str(e)[:100]}",
-                           "make the causal part on the ids' device: causal_mask(L, tgt_ids.device) (on a GPU, "
-                           "a CPU mask combined with CUDA ids fails the same way)") from None
+                           DEVICE_HINT) from None
     got = as_tensor(got, what)
     if got.device.type != "meta":
         raise CheckFailure(f"{what}.device", "meta", str(got.device),
                            "build the mask on tgt_ids.device: causal_mask(L, tgt_ids.device)")
+
+
+def _tgt_device_by_default(target_mask):
+    """For code that reads the ids' values: CPU ids while tensors made without a device land on 'meta'
+    (as, on a GPU, CUDA ids while they land on the CPU): the mask must still be on the ids' device."""
+    ids = _ids()
+    what = "target_mask(ids on the CPU, with torch.device('meta') as the default device)"
+    try:
+        with torch.device("meta"):
+            got = target_mask(ids)
+    except (NotImplementedError, RuntimeError) as e:
+        if _reads_values(e):  # e.g. a tensor made on the default device, then moved: fine on a GPU, untestable here
+            return
+        if isinstance(e, NotImplementedError):
+            raise
+        raise CheckFailure(what, "a mask on the device of the ids (cpu)", f"{type(e).__name__}: {str(e)[:100]}",
+                           "a tensor made without device= lands on the default device, not the ids' one: pass "
+                           "device=tgt_ids.device (torch.ones, torch.tensor, torch.arange, causal_mask)") from None
+    got = as_tensor(got, what)
+    if got.device.type != "cpu":
+        raise CheckFailure(f"{what}.device", "cpu (the ids' device)", str(got.device),
+                           "a tensor made without device= lands on the default device, not the ids' one: pass "
+                           "device=tgt_ids.device (torch.ones, torch.tensor, torch.arange, causal_mask)")

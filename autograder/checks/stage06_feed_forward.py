@@ -67,11 +67,14 @@ def _mistakes(ffn, x):
         "the activation is after both layers: only between them, w_2(relu(w_1(x)))": F.relu(l2(F.relu(l1(x)))),
         "the activation is before w_1 instead of between the layers: w_2(relu(w_1(x)))": l2(l1(F.relu(x))),
         "no activation: without relu the two layers collapse into one linear map": l2(l1(x)),
+        "a capped activation (relu6 or clamp(0, 6)) instead of relu: max(0, .) has no upper limit":
+            l2(F.relu6(l1(x))),
     }
 
 
 def _forward(ffn, x, what):
-    return as_tensor(ffn(x), what)
+    """ffn(a copy of x): the check's own x stays intact whatever the network does to its input."""
+    return as_tensor(ffn(x.clone()), what)
 
 
 @register("PositionwiseFeedForward", "w_1 = nn.Linear(d_model, d_ff), w_2 = nn.Linear(d_ff, d_model), with biases")
@@ -84,15 +87,39 @@ def _ffn_attributes(FFN):
                            "assign the layers as attributes after super().__init__()")
 
 
-@register("PositionwiseFeedForward", "equals w_2(relu(w_1(x))) (the paper's formula) in eval mode")
+@register("PositionwiseFeedForward", "equals w_2(relu(w_1(x))) (the paper's formula) in eval mode, gradients too")
 def _ffn_formula(FFN):
     ffn = _make(FFN, 6, 10, dropout=0.0, seed=1).eval()
     with seeded(11):
-        x = torch.randn(2, 4, 6)
+        x = torch.randn(2, 4, 6) * 4  # hidden values well above 6: a capped activation (relu6, clamp) shows
+    what = "PositionwiseFeedForward(6, 10)(x), x of shape (2, 4, 6)"
+    arg = x.clone()
     with torch.no_grad():
-        expect_close(_forward(ffn, x, "PositionwiseFeedForward(6, 10)(x), x of shape (2, 4, 6)"), _formula(ffn, x),
-                     "PositionwiseFeedForward(6, 10)(x), x of shape (2, 4, 6)",
-                     hint="w_2(dropout(relu(w_1(x))))", mistakes=_mistakes(ffn, x))
+        got = as_tensor(ffn(arg), what)
+        expect_close(got, _formula(ffn, x), what, hint="w_2(dropout(relu(w_1(x))))", mistakes=_mistakes(ffn, x))
+    if not torch.equal(arg, x):
+        raise CheckFailure(f"x after {what}", "unchanged", "changed",
+                           "x was modified in place (relu_, an inplace=True module or x += ... applied to x): the "
+                           "caller still needs its x; the layers make new tensors")
+    ffn.zero_grad(set_to_none=True)
+    out = ffn(x.clone())
+    if not (isinstance(out, torch.Tensor) and out.requires_grad):
+        raise CheckFailure(f"{what}.requires_grad", "True (the output depends on w_1 and w_2)", "False",
+                           "the computation left autograd (.detach(), .data, torch.no_grad() or numpy inside "
+                           "forward): keep to torch operations on the layers' own tensors so that training reaches "
+                           "w_1 and w_2")
+    out.sum().backward()
+    (W1, b1), (W2, b2) = _parts(ffn)
+    ref = [p.detach().clone().requires_grad_() for p in (W1, b1, W2, b2)]
+    (F.relu(x @ ref[0].T + ref[1]) @ ref[2].T + ref[3]).sum().backward()
+    for name, param, r in zip(("w_1.weight", "w_1.bias", "w_2.weight", "w_2.bias"),
+                              (ffn.w_1.weight, ffn.w_1.bias, ffn.w_2.weight, ffn.w_2.bias), ref):
+        if param.grad is None:
+            raise CheckFailure(f"the gradient of {name} after backward()", "a gradient", "None",
+                               f"{name} does not take part in the output's computation graph (.detach(), .data or a "
+                               "copy of the weights): use the layers themselves, self.w_1(x) and self.w_2(h)")
+        expect_close(param.grad, r.grad, f"the gradient of {name} after {what}.sum().backward()",
+                     hint="let autograd differentiate w_2(relu(w_1(x))): no detached or copied tensors in forward")
 
 
 @register("PositionwiseFeedForward", "acts on each position alone: the same network at every position")
@@ -121,6 +148,8 @@ def _ffn_dropout_place(FFN):
     what = "PositionwiseFeedForward(6, 10, dropout=1.0).train()(x)"
     with torch.no_grad():
         got = _forward(ffn, x, what)
+        if isinstance(got, torch.Tensor) and got.shape == (2, 3, 6) and not torch.isfinite(got).all():
+            return _dropout_place_half(FFN)  # a hand-written dropout, h * keep / (1 - p), is 0/0 at p = 1
         # p = 1 zeroes every hidden unit, so w_2 sees zeros and returns its bias at every position
         expect_close(got, b2.expand(2, 3, 6), what, hint="w_2(dropout(relu(w_1(x)))): dropout on the hidden layer",
                      mistakes={"dropout after w_2 instead of between relu and w_2: w_2(dropout(relu(w_1(x))))":
@@ -129,6 +158,29 @@ def _ffn_dropout_place(FFN):
                                    (F.relu(b1) @ W2.T + b2).expand(2, 3, 6),
                                "dropout not applied in train mode: w_2(dropout(relu(w_1(x)))) with "
                                "self.dropout = nn.Dropout(dropout)": _formula(ffn, x)})
+
+
+def _dropout_place_half(FFN):
+    """Dropout's place at p = 0.5, with d_model > d_ff so that w_2 can be undone: the hidden layer that w_2
+    was given must hold, unit by unit, 0 or 2 * relu(w_1(x))."""
+    ffn = _make(FFN, 12, 4, dropout=0.5, seed=3).train()
+    with seeded(13):
+        x = torch.randn(2, 3, 12)
+    (W1, b1), (W2, b2) = _parts(ffn)
+    what = "PositionwiseFeedForward(12, 4, dropout=0.5).train()(x)"
+    with torch.no_grad():
+        got = expect_shape(_forward(ffn, x, what), (2, 3, 12), what)
+        if not torch.isfinite(got).all():
+            raise CheckFailure(f"{what}: {(~torch.isfinite(got)).sum().item()} values are NaN or inf",
+                               "finite values", "NaN or inf", "dropout: keep each value with probability 1 - p and "
+                               "scale it by 1 / (1 - p); nn.Dropout(dropout) does it (and gives zeros at p = 1)")
+        hidden = torch.linalg.lstsq(W2.double(), (got.double() - b2.double()).reshape(-1, 12).T).solution.T
+        h = F.relu(x @ W1.T + b1).reshape(-1, 4).double()
+        tol = 1e-3 * (1 + h.abs())
+        if not (((hidden.abs() <= tol) | ((hidden - 2 * h).abs() <= tol)).all() and (hidden.abs() <= tol).any()):
+            raise CheckFailure(what, "w_2 applied to relu(w_1(x)) with each hidden unit dropped (0) or doubled",
+                               "something else", "w_2(dropout(relu(w_1(x)))): dropout on the hidden layer, between "
+                               "relu and w_2")
 
 
 @register("PositionwiseFeedForward", "dropout is off in eval mode and random in train mode")
