@@ -374,6 +374,228 @@ def test_shared_linear_fails_the_comparisons_too():
     assert points <= 2, text  # the attributes fail, and so does every check that copies weights
 
 
+# ---------------------------------------------------------------- review: more styles, more mistakes
+def split_heads_split_stack(x, n_heads):
+    if x.size(-1) % n_heads:
+        raise ValueError(f"{x.size(-1)} % {n_heads} != 0: heads need equal shares")
+    return torch.stack(torch.split(x, x.size(-1) // n_heads, dim=-1), dim=-3)
+
+
+def split_heads_einsum(x, n_heads):
+    B, L, d = x.shape
+    if d % n_heads:
+        raise ValueError(f"d_model {d} not divisible by {n_heads}")
+    return torch.einsum("blhk->bhlk", x.reshape(B, L, n_heads, d // n_heads))
+
+
+def merge_heads_einsum(x):
+    B, h, L, d_k = x.shape
+    return torch.einsum("bhld->blhd", x).reshape(B, L, -1)
+
+
+def merge_heads_filled(x):
+    B, h, L, d_k = x.shape
+    out = x.new_zeros(B, L, h * d_k)
+    for i in range(h):
+        out[..., i * d_k:(i + 1) * d_k] = x[:, i]
+    return out
+
+
+class _Four(nn.Module):
+    def __init__(self, d_model, n_heads, dropout=0.1):
+        super().__init__()
+        if d_model % n_heads:
+            raise ValueError(f"d_model={d_model} must be divisible by n_heads={n_heads}")
+        self.h, self.dk, self.p = n_heads, d_model // n_heads, dropout
+        self.w_q, self.w_k, self.w_v, self.w_o = (nn.Linear(d_model, d_model) for _ in range(4))
+        self.drop = nn.Dropout(dropout)
+
+
+class MHAHeadSlicesOfWeights(_Four):
+    """A loop over heads that slices the rows of w_q, w_k, w_v themselves; bmm; torch.where for the mask."""
+
+    def forward(self, query, key, value, mask=None):
+        outs, weights = [], []
+        for i in range(self.h):
+            rows = slice(i * self.dk, (i + 1) * self.dk)
+            q, k, v = (F.linear(t, lin.weight[rows], lin.bias[rows])
+                       for t, lin in ((query, self.w_q), (key, self.w_k), (value, self.w_v)))
+            s = torch.bmm(q, k.transpose(1, 2)) / math.sqrt(self.dk)
+            if mask is not None:
+                s = torch.where(mask.expand(-1, self.h, -1, -1)[:, i], s, torch.tensor(-1e9, dtype=s.dtype))
+            w = torch.softmax(s, dim=-1)
+            weights.append(w)
+            outs.append(torch.bmm(self.drop(w), v))
+        self.attn_weights = torch.stack(weights, 1)
+        return self.w_o(torch.cat(outs, -1))
+
+
+class MHABatchedHeads(_Four):
+    """(B * h, L, d_k) with baddbmm and an additive float mask; need_weights as an extra keyword."""
+
+    def forward(self, query, key, value, mask=None, need_weights=True):
+        B, Lq, d = query.shape
+        Lk = key.shape[1]
+
+        def fold(t, L):
+            return t.reshape(B, L, self.h, self.dk).permute(0, 2, 1, 3).reshape(B * self.h, L, self.dk)
+        q, k, v = fold(self.w_q(query), Lq), fold(self.w_k(key), Lk), fold(self.w_v(value), Lk)
+        bias = torch.zeros(B, self.h, Lq, Lk, dtype=q.dtype)
+        if mask is not None:
+            bias = bias.masked_fill(~mask, -1e9)
+        w = F.softmax(torch.baddbmm(bias.reshape(-1, Lq, Lk), q, k.transpose(1, 2), alpha=self.dk ** -0.5), -1)
+        if need_weights:
+            self.attn_weights = w.view(B, self.h, Lq, Lk)
+        out = torch.bmm(self.drop(w), v).view(B, self.h, Lq, self.dk)
+        return self.w_o(out.permute(0, 2, 1, 3).reshape(B, Lq, d))
+
+
+class MHATorchKernel(_Four):
+    """PyTorch's fused F.scaled_dot_product_attention (stage 03's work, allowed here); weights computed aside."""
+
+    def forward(self, query, key, value, mask=None):
+        B, Lq, d = query.shape
+
+        def heads(t):
+            return t.view(B, -1, self.h, self.dk).transpose(1, 2)
+        q, k, v = heads(self.w_q(query)), heads(self.w_k(key)), heads(self.w_v(value))
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=self.p if self.training else 0.0)
+        with torch.no_grad():
+            s = q @ k.transpose(-1, -2) / math.sqrt(self.dk)
+            self.attn_weights = (s if mask is None else s.masked_fill(~mask, -1e9)).softmax(-1)
+        return self.w_o(out.transpose(1, 2).reshape(B, Lq, d))
+
+
+class MHADoubleInside(_Four):
+    """float64 inside, a log-mask added to the scores, logsumexp normalization, F.dropout with the flag."""
+
+    def forward(self, query, key, value, mask=None):
+        B, Lq, d = query.shape
+        q, k, v = (lin(t).double().view(B, -1, self.h, self.dk).transpose(1, 2)
+                   for lin, t in ((self.w_q, query), (self.w_k, key), (self.w_v, value)))
+        s = q.matmul(k.transpose(-2, -1)).div(self.dk ** 0.5)
+        if mask is not None:
+            s = s + torch.log(mask.double().clamp_min(1e-30))
+        w = torch.exp(s - s.logsumexp(-1, keepdim=True))
+        self.attn_weights = w.float()
+        w = F.dropout(w, self.p, training=self.training)
+        return self.w_o((w @ v).transpose(1, 2).reshape(B, Lq, d).float())
+
+
+@pytest.mark.parametrize("fn", [split_heads_split_stack, split_heads_einsum])
+def test_more_correct_split_heads(fn):
+    assert_full_marks(fn, "split_heads")
+
+
+@pytest.mark.parametrize("fn", [merge_heads_einsum, merge_heads_filled])
+def test_more_correct_merge_heads(fn):
+    assert_full_marks(fn, "merge_heads")
+
+
+@pytest.mark.parametrize("cls", [MHAHeadSlicesOfWeights, MHABatchedHeads, MHATorchKernel, MHADoubleInside])
+def test_more_correct_multi_head_attention(cls):
+    assert_full_marks(cls, "MultiHeadAttention")
+
+
+def merge_transposed_in_place(x):
+    B, h, L, d_k = x.shape
+    return x.transpose_(1, 2).reshape(B, L, h * d_k)  # the caller's tensor now has shape (B, L, h, d_k)
+
+
+def test_merge_heads_that_changes_its_input_is_caught():
+    assert_caught(merge_transposed_in_place, "merge_heads", "changed in place", "transpose_")
+
+
+class _Written(_Four):
+    """Multi-head attention written out, one overridable step per classic mistake."""
+
+    def heads(self, t):
+        return t.view(t.size(0), -1, self.h, self.dk).transpose(1, 2)
+
+    def scores(self, q, k):
+        return q @ k.transpose(-1, -2) / math.sqrt(self.dk)
+
+    def masked(self, s, mask):
+        return s if mask is None else s.masked_fill(~mask, -1e9)
+
+    def weights(self, s, mask):
+        return s.softmax(-1)
+
+    def merge(self, o):
+        return o.transpose(1, 2).reshape(o.size(0), o.size(2), -1)
+
+    def forward(self, query, key, value, mask=None):
+        q, k, v = self.heads(self.w_q(query)), self.heads(self.w_k(key)), self.heads(self.w_v(value))
+        self.attn_weights = self.weights(self.masked(self.scores(q, k), mask), mask)
+        return self.w_o(self.merge(self.drop(self.attn_weights) @ v))
+
+
+class NotScaled(_Written):
+    def scores(self, q, k):
+        return q @ k.transpose(-1, -2)
+
+
+class SoftmaxOverQueries(_Written):
+    def weights(self, s, mask):
+        return s.softmax(-2)
+
+
+class MaskFilledWithZero(_Written):
+    def masked(self, s, mask):
+        return s if mask is None else s.masked_fill(~mask, 0.0)
+
+
+class MaskAfterSoftmax(_Written):
+    def masked(self, s, mask):
+        return s
+
+    def weights(self, s, mask):
+        w = s.softmax(-1)
+        return w if mask is None else w.masked_fill(~mask, 0.0)
+
+
+class HeadsInterleaved(_Written):
+    def heads(self, t):
+        return t.view(t.size(0), -1, self.dk, self.h).permute(0, 3, 1, 2)
+
+    def merge(self, o):
+        return o.permute(0, 2, 3, 1).reshape(o.size(0), o.size(2), -1)
+
+
+class KeysShapedLikeQuery(_Written):
+    """Reshapes k and v with the query's length: fine in self-attention, a size error in cross-attention."""
+
+    def forward(self, query, key, value, mask=None):
+        B, L, _ = query.shape
+        q, k, v = (lin(t).reshape(B, L, self.h, self.dk).transpose(1, 2)
+                   for lin, t in ((self.w_q, query), (self.w_k, key), (self.w_v, value)))
+        self.attn_weights = self.masked(self.scores(q, k), mask).softmax(-1)
+        return self.w_o(self.merge(self.drop(self.attn_weights) @ v))
+
+
+class MaskFlippedInPlace(_Written):
+    """~mask computed in place: the caller's mask is inverted after the call."""
+
+    def masked(self, s, mask):
+        return s if mask is None else s.masked_fill(mask.logical_not_(), -1e9)
+
+
+REVIEW_MHA_MISTAKES = [
+    ("scores not scaled", NotScaled, ["not scaled", "sqrt(d_k)"]),
+    ("softmax over the queries", SoftmaxOverQueries, ["softmax over the queries"]),
+    ("masked scores filled with 0", MaskFilledWithZero, ["filled with 0"]),
+    ("mask applied after the softmax", MaskAfterSoftmax, ["after the softmax"]),
+    ("heads interleaved in split and merge", HeadsInterleaved, ["in turn"]),
+    ("keys reshaped with the query's length", KeysShapedLikeQuery, ["lengths do not fit together"]),
+    ("mask inverted in place", MaskFlippedInPlace, ["`mask`", "changed in place"]),
+]
+
+
+@pytest.mark.parametrize("label,cls,keywords", REVIEW_MHA_MISTAKES, ids=[m[0] for m in REVIEW_MHA_MISTAKES])
+def test_more_multi_head_attention_mistakes_are_caught(label, cls, keywords):
+    assert_caught(cls, "MultiHeadAttention", *keywords)
+
+
 # ---------------------------------------------------------------- stubs, as the lesson hands them out
 def test_stubs_get_zero_and_say_not_implemented():
     def split_heads(x, n_heads):

@@ -345,6 +345,196 @@ def test_sublayer_connection_is_graded_apart_from_the_layer_norm():
     assert_full_marks(SublayerOnBrokenNorm, "SublayerConnection")
 
 
+# ---------------------------------------------------------------- review: more styles, more mistakes
+class _Affine(nn.Module):
+    def __init__(self, d_model, eps=1e-5):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(d_model))
+        self.bias = nn.Parameter(torch.zeros(d_model))
+        self.eps = eps
+
+
+class LayerNormSumsAddcmul(_Affine):
+    """Sums divided by d, rsqrt, and addcmul for weight * x_hat + bias."""
+
+    def forward(self, x):
+        n = x.shape[-1]
+        c = x - x.sum(-1, keepdim=True) / n
+        return torch.addcmul(self.bias, self.weight, c * torch.rsqrt(c.pow(2).sum(-1, keepdim=True) / n + self.eps))
+
+
+class LayerNormBiasedStd(_Affine):
+    """The biased std, squared back under the root with eps."""
+
+    def forward(self, x):
+        std = x.std(-1, unbiased=False, keepdim=True)
+        return self.weight * (x - x.mean(-1, keepdim=True)) / (std ** 2 + self.eps) ** 0.5 + self.bias
+
+
+class LayerNormFloat64(_Affine):
+    """float64 inside and back to x's dtype; an extra keyword argument with a default."""
+
+    def __init__(self, d_model, eps=1e-5, elementwise_affine=True):
+        super().__init__(d_model, eps)
+
+    def forward(self, x):
+        y = x.double()
+        y = (y - y.mean(-1, keepdim=True)) / (y.var(-1, correction=0, keepdim=True) + self.eps).sqrt()
+        return (y * self.weight.double() + self.bias.double()).to(x.dtype)
+
+
+class LayerNormMatmulMeans(_Affine):
+    """Means as a product with a (d, 1) column of 1/d, the weight applied with einsum."""
+
+    def forward(self, x):
+        col = torch.full((x.size(-1), 1), 1.0 / x.size(-1), dtype=x.dtype)
+        mu = x @ col
+        var = (x - mu) ** 2 @ col
+        return torch.einsum("...d,d->...d", (x - mu) / torch.sqrt(var + self.eps), self.weight) + self.bias
+
+
+class LayerNormRows(_Affine):
+    """Flattened to (rows, d), var_mean, reshaped back."""
+
+    def forward(self, x):
+        rows = x.reshape(-1, x.shape[-1])
+        var, mean = torch.var_mean(rows, dim=1, unbiased=False, keepdim=True)
+        return ((rows - mean) / (var + self.eps).sqrt()).reshape(x.shape) * self.weight + self.bias
+
+
+@pytest.mark.parametrize("cls", [LayerNormSumsAddcmul, LayerNormBiasedStd, LayerNormFloat64, LayerNormMatmulMeans,
+                                 LayerNormRows])
+def test_more_correct_layer_norms(cls):
+    assert_full_marks(cls, "LayerNorm")
+
+
+class _Connection(nn.Module):
+    def __init__(self, d_model, dropout=0.1, norm_first=False):
+        super().__init__()
+        self.norm = solutions.LayerNorm(d_model)
+        self.drop = nn.Dropout(dropout)
+        self.pre = norm_first
+
+
+class SublayerOneExpression(_Connection):
+    """The sublayer's input chosen first, one residual sum, the norm last only in post-norm; extra keywords."""
+
+    def forward(self, x, sublayer, **kwargs):
+        out = x + self.drop(sublayer(self.norm(x) if self.pre else x))
+        return out if self.pre else self.norm(out)
+
+
+class SublayerNormByTwoNames(nn.Module):
+    """The norm kept as self.ln too, and used through `norm`."""
+
+    def __init__(self, d_model, dropout=0.1, norm_first=False):
+        super().__init__()
+        self.ln = solutions.LayerNorm(d_model)
+        self.norm, self.dropout, self.norm_first = self.ln, nn.Dropout(dropout), norm_first
+
+    def forward(self, x, sublayer):
+        return x + self.dropout(sublayer(self.norm(x))) if self.norm_first else self.norm(x + self.dropout(sublayer(x)))
+
+
+class SublayerHandDropout(_Connection):
+    """Dropout written by hand: a Bernoulli keep-mask and the 1 / (1 - p) rescaling."""
+
+    def __init__(self, d_model, dropout=0.1, norm_first=False):
+        super().__init__(d_model, dropout, norm_first)
+        self.p = dropout
+
+    def dropped(self, t):
+        if not self.training or self.p == 0:
+            return t
+        if self.p >= 1:
+            return torch.zeros_like(t)
+        return t * (torch.rand_like(t) >= self.p).to(t.dtype) / (1 - self.p)
+
+    def forward(self, x, sublayer):
+        if self.pre:
+            return x + self.dropped(sublayer(self.norm(x)))
+        return self.norm(x + self.dropped(sublayer(x)))
+
+
+@pytest.mark.parametrize("cls", [SublayerOneExpression, SublayerNormByTwoNames, SublayerHandDropout])
+def test_more_correct_sublayer_connections(cls):
+    assert_full_marks(cls, "SublayerConnection")
+
+
+class CentredInPlace(_Affine):
+    def forward(self, x):
+        x -= x.mean(-1, keepdim=True)  # the caller's tensor is centred too
+        return self.weight * x / torch.sqrt((x * x).mean(-1, keepdim=True) + self.eps) + self.bias
+
+
+class BiasForgotten(_Affine):
+    def forward(self, x):
+        return self.weight * (x - x.mean(-1, keepdim=True)) / torch.sqrt(x.var(-1, unbiased=False, keepdim=True)
+                                                                         + self.eps)
+
+
+def test_more_layer_norm_mistakes_are_caught():
+    assert_caught(CentredInPlace, "LayerNorm", "changed in place", "x = x - mean")
+    assert_caught(BiasForgotten, "LayerNorm", "the bias is not added")
+
+
+class ResidualAddedInPlace(_Connection):
+    def forward(self, x, sublayer):
+        if self.pre:
+            x += self.drop(sublayer(self.norm(x)))
+            return x
+        x += self.drop(sublayer(x))
+        return self.norm(x)
+
+
+class DropoutRateFixed(SublayerHandDropout):
+    def __init__(self, d_model, dropout=0.1, norm_first=False):
+        super().__init__(d_model, 0.1, norm_first)
+
+
+class DropoutTwice(_Connection):
+    def forward(self, x, sublayer):
+        if self.pre:
+            return x + self.drop(self.drop(sublayer(self.norm(x))))
+        return self.norm(x + self.drop(self.drop(sublayer(x))))
+
+
+class DropoutNotRescaled(SublayerHandDropout):
+    def dropped(self, t):
+        if not self.training:
+            return t
+        return t * (torch.rand_like(t) >= self.p).to(t.dtype)
+
+
+class DropoutOnXToo(_Connection):
+    def forward(self, x, sublayer):
+        if self.pre:
+            return self.drop(x) + self.drop(sublayer(self.norm(x)))
+        return self.norm(self.drop(x) + self.drop(sublayer(x)))
+
+
+class PostNormOnXOnly(_Connection):
+    def forward(self, x, sublayer):
+        if self.pre:
+            return x + self.drop(sublayer(self.norm(x)))
+        return self.norm(x) + self.drop(sublayer(x))
+
+
+REVIEW_SC_MISTAKES = [
+    ("x += ... in place", ResidualAddedInPlace, ["changed in place"]),
+    ("dropout rate fixed at 0.1", DropoutRateFixed, ["dropout argument is not used"]),
+    ("dropout applied twice", DropoutTwice, ["dropout applied twice"]),
+    ("hand-written dropout without 1/(1-p)", DropoutNotRescaled, ["not scaled by 1 / (1 - p)"]),
+    ("dropout on x as well", DropoutOnXToo, ["dropout applied to the residual sum (or to x itself)"]),
+    ("post-norm: norm(x) + sublayer(x)", PostNormOnXOnly, ["the norm is applied to x, not to the sum"]),
+]
+
+
+@pytest.mark.parametrize("label,cls,keywords", REVIEW_SC_MISTAKES, ids=[m[0] for m in REVIEW_SC_MISTAKES])
+def test_more_sublayer_connection_mistakes_are_caught(label, cls, keywords):
+    assert_caught(cls, "SublayerConnection", *keywords)
+
+
 # ---------------------------------------------------------------- stubs, speed
 def test_stubs_get_zero_and_say_not_implemented():
     class LayerNorm(nn.Module):

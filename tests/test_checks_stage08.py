@@ -332,6 +332,171 @@ def test_encoder_mistakes_are_caught(label, cls, keywords):
     assert_caught(cls, "Encoder", *keywords)
 
 
+# ---------------------------------------------------------------- review: more styles, more mistakes
+class EncoderLayerLoop(nn.Module):
+    """The sublayers zipped with a list of callables; deep-copied connections; an extra keyword argument."""
+
+    def __init__(self, d_model, n_heads, d_ff, dropout=0.1, norm_first=False, activation="relu"):
+        super().__init__()
+        self.self_attn = MultiHeadAttention(d_model, n_heads, dropout)
+        self.feed_forward = PositionwiseFeedForward(d_model, d_ff, dropout)
+        self.sublayers = nn.ModuleList(copy.deepcopy(SublayerConnection(d_model, dropout, norm_first)) for _ in "ab")
+
+    def forward(self, x, src_mask=None):
+        steps = [lambda t: self.self_attn(t, t, t, mask=src_mask), self.feed_forward]
+        for connection, step in zip(self.sublayers, steps):
+            x = connection(x, step)
+        return x
+
+
+class EncoderLayerSequentialHolder(nn.Module):
+    """The two connections in an nn.Sequential (indexable), a named inner function for the attention."""
+
+    def __init__(self, d_model, n_heads, d_ff, dropout=0.1, norm_first=False):
+        super().__init__()
+        self.self_attn = MultiHeadAttention(d_model, n_heads, dropout)
+        self.feed_forward = PositionwiseFeedForward(d_model, d_ff, dropout)
+        self.sublayers = nn.Sequential(SublayerConnection(d_model, dropout, norm_first),
+                                       SublayerConnection(d_model, dropout, norm_first))
+
+    def forward(self, x, src_mask):
+        def attend(q):
+            return self.self_attn(q, q, q, src_mask)
+        return self.sublayers[1](self.sublayers[0](x, attend), self.feed_forward)
+
+
+class EncoderLayerMaskExpanded(EncoderLayerLoop):
+    """Expands the (B, 1, 1, L) mask to (B, 1, L, L) itself: still the contract's broadcasting."""
+
+    def forward(self, x, src_mask=None):
+        m = None if src_mask is None else src_mask.expand(-1, 1, x.size(1), -1)
+        return super().forward(x, m)
+
+
+class EncoderRecursive(nn.Module):
+    def __init__(self, d_model, n_heads, d_ff, n_layers, dropout=0.1, norm_first=False):
+        super().__init__()
+        self.layers = nn.ModuleList(EncoderLayerLoop(d_model, n_heads, d_ff, dropout, norm_first) for _ in range(n_layers))
+        self.norm = LayerNorm(d_model) if norm_first else nn.Identity()
+
+    def run(self, x, mask, i=0):
+        return x if i == len(self.layers) else self.run(self.layers[i](x, mask), mask, i + 1)
+
+    def forward(self, x, src_mask):
+        return self.norm(self.run(x, src_mask))
+
+
+class EncoderFunctionNorm(nn.Module):
+    """Layers appended one by one; in post-norm `norm` is a plain function (no parameters)."""
+
+    def __init__(self, d_model, n_heads, d_ff, n_layers, dropout=0.1, norm_first=False):
+        super().__init__()
+        self.layers = nn.ModuleList()
+        for _ in range(n_layers):
+            self.layers.append(solutions.EncoderLayer(d_model, n_heads, d_ff, dropout, norm_first=norm_first))
+        self.norm = LayerNorm(d_model) if norm_first else (lambda t: t)
+
+    def forward(self, x, src_mask):
+        for i in range(len(self.layers)):
+            x = self.layers[i](x, src_mask)
+        return self.norm(x)
+
+
+@pytest.mark.parametrize("cls", [EncoderLayerLoop, EncoderLayerSequentialHolder, EncoderLayerMaskExpanded])
+def test_more_correct_encoder_layers(cls):
+    assert_full_marks(cls, "EncoderLayer")
+
+
+@pytest.mark.parametrize("cls", [EncoderRecursive, EncoderFunctionNorm])
+def test_more_correct_encoders(cls):
+    assert_full_marks(cls, "Encoder")
+
+
+class DropoutOnResidualSum(EncoderLayerExplicit):
+    """Every train-mode output differs from eval, as it should, but the dropout sits on the sum."""
+
+    def forward(self, x, src_mask):
+        steps = (lambda y: self.self_attn(y, y, y, src_mask), self.feed_forward)
+        for sub, f in zip(self.sublayers, steps):
+            x = x + sub.dropout(f(sub.norm(x))) if self.norm_first else sub.norm(sub.dropout(x + f(x)))
+        return x
+
+
+class FeedForwardTwiceDModel(EncoderLayerLoop):
+    """d_ff written as 2 * d_model: the check's own sizes (16, 32) would hide it."""
+
+    def __init__(self, d_model, n_heads, d_ff, dropout=0.1, norm_first=False):
+        super().__init__(d_model, n_heads, d_ff, dropout, norm_first)
+        self.feed_forward = PositionwiseFeedForward(d_model, 2 * d_model, dropout)
+
+
+class AttentionOnOuterX(EncoderLayerLoop):
+    def forward(self, x, src_mask=None):
+        h = self.sublayers[0](x, lambda y: self.self_attn(x, x, x, src_mask))
+        return self.sublayers[1](h, self.feed_forward)
+
+
+class ResidualAddedInPlace(EncoderLayerExplicit):
+    def forward(self, x, src_mask):
+        steps = (lambda y: self.self_attn(y, y, y, src_mask), self.feed_forward)
+        for sub, f in zip(self.sublayers, steps):
+            if self.norm_first:
+                x += sub.dropout(f(sub.norm(x)))
+            else:
+                x = sub.norm(x + sub.dropout(f(x)))
+        return x
+
+
+class PreNormLayerNormalizesItsOutput(EncoderLayerLoop):
+    def forward(self, x, src_mask=None):
+        x = super().forward(x, src_mask)
+        return self.sublayers[1].norm(x) if self.sublayers[1].norm_first else x
+
+
+REVIEW_LAYER_MISTAKES = [
+    ("dropout on the residual sum", DropoutOnResidualSum, ["dropout applied to the residual sum"]),
+    ("d_ff hard-coded as 2 * d_model", FeedForwardTwiceDModel, ["feed_forward.w_1.weight", "no fixed sizes"]),
+    ("the lambda uses x, not its argument", AttentionOnOuterX, ["lambda uses x instead of its argument"]),
+    ("x += ... in place", ResidualAddedInPlace, ["changed in place"]),
+    ("pre-norm layer normalizes its output", PreNormLayerNormalizesItsOutput, ["normalized again at its end"]),
+]
+
+
+@pytest.mark.parametrize("label,cls,keywords", REVIEW_LAYER_MISTAKES, ids=[m[0] for m in REVIEW_LAYER_MISTAKES])
+def test_more_encoder_layer_mistakes_are_caught(label, cls, keywords):
+    assert_caught(cls, "EncoderLayer", *keywords)
+
+
+def fwd_norm_after_every_layer(self, x, src_mask):
+    for layer in self.layers:
+        x = self.norm(layer(x, src_mask))
+    return x
+
+
+def fwd_norm_twice(self, x, src_mask):
+    for layer in self.layers:
+        x = layer(x, src_mask)
+    return self.norm(self.norm(x))
+
+
+def fwd_copied_into_input(self, x, src_mask):
+    for layer in self.layers:
+        x.copy_(layer(x, src_mask))
+    return self.norm(x)
+
+
+REVIEW_ENCODER_MISTAKES = [
+    ("final norm after every layer", encoder_variant(fwd=fwd_norm_after_every_layer), ["after every layer"]),
+    ("final norm applied twice", encoder_variant(fwd=fwd_norm_twice), ["final norm applied twice"]),
+    ("layers' outputs copied into x", encoder_variant(fwd=fwd_copied_into_input), ["changed in place"]),
+]
+
+
+@pytest.mark.parametrize("label,cls,keywords", REVIEW_ENCODER_MISTAKES, ids=[m[0] for m in REVIEW_ENCODER_MISTAKES])
+def test_more_encoder_mistakes_are_caught(label, cls, keywords):
+    assert_caught(cls, "Encoder", *keywords)
+
+
 # ---------------------------------------------------------------- stubs
 def test_stubs_get_zero_and_say_not_implemented():
     from autograder import REGISTRY

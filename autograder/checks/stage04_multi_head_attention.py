@@ -25,6 +25,21 @@ INTERLEAVED = ("features dealt out to the heads in turn (view(B, L, d_k, h)): he
                "features i*d_k .. (i+1)*d_k-1, i.e. view(B, L, h, d_k)")
 
 
+def _inputs_kept(fn, inputs: dict, what: str):
+    """fn(), failing when it changed one of `inputs` ({name: tensor}) in place: the caller's tensor would change."""
+    before = {n: (t.shape, t.clone()) for n, t in inputs.items() if isinstance(t, torch.Tensor)}
+    out = fn()
+    for n, (shape, copy) in before.items():
+        t = inputs[n]
+        if t.shape != shape or not torch.equal(t, copy):
+            raise CheckFailure(f"{what}: the argument `{n}` after the call", "unchanged",
+                               f"changed in place ({'shape ' + str(tuple(t.shape)) if t.shape != shape else 'values'})",
+                               "an in-place operation on an argument (transpose_, unsqueeze_, masked_fill_, "
+                               "logical_not_, +=, ...) changes the caller's tensor: use the out-of-place version "
+                               "(transpose, unsqueeze, masked_fill, ~mask, x = x + ...)")
+    return out
+
+
 def _heads_of(x: torch.Tensor, h: int) -> torch.Tensor:
     """(B, L, d) -> (B, h, L, d/h), written as slices: head i holds features i*d_k .. (i+1)*d_k-1."""
     d_k = x.size(-1) // h
@@ -73,7 +88,8 @@ def _split_values(split_heads):
     with seeded(1):
         x = torch.randn(2, 5, 12)
     B, L, d, h = 2, 5, 12, 3
-    expect_close(split_heads(x, h), _heads_of(x, h), "split_heads(x of shape (2, 5, 12), n_heads=3)",
+    what = "split_heads(x of shape (2, 5, 12), n_heads=3)"
+    expect_close(_inputs_kept(lambda: split_heads(x, h), {"x": x}, what), _heads_of(x, h), what,
                  hint="out[:, i] must equal x[..., i*d_k:(i+1)*d_k]: x.view(B, L, h, d_k).transpose(1, 2)",
                  mistakes={NO_TRANSPOSE_SPLIT: x.reshape(B, h, L, d // h),
                            INTERLEAVED: x.reshape(B, L, d // h, h).permute(0, 3, 1, 2)})
@@ -101,7 +117,7 @@ def _split_error(split_heads):
 def _merge(merge_heads, x, what):
     """merge_heads(x), with the error of .view() on a transposed tensor explained."""
     try:
-        return merge_heads(x)
+        return _inputs_kept(lambda: merge_heads(x), {"x": x}, what)
     except RuntimeError as e:
         if "view" in str(e) or "stride" in str(e) or "contiguous" in str(e):
             raise CheckFailure(what, "it to work", f"RuntimeError: {str(e)[:90]}",
@@ -200,10 +216,14 @@ def _pair(MHA, d_model=12, h=3, dropout=0.0, seed=0):
 
 
 def _forward(mha, query, key, value, mask=None, what="MultiHeadAttention(...)(query, key, value)"):
+    args = {"query": query, "key": key, "value": value, "mask": mask}
+    if key is query:  # self-attention: one tensor, checked once
+        args = {"x": query, "mask": mask}
     try:
-        out = mha(query, key, value) if mask is None else mha(query, key, value, mask)
+        out = _inputs_kept(lambda: mha(query, key, value) if mask is None else mha(query, key, value, mask), args, what)
     except RuntimeError as e:
-        if query.size(1) == key.size(1) or not ("size of tensor" in str(e) or "must match" in str(e)):
+        if query.size(1) == key.size(1) or not any(w in str(e) for w in ("size of tensor", "must match",
+                                                                          "invalid for input of size")):
             raise
         raise CheckFailure(what, "an output of shape (B, Lq, d_model)", f"RuntimeError: {str(e)[:90]}",
                            "the lengths do not fit together: in cross-attention the query (Lq) and the keys (Lk) "
@@ -216,7 +236,7 @@ def _forward(mha, query, key, value, mask=None, what="MultiHeadAttention(...)(qu
 
 
 def _manual(ref: nn.MultiheadAttention, query, key, value, mask=None, split="ok", merge="ok", w_o=True,
-            scale="d_k", proj="qkv", inputs="qkv", mask_mode="ok"):
+            scale="d_k", proj="qkv", inputs="qkv", mask_mode="ok", softmax_dim=-1):
     """Multi-head attention written out with ref's weights, and its classic wrong variants."""
     d, h = ref.embed_dim, ref.num_heads
     d_k = d // h
@@ -228,14 +248,22 @@ def _manual(ref: nn.MultiheadAttention, query, key, value, mask=None, split="ok"
 
     def sp(x):
         B, L, _ = x.shape
+        if split == "interleaved":
+            return x.reshape(B, L, d_k, h).permute(0, 3, 1, 2)
         return x.reshape(B, h, L, d_k) if split == "no_transpose" else x.reshape(B, L, h, d_k).transpose(1, 2)
     q, k, v = sp(q), sp(k), sp(v)
-    scores = q @ k.transpose(-2, -1) / math.sqrt(d if scale == "d_model" else d_k)
-    if mask is not None and mask_mode != "ignored":
-        scores = scores.masked_fill(mask if mask_mode == "inverted" else ~mask, -1e9)
-    out = torch.softmax(scores, -1) @ v  # (B, h, Lq, d_k)
+    scores = q @ k.transpose(-2, -1) / {"d_model": math.sqrt(d), "none": 1.0}.get(scale, math.sqrt(d_k))
+    if mask is not None and mask_mode in ("ok", "inverted", "zero"):
+        scores = scores.masked_fill(mask if mask_mode == "inverted" else ~mask, 0.0 if mask_mode == "zero" else -1e9)
+    weights = torch.softmax(scores, softmax_dim)
+    if mask is not None and mask_mode == "after":
+        weights = weights.masked_fill(~mask, 0.0)
+    out = weights @ v  # (B, h, Lq, d_k)
     B, _, Lq, _ = out.shape
-    out = out.reshape(B, Lq, d) if merge == "no_transpose" else out.transpose(1, 2).reshape(B, Lq, d)
+    if split == "interleaved":
+        out = out.permute(0, 2, 3, 1).reshape(B, Lq, d)
+    else:
+        out = out.reshape(B, Lq, d) if merge == "no_transpose" else out.transpose(1, 2).reshape(B, Lq, d)
     return F.linear(out, ref.out_proj.weight.detach(), ref.out_proj.bias.detach()) if w_o else out
 
 
@@ -250,6 +278,10 @@ def _mistakes(ref, query, key, value, mask=None):
         "scores divided by sqrt(d_model) instead of sqrt(d_k) = sqrt(d_model / h)": dict(scale="d_model"),
         "one projection used for query, key and value: use w_q, w_k and w_v, one each": dict(proj="qqq"),
         "one projection used for query, key and value (w_v for all three): each needs its own Linear": dict(proj="vvv"),
+        "scores not scaled: divide q k^T by sqrt(d_k) = sqrt(d_model / h)": dict(scale="none"),
+        "softmax over the queries (dim=-2): each query's weights must sum to one over the keys, softmax(dim=-1)":
+            dict(softmax_dim=-2),
+        INTERLEAVED: dict(split="interleaved"),
     }
     if not (query is key and key is value):
         variants["the query used as key and value too (self-attention only): project the `key` and `value` "
@@ -258,6 +290,10 @@ def _mistakes(ref, query, key, value, mask=None):
     if mask is not None:
         variants["mask ignored: pass it to the attention of every head"] = dict(mask_mode="ignored")
         variants["mask polarity inverted: True means 'may attend'"] = dict(mask_mode="inverted")
+        variants["masked scores filled with 0: fill them with a large negative number (-1e9) so that the softmax "
+                 "gives them weight 0"] = dict(mask_mode="zero")
+        variants["mask applied after the softmax: fill the scores before it, so that each row still sums to one"] = \
+            dict(mask_mode="after")
     out = {}
     with torch.no_grad():
         for description, kw in variants.items():

@@ -8,12 +8,25 @@ import torch
 from torch import nn
 
 from ..core import CheckFailure, forbid, register
-from ._util import as_tensor, build, expect_close, expect_shape, seeded
+from ._util import as_tensor, build, close, expect_close, expect_shape, seeded
 
 # the lesson's own work, which a library call must not do for the learner (SublayerConnection may use any
 # LayerNorm: its checks put nn.LayerNorm in place of the learner's)
 forbid("LayerNorm", "nn.LayerNorm (or F.layer_norm)", functions=("layer_norm", "native_layer_norm"),
        classes=("torch.nn.LayerNorm",))
+
+INPLACE_HINT = ("an in-place operation on the input (x -= mean, x += ..., x.sub_(...), x.masked_fill_(...)) changes the "
+                "caller's tensor; in pre-norm that tensor is the residual x itself: write x = x - mean, x = x + ...")
+
+
+def _keeps_input(fn, x: torch.Tensor, what: str):
+    """fn(), failing when it changed x in place."""
+    before = x.clone()
+    out = fn()
+    if x.shape != before.shape or not torch.equal(x, before):
+        raise CheckFailure(f"{what}: the input x after the call", "unchanged", "changed in place", INPLACE_HINT)
+    return out
+
 
 # ------------------------------------------------------------------------------------- LayerNorm
 OTHER_NAMES = ("gamma", "beta", "g", "b", "a_2", "b_2", "scale", "shift", "alpha", "w", "gain")
@@ -71,6 +84,8 @@ def _ln_mistakes(x, ref, eps=None):
         "eps fixed at 1e-5: use the eps argument": mk((x - mean) / torch.sqrt(var + 1e-5)),
         "the mean is not subtracted: (x - mean) / sqrt(var + eps)": mk(x / torch.sqrt(var + eps)),
         "weight and bias swapped: weight * x_hat + bias": b * ((x - mean) / torch.sqrt(var + eps)) + w,
+        "the bias is not added: weight * x_hat + bias": w * ((x - mean) / torch.sqrt(var + eps)),
+        "the weight is not applied: weight * x_hat + bias": (x - mean) / torch.sqrt(var + eps) + b,
         "weight and bias not applied: weight * x_hat + bias": (x - mean) / torch.sqrt(var + eps),
     }
     if x.dim() >= 2:
@@ -120,7 +135,8 @@ def _ln_default(LN):
     ln, ref = _make_ln(LN, 8, seed=1)
     x = _ln_input(11, (2, 4, 8))
     with torch.no_grad():
-        expect_close(as_tensor(ln(x), "LayerNorm(8)(x)"), ref(x), "LayerNorm(8)(x), x of shape (2, 4, 8)",
+        expect_close(as_tensor(_keeps_input(lambda: ln(x), x, "LayerNorm(8)(x)"), "LayerNorm(8)(x)"), ref(x),
+                     "LayerNorm(8)(x), x of shape (2, 4, 8)",
                      hint="weight * (x - mean) / sqrt(var + eps) + bias over the last dimension, biased variance",
                      mistakes=_ln_mistakes(x, ref))
 
@@ -130,7 +146,8 @@ def _ln_eps(LN):
     ln, ref = _make_ln(LN, 8, eps=0.1, seed=2)
     x = _ln_input(12, (2, 4, 8))
     with torch.no_grad():
-        expect_close(as_tensor(ln(x), "LayerNorm(8, eps=0.1)(x)"), ref(x),
+        expect_close(as_tensor(_keeps_input(lambda: ln(x), x, "LayerNorm(8, eps=0.1)(x)"), "LayerNorm(8, eps=0.1)(x)"),
+                     ref(x),
                      "LayerNorm(8, eps=0.1)(x), x of shape (2, 4, 8)",
                      hint="keep eps (self.eps = eps) and use it: sqrt(var + self.eps)", mistakes=_ln_mistakes(x, ref))
 
@@ -142,7 +159,7 @@ def _ln_shapes(LN):
         for shape in ((5, 6), (2, 3, 4, 6)):
             x = _ln_input(13, shape)
             what = f"LayerNorm(6)(x), x of shape {shape}"
-            expect_close(as_tensor(ln(x), what), ref(x), what, mistakes=_ln_mistakes(x, ref),
+            expect_close(as_tensor(_keeps_input(lambda: ln(x), x, what), what), ref(x), what, mistakes=_ln_mistakes(x, ref),
                          hint="mean and var over dim=-1 with keepdim=True, whatever the number of dimensions")
 
 
@@ -152,7 +169,8 @@ def _ln_constant(LN):
     x = torch.full((2, 3, 5), 2.5)
     x[1] = -7.0
     with torch.no_grad():
-        expect_close(as_tensor(ln(x), "LayerNorm(5)(constant x)"), ref.bias.detach().expand(2, 3, 5),
+        got = _keeps_input(lambda: ln(x), x, "LayerNorm(5)(constant x)")
+        expect_close(as_tensor(got, "LayerNorm(5)(constant x)"), ref.bias.detach().expand(2, 3, 5),
                      "LayerNorm(5)(x) where every row is constant", mistakes=_ln_mistakes(x, ref),
                      hint="x - mean is 0 and var is 0: eps inside the sqrt keeps 0 / sqrt(0 + eps) = 0")
 
@@ -211,7 +229,7 @@ def _sc_input(seed=0, shape=(2, 4, 6)):
 
 
 def _call(sc, x, sub, what):
-    return as_tensor(sc(x, sub), what)
+    return as_tensor(_keeps_input(lambda: sc(x, sub), x, what), what)
 
 
 def _sc_mistakes(x, N, S, norm_first):
@@ -236,7 +254,9 @@ def _sc_mistakes(x, N, S, norm_first):
                 "the residual adds norm(x) instead of x: x + dropout(sublayer(norm(x)))": N(x) + S(N(x)),
                 **common}
     return {"pre-norm instead of post-norm: the norm_first flag is ignored or reversed; the default "
-            "(norm_first=False) is the paper's norm(x + dropout(sublayer(x)))": pre, **common}
+            "(norm_first=False) is the paper's norm(x + dropout(sublayer(x)))": pre,
+            "the norm is applied to x, not to the sum: post-norm is norm(x + dropout(sublayer(x)))": N(x) + S(x),
+            **common}
 
 
 @register("SublayerConnection", "has `norm`, a LayerNorm(d_model) with weight and bias")
@@ -316,16 +336,51 @@ def _sc_dropout_place(SC):
             got = _call(sc, x, S, what)
             # p = 1 zeroes the sublayer's output: what remains is the residual path alone
             expected = x if norm_first else N(x)
+            if not close(got, expected) and isinstance(got, torch.Tensor) and got.shape == x.shape:
+                with seeded(1):
+                    again = _call(sc, x, S, what)
+                if not torch.allclose(got, again, equal_nan=True):
+                    raise CheckFailure(f"{what}, called twice", "the same output (p=1 drops every value)",
+                                       "two different outputs",
+                                       "the dropout argument is not used (a fixed rate such as 0.1?): "
+                                       "self.dropout = nn.Dropout(dropout)")
             expect_close(got, expected, what,
                          hint="dropout applies to the sublayer's output, before the residual sum: "
                               + ("x + dropout(sublayer(norm(x)))" if norm_first else "norm(x + dropout(sublayer(x)))"),
-                         mistakes={"dropout applied to the residual sum instead of the sublayer's output (or the "
-                                   "residual x is missing): " + ("x + dropout(sublayer(norm(x)))" if norm_first
-                                                                  else "norm(x + dropout(sublayer(x)))"):
+                         mistakes={"dropout applied to the residual sum (or to x itself) instead of the sublayer's "
+                                   "output only (or the residual x is missing): "
+                                   + ("x + dropout(sublayer(norm(x)))" if norm_first else "norm(x + dropout(sublayer(x)))"):
                                        torch.zeros_like(x) if norm_first else N(torch.zeros_like(x)),
                                    "dropout not applied in train mode: self.dropout = nn.Dropout(dropout) on the "
                                    "sublayer's output": x + S(N(x)) if norm_first else N(x + S(x)),
                                    **_sc_mistakes(x, N, lambda t: torch.zeros_like(t), norm_first)})
+    # p = 0.5, pre-norm: x is added back untouched, so out - x is dropout(sublayer(norm(x))) itself: each value
+    # 0 or 2 * sublayer(norm(x)), about half of them 0 (a fixed rate, two dropouts, or no rescaling show here)
+    sc, N = _make_sc(SC, 16, 0.5, True, seed=6)
+    sc.train()
+    S = _Sublayer(16, 16)
+    x = _sc_input(26, (4, 32, 16))
+    what = "SublayerConnection(16, dropout=0.5, norm_first=True).train()(x, sublayer)"
+    with torch.no_grad(), seeded(6):
+        got = _call(sc, x, S, what)
+        if got.shape == x.shape:
+            s = S(N(x))
+            valid = s.abs() > 1e-2  # away from 0, where float32 rounding blurs the ratio
+            ratio = ((got - x).double() / s.double())[valid]  # 0 where dropped, 1 / (1 - p) = 2 where kept
+            zero = ratio.abs() < 1e-3
+            dropped = float(zero.double().mean())
+            hint = None
+            if bool((zero | ((ratio - 2).abs() < 1e-3)).all()) and not 0.4 <= dropped <= 0.6:
+                hint = "the dropout argument is not used: self.dropout = nn.Dropout(dropout)"
+            elif bool((zero | ((ratio - 4).abs() < 1e-3)).all()):
+                hint = ("dropout applied twice (the sublayer's output went through dropout two times: 75% dropped, the "
+                        "rest scaled by 4): apply self.dropout once")
+            elif bool((zero | ((ratio - 1).abs() < 1e-3)).all()):
+                hint = ("the kept values are not scaled by 1 / (1 - p), as nn.Dropout does: use nn.Dropout(dropout) "
+                        "(or F.dropout(t, p, training=self.training))")
+            if hint is not None:  # any other mismatch is named by the checks of the formula
+                raise CheckFailure(f"{what}: the values added to x", "about 50% of sublayer(norm(x)) dropped, the rest "
+                                   "scaled by 1 / (1 - 0.5) = 2", f"{dropped:.0%} dropped", hint)
 
 
 @register("SublayerConnection", "dropout is off in eval mode")

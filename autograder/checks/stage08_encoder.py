@@ -212,6 +212,17 @@ def key_mask(ids):
     return (ids != PAD)[:, None, None, :]
 
 
+def keeps_input(fn, x: torch.Tensor, what: str):
+    """fn(), failing when it changed x in place (the caller's tensor: the embeddings, or the previous layer's output)."""
+    before = x.clone()
+    out = fn()
+    if x.shape != before.shape or not torch.equal(x, before):
+        raise CheckFailure(f"{what}: the input x after the call", "unchanged", "changed in place",
+                           "an in-place operation on x (x += ..., x.copy_(...), x[...] = ...) changes the caller's "
+                           "tensor: write x = x + ... (a new tensor)")
+    return out
+
+
 def as_module(obj, what):
     if not isinstance(obj, nn.Module):
         raise CheckFailure(what, "an nn.Module", type(obj).__name__, "subclass nn.Module and call super().__init__()")
@@ -308,6 +319,10 @@ def check_dropout(make, call, what):
 
 
 # ==================================================================================== EncoderLayer
+EXTRA_NORM = "the pre-norm layer's output normalized again at its end: a pre-norm layer returns x + dropout(ff(norm(x))) " \
+    "unnormalized (the Encoder's final norm normalizes the last layer's output)"
+
+
 def _make_layer(EncoderLayer, norm_first=False, dropout=0.0, seed=0):
     what = f"EncoderLayer({D}, {H}, {FF}, dropout={dropout}, norm_first={norm_first})"
     with seeded(seed):
@@ -324,9 +339,10 @@ def _layer_vs_torch(EncoderLayer, norm_first, seed, lengths):
     ids = ids_with_lengths(lengths, L, seed)
     with seeded(seed + 100):
         x = torch.randn(len(lengths), L, D)
-    got = layer(x, key_mask(ids))
+    got = keeps_input(lambda: layer(x, key_mask(ids)), x, f"{what}(x, src_mask)")
     with torch.no_grad():
         expected = ref(x, src_key_padding_mask=ids == PAD)
+
         def fn(mode="post", order="af", norms=(0, 1), allowed=key_mask(ids)):
             return enc_layer_ref(ref, x, allowed, mode, order, norms)
         mistakes = layer_mistakes(fn, norm_first)
@@ -339,6 +355,12 @@ def _layer_vs_torch(EncoderLayer, norm_first, seed, lengths):
             fn(mode, "af", (0, 0))
         mistakes["one sublayer connection (one LayerNorm) shared by both sublayers: build a new "
                  "SublayerConnection for each"] = fn(mode, "af", (1, 1))
+        if norm_first:
+            h = x + mha(ref.self_attn, x, x, x, key_mask(ids))
+            mistakes["the attention's lambda uses x instead of its argument (lambda y: self.self_attn(x, x, x, mask)): "
+                     "in pre-norm the sublayer connection hands it norm(x); use lambda y: self.self_attn(y, y, y, "
+                     "mask)"] = h + ffn(ref, ref.norm2(h))
+            mistakes[EXTRA_NORM] = ref.norm2(fn(mode))
         if (ids == PAD).any():
             mistakes["src_mask not passed to self-attention: the padding positions were attended"] = \
                 fn(mode, allowed=None)
@@ -362,6 +384,15 @@ def _el_parts(EncoderLayer):
         x = torch.randn(2, 5, D)
     expect_shape(layer(x, None), (2, 5, D), f"{what}(x of shape (2, 5, {D}), src_mask=None)",
                  "each sublayer keeps (B, L, d_model); src_mask=None means no mask")
+    # other sizes, so that a size written into the code (d_ff = 2 * d_model, ...) cannot match by chance
+    what = "EncoderLayer(12, 3, 20, dropout=0.0)"
+    with seeded(0):
+        other = as_module(build(EncoderLayer, 12, 3, 20, dropout=0.0, what=what), what)
+    for path, shape in (("self_attn.w_q.weight", (12, 12)), ("feed_forward.w_1.weight", (20, 12)),
+                        ("feed_forward.w_2.weight", (12, 20)), ("sublayers.1.norm.weight", (12,))):
+        expect_shape(get_path(other, path, what), shape, f"{what}: {path}",
+                     "build the parts from the arguments: MultiHeadAttention(d_model, n_heads, dropout), "
+                     "PositionwiseFeedForward(d_model, d_ff, dropout), SublayerConnection(d_model, ...); no fixed sizes")
 
 
 @register("EncoderLayer", "post-norm equals nn.TransformerEncoderLayer with the same weights")
@@ -392,6 +423,26 @@ def _el_dropout(EncoderLayer):
         x = torch.randn(2, 6, D)
     check_dropout(lambda p: _make_layer(EncoderLayer, dropout=p)[0], lambda m: m(x, None),
                   f"EncoderLayer({D}, {H}, {FF})")
+    # p = 1 in train mode drops each sublayer's whole output: only the residual path is left, norm2(norm1(x)) in
+    # post-norm and x itself in pre-norm; dropout on the residual path (x or the sum) shows here
+    for norm_first in (False, True):
+        layer, what = _make_layer(EncoderLayer, norm_first, dropout=1.0)
+        ref = ref_encoder_layer(norm_first, seed=5)
+        copy_layer(layer, ref, what)
+        layer.train()
+        with torch.no_grad():
+            got = keeps_input(lambda: layer(x, None), x, f"{what}.train()(x, None)")
+            expected = x if norm_first else ref.norm2(ref.norm1(x))
+            zero = torch.zeros_like(x)
+            expect_close(got, expected, f"{what}.train()(x, None)",
+                         hint="with dropout=1.0 every sublayer's output is dropped and only the residual path is "
+                              "left: " + ("x" if norm_first else "norm2(norm1(x))") + "; dropout belongs on each "
+                              "sublayer's output only, never on x or on the residual sum",
+                         mistakes={"dropout applied to the residual sum (or to x itself), not to the sublayer's "
+                                   "output only: " + ("x + dropout(sublayer(norm(x)))" if norm_first else
+                                                      "norm(x + dropout(sublayer(x)))"):
+                                   zero if norm_first else ref.norm2.bias.detach().expand_as(x),
+                                   **({EXTRA_NORM: ref.norm2(x)} if norm_first else {})})
 
 
 # ========================================================================================= Encoder
@@ -444,12 +495,14 @@ def check_stack_distinct(make, kind):
 def stack_mistakes(layers, run_layer, final, norm_first, default_norm):
     """Named wrong stacks. run_layer(ref_layer, x, mode=..., masked=...) -> output (x None: the stack's input);
     final: the reference's final norm or None."""
-    def chain(mode, masked=lambda i: True, feed="chain", final_norm=final, layers_override=None):
+    def chain(mode, masked=lambda i: True, feed="chain", final_norm=final, layers_override=None, norm_each=False):
         h = None
         out = None
         for i, lay in enumerate(layers_override or layers):
             inp = h if (feed == "chain" and h is not None) else None
             out = run_layer(lay, inp, mode=mode, masked=masked(i))
+            if norm_each and i < len(layers_override or layers) - 1:
+                out = final_norm(out)
             h = out
             if feed == "first-only":
                 break
@@ -460,6 +513,8 @@ def stack_mistakes(layers, run_layer, final, norm_first, default_norm):
         m["final norm missing in pre-norm: apply `norm` (a LayerNorm) to the last layer's output"] = \
             chain(mode, final_norm=None)
         m["norm_first not passed on to the layers: post-norm layers were built"] = chain("post")
+        m["the final norm applied after every layer: apply `norm` once, after the loop"] = chain(mode, norm_each=True)
+        m["the final norm applied twice: apply `norm` once, after the loop"] = final(chain(mode))
     else:
         m["final norm present in post-norm: a LayerNorm after the last layer (norm must be the identity when "
           "norm_first=False)"] = default_norm(chain(mode))
@@ -490,7 +545,7 @@ def _encoder_vs_torch(Encoder, norm_first, seed, lengths, n_layers=2):
     ids = ids_with_lengths(lengths, L, seed)
     with seeded(seed + 100):
         x = torch.randn(len(lengths), L, D)
-    got = enc(x, key_mask(ids))
+    got = keeps_input(lambda: enc(x, key_mask(ids)), x, f"{what}(x, src_mask)")
     with torch.no_grad():
         expected = ref(x, src_key_padding_mask=ids == PAD)
 
