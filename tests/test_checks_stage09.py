@@ -1,8 +1,11 @@
 """Stage 09's checks: full marks for the reference and for correct code written differently; points
 lost, with the mistake named, for each classic mistake of the decoder layer and stack."""
 import copy
+import functools
+import math
 
 import pytest
+import torch
 from torch import nn
 
 import solutions
@@ -89,12 +92,108 @@ class DecoderWhile(nn.Module):
         return self.norm(x)
 
 
-@pytest.mark.parametrize("cls", [DecoderLayerExplicit, DecoderLayerSolutionsParts])
+class PerHeadAttention(nn.Module):
+    """The contract's w_q, w_k, w_v, w_o; one head at a time in a Python loop, the mask added as -1e9 scores."""
+
+    def __init__(self, d_model, n_heads, dropout=0.1):
+        super().__init__()
+        self.h, self.d_k = n_heads, d_model // n_heads
+        self.w_q, self.w_k, self.w_v, self.w_o = (nn.Linear(d_model, d_model) for _ in range(4))
+        self.drop = nn.Dropout(dropout)
+
+    def forward(self, query, key, value, mask=None):
+        q, k, v = self.w_q(query), self.w_k(key), self.w_v(value)
+        heads = []
+        for i in range(self.h):
+            part = slice(i * self.d_k, (i + 1) * self.d_k)
+            scores = q[..., part] @ k[..., part].transpose(-1, -2) / math.sqrt(self.d_k)
+            if mask is not None:
+                scores = scores + torch.zeros_like(scores).masked_fill(~mask[:, 0].bool(), -1e9)
+            heads.append(self.drop(scores.softmax(-1)) @ v[..., part])
+        return self.w_o(torch.cat(heads, -1))
+
+
+class NormOnly(nn.Module):
+    """A sublayer connection that keeps only its `norm`; the layer does the residual sum itself."""
+
+    def __init__(self, d_model):
+        super().__init__()
+        self.norm = nn.LayerNorm(d_model)
+
+
+class DecoderLayerPerHead(nn.Module):
+    """Per-head attention, clamp as the ReLU, sublayers in an nn.Sequential holding only norms, separate
+    dropout modules, an extra constructor argument and **kwargs in forward."""
+
+    def __init__(self, d_model, n_heads, d_ff, dropout=0.1, norm_first=False, activation="relu"):
+        super().__init__()
+        self.self_attn = PerHeadAttention(d_model, n_heads, dropout)
+        self.cross_attn = PerHeadAttention(d_model, n_heads, dropout)
+        self.feed_forward = FeedForward(d_model, d_ff, dropout)
+        self.sublayers = nn.Sequential(*[NormOnly(d_model) for _ in range(3)])
+        self.drops = nn.ModuleList(nn.Dropout(dropout) for _ in range(3))
+        self.norm_first = norm_first
+
+    def forward(self, x, memory, src_mask=None, tgt_mask=None, **unused):
+        steps = (lambda y: self.self_attn(y, y, y, tgt_mask), lambda y: self.cross_attn(y, memory, memory, src_mask),
+                 self.feed_forward)
+        for sub, drop, f in zip(self.sublayers, self.drops, steps):
+            x = x + drop(f(sub.norm(x))) if self.norm_first else sub.norm(x + drop(f(x)))
+        return x
+
+
+class DecoderLayerFloat64(solutions.DecoderLayer):
+    """Computes in float64 on non-contiguous views, returns float32."""
+
+    def forward(self, x, memory, src_mask, tgt_mask):
+        self.double()
+        try:
+            out = super().forward(x.double().transpose(0, 1).transpose(0, 1),
+                                  memory.double().permute(1, 0, 2).permute(1, 0, 2), src_mask, tgt_mask)
+        finally:
+            self.float()
+        return out.to(x.dtype)
+
+
+class DecoderReduce(nn.Module):
+    """functools.reduce over the layers; `norm` None in post-norm."""
+
+    def __init__(self, d_model, n_heads, d_ff, n_layers, dropout=0.1, norm_first=False):
+        super().__init__()
+        self.layers = nn.ModuleList(DecoderLayerPerHead(d_model, n_heads, d_ff, dropout, norm_first)
+                                    for _ in range(n_layers))
+        self.norm = nn.LayerNorm(d_model) if norm_first else None
+
+    def forward(self, x, memory, src_mask, tgt_mask):
+        x = functools.reduce(lambda h, layer: layer(h, memory, src_mask, tgt_mask), self.layers, x)
+        return x if self.norm is None else self.norm(x)
+
+
+class DecoderRecursive(nn.Module):
+    """The layers in an nn.Sequential, applied by a recursive helper; an extra keyword argument in forward."""
+
+    def __init__(self, d_model, n_heads, d_ff, n_layers, dropout=0.1, norm_first=False):
+        super().__init__()
+        self.layers = nn.Sequential(*[DecoderLayerSolutionsParts(d_model, n_heads, d_ff, dropout, norm_first)
+                                      for _ in range(n_layers)])
+        self.norm = LayerNorm(d_model) if norm_first else nn.Identity()
+
+    def _through(self, i, x, memory, src_mask, tgt_mask):
+        if i == len(self.layers):
+            return x
+        return self._through(i + 1, self.layers[i](x, memory, src_mask, tgt_mask), memory, src_mask, tgt_mask)
+
+    def forward(self, x, memory, src_mask=None, tgt_mask=None, keep_states=False):
+        return self.norm(self._through(0, x, memory, src_mask, tgt_mask))
+
+
+@pytest.mark.parametrize("cls", [DecoderLayerExplicit, DecoderLayerSolutionsParts, DecoderLayerPerHead,
+                                 DecoderLayerFloat64])
 def test_other_correct_decoder_layers(cls):
     assert_full_marks(cls, "DecoderLayer")
 
 
-@pytest.mark.parametrize("cls", [DecoderClones, DecoderWhile])
+@pytest.mark.parametrize("cls", [DecoderClones, DecoderWhile, DecoderReduce, DecoderRecursive])
 def test_other_correct_decoders(cls):
     assert_full_marks(cls, "Decoder")
 
@@ -168,7 +267,53 @@ def one_sublayer_repeated(self, d, h, ff, p, nf):
     self.sublayers = nn.ModuleList([SublayerConnection(d, p, nf)] * 3)
 
 
+def three_steps(self, x, first, second, third):
+    x = self.sublayers[0](x, first)
+    x = self.sublayers[1](x, second)
+    return self.sublayers[2](x, third)
+
+
+def fwd_memory_as_query(self, x, memory, src_mask, tgt_mask):
+    return three_steps(self, x, lambda y: self.self_attn(y, y, y, tgt_mask),
+                       lambda y: self.cross_attn(memory, y, y, src_mask), self.feed_forward)
+
+
+def fwd_tgt_mask_in_cross(self, x, memory, src_mask, tgt_mask):
+    return three_steps(self, x, lambda y: self.self_attn(y, y, y, tgt_mask),
+                       lambda y: self.cross_attn(y, memory, memory, tgt_mask), self.feed_forward)
+
+
+def fwd_masks_swapped(self, x, memory, src_mask, tgt_mask):
+    return three_steps(self, x, lambda y: self.self_attn(y, y, y, src_mask),
+                       lambda y: self.cross_attn(y, memory, memory, tgt_mask), self.feed_forward)
+
+
+def fwd_own_causal_mask(self, x, memory, src_mask, tgt_mask):
+    """tgt_mask ignored: a causal mask built here hides the future, not the target's padding."""
+    own = torch.ones(x.size(1), x.size(1), dtype=torch.bool).tril()
+    return three_steps(self, x, lambda y: self.self_attn(y, y, y, own),
+                       lambda y: self.cross_attn(y, memory, memory, src_mask), self.feed_forward)
+
+
+def fwd_self_attn_for_cross(self, x, memory, src_mask, tgt_mask):
+    return three_steps(self, x, lambda y: self.self_attn(y, y, y, tgt_mask),
+                       lambda y: self.self_attn(y, memory, memory, src_mask), self.feed_forward)
+
+
+def fwd_residual_in_place(self, x, memory, src_mask, tgt_mask):
+    x += self.self_attn(x, x, x, tgt_mask)  # the caller's x changes
+    x = self.sublayers[0].norm(x)
+    x = self.sublayers[1](x, lambda y: self.cross_attn(y, memory, memory, src_mask))
+    return self.sublayers[2](x, self.feed_forward)
+
+
 LAYER_MISTAKES = [
+    ("cross-attention queries from the memory", layer_variant(fwd=fwd_memory_as_query), ["lengths got mixed up"]),
+    ("tgt_mask in cross-attention", layer_variant(fwd=fwd_tgt_mask_in_cross), ["lengths got mixed up"]),
+    ("masks swapped", layer_variant(fwd=fwd_masks_swapped), ["lengths got mixed up", "src_mask"]),
+    ("own causal mask, tgt_mask ignored", layer_variant(fwd=fwd_own_causal_mask), ["tgt_mask ignored"]),
+    ("self_attn used for cross-attention", layer_variant(fwd=fwd_self_attn_for_cross), ["computed with self_attn"]),
+    ("residual added in place", layer_variant(fwd=fwd_residual_in_place), ["changed in place"]),
     ("norm_first ignored", layer_variant(fixed_norm_first=False), ["norm_first ignored"]),
     ("always pre-norm", layer_variant(fixed_norm_first=True), ["pre-norm computed where post-norm"]),
     ("no causal mask in self-attention", layer_variant(fwd=fwd_no_causal), ["tgt_mask not passed", "causal"]),
@@ -230,7 +375,34 @@ def stack_fwd(self_mask="tgt", cross_mask="src", feed="chain", final=True):
     return forward
 
 
+def stack_own_causal(self, x, memory, src_mask, tgt_mask):
+    own = torch.ones(x.size(1), x.size(1), dtype=torch.bool).tril()
+    for layer in self.layers:
+        x = layer(x, memory, src_mask, own)
+    return self.norm(x)
+
+
+def stack_masks_swapped(self, x, memory, src_mask, tgt_mask):
+    for layer in self.layers:
+        x = layer(x, memory, tgt_mask, src_mask)
+    return self.norm(x)
+
+
+class DecoderFixedDropout(solutions.Decoder):
+    def __init__(self, d_model, n_heads, d_ff, n_layers, dropout=0.1, norm_first=False):
+        super().__init__(d_model, n_heads, d_ff, n_layers, 0.1, norm_first)
+
+
+class DecoderNoDropout(solutions.Decoder):
+    def __init__(self, d_model, n_heads, d_ff, n_layers, dropout=0.1, norm_first=False):
+        super().__init__(d_model, n_heads, d_ff, n_layers, 0.0, norm_first)
+
+
 DECODER_MISTAKES = [
+    ("own causal mask passed to the layers", decoder_variant(fwd=stack_own_causal), ["tgt_mask not passed on"]),
+    ("masks swapped in the layer call", decoder_variant(fwd=stack_masks_swapped), ["lengths got mixed up"]),
+    ("dropout fixed at 0.1", DecoderFixedDropout, ["dropout argument is ignored"]),
+    ("dropout fixed at 0", DecoderNoDropout, ["dropout argument is not used"]),
     ("one layer repeated n times", decoder_variant(layers=repeated_layer), ["repeated", "deepcopy"]),
     ("layers in a Python list", decoder_variant(layers=layers_in_a_list), ["plain Python list"]),
     ("final norm in post-norm", decoder_variant(norm=LayerNorm), ["final norm present in the post-norm"]),

@@ -108,7 +108,90 @@ class TransformerOtherStacks(nn.Module):
         return torch.einsum("bld,vd->blv", h, self.generator.weight) + self.generator.bias
 
 
-@pytest.mark.parametrize("cls", [TransformerOwnParts, TransformerOtherStacks])
+class OnTheFlyPositional(nn.Module):
+    """No table kept: computed at each call with exp/log in float64; its own ValueError past max_len."""
+
+    def __init__(self, d_model, max_len=5000, dropout=0.1):
+        super().__init__()
+        self.d, self.max_len, self.drop = d_model, max_len, nn.Dropout(dropout)
+
+    def forward(self, x):
+        L = x.shape[1]
+        if L > self.max_len:
+            raise ValueError(f"length {L} > max_len {self.max_len}")
+        pos = torch.arange(L, dtype=torch.float64).unsqueeze(1)
+        freq = torch.exp(torch.arange(0, self.d, 2, dtype=torch.float64) * (-math.log(10000.0) / self.d))
+        table = torch.stack([torch.sin(pos * freq), torch.cos(pos * freq)], -1).flatten(1)
+        return self.drop(x + table.to(x.dtype))
+
+
+class TransformerSharedParameter(nn.Module):
+    """One fresh nn.Parameter given to the generator and the embeddings; the positional encoding computed on
+    the fly; an extra constructor argument; masks optional."""
+
+    def __init__(self, src_vocab_size, tgt_vocab_size, d_model=512, n_heads=8, n_layers=6, d_ff=2048,
+                 dropout=0.1, max_len=5000, norm_first=False, tie_weights=True, activation="relu"):
+        super().__init__()
+        self.src_embed, self.tgt_embed = Embed(src_vocab_size, d_model), Embed(tgt_vocab_size, d_model)
+        self.generator = nn.Linear(d_model, tgt_vocab_size, bias=False)
+        if tie_weights:
+            shared = nn.Parameter(torch.randn(tgt_vocab_size, d_model) * d_model ** -0.5)
+            self.generator.weight = self.tgt_embed.embedding.weight = shared
+            if src_vocab_size == tgt_vocab_size:
+                self.src_embed.embedding.weight = shared
+        self.positional = OnTheFlyPositional(d_model, max_len, dropout)
+        self.encoder = Encoder(d_model, n_heads, d_ff, n_layers, dropout, norm_first)
+        self.decoder = Decoder(d_model, n_heads, d_ff, n_layers, dropout, norm_first)
+
+    def encode(self, src, src_mask=None):
+        return self.encoder(self.positional(self.src_embed(src)), src_mask)
+
+    def decode(self, tgt_in, memory, src_mask=None, tgt_mask=None):
+        return self.decoder(self.positional(self.tgt_embed(tgt_in)), memory, src_mask, tgt_mask)
+
+    def forward(self, src, tgt_in, src_mask=None, tgt_mask=None):
+        return self.generator(self.decode(tgt_in, self.encode(src, src_mask), src_mask, tgt_mask))
+
+
+class TransformerOwnDropout(solutions.Transformer):
+    """The positional encoding built without dropout, a dropout module applied after it instead."""
+
+    def __init__(self, src_vocab_size, tgt_vocab_size, d_model=512, n_heads=8, n_layers=6, d_ff=2048,
+                 dropout=0.1, max_len=5000, norm_first=False, tie_weights=True):
+        super().__init__(src_vocab_size, tgt_vocab_size, d_model, n_heads, n_layers, d_ff, dropout, max_len,
+                         norm_first, tie_weights)
+        self.positional = PositionalEncoding(d_model, max_len, 0.0)
+        self.drop = nn.Dropout(dropout)
+
+    def encode(self, src, src_mask):
+        return self.encoder(self.drop(self.positional(self.src_embed(src))), src_mask)
+
+    def decode(self, tgt_in, memory, src_mask, tgt_mask):
+        return self.decoder(self.drop(self.positional(self.tgt_embed(tgt_in))), memory, src_mask, tgt_mask)
+
+
+class UncheckedPositional(nn.Module):
+    """A positional encoding that does not check the length itself: a longer input fails on the sum."""
+
+    def __init__(self, d_model, max_len, dropout):
+        super().__init__()
+        self.register_buffer("table", solutions.sinusoidal_encoding(max_len, d_model))
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x):
+        return self.dropout(x + self.table[: x.size(1)])
+
+
+class TransformerUncheckedPositional(solutions.Transformer):
+    def __init__(self, src_vocab_size, tgt_vocab_size, d_model=512, n_heads=8, n_layers=6, d_ff=2048,
+                 dropout=0.1, max_len=5000, norm_first=False, tie_weights=True):
+        super().__init__(src_vocab_size, tgt_vocab_size, d_model, n_heads, n_layers, d_ff, dropout, max_len,
+                         norm_first, tie_weights)
+        self.positional = UncheckedPositional(d_model, max_len, dropout)
+
+
+@pytest.mark.parametrize("cls", [TransformerOwnParts, TransformerOtherStacks, TransformerSharedParameter,
+                                 TransformerOwnDropout, TransformerUncheckedPositional])
 def test_other_correct_transformers(cls):
     assert_full_marks(cls, "Transformer")
 
@@ -221,7 +304,48 @@ def final_norm_in_post_norm(self, V_src, V_tgt, d, args):
     self.encoder.norm = solutions.LayerNorm(d)
 
 
+def enc_scaled_by_512(self, src, src_mask):
+    return self.encoder(self.positional(self.src_embed.embedding(src) * math.sqrt(512)), src_mask)
+
+
+def fwd_masks_swapped(self, src, tgt_in, src_mask, tgt_mask):
+    return self.generator(self.decode(tgt_in, self.encode(src, src_mask), tgt_mask, src_mask))
+
+
+def fwd_states_scaled(self, src, tgt_in, src_mask, tgt_mask):
+    states = self.decode(tgt_in, self.encode(src, src_mask), src_mask, tgt_mask)
+    return self.generator(states * math.sqrt(self.tgt_embed.d_model))
+
+
+def fwd_pads_replaced_in_place(self, src, tgt_in, src_mask, tgt_mask):
+    tgt_in[tgt_in == PAD] = 3  # the caller's tgt_in changes
+    return solutions.Transformer.forward(self, src, tgt_in, src_mask, tgt_mask)
+
+
+def tie_by_new_parameter(self, V_src, V_tgt, d, args):
+    self.generator.weight = nn.Parameter(self.tgt_embed.embedding.weight)  # a second Parameter on the same storage
+
+
+def generator_with_log_softmax(self, V_src, V_tgt, d, args):
+    self.generator = nn.Sequential(self.generator, nn.LogSoftmax(dim=-1))
+
+
+def positional_without_dropout(self, V_src, V_tgt, d, args):
+    self.positional = PositionalEncoding(d, args["max_len"], 0.0)
+
+
 MISTAKES = [
+    ("embeddings scaled by sqrt(512)", variant(encode=enc_scaled_by_512), ["hard-coded d_model"]),
+    ("masks swapped in forward", variant(forward=fwd_masks_swapped), ["lengths got mixed up"]),
+    ("decoder states scaled before the generator", variant(forward=fwd_states_scaled), ["decoder states multiplied"]),
+    ("tgt_in changed in place", variant(forward=fwd_pads_replaced_in_place), ["changed in place"]),
+    ("tied through a new Parameter", variant(after_init=tie_by_new_parameter), ["separate Parameters"]),
+    ("log_softmax inside the generator", variant(after_init=generator_with_log_softmax),
+     ["no softmax or log_softmax"]),
+    ("no dropout after the positional encoding", variant(after_init=positional_without_dropout),
+     ["no dropout after the positional encoding"]),
+    ("dropout 0 everywhere", variant(dropout=0.0), ["not passed on to the encoder"]),
+    ("n_layers hard-coded to 2", variant(n_layers=2), ["3 layers"]),
     ("embeddings not scaled (encode)", variant(encode=enc_unscaled), ["not scaled by sqrt(d_model)"]),
     ("embeddings not scaled (decode)", variant(decode=dec_unscaled), ["not scaled by sqrt(d_model)"]),
     ("embeddings scaled twice", variant(encode=enc_scaled_twice), ["scaled twice"]),

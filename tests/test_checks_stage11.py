@@ -50,7 +50,58 @@ def ls_kl_plus_entropy(logits, target, epsilon=0.1, ignore_index=0):
     return kl + entropy
 
 
-@pytest.mark.parametrize("fn", [ls_distribution, ls_kl_plus_entropy])
+def ls_python_loop(logits, target, epsilon=0.1, ignore_index=0):
+    """One position at a time, log-probabilities through logsumexp; a Python count."""
+    V = logits.shape[-1]
+    rows, labels = logits.reshape(-1, V), target.reshape(-1)
+    total, count = logits.new_zeros(()), 0
+    for i in range(labels.numel()):
+        t = int(labels[i])
+        if t == ignore_index:
+            continue
+        logp = rows[i] - torch.logsumexp(rows[i], 0)
+        total = total - (1 - epsilon) * logp[t] - epsilon / (V - 1) * (logp.sum() - logp[t])
+        count += 1
+    return total / max(count, 1)
+
+
+def ls_logsumexp_float64(logits, target, epsilon=0.1, ignore_index=0, reduction="mean"):
+    """Computed in float64 from logsumexp without a log_softmax tensor; an extra keyword argument with a default."""
+    V = logits.size(-1)
+    z, t = logits.double().flatten(0, -2), target.flatten()
+    z, t = z[t != ignore_index], t[t != ignore_index]
+    if t.numel() == 0:
+        return logits.sum() * 0
+    z_t = z.gather(-1, t.unsqueeze(-1)).squeeze(-1)
+    per = torch.logsumexp(z, -1) - (1 - epsilon) * z_t - epsilon / (V - 1) * (z.sum(-1) - z_t)
+    return per.mean().to(logits.dtype)
+
+
+def ls_einsum_one_hot(logits, target, epsilon=0.1, ignore_index=0):
+    """The smoothed distribution from one_hot, contracted with einsum; weights instead of a selection."""
+    V = logits.shape[-1]
+    logp = logits.log_softmax(-1)
+    q = F.one_hot(target.clamp(min=0), V).to(logp.dtype) * (1 - epsilon - epsilon / (V - 1)) + epsilon / (V - 1)
+    w = (target != ignore_index).to(logp.dtype)
+    return -torch.einsum("...v,...v,...->", q, logp, w) / w.sum().clamp_min(1.0)
+
+
+def ls_plain_cross_entropy(logits, target, epsilon=0.1, ignore_index=0):
+    """Plain F.cross_entropy (allowed) for the target's share, the uniform share added by hand."""
+    V = logits.size(-1)
+    rows, labels = logits.reshape(-1, V), target.reshape(-1)
+    keep = labels != ignore_index
+    n = int(keep.sum())
+    if n == 0:
+        return torch.zeros((), dtype=logits.dtype)
+    ce = F.cross_entropy(rows, labels, ignore_index=ignore_index, reduction="sum")
+    uniform = -(F.log_softmax(rows, -1).sum(-1) * keep).sum()
+    share = epsilon / (V - 1)
+    return ((1 - epsilon - share) * ce + share * uniform) / n
+
+
+@pytest.mark.parametrize("fn", [ls_distribution, ls_kl_plus_entropy, ls_python_loop, ls_logsumexp_float64,
+                                ls_einsum_one_hot, ls_plain_cross_entropy])
 def test_other_correct_losses(fn):
     assert_full_marks(fn, NAME)
 
@@ -146,8 +197,70 @@ def per_position(logits, target, epsilon=0.1, ignore_index=0):
                            label_smoothing=epsilon * V / (V - 1), reduction="none")
 
 
+def smoothed_per_position(logits, target, epsilon, ignore_index, share=None, empty_column=None):
+    V = logits.size(-1)
+    logp = logits.log_softmax(-1)
+    q = torch.full_like(logp, epsilon / (V - 1) if share is None else share)
+    q = q.scatter(-1, target.clamp(min=0).unsqueeze(-1), 1 - epsilon)
+    if empty_column is not None:
+        q[..., empty_column] = 0
+    return -(q * logp).sum(-1), (target != ignore_index).to(logp.dtype)
+
+
+def wrong_tokens_get_eps_over_v(logits, target, epsilon=0.1, ignore_index=0):
+    per, keep = smoothed_per_position(logits, target, epsilon, ignore_index, share=epsilon / logits.size(-1))
+    return (per * keep).sum() / keep.sum().clamp(min=1)
+
+
+def pad_column_left_empty(logits, target, epsilon=0.1, ignore_index=0):
+    per, keep = smoothed_per_position(logits, target, epsilon, ignore_index, empty_column=ignore_index)
+    return (per * keep).sum() / keep.sum().clamp(min=1)
+
+
+def divided_by_batch_size(logits, target, epsilon=0.1, ignore_index=0):
+    per, keep = smoothed_per_position(logits, target, epsilon, ignore_index)
+    return (per * keep).sum() / target.shape[0]
+
+
+def mean_of_sentence_means(logits, target, epsilon=0.1, ignore_index=0):
+    per, keep = smoothed_per_position(logits, target, epsilon, ignore_index)
+    if target.dim() == 1:
+        per, keep = per[None], keep[None]
+    counts = keep.sum(-1)
+    if not (counts > 0).any():
+        return logits.sum() * 0
+    return ((per * keep).sum(-1)[counts > 0] / counts[counts > 0]).mean()
+
+
+def masks_the_target_in_place(logits, target, epsilon=0.1, ignore_index=0):
+    keep = target != ignore_index
+    target.masked_fill_(~keep, 0)  # the caller's target changes
+    per, _ = smoothed_per_position(logits, target, epsilon, ignore_index)
+    return (per * keep).sum() / keep.sum().clamp(min=1)
+
+
+def shifts_the_logits_in_place(logits, target, epsilon=0.1, ignore_index=0):
+    logits -= logits.max(-1, keepdim=True).values.detach()  # stable, but the caller's logits change
+    return ls_distribution(logits, target, epsilon, ignore_index)
+
+
+def vocabulary_size_hard_coded(logits, target, epsilon=0.1, ignore_index=0):
+    V = 7  # the size of the example it was tried on
+    logp = logits.log_softmax(-1)
+    q = torch.full_like(logp, epsilon / (V - 1)).scatter(-1, target.clamp(min=0).unsqueeze(-1), 1 - epsilon)
+    keep = (target != ignore_index).to(logp.dtype)
+    return (-(q * logp).sum(-1) * keep).sum() / keep.sum().clamp(min=1)
+
+
 MISTAKES = [
     ("epsilon / V (F.cross_entropy's label_smoothing)", eps_over_v, ["epsilon / V"]),
+    ("epsilon / V for each wrong token, target 1 - epsilon", wrong_tokens_get_eps_over_v, ["epsilon / V"]),
+    ("no smoothing mass on the <pad> column", pad_column_left_empty, ["<pad> column got no smoothing mass"]),
+    ("divided by the batch size", divided_by_batch_size, ["batch size"]),
+    ("mean of the sentences' means", mean_of_sentence_means, ["within each sentence"]),
+    ("target changed in place", masks_the_target_in_place, ["changed in place"]),
+    ("logits changed in place", shifts_the_logits_in_place, ["changed in place"]),
+    ("V hard-coded to the example's size", vocabulary_size_hard_coded, ["V - 1"]),
     ("padding counted in the average", mean_over_all, ["padding counted in the average"]),
     ("padding scored as a target", no_ignore, ["as if <pad> were a real target"]),
     ("NaN when every target is padding", nan_when_all_padding, ["0 / 0"]),

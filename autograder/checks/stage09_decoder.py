@@ -3,10 +3,12 @@ copied weights (all parameters randomized, LayerNorms included), and by properti
 never changes an earlier output, source padding never changes anything. Classic mistakes are named."""
 from __future__ import annotations
 
+import re
+
 import torch
 from torch import nn
 
-from ..core import CheckFailure, forbid, register
+from ..core import CheckFailure, _describe_exception, forbid, register
 from ._util import build, close, expect_shape, seeded
 from .stage08_encoder import (TORCH_TRANSFORMER, D, FF, H, PAD, as_module, check_dropout, check_layer_parts,
                               check_stack_distinct, check_stack_parts, close_at, copy_final_norm, copy_layer,
@@ -31,6 +33,38 @@ def everything(B, Ls):
 def tgt_mask_of(ids):
     """(B, 1, Lt, Lt): causal and not a padding key."""
     return causal(ids.size(1)) & key_mask(ids)
+
+
+MIXED_LENGTHS = ("the target's and the source's lengths got mixed up: self-attention is self_attn(x, x, x, tgt_mask), "
+                 "cross-attention is cross_attn(x, memory, memory, src_mask) (queries from the decoder, keys and values "
+                 "from the memory; tgt_mask for self-attention, src_mask for cross-attention), and a layer is called "
+                 "as layer(x, memory, src_mask, tgt_mask)")
+IN_PLACE = ("work on new tensors: x = x + ... instead of x += ... (or another in-place `_` method), so that the caller's "
+            "tensors stay as they were (autograd needs them too)")
+
+
+def mentions_both(error, n, m) -> bool:
+    """Whether an error names both lengths n != m (a size mismatch between the target and the source)."""
+    numbers = {int(t) for t in re.findall(r"\d+", str(error))}
+    return n != m and {n, m} <= numbers and any(w in str(error) for w in ("size", "shape"))
+
+
+def run(module, x, memory, src_mask, tgt_mask, what):
+    """module(x, memory, src_mask, tgt_mask), with the inputs checked unchanged afterwards, and a size mismatch
+    between the target (Lt) and the source (Ls) explained: it comes from mixing up the two."""
+    x_before, memory_before = x.clone(), memory.clone()
+    try:
+        out = module(x, memory, src_mask, tgt_mask)
+    except RuntimeError as e:
+        if not mentions_both(e, x.size(1), memory.size(1)):
+            raise
+        raise CheckFailure(f"{what} with a target of length {x.size(1)} and a source of length {memory.size(1)}",
+                           None, f"an error: {_describe_exception(e)}", MIXED_LENGTHS) from None
+    for name, now, before in (("x", x, x_before), ("memory", memory, memory_before)):
+        if not torch.equal(now, before):
+            raise CheckFailure(f"{what}: the caller's `{name}` after the call", f"{name} unchanged",
+                               f"{name} changed in place", IN_PLACE)
+    return out
 
 
 def ref_decoder_layer(norm_first: bool, seed: int) -> nn.TransformerDecoderLayer:
@@ -69,6 +103,8 @@ def dec_layer_ref(ref, x, memory, self_allowed, cross_allowed, mode="post", orde
             return mha(ref.multihead_attn, y, memory, y, cross_allowed)
         if kv == "q=memory":
             return mha(ref.multihead_attn, memory, y, y, cross_allowed)
+        if kv == "self_attn":  # the right inputs, through the self-attention's projections
+            return mha(ref.self_attn, y, memory, memory, cross_allowed)
         raise ValueError(kv)
     parts = {"s": lambda y: mha(ref.self_attn, y, y, y, self_allowed), "c": cross, "f": lambda y: ffn(ref, y)}
     ns = (ref.norm1, ref.norm2, ref.norm3)
@@ -93,13 +129,17 @@ def _make_layer(DecoderLayer, norm_first=False, dropout=0.0, seed=0):
     return as_module(layer, what), what
 
 
-def _layer_vs_torch(DecoderLayer, norm_first, seed, tgt_lengths, src_lengths, extra=True):
+def _layer_vs_torch(DecoderLayer, norm_first, seed, tgt_lengths, src_lengths, hole=None):
+    """hole: a position of the first target made <pad> in the middle of the sentence, so that tgt_mask hides a key
+    the causal mask alone would not (a layer that builds its own causal mask and ignores tgt_mask shows)."""
     layer, what = _make_layer(DecoderLayer, norm_first)
     ref = ref_decoder_layer(norm_first, seed)
     copy_layer(layer, ref, what)
     layer.eval()
     x, memory, src, tgt = _inputs(seed, tgt_lengths, src_lengths)
-    got = layer(x, memory, key_mask(src), tgt_mask_of(tgt))
+    if hole is not None:
+        tgt[0, hole] = PAD
+    got = run(layer, x, memory, key_mask(src), tgt_mask_of(tgt), f"{what}(x, memory, src_mask, tgt_mask)")
     expected = run_ref_decoder(ref, x, memory, src, tgt)
     with torch.no_grad():
         def fn(mode="post" if not norm_first else "pre", order="scf", norms=(0, 1, 2), kv="memory",
@@ -117,9 +157,20 @@ def _layer_vs_torch(DecoderLayer, norm_first, seed, tgt_lengths, src_lengths, ex
             "tgt_mask not passed to self-attention: no causal mask, no target padding mask": fn(self_allowed=None),
             "cross-attention without the source padding mask (src_mask): the memory's padding was attended":
                 fn(cross_allowed=None),
+            "cross-attention computed with self_attn: use self.cross_attn(x, memory, memory, src_mask), the "
+            "module with its own projections": fn(kv="self_attn"),
+            "tgt_mask ignored: a causal mask built inside the layer hides later tokens but not the target's "
+            "padding; pass tgt_mask itself to self-attention": fn(self_allowed=causal(x.size(1))),
         })
         if x.size(1) == memory.size(1):
             mistakes.update({
+                "the masks swapped: src_mask given to self-attention and tgt_mask to cross-attention (self_attn(x, "
+                "x, x, tgt_mask), cross_attn(x, memory, memory, src_mask))":
+                    fn(self_allowed=key_mask(src), cross_allowed=tgt_mask_of(tgt)),
+                "tgt_mask given to cross-attention: cross-attention hides the source padding with src_mask":
+                    fn(cross_allowed=tgt_mask_of(tgt)),
+                "src_mask given to self-attention: decoder self-attention takes tgt_mask (causal and target padding)":
+                    fn(self_allowed=key_mask(src)),
                 "cross-attention keys and values taken from the decoder (x) instead of the memory":
                     fn(kv="x"),
                 "cross-attention keys and values taken from the decoder (x) instead of the memory, without a mask":
@@ -145,14 +196,14 @@ def _dl_parts(DecoderLayer):
     layer.eval()
     with seeded(1):
         x, memory = torch.randn(2, 5, D), torch.randn(2, 7, D)
-    expect_shape(layer(x, memory, everything(2, 7), causal(5)), (2, 5, D),
-                 f"{what}(x (2, 5, {D}), memory (2, 7, {D}), src_mask, tgt_mask=causal)",
+    call = f"{what}(x (2, 5, {D}), memory (2, 7, {D}), src_mask, tgt_mask=causal)"
+    expect_shape(run(layer, x, memory, everything(2, 7), causal(5), call), (2, 5, D), call,
                  "the output has the target's length: queries come from x, keys and values from memory")
 
 
 @register("DecoderLayer", "post-norm equals nn.TransformerDecoderLayer with the same weights and masks")
 def _dl_post(DecoderLayer):
-    _layer_vs_torch(DecoderLayer, False, seed=2, tgt_lengths=[5, 3], src_lengths=[7, 4])
+    _layer_vs_torch(DecoderLayer, False, seed=2, tgt_lengths=[5, 3], src_lengths=[7, 4], hole=2)
 
 
 @register("DecoderLayer", "pre-norm (norm_first=True) equals nn.TransformerDecoderLayer(norm_first=True)")
@@ -168,9 +219,10 @@ def _dl_causal(DecoderLayer):
         x, memory = torch.randn(2, 6, D), torch.randn(2, 4, D)
     x2 = x.clone()
     x2[:, -1] = x2[:, -1] * -2 + 1
-    a = layer(x, memory, everything(2, 4), causal(6))
-    b = layer(x2, memory, everything(2, 4), causal(6))
+    a = run(layer, x, memory, everything(2, 4), causal(6), what)
+    b = run(layer, x2, memory, everything(2, 4), causal(6), what)
     expect_shape(a, (2, 6, D), what)
+    expect_shape(b, (2, 6, D), what)
     if not close(b[:, :-1], a[:, :-1]):
         raise CheckFailure(f"{what}: outputs at positions 0..4 after changing only the target at position 5",
                            "unchanged", "changed",
@@ -185,8 +237,8 @@ def _dl_cross(DecoderLayer):
     layer.eval()
     with seeded(5):
         x, memory = torch.randn(2, 5, D), torch.randn(2, 5, D)
-    a = layer(x, memory, everything(2, 5), causal(5))
-    b = layer(x, memory * -1.5 + 0.5, everything(2, 5), causal(5))
+    a = expect_shape(run(layer, x, memory, everything(2, 5), causal(5), what), (2, 5, D), what)
+    b = run(layer, x, memory * -1.5 + 0.5, everything(2, 5), causal(5), what)
     if close(a, b):
         raise CheckFailure(f"{what}: output after changing the memory", "a different output", "the same output",
                            "cross-attention keys and values taken from the decoder instead of the memory: "
@@ -200,8 +252,9 @@ def _dl_src_padding(DecoderLayer):
     m2 = memory.clone()
     with seeded(66):
         m2[src == PAD] = torch.randn(int((src == PAD).sum()), D) * 3
-    close_at(layer(x, m2, key_mask(src), tgt_mask_of(tgt)), layer(x, memory, key_mask(src), tgt_mask_of(tgt)),
-             tgt != PAD, "output after changing only the memory at the source's padding positions",
+    call = f"DecoderLayer({D}, {H}, {FF}, dropout=0.0)(x, memory, src_mask, tgt_mask)"
+    close_at(run(layer, x, m2, key_mask(src), tgt_mask_of(tgt), call),
+             run(layer, x, memory, key_mask(src), tgt_mask_of(tgt), call), tgt != PAD, "output after changing only the memory at the source's padding positions",
              hint="cross-attention without the source padding mask: cross_attn(x, memory, memory, src_mask)")
 
 
@@ -210,7 +263,9 @@ def _dl_dropout(DecoderLayer):
     with seeded(7):
         x, memory = torch.randn(2, 5, D), torch.randn(2, 6, D)
     check_dropout(lambda p: _make_layer(DecoderLayer, dropout=p)[0],
-                  lambda m: m(x, memory, everything(2, 6), causal(5)),
+                  lambda m: expect_shape(run(m, x, memory, everything(2, 6), causal(5), f"DecoderLayer({D}, {H}, {FF})"),
+                                         (2, 5, D), f"DecoderLayer({D}, {H}, {FF})(x (2, 5, {D}), memory (2, 6, {D}), "
+                                         "src_mask, tgt_mask)"),
                   f"DecoderLayer({D}, {H}, {FF})")
 
 
@@ -222,7 +277,7 @@ def _make_decoder(Decoder, n_layers, norm_first=False, dropout=0.0, seed=0):
     return as_module(dec, what), what
 
 
-def _decoder_vs_torch(Decoder, norm_first, seed, tgt_lengths, src_lengths, n_layers=2):
+def _decoder_vs_torch(Decoder, norm_first, seed, tgt_lengths, src_lengths, n_layers=2, hole=None):
     dec, what = _make_decoder(Decoder, n_layers, norm_first)
     ref = ref_decoder(n_layers, norm_first, seed)
     layers = stack_layers(dec, what, n_layers)
@@ -232,7 +287,9 @@ def _decoder_vs_torch(Decoder, norm_first, seed, tgt_lengths, src_lengths, n_lay
         copy_final_norm(dec, ref.norm, what, "decoder")
     dec.eval()
     x, memory, src, tgt = _inputs(seed, tgt_lengths, src_lengths)
-    got = dec(x, memory, key_mask(src), tgt_mask_of(tgt))
+    if hole is not None:
+        tgt[0, hole] = PAD  # tgt_mask hides a key that a causal mask alone would not
+    got = run(dec, x, memory, key_mask(src), tgt_mask_of(tgt), f"{what}(x, memory, src_mask, tgt_mask)")
     expected = run_ref_decoder(ref, x, memory, src, tgt)
     mode = "pre" if norm_first else "post"
     with torch.no_grad():
@@ -250,6 +307,8 @@ def _decoder_vs_torch(Decoder, norm_first, seed, tgt_lengths, src_lengths, n_lay
             return ref.norm(h) if ref.norm is not None else h
         mistakes["tgt_mask not passed on: the layers' self-attention is not causal"] = chain(self_allowed=None)
         mistakes["src_mask not passed on: cross-attention attended the source padding"] = chain(cross_allowed=None)
+        mistakes["tgt_mask not passed on: the layers were given a causal mask built here, which hides later tokens "
+                 "but not the target's padding; pass tgt_mask itself"] = chain(self_allowed=causal(x.size(1)))
     close_at(got, expected, tgt != PAD,
              f"{what}(x, memory, src_mask, tgt_mask) vs nn.TransformerDecoder"
              f"({'with' if norm_first else 'without'} a final LayerNorm)",
@@ -258,9 +317,15 @@ def _decoder_vs_torch(Decoder, norm_first, seed, tgt_lengths, src_lengths, n_lay
     return dec, x, memory, src, tgt
 
 
-@register("Decoder", "has n_layers layers in an nn.ModuleList, and `norm` only in pre-norm")
+@register("Decoder", "has n_layers layers in an nn.ModuleList, `norm` only in pre-norm, and passes dropout on")
 def _dec_parts(Decoder):
     check_stack_parts(lambda n, norm_first=False: _make_decoder(Decoder, n, norm_first), "decoder")
+    with seeded(13):
+        x, memory = torch.randn(2, 5, D), torch.randn(2, 6, D)
+    what = f"Decoder({D}, {H}, {FF}, 2)"
+    check_dropout(lambda p: _make_decoder(Decoder, 2, dropout=p)[0],
+                  lambda m: expect_shape(run(m, x, memory, everything(2, 6), causal(5), what), (2, 5, D),
+                                         f"{what}(x (2, 5, {D}), memory (2, 6, {D}), src_mask, tgt_mask)"), what)
 
 
 @register("Decoder", "its layers are distinct, each with its own parameters")
@@ -270,7 +335,7 @@ def _dec_distinct(Decoder):
 
 @register("Decoder", "post-norm stack equals nn.TransformerDecoder without a final norm")
 def _dec_post(Decoder):
-    _decoder_vs_torch(Decoder, False, seed=8, tgt_lengths=[5, 3], src_lengths=[6, 4])
+    _decoder_vs_torch(Decoder, False, seed=8, tgt_lengths=[5, 3], src_lengths=[6, 4], hole=2)
 
 
 @register("Decoder", "pre-norm stack equals nn.TransformerDecoder(norm_first=True) with its final LayerNorm")
@@ -282,14 +347,14 @@ def _dec_pre(Decoder):
 def _dec_masks(Decoder):
     dec, x, memory, src, tgt = _decoder_vs_torch(Decoder, False, seed=10, tgt_lengths=[5, 5], src_lengths=[6, 2])
     sm, tm, what = key_mask(src), tgt_mask_of(tgt), f"Decoder({D}, {H}, {FF}, 2, dropout=0.0)"
-    a = dec(x, memory, sm, tm)
+    a = run(dec, x, memory, sm, tm, what)
     x2 = x.clone()
     x2[:, -1] = x2[:, -1] * -2 + 1
-    if not close(dec(x2, memory, sm, tm)[:, :-1], a[:, :-1]):
+    if not close(expect_shape(run(dec, x2, memory, sm, tm, what), a.shape, what)[:, :-1], a[:, :-1]):
         raise CheckFailure(f"{what}: outputs at positions 0..3 after changing only the target at position 4",
                            "unchanged", "changed", "tgt_mask not passed to every layer: a position saw a later token")
     m2 = memory.clone()
     with seeded(1010):
         m2[src == PAD] = torch.randn(int((src == PAD).sum()), D) * 3
-    close_at(dec(x, m2, sm, tm), a, tgt != PAD, "output after changing only the memory at source padding positions",
+    close_at(run(dec, x, m2, sm, tm, what), a, tgt != PAD, "output after changing only the memory at source padding positions",
              hint="src_mask not passed to every layer's cross-attention")

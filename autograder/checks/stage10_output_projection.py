@@ -10,10 +10,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..core import CheckFailure, forbid, register
-from ._util import build, expect_close, expect_raises, expect_shape, seeded
+from ..core import CheckFailure, _describe_exception, forbid, register
+from ._util import build, expect_close, expect_shape, seeded
 from .stage08_encoder import (TORCH_TRANSFORMER, D, FF, H, PAD, as_module, close_at, copy_final_norm, copy_layer, default_layer_norm,
                               get_path, randomize, stack_layers)
+from .stage09_decoder import mentions_both
 
 # the lesson's own work, which PyTorch's Transformer modules must not do for the learner
 forbid("Transformer", "PyTorch's nn.Transformer modules (nn.Transformer, nn.TransformerEncoder, ...)",
@@ -29,6 +30,34 @@ def sinusoid(L, d):
     pos = torch.arange(L, dtype=torch.float64)[:, None]
     angle = pos / torch.pow(10000.0, torch.arange(0, d, 2, dtype=torch.float64) / d)   # (L, d/2)
     return torch.stack([angle.sin(), angle.cos()], dim=-1).reshape(L, d).float()     # sin, cos interleaved
+
+
+MIXED_LENGTHS = ("the source's and the target's lengths got mixed up: encode(src, src_mask) = encoder(positional("
+                 "src_embed(src)), src_mask); decode(tgt_in, memory, src_mask, tgt_mask) = decoder(positional(tgt_embed("
+                 "tgt_in)), memory, src_mask, tgt_mask); forward(src, tgt_in, src_mask, tgt_mask) passes each mask on "
+                 "where it belongs")
+
+
+def call(fn, *args, what):
+    """fn(*args) (the model, or its encode / decode), with the tensors it was given checked unchanged afterwards,
+    and a size mismatch between the source and the target explained: it comes from mixing them up."""
+    before = [a.clone() if isinstance(a, torch.Tensor) else None for a in args]
+    try:
+        out = fn(*args)
+    except RuntimeError as e:
+        if len(args) < 4 or not mentions_both(e, args[0].size(1), args[1].size(1)):
+            raise  # (the source and the target are args[0] and [1] of forward; tgt_in and memory of decode)
+        raise CheckFailure(f"{what} with a source and a target of different lengths", None,
+                           f"an error: {_describe_exception(e)}", MIXED_LENGTHS) from None
+    names = {2: ("src", "src_mask")}.get(len(args), ("tgt_in", "memory", "src_mask", "tgt_mask")
+                                         if getattr(fn, "__name__", "") == "decode" else ("src", "tgt_in", "src_mask",
+                                                                                          "tgt_mask"))
+    for name, a, b in zip(names, args, before):
+        if b is not None and not torch.equal(a, b):
+            raise CheckFailure(f"{what}: the caller's `{name}` after the call", f"{name} unchanged", "changed in place",
+                               "work on new tensors (no in-place `_` methods, no `ids[...] = ...`): the caller's "
+                               "token ids and masks must stay as they were")
+    return out
 
 
 def _make(Transformer, V_src=V_SRC, V_tgt=V_TGT, seed=0, **kw):
@@ -74,6 +103,8 @@ def _inputs(model, ids, side, what):
         NOT_SCALED: e + pe,
         "embeddings scaled twice: TokenEmbedding already multiplies by sqrt(d_model)": e * D + pe,
         "embeddings divided by sqrt(d_model) instead of multiplied": e / math.sqrt(D) + pe,
+        "embeddings scaled by sqrt(512), a hard-coded d_model: scale by the square root of the d_model argument":
+            e * math.sqrt(512) + pe,
         f"positional encoding not applied to the {stack} input: positional(embed(ids))": e * math.sqrt(D),
         "positional encoding scaled with the embeddings: add it after the sqrt(d_model) scale":
             (e + pe) * math.sqrt(D),
@@ -127,12 +158,23 @@ def _copy_stacks(model, what, norm_first, seed):
     return ref
 
 
+GENERATOR_LINEAR = ("the output projection is a plain nn.Linear(d_model, tgt_vocab_size), with no softmax or "
+                    "log_softmax after it: forward returns logits and the loss takes the log_softmax")
+
+
 def _generator(model, what):
     gen = get_path(model, "generator", what)
     if not isinstance(gen, nn.Linear):
         raise CheckFailure(f"{what}: `generator`", f"nn.Linear({D}, tgt_vocab_size)", type(gen).__name__,
-                           "the output projection is a plain nn.Linear(d_model, tgt_vocab_size)")
+                           GENERATOR_LINEAR)
     return lambda h: F.linear(h, gen.weight, gen.bias)
+
+
+def _states_mistakes(gen, states):
+    return {"decoder states multiplied by sqrt(d_model) before the generator: only the embeddings are scaled":
+            gen(states * math.sqrt(D)),
+            "decoder states divided by sqrt(d_model) before the generator: only the embeddings are scaled":
+            gen(states / math.sqrt(D))}
 
 
 def _logit_mistakes(logits):
@@ -181,7 +223,7 @@ def _vs_torch(Transformer, norm_first, seed):
         else:
             enc_mistakes["final norm missing in the pre-norm encoder: apply its LayerNorm after the last layer"] = \
                 encode(s_in, final=False)
-    close_at(model.encode(src, sm), memory, src != PAD,
+    close_at(call(model.encode, src, sm, what=f"{what}.encode(src, src_mask)"), memory, src != PAD,
              f"{what}.encode(src, src_mask) vs nn.TransformerEncoder on embedding * sqrt(d_model) + PE",
              hint="encode(src) = encoder(positional(src_embed(src)), src_mask)", mistakes=enc_mistakes)
     with torch.no_grad():
@@ -189,6 +231,7 @@ def _vs_torch(Transformer, norm_first, seed):
                   memory_key_padding_mask=pad_s)  # nn.Transformer itself: the reference
         expected = gen(out)
         mistakes = _logit_mistakes(expected)
+        mistakes.update(_states_mistakes(gen, out))
         for k, v in t_wrong.items():
             mistakes[k] = full(s_in, v)
         mistakes[NOT_SCALED + " (source and target)"] = full(s_wrong[NOT_SCALED], t_wrong[NOT_SCALED])
@@ -199,7 +242,7 @@ def _vs_torch(Transformer, norm_first, seed):
         else:
             mistakes["final norms present in the post-norm encoder and decoder: norm must be the identity"] = \
                 full(s_in, t_in, extra_norm=True)
-    close_at(model(src, tgt, sm, tm), expected, tgt != PAD,
+    close_at(call(model, src, tgt, sm, tm, what=f"{what}(src, tgt_in, src_mask, tgt_mask)"), expected, tgt != PAD,
              f"{what}(src, tgt_in, src_mask, tgt_mask) vs generator(nn.Transformer(...)) with the same weights",
              hint="forward = generator(decode(tgt_in, encode(src, src_mask), src_mask, tgt_mask))", mistakes=mistakes)
 
@@ -231,26 +274,79 @@ def _parts(Transformer):
         raise CheckFailure(f"{what}: `generator`", f"nn.Linear({D}, {V_TGT}) (d_model -> tgt_vocab_size)",
                            f"nn.Linear({gen.in_features}, {gen.out_features})" if isinstance(gen, nn.Linear)
                            else type(gen).__name__,
-                           "the projection maps each decoder state to one score per TARGET token")
+                           "the projection maps each decoder state to one score per TARGET token"
+                           if isinstance(gen, nn.Linear) else GENERATOR_LINEAR)
+    deeper, what3 = _make(Transformer, n_layers=3)
+    for stack in ("encoder", "decoder"):
+        stack_layers(get_path(deeper, stack, what3), f"{what3}.{stack}", 3)
     src, tgt, sm, tm = _batch(1)
     model.eval()
-    expected = model(src, tgt, sm, tm)
+    shape = (tgt.size(0), tgt.size(1), V_TGT)
+    run = f"{what}(src, tgt_in, src_mask, tgt_mask)"
+    expected = expect_shape(call(model, src, tgt, sm, tm, what=run), shape, run)
     model.train()
     with seeded(2):
-        trained = model(src, tgt, sm, tm)
+        trained = expect_shape(call(model, src, tgt, sm, tm, what=run), shape, run)
     if not torch.allclose(trained, expected, atol=1e-5):
         raise CheckFailure(f"{what} in train mode", "the same logits as in eval mode (dropout=0.0)",
                            "different logits", "the dropout argument is not passed on to every part "
                                                "(the positional encoding, the encoder, the decoder)")
+    _check_dropout_used(Transformer, src, tgt, sm, tm)
     long = torch.full((1, 13), 5)
-    expect_raises(lambda: model.encode(long, long[:, None, None, :] != PAD), ValueError,
-                  f"{what}.encode of a source of length 13",
-                  "max_len not passed on: PositionalEncoding(d_model, max_len, dropout) refuses longer sequences")
+    try:
+        model.encode(long, long[:, None, None, :] != PAD)
+    except NotImplementedError:
+        raise
+    except Exception:  # noqa: BLE001  (its positional encoding refused the length: max_len was passed on)
+        pass
+    else:
+        raise CheckFailure(f"{what}.encode of a source of length 13", "an error (a sequence longer than max_len)",
+                           "no error", "max_len not passed on: PositionalEncoding(d_model, max_len, dropout) refuses "
+                                       "longer sequences")
+
+
+def _check_dropout_used(Transformer, src, tgt, sm, tm):
+    """With dropout=0.5, train mode changes what the stacks are given (dropout after the positional encoding) and
+    what each stack computes; a dropout argument replaced by 0 somewhere shows."""
+    model, what = _make(Transformer, dropout=0.5, seed=8)
+    encoder, decoder = get_path(model, "encoder", what), get_path(model, "decoder", what)
+    with seeded(8):
+        memory = torch.randn(src.size(0), src.size(1), D)
+        x = torch.randn(tgt.size(0), tgt.size(1), D)
+    for name, stack, args in (("encoder", encoder, (memory, sm)), ("decoder", decoder, (x, memory, sm, tm))):
+        outs = []
+        for train in (False, True):
+            stack.train(train)
+            with seeded(9):
+                outs.append(expect_shape(stack(*args), args[0].shape, f"{what}.{name}(...)"))
+        if torch.allclose(outs[0], outs[1]):
+            raise CheckFailure(f"{what}.{name} in train mode", "an output changed by dropout",
+                               "the same output as in eval mode",
+                               f"the dropout argument is not passed on to the {name} (a fixed 0 is used)")
+    for name, fn, args in (("encode", "encode", (src, sm)), ("decode", "decode", (tgt, memory, sm, tm))):
+        side = "encoder" if name == "encode" else "decoder"
+        rec = _Recorder()
+        setattr(model, side, rec)
+        for train in (False, True):
+            model.train(train)
+            with seeded(10):
+                getattr(model, fn)(*args)
+        if len(rec.calls) < 2:
+            raise CheckFailure(f"{what}.{name}", f"a call of self.{side}", "no call",
+                               f"{name} runs the embeddings and the positional encoding through self.{side}")
+        given = [c[0] for c in rec.calls[:2]]
+        if all(isinstance(g, torch.Tensor) and g.shape == given[0].shape for g in given) and \
+                torch.allclose(given[0], given[1]):
+            raise CheckFailure(f"{what}.{name} in train mode: what the {side} was given",
+                               "embedding * sqrt(d_model) + PE changed by dropout", "the same as in eval mode",
+                               "no dropout after the positional encoding: pass the dropout argument on to "
+                               "PositionalEncoding(d_model, max_len, dropout) (paper, section 5.4)")
 
 
 @register("Transformer", "tie_weights: generator, target and (same vocabulary size) source embeddings share ONE weight")
 def _tied_same(Transformer):
     model, what = _make(Transformer, V_src=20, V_tgt=20)
+    _generator(model, what)
     gen = get_path(model, "generator.weight", what)
     tgt = _embedding_weight(model, "tgt", what)
     src = _embedding_weight(model, "src", what)
@@ -282,6 +378,7 @@ def _tied_same(Transformer):
 @register("Transformer", "different vocabulary sizes: only the generator is tied; tie_weights=False ties nothing")
 def _tied_different(Transformer):
     model, what = _make(Transformer)
+    _generator(model, what)
     gen = get_path(model, "generator.weight", what)
     tgt, src = _embedding_weight(model, "tgt", what), _embedding_weight(model, "src", what)
     if gen is not tgt:
@@ -310,7 +407,7 @@ def _encode_input(Transformer):
     right, wrong = _inputs(model, src, "src", what)
     rec = _Recorder()
     model.encoder = rec
-    out = model.encode(src, sm)
+    out = call(model.encode, src, sm, what=f"{what}.encode(src, src_mask)")
     if not rec.calls:
         raise CheckFailure(f"{what}.encode", "a call of self.encoder", "no call", "encode(src) = "
                            "self.encoder(self.positional(self.src_embed(src)), src_mask)")
@@ -335,7 +432,7 @@ def _decode_input(Transformer):
         memory = torch.randn(src.size(0), src.size(1), D)
     rec = _Recorder()
     model.decoder = rec
-    out = model.decode(tgt, memory, sm, tm)
+    out = call(model.decode, tgt, memory, sm, tm, what=f"{what}.decode(tgt_in, memory, src_mask, tgt_mask)")
     expect_shape(out, (tgt.size(0), tgt.size(1), D), f"{what}.decode(tgt_in, memory, src_mask, tgt_mask)",
                  "decode returns the decoder's states (B, Lt, d_model): the generator is applied in forward, "
                  "not inside decode")
@@ -374,19 +471,22 @@ def _forward(Transformer):
     model, what = _make(Transformer, seed=7)
     model.eval()
     src, tgt, sm, tm = _batch(7)
-    memory = model.encode(src, sm)
+    memory = call(model.encode, src, sm, what=f"{what}.encode(src, src_mask)")
     expect_shape(memory, (src.size(0), src.size(1), D), f"{what}.encode(src, src_mask)",
                  "encode returns the encoder's output (B, Ls, d_model)")
-    states = model.decode(tgt, memory, sm, tm)
+    states = call(model.decode, tgt, memory, sm, tm, what=f"{what}.decode(tgt_in, memory, src_mask, tgt_mask)")
     expect_shape(states, (tgt.size(0), tgt.size(1), D), f"{what}.decode(tgt_in, memory, src_mask, tgt_mask)",
                  "generator applied inside decode: decode returns the decoder's states (B, Lt, d_model); "
                  "forward applies the generator")
+    gen = _generator(model, what)
     with torch.no_grad():
-        expected = _generator(model, what)(states)
-    logits = model(src, tgt, sm, tm)
+        expected = gen(states)
+        mistakes = _logit_mistakes(expected)
+        mistakes.update(_states_mistakes(gen, states))
+    logits = call(model, src, tgt, sm, tm, what=f"{what}(src, tgt_in, src_mask, tgt_mask)")
     expect_shape(logits, (tgt.size(0), tgt.size(1), V_TGT), f"{what}(src, tgt_in, src_mask, tgt_mask)",
                  "forward returns logits (B, Lt, tgt_vocab_size): generator(decode(...))")
     expect_close(logits, expected, f"{what}(src, tgt_in, src_mask, tgt_mask) vs generator(decode(tgt_in, "
                  "encode(src, src_mask), src_mask, tgt_mask))",
                  hint="forward = generator(decode(tgt_in, encode(src, src_mask), src_mask, tgt_mask)), nothing more",
-                 mistakes=_logit_mistakes(expected))
+                 mistakes=mistakes)

@@ -47,6 +47,16 @@ EPS_IGNORED = "the epsilon argument is ignored (a fixed value is used)"
 NO_SMOOTHING = "no smoothing: plain cross-entropy (the target must keep 1 - epsilon, not 1)"
 IGNORE_IGNORED = ("the ignore_index argument is ignored: <pad> = 0 was left out instead of ignore_index; use the "
                   "argument")
+EPS_OVER_V_OTHERS = ("each wrong token got epsilon / V: there are V - 1 wrong tokens, each gets epsilon / (V - 1), so that "
+                     "the distribution sums to 1")
+PAD_COLUMN_EMPTY = ("the <pad> column got no smoothing mass: the contract shares epsilon among all V - 1 tokens other "
+                    "than the target, <pad> included")
+BY_BATCH = ("divided by the batch size instead of the number of non-padding positions: average over the positions "
+            "whose target is not ignore_index")
+PER_SENTENCE = ("averaged within each sentence, then over the sentences: average over all non-padding positions at "
+                "once (sum of their losses / their count), so that a long sentence weighs more")
+MUTATED = ("work on copies: target.masked_fill(...) or torch.where(...) (no in-place `_` methods, no `target[...] = ...`, "
+           "no `logits -= ...`) so the caller's tensors stay as they were")
 
 
 def _reference(logits, target, epsilon, ignore_index=PAD):
@@ -55,17 +65,18 @@ def _reference(logits, target, epsilon, ignore_index=PAD):
                            label_smoothing=epsilon * V / (V - 1))
 
 
-def _per_position(logits, target, epsilon, pad_column=None):
-    """Cross-entropy against the smoothed distribution at every position, padding included (N,), written out."""
+def _per_position(logits, target, epsilon, pad_column=None, share=None):
+    """Cross-entropy against the smoothed distribution at every position, padding included (N,), written out.
+    pad_column: a column left without smoothing mass; share: what each smoothed token gets (epsilon / (V - 1))."""
     V = logits.size(-1)
     logp = F.log_softmax(logits.reshape(-1, V).double(), -1)
-    t = target.reshape(-1)
+    t = target.reshape(-1).clamp(0, V - 1)  # an out-of-range ignore_index: those positions are left out anyway
     nll = -logp.gather(1, t[:, None]).squeeze(1)
+    others = -logp.sum(1) - nll
     if pad_column is None:
-        others = -logp.sum(1) - nll
-        return (1 - epsilon) * nll + epsilon / (V - 1) * others
-    others = -logp.sum(1) - nll + logp[:, pad_column]
-    return (1 - epsilon) * nll + epsilon / (V - 2) * others
+        return (1 - epsilon) * nll + (epsilon / (V - 1) if share is None else share) * others
+    others = others + logp[:, pad_column]
+    return (1 - epsilon) * nll + (epsilon / (V - 2) if share is None else share) * others
 
 
 def _no_log_softmax(z, t, epsilon):
@@ -89,11 +100,20 @@ def _mistakes(logits, target, epsilon, ignore_index=PAD):
         SUMMED: per[keep].sum(),
         NO_LOG_SOFTMAX: _no_log_softmax(logits.reshape(-1, V).double(), flat_t, epsilon)[keep].mean(),
     }
+    if target.dim() > 1:
+        out[BY_BATCH] = per[keep].sum() / target.size(0)
+        rows = keep.view(target.size(0), -1)
+        sums, counts = (per * keep).view(target.size(0), -1).sum(1), rows.sum(1)
+        if bool((counts > 0).any()):
+            out[PER_SENTENCE] = (sums[counts > 0] / counts[counts > 0]).mean()
     if 0 < epsilon < 1:
         entropy = -(1 - epsilon) * math.log(1 - epsilon) - epsilon * math.log(epsilon / (V - 1))
         out[KL] = per[keep].mean() - entropy
-        if V > 2:
-            out[ANNOTATED] = _per_position(logits, target, epsilon, pad_column=PAD)[keep].mean()
+        out[EPS_OVER_V_OTHERS] = _per_position(logits, target, epsilon, share=epsilon / V)[keep].mean()
+        if V > 2 and 0 <= ignore_index < V:
+            out[ANNOTATED] = _per_position(logits, target, epsilon, pad_column=ignore_index)[keep].mean()
+            out[PAD_COLUMN_EMPTY] = _per_position(logits, target, epsilon, pad_column=ignore_index,
+                                                  share=epsilon / (V - 1))[keep].mean()
         out[NO_SMOOTHING] = _reference(logits, target, 0.0, ignore_index)
     if epsilon != 0.1:
         out[EPS_IGNORED + " (0.1, the default, was used)"] = _reference(logits, target, 0.1, ignore_index)
@@ -103,8 +123,14 @@ def _mistakes(logits, target, epsilon, ignore_index=PAD):
 
 
 def _loss(fn, logits, target, what, **kwargs):
-    """Call the learner's loss; the answer must be a tensor holding one number (returned as a 0-d tensor)."""
+    """Call the learner's loss; the answer must be a tensor holding one number (returned as a 0-d tensor),
+    and the inputs must come back unchanged."""
+    logits_before, target_before = logits.detach().clone(), target.clone()
     got = fn(logits, target, **kwargs)
+    for name, now, before in (("target", target, target_before), ("logits", logits.detach(), logits_before)):
+        if now.shape != before.shape or now.dtype != before.dtype or not torch.equal(now, before):
+            raise CheckFailure(f"{what}: the caller's `{name}` after the call", f"{name} unchanged",
+                               f"{name} changed in place", MUTATED)
     if not isinstance(got, torch.Tensor):
         raise CheckFailure(what, "a scalar torch.Tensor (so that loss.backward() works)", type(got).__name__,
                            "return the tensor itself, not loss.item() or a Python number")
