@@ -390,3 +390,275 @@ OPT_MISTAKES = [
 @pytest.mark.parametrize("label,fn,keywords", OPT_MISTAKES, ids=[m[0] for m in OPT_MISTAKES])
 def test_make_optimizer_mistakes_are_caught(label, fn, keywords):
     assert_caught(fn, "make_optimizer", *keywords)
+
+
+# ================================================================ review: more styles and mistakes
+# ---- correct, written differently
+def shift_python_lists(tgt, bos_id=BOS, pad_id=PAD):
+    """Through Python lists, back to a LongTensor of the same shape."""
+    return torch.tensor([[bos_id] + row[:-1] for row in tgt.tolist()], dtype=torch.long).view(tgt.shape)
+
+
+def shift_new_full(tgt, bos_id=BOS, pad_id=PAD):
+    out = tgt.new_full(tgt.shape, bos_id)
+    out[:, 1:] = tgt[:, :-1]
+    return out
+
+
+@pytest.mark.parametrize("fn", [shift_python_lists, shift_new_full])
+def test_more_correct_shift_right(fn):
+    assert_full_marks(fn, "shift_right")
+
+
+def batch_pad_sequence(src_seqs, tgt_seqs, pad_id=PAD, bos_id=BOS, eos_id=EOS, device="cpu"):
+    """<bos> y <eos> padded once, then sliced: tgt_in drops the last column (its <eos> turned into padding),
+    tgt_out the first; a plain object; an extra keyword argument with a default."""
+    from torch.nn.utils.rnn import pad_sequence
+    src = pad_sequence([torch.tensor(s) for s in src_seqs], batch_first=True, padding_value=pad_id)
+    full = pad_sequence([torch.tensor([bos_id, *t, eos_id]) for t in tgt_seqs], batch_first=True,
+                        padding_value=pad_id)
+    tgt_in = full[:, :-1].masked_fill(full[:, :-1] == eos_id, pad_id)
+    tgt_out = full[:, 1:]
+    L = tgt_in.size(1)
+    future = torch.triu(torch.ones(L, L, dtype=torch.bool), diagonal=1)
+    return SimpleNamespace(src=src, tgt_in=tgt_in, tgt_out=tgt_out, src_mask=src.ne(pad_id)[:, None, None],
+                           tgt_mask=~future[None, None] & tgt_in.ne(pad_id)[:, None, None, :],
+                           n_tokens=int(tgt_out.ne(pad_id).sum()))
+
+
+def batch_loops(src_seqs, tgt_seqs, pad_id=PAD, bos_id=BOS, eos_id=EOS):
+    """Everything filled in element by element; a namedtuple; n_tokens counted from the lengths."""
+    from collections import namedtuple
+    B = len(src_seqs)
+    Ls, Lt = max(map(len, src_seqs)), max(map(len, tgt_seqs)) + 1
+    src = torch.full((B, Ls), pad_id, dtype=torch.long)
+    tin, tout = torch.full((B, Lt), pad_id, dtype=torch.long), torch.full((B, Lt), pad_id, dtype=torch.long)
+    for b, (s, t) in enumerate(zip(src_seqs, tgt_seqs)):
+        for j, tok in enumerate(s):
+            src[b, j] = tok
+        for j, tok in enumerate([bos_id, *t]):
+            tin[b, j] = tok
+        for j, tok in enumerate([*t, eos_id]):
+            tout[b, j] = tok
+    tmask = torch.zeros(B, 1, Lt, Lt, dtype=torch.bool)
+    for b in range(B):
+        for i in range(Lt):
+            for j in range(i + 1):
+                tmask[b, 0, i, j] = bool(tin[b, j] != pad_id)
+    Fields = namedtuple("Fields", "src tgt_in tgt_out src_mask tgt_mask n_tokens")
+    return Fields(src, tin, tout, (src != pad_id).reshape(B, 1, 1, Ls), tmask, sum(len(t) + 1 for t in tgt_seqs))
+
+
+@pytest.mark.parametrize("fn", [batch_pad_sequence, batch_loops])
+def test_more_correct_make_batch(fn):
+    assert_full_marks(fn, "make_batch")
+
+
+def bbt_buckets(lengths, max_tokens):
+    """Indices grouped by length in a dict, the lengths walked in order."""
+    from collections import defaultdict
+    by_length = defaultdict(list)
+    for i, n in enumerate(lengths):
+        by_length[n].append(i)
+    batches, current = [], []
+    for n in sorted(by_length):
+        for i in by_length[n]:
+            if current and n * (len(current) + 1) > max_tokens:
+                batches.append(current)
+                current = []
+            current.append(i)
+    return batches + ([current] if current else [])
+
+
+def bbt_capacity(lengths, max_tokens):
+    """Longest first; each batch takes max_tokens // (its longest) examples at once."""
+    order = sorted(range(len(lengths)), key=lambda i: lengths[i], reverse=True)
+    batches, k = [], 0
+    while k < len(order):
+        size = max(1, max_tokens // lengths[order[k]])
+        batches.append(order[k:k + size])
+        k += size
+    return batches
+
+
+def bbt_generator_of_tuples(lengths, max_tokens):
+    order = sorted(range(len(lengths)), key=lengths.__getitem__)
+    current = []
+    for i in order:
+        if current and lengths[i] * (len(current) + 1) > max_tokens:
+            yield tuple(current)
+            current = []
+        current.append(i)
+    if current:
+        yield tuple(current)
+
+
+@pytest.mark.parametrize("fn", [bbt_buckets, bbt_capacity, bbt_generator_of_tuples])
+def test_more_correct_batch_by_tokens(fn):
+    assert_full_marks(fn, "batch_by_tokens")
+
+
+def noam_if_else(step, d_model, warmup_steps=4000, factor=1.0):
+    if step < 1:
+        step = 1
+    rate = step * warmup_steps ** -1.5 if step <= warmup_steps else step ** -0.5
+    return factor * rate * d_model ** -0.5
+
+
+def noam_float32_tensor(step, d_model, warmup_steps=4000, factor=1.0):
+    s = torch.tensor(max(step, 1), dtype=torch.float32)
+    return factor * d_model ** -0.5 * torch.min(s.rsqrt(), s * warmup_steps ** -1.5)
+
+
+def noam_peak_form(step, d_model, warmup_steps=4000, factor=1.0):
+    """The peak (d_model * warmup)^-0.5 times min(step / warmup, sqrt(warmup / step))."""
+    step = step or 1
+    return factor * (d_model * warmup_steps) ** -0.5 * min(step / warmup_steps, (warmup_steps / step) ** 0.5)
+
+
+@pytest.mark.parametrize("fn", [noam_if_else, noam_float32_tensor, noam_peak_form])
+def test_more_correct_noam_lr(fn):
+    assert_full_marks(fn, "noam_lr")
+
+
+def opt_stepped_at_creation(model, d_model, warmup_steps=4000, factor=1.0):
+    """lambda s: noam_lr(s) and one scheduler step at creation (noam_lr(0) = noam_lr(1)): the k-th optimizer
+    step still runs at noam_lr(k). (PyTorch warns about the order; the check stays silent.)"""
+    opt = torch.optim.Adam(model.parameters(), lr=1.0, betas=(0.9, 0.98), eps=1e-9)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: solutions.noam_lr(s, d_model, warmup_steps, factor))
+    sched.step()
+    return opt, sched
+
+
+def opt_two_groups(model, d_model, warmup_steps=4000, factor=1.0):
+    """Two parameter groups, a list of lambdas, lr=1 as an int, the formula inline."""
+    matrices = [p for p in model.parameters() if p.dim() > 1]
+    vectors = [p for p in model.parameters() if p.dim() <= 1]
+    opt = torch.optim.Adam([{"params": matrices}, {"params": vectors}], lr=1, betas=(0.9, 0.98), eps=1e-9)
+    f = lambda s: factor * d_model ** -0.5 * min((s + 1) ** -0.5, (s + 1) * warmup_steps ** -1.5)  # noqa: E731
+    return opt, torch.optim.lr_scheduler.LambdaLR(opt, [f, f])
+
+
+class _NoamLR(torch.optim.lr_scheduler.LRScheduler):
+    def __init__(self, optimizer, d_model, warmup_steps, factor):
+        self.args = (d_model, warmup_steps, factor)
+        super().__init__(optimizer)
+
+    def get_lr(self):
+        return [solutions.noam_lr(self.last_epoch + 1, *self.args) for _ in self.base_lrs]
+
+
+def opt_lr_scheduler_subclass(model, d_model, warmup_steps=4000, factor=1.0):
+    opt = torch.optim.Adam(model.parameters(), betas=(0.9, 0.98), eps=1e-9)
+    return opt, _NoamLR(opt, d_model, warmup_steps, factor)
+
+
+@pytest.mark.parametrize("fn", [opt_stepped_at_creation, opt_two_groups, opt_lr_scheduler_subclass])
+def test_more_correct_make_optimizer(fn):
+    assert_full_marks(fn, "make_optimizer")
+
+
+# ---- mistakes
+def shift_eos_to_pad(tgt, bos_id=BOS, pad_id=PAD):
+    out = solutions.shift_right(tgt, bos_id)
+    return out.masked_fill(out == EOS, pad_id)
+
+
+def batch_appends_eos_in_place(src_seqs, tgt_seqs, pad_id=PAD, bos_id=BOS, eos_id=EOS):
+    """Right fields, but the caller's target lists get an <eos> appended (each epoch one more)."""
+    for t in tgt_seqs:
+        t.append(eos_id)
+    return solutions.make_batch(src_seqs, [t[:-1] for t in tgt_seqs], pad_id, bos_id, eos_id)
+
+
+def batch_tgt_in_from_shift(src_seqs, tgt_seqs, pad_id=PAD, bos_id=BOS, eos_id=EOS):
+    """tgt_in = shift_right(tgt_out): the <eos> of the shorter targets stays in tgt_in."""
+    b = solutions.make_batch(src_seqs, tgt_seqs, pad_id, bos_id, eos_id)
+    b.tgt_in = solutions.shift_right(b.tgt_out, bos_id)
+    b.tgt_mask = solutions.target_mask(b.tgt_in, pad_id)
+    return b
+
+
+def bbt_first_as_longest(lengths, max_tokens):
+    """Sorted ascending, but the size is computed with the batch's first (shortest) length."""
+    order = sorted(range(len(lengths)), key=lambda i: lengths[i])
+    batches, current = [], []
+    for i in order:
+        if current and lengths[current[0]] * (len(current) + 1) > max_tokens:
+            batches.append(current)
+            current = []
+        current.append(i)
+    return batches + [current]
+
+
+def bbt_closes_after_overflow(lengths, max_tokens):
+    """Adds first, checks afterwards: every batch ends one example too large."""
+    order = sorted(range(len(lengths)), key=lambda i: lengths[i])
+    batches, current = [], []
+    for i in order:
+        current.append(i)
+        if max(lengths[j] for j in current) * len(current) > max_tokens:
+            batches.append(current)
+            current = []
+    return batches + ([current] if current else [])
+
+
+def noam_step_plus_one(step, d_model, warmup_steps=4000, factor=1.0):
+    return solutions.noam_lr(step + 1, d_model, warmup_steps, factor)
+
+
+def noam_step_minus_one(step, d_model, warmup_steps=4000, factor=1.0):
+    return solutions.noam_lr(max(step - 1, 1), d_model, warmup_steps, factor)
+
+
+def noam_d_model_on_decay_only(step, d_model, warmup_steps=4000, factor=1.0):
+    s = max(step, 1)
+    return factor * min(d_model ** -0.5 * s ** -0.5, s * warmup_steps ** -1.5)
+
+
+def noam_returns_text(step, d_model, warmup_steps=4000, factor=1.0):
+    return f"{solutions.noam_lr(step, d_model, warmup_steps, factor)!r}"
+
+
+def opt_scheduler_stepped_early(model, d_model, warmup_steps=4000, factor=1.0):
+    opt, sched = solutions.make_optimizer(model, d_model, warmup_steps, factor)
+    sched.step()  # before the first optimizer step: every step one ahead
+    return opt, sched
+
+
+def opt_amsgrad(model, d_model, warmup_steps=4000, factor=1.0):
+    opt = torch.optim.Adam(model.parameters(), lr=1.0, betas=(0.9, 0.98), eps=1e-9, amsgrad=True)
+    return opt, torch.optim.lr_scheduler.LambdaLR(opt, lambda s: solutions.noam_lr(s + 1, d_model, warmup_steps,
+                                                                                    factor))
+
+
+REVIEW_MISTAKES = [
+    ("shift_right", "<eos> turned into <pad>", shift_eos_to_pad, ["replaced by <pad>"]),
+    ("make_batch", "the caller's lists edited in place", batch_appends_eos_in_place, ["edited in place"]),
+    ("make_batch", "tgt_in = shift_right(tgt_out)", batch_tgt_in_from_shift, ["keeps the <eos> of the shorter"]),
+    ("batch_by_tokens", "the first length taken as the longest", bbt_first_as_longest, ["max_tokens"]),
+    ("batch_by_tokens", "checked after adding", bbt_closes_after_overflow, ["<= 400", "check the size before adding"]),
+    ("noam_lr", "step + 1", noam_step_plus_one, ["off by one", "step + 1"]),
+    ("noam_lr", "step - 1", noam_step_minus_one, ["off by one", "step - 1"]),
+    ("noam_lr", "d_model on the decay term only", noam_d_model_on_decay_only, ["only the decay term"]),
+    ("noam_lr", "a string", noam_returns_text, ["expected a number"]),
+    ("make_optimizer", "scheduler stepped at creation", opt_scheduler_stepped_early,
+     ["off by one", "do not step the scheduler before"]),
+    ("make_optimizer", "amsgrad", opt_amsgrad, ["amsgrad"]),
+]
+
+
+@pytest.mark.parametrize("name,label,fn,keywords", REVIEW_MISTAKES, ids=[f"{m[0]}: {m[1]}" for m in REVIEW_MISTAKES])
+def test_more_mistakes_are_caught(name, label, fn, keywords):
+    assert_caught(fn, name, *keywords)
+
+
+def test_equivalent_n_tokens_and_tgt_mask_from_other_fields_get_full_marks():
+    """n_tokens counted on tgt_in, and tgt_mask built from tgt_out: both equal the contract's values
+    (<bos> y and y <eos> have their real tokens at the same places), so they are correct."""
+    def make_batch(src_seqs, tgt_seqs, pad_id=PAD, bos_id=BOS, eos_id=EOS):
+        b = solutions.make_batch(src_seqs, tgt_seqs, pad_id, bos_id, eos_id)
+        b.n_tokens = int((b.tgt_in != pad_id).sum())
+        b.tgt_mask = solutions.target_mask(b.tgt_out, pad_id)
+        return b
+    assert_full_marks(make_batch, "make_batch")

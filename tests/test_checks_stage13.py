@@ -11,7 +11,7 @@ import torch.nn.functional as F
 
 import solutions
 from autograder import REGISTRY
-from solutions import BOS, EOS
+from solutions import BOS, EOS, PAD
 from tests.grading import assert_caught, assert_full_marks, grade
 
 NAMES = ["greedy_decode", "length_penalty", "beam_search", "corpus_bleu"]
@@ -440,3 +440,367 @@ def test_greedy_padding_finished_rows_with_a_target_mask_gets_full_marks():
                 break
         return [[t for t in row[1:] if t not in (eos_id, solutions.PAD)] for row in ys.tolist()]
     assert_full_marks(greedy_decode, "greedy_decode")
+
+
+# ================================================================ review: more styles and mistakes
+# ---- correct, written differently
+def greedy_run_then_cut(model, src, src_mask, max_len, bos_id=BOS, eos_id=EOS):
+    """Never stops early: max_len steps for every row, then each row cut at its first <eos>."""
+    memory = model.encode(src, src_mask)
+    ys = torch.full((src.size(0), 1), bos_id, dtype=torch.long)
+    for _ in range(max_len):
+        out = model.decode(ys, memory, src_mask, causal(ys.size(1)))
+        ys = torch.cat([ys, model.generator(out[:, -1]).argmax(-1, keepdim=True)], dim=1)
+    rows = [row.tolist() for row in ys[:, 1:]]
+    return [row[:row.index(eos_id)] if eos_id in row else row for row in rows]
+
+
+def greedy_2d_mask_tensor_answers(model, src, src_mask, max_len, bos_id=BOS, eos_id=EOS):
+    """A 2-D (t, t) causal mask, the step of each row's <eos> recorded, tensors returned."""
+    memory = model.encode(src, src_mask)
+    B = src.size(0)
+    ys, stop = torch.full((B, 1), bos_id), torch.full((B,), max_len)
+    for step in range(max_len):
+        t = ys.size(1)
+        mask = torch.arange(t)[None, :] <= torch.arange(t)[:, None]
+        nxt = model.generator(model.decode(ys, memory, src_mask, mask))[:, -1].max(-1).indices
+        newly = (nxt == eos_id) & (stop == max_len)
+        stop[newly] = step
+        ys = torch.cat([ys, nxt[:, None]], 1)
+        if bool((stop < max_len).all()):
+            break
+    return [ys[b, 1:1 + int(stop[b])] for b in range(B)]
+
+
+def greedy_index_live_rows(model, src, src_mask, max_len, bos_id=BOS, eos_id=EOS):
+    """Only the live rows go to the decoder (index_select on memory and src_mask); answers as tuples."""
+    memory = model.encode(src, src_mask)
+    live, ys, answers = torch.arange(src.size(0)), torch.full((src.size(0), 1), bos_id), {}
+    for _ in range(max_len):
+        t = ys.size(1)
+        out = model.decode(ys, memory.index_select(0, live), src_mask.index_select(0, live), causal(t, len(live)))
+        nxt = model.generator(out[:, -1]).argmax(-1)
+        ys = torch.cat([ys, nxt[:, None]], 1)
+        done = nxt == eos_id
+        for r in done.nonzero().flatten().tolist():
+            answers[int(live[r])] = tuple(ys[r, 1:-1].tolist())
+        ys, live = ys[~done], live[~done]
+        if len(live) == 0:
+            break
+    for r, b in enumerate(live.tolist()):
+        answers[b] = tuple(ys[r, 1:].tolist())
+    return [answers[b] for b in range(src.size(0))]
+
+
+@pytest.mark.parametrize("fn", [greedy_run_then_cut, greedy_2d_mask_tensor_answers, greedy_index_live_rows])
+def test_more_correct_greedy(fn):
+    assert_full_marks(fn, "greedy_decode")
+
+
+def lp_float32_tensor(length, alpha):
+    return torch.tensor([(5 + length) / 6]).pow(alpha)[0]  # float32: about 1e-7 relative error
+
+
+def lp_log1p(length, alpha):
+    return math.exp(alpha * math.log1p((length - 1) / 6))
+
+
+@pytest.mark.parametrize("fn", [lp_float32_tensor, lp_log1p])
+def test_more_correct_length_penalty(fn):
+    assert_full_marks(fn, "length_penalty")
+
+
+def beam_topk_live(model, src, src_mask, max_len, beam_size=4, alpha=0.6, bos_id=BOS, eos_id=EOS):
+    """The common learner's beam: only the live hypotheses, topk(2 * beam_size) of their n * V extensions (at
+    least beam_size of those are open), no early stop."""
+    answers = []
+    for i in range(src.size(0)):
+        memory = model.encode(src[i:i + 1], src_mask[i:i + 1])
+        ys, scores = torch.full((1, 1), bos_id), torch.zeros(1)
+        best, best_ids = -math.inf, []
+        for t in range(1, max_len + 1):
+            n = ys.size(0)
+            out = model.decode(ys, memory.expand(n, -1, -1), src_mask[i:i + 1], causal(t))
+            logp = model.generator(out[:, -1]).log_softmax(-1)
+            V = logp.size(1)
+            values, flat = (scores[:, None] + logp).view(-1).topk(2 * beam_size)
+            keep_ids, keep_scores = [], []
+            for v, j in zip(values.tolist(), flat.tolist()):
+                parent, tok = divmod(j, V)
+                if tok == eos_id:
+                    if v / lp(t, alpha) > best:
+                        best, best_ids = v / lp(t, alpha), ys[parent, 1:].tolist()
+                else:
+                    keep_ids.append(torch.cat([ys[parent], torch.tensor([tok])]))
+                    keep_scores.append(v)
+                    if len(keep_ids) == beam_size:
+                        break
+            ys, scores = torch.stack(keep_ids), torch.tensor(keep_scores)
+        j = int(scores.argmax())
+        if scores[j].item() / lp(max_len, alpha) > best:
+            best_ids = ys[j, 1:].tolist()
+        answers.append(best_ids)
+    return answers
+
+
+def beam_flat_padded(model, src, src_mask, max_len, beam_size=4, alpha=0.6, bos_id=BOS, eos_id=EOS):
+    """Every source's beam_size rows in one (B * K, t) batch, empty slots at -inf, the ranking walked per source
+    in float64."""
+    B, K = src.size(0), beam_size
+    memory = model.encode(src, src_mask).repeat_interleave(K, 0)
+    mask = src_mask.repeat_interleave(K, 0)
+    ys = torch.full((B * K, 1), bos_id)
+    scores = torch.full((B, K), -math.inf, dtype=torch.float64)
+    scores[:, 0] = 0.0
+    best = [(-math.inf, [])] * B
+    for t in range(1, max_len + 1):
+        logp = model.generator(model.decode(ys, memory, mask, causal(t)))[:, -1].double().log_softmax(-1)
+        V = logp.size(-1)
+        values, order = (scores[:, :, None] + logp.view(B, K, V)).view(B, -1).sort(dim=1, descending=True)
+        rows, new_scores = [], []
+        for b in range(B):
+            kept = []
+            for v, j in zip(values[b].tolist(), order[b].tolist()):
+                if v == -math.inf:
+                    break
+                k, tok = divmod(j, V)
+                if tok == eos_id:
+                    if v / lp(t, alpha) > best[b][0]:
+                        best[b] = (v / lp(t, alpha), ys[b * K + k, 1:].tolist())
+                else:
+                    kept.append((v, k, tok))
+                    if len(kept) == K:
+                        break
+            kept += [(-math.inf, 0, 3)] * (K - len(kept))
+            rows += [torch.cat([ys[b * K + k], torch.tensor([tok])]) for _, k, tok in kept]
+            new_scores += [v for v, _, _ in kept]
+        ys, scores = torch.stack(rows), torch.tensor(new_scores, dtype=torch.float64).view(B, K)
+    for b in range(B):
+        k = int(scores[b].argmax())
+        if scores[b, k].item() / lp(max_len, alpha) > best[b][0]:
+            best[b] = (None, ys[b * K + k, 1:].tolist())
+    return [ids for _, ids in best]
+
+
+def beam_dicts_early_stop(model, src, src_mask, max_len, beam_size=4, alpha=0.6, bos_id=BOS, eos_id=EOS):
+    """Hypotheses as dict keys, finished ones in a dict, the contract's early stop (strict <)."""
+    answers = []
+    for i in range(len(src)):
+        memory = model.encode(src[i:i + 1], src_mask[i:i + 1])
+        beams, finished = {(bos_id,): 0.0}, {}
+        for t in range(1, max_len + 1):
+            keys = list(beams)
+            out = model.decode(torch.tensor(keys), memory.repeat(len(keys), 1, 1),
+                               src_mask[i:i + 1].repeat(len(keys), 1, 1, 1), causal(t))
+            logp = F.log_softmax(model.generator(out[:, -1]), dim=-1).tolist()
+            cand = {key + (tok,): beams[key] + v for key, row in zip(keys, logp) for tok, v in enumerate(row)}
+            beams = {}
+            for seq in sorted(cand, key=cand.get, reverse=True):
+                if seq[-1] == eos_id:
+                    finished[seq[1:-1]] = cand[seq] / lp(t, alpha)
+                else:
+                    beams[seq] = cand[seq]
+                    if len(beams) == beam_size:
+                        break
+            if t == max_len:
+                finished.update({seq[1:]: s / lp(max_len, alpha) for seq, s in beams.items()})
+            elif finished and max(beams.values()) / lp(max_len, alpha) < max(finished.values()):
+                break
+        answers.append(list(max(finished, key=finished.get)))
+    return answers
+
+
+@pytest.mark.parametrize("fn", [beam_topk_live, beam_flat_padded, beam_dicts_early_stop])
+def test_more_correct_beam(fn):
+    assert_full_marks(fn, "beam_search")
+
+
+def bleu_string_dicts(hypotheses, references, max_n=4):
+    """n-grams as joined strings in plain dicts, the precisions multiplied as p ** (1 / max_n)."""
+    matches, totals = {n: 0 for n in range(1, max_n + 1)}, {n: 0 for n in range(1, max_n + 1)}
+    c = r = 0
+    for h, ref in zip(hypotheses, references):
+        c, r = c + len(h), r + len(ref)
+        for n in matches:
+            hd, rd = {}, {}
+            for i in range(len(h) - n + 1):
+                hd[" ".join(h[i:i + n])] = hd.get(" ".join(h[i:i + n]), 0) + 1
+            for i in range(len(ref) - n + 1):
+                rd[" ".join(ref[i:i + n])] = rd.get(" ".join(ref[i:i + n]), 0) + 1
+            for g, k in hd.items():
+                matches[n] += min(k, rd.get(g, 0))
+                totals[n] += k
+    if c == 0 or 0 in matches.values():
+        return 0.0
+    score = 1.0
+    for n in matches:
+        score *= (matches[n] / totals[n]) ** (1 / max_n)
+    return 100 * score * (1 if c > r else math.exp(1 - r / c))
+
+
+def bleu_fractions_tensor(hypotheses, references, max_n=4):
+    """Exact fractions for the precisions, a 0-d tensor returned."""
+    from fractions import Fraction
+    logs = []
+    for n in range(1, max_n + 1):
+        num = den = 0
+        for h, ref in zip(hypotheses, references):
+            hc, rc = Counter(zip(*(h[i:] for i in range(n)))), Counter(zip(*(ref[i:] for i in range(n))))
+            num, den = num + sum((hc & rc).values()), den + sum(hc.values())
+        if num == 0:
+            return torch.tensor(0.0)
+        logs.append(math.log(Fraction(num, den)))
+    c, r = sum(map(len, hypotheses)), sum(map(len, references))
+    return torch.tensor(100 * math.exp(min(0.0, 1 - r / c) + sum(logs) / max_n), dtype=torch.float64)
+
+
+@pytest.mark.parametrize("fn", [bleu_string_dicts, bleu_fractions_tensor])
+def test_more_correct_bleu(fn):
+    assert_full_marks(fn, "corpus_bleu")
+
+
+# ---- mistakes
+def greedy_first_position(model, src, src_mask, max_len, bos_id=BOS, eos_id=EOS):
+    memory = model.encode(src, src_mask)
+    ys = torch.full((src.size(0), 1), bos_id)
+    for _ in range(max_len):
+        nxt = model.generator(model.decode(ys, memory, src_mask, causal(ys.size(1)))[:, 0]).argmax(-1)
+        ys = torch.cat([ys, nxt[:, None]], 1)
+    return [row[:row.index(eos_id)] if eos_id in row else row for row in ys[:, 1:].tolist()]
+
+
+def greedy_stops_at_first_eos_of_batch(model, src, src_mask, max_len, bos_id=BOS, eos_id=EOS):
+    memory = model.encode(src, src_mask)
+    ys = torch.full((src.size(0), 1), bos_id)
+    for _ in range(max_len):
+        nxt = model.generator(model.decode(ys, memory, src_mask, causal(ys.size(1)))[:, -1]).argmax(-1)
+        ys = torch.cat([ys, nxt[:, None]], 1)
+        if (nxt == eos_id).any():
+            break
+    return [row[:row.index(eos_id)] if eos_id in row else row for row in ys[:, 1:].tolist()]
+
+
+def beam_lists(accumulate=True, bos_in_length=False, bound=None, steps=0, memory_tiled=False):
+    """A batched beam (one decode call per step for all sources, B * K rows), with one mistake switched on.
+    bound: "current" (open log p / penalty of its current length) or "raw" (open log p) for the early stop;
+    memory_tiled: memory.repeat(K, 1, 1) while the rows are grouped by source (they need repeat_interleave)."""
+    def beam_search(model, src, src_mask, max_len, beam_size=4, alpha=0.6, bos_id=BOS, eos_id=EOS):
+        B, K = src.size(0), beam_size
+        memory = model.encode(src, src_mask)
+        memory = memory.repeat(K, 1, 1) if memory_tiled else memory.repeat_interleave(K, 0)
+        mask = src_mask.repeat(K, 1, 1, 1) if memory_tiled else src_mask.repeat_interleave(K, 0)
+        beams = [[([bos_id], 0.0)] + [([bos_id], -math.inf)] * (K - 1) for _ in range(B)]
+        done = [[] for _ in range(B)]  # (normalized score, ids)
+        stopped = [False] * B
+
+        def norm(score, length):
+            return score / lp(length + (1 if bos_in_length else 0), alpha)
+        for t in range(1, max_len + steps + 1):
+            ys = torch.tensor([ids for b in range(B) for ids, _ in beams[b]])
+            logp = model.generator(model.decode(ys, memory, mask, causal(t)))[:, -1].log_softmax(-1).tolist()
+            for b in range(B):
+                if stopped[b]:  # its rows still go to the decoder (one batch), padded: never read again
+                    beams[b] = [(ids + [PAD], s) for ids, s in beams[b]]
+                    continue
+                cands = sorted(((s + v if accumulate else v, ids + [tok])
+                                for (ids, s), row in zip(beams[b], logp[b * K:(b + 1) * K]) if s > -math.inf
+                                for tok, v in enumerate(row)), key=lambda c: -c[0])
+                kept = []
+                for s, ids in cands:
+                    if ids[-1] == eos_id:
+                        done[b].append((norm(s, t), ids[1:-1]))
+                    else:
+                        kept.append((ids, s))
+                        if len(kept) == K:
+                            break
+                beams[b] = kept + [(kept[0][0], -math.inf)] * (K - len(kept))
+                top = max(s for _, s in kept)
+                limit = {"current": norm(top, t), "raw": top, None: norm(top, max_len)}[bound]
+                if done[b] and limit <= max(d[0] for d in done[b]):
+                    stopped[b] = True
+            if all(stopped):
+                break
+        for b in range(B):
+            if not stopped[b]:
+                done[b] += [(norm(s, len(ids) - 1), ids[1:]) for ids, s in beams[b] if s > -math.inf]
+        return [max(d, key=lambda x: x[0])[1] for d in done]
+    return beam_search
+
+
+def bleu_orders_below_max_n(hypotheses, references, max_n=4):
+    """range(1, max_n): the order n = max_n is never counted (the mean still divides by max_n)."""
+    logs = []
+    for n in range(1, max_n):
+        num = den = 0
+        for h, ref in zip(hypotheses, references):
+            hc, rc = Counter(zip(*(h[i:] for i in range(n)))), Counter(zip(*(ref[i:] for i in range(n))))
+            num, den = num + sum((hc & rc).values()), den + sum(hc.values())
+        if num == 0:
+            return 0.0
+        logs.append(math.log(num / den))
+    c, r = sum(map(len, hypotheses)), sum(map(len, references))
+    return 100 * math.exp(min(0.0, 1 - r / c) + sum(logs) / max_n)
+
+
+def bleu_skips_orders_without_ngrams(hypotheses, references, max_n=4):
+    """An order with no n-gram at all (a corpus of 3-token sentences has no 4-gram) left out of the mean."""
+    logs = []
+    for n in range(1, max_n + 1):
+        num = den = 0
+        for h, ref in zip(hypotheses, references):
+            hc, rc = Counter(zip(*(h[i:] for i in range(n)))), Counter(zip(*(ref[i:] for i in range(n))))
+            num, den = num + sum((hc & rc).values()), den + sum(hc.values())
+        if den == 0:
+            continue
+        if num == 0:
+            return 0.0
+        logs.append(math.log(num / den))
+    c, r = sum(map(len, hypotheses)), sum(map(len, references))
+    return 100 * math.exp(min(0.0, 1 - r / c) + sum(logs) / len(logs))
+
+
+def greedy_fills_src_mask_in_place(model, src, src_mask, max_len, bos_id=BOS, eos_id=EOS):
+    src_mask.fill_(True)  # "the fake padding does not matter": the caller's mask is changed
+    return solutions.greedy_decode(model, src, src_mask, max_len, bos_id, eos_id)
+
+
+def bleu_appends_in_place(hypotheses, references, max_n=4):
+    for h in hypotheses:
+        h.append("</s>")
+    for r in references:
+        r.append("</s>")
+    return solutions.corpus_bleu(hypotheses, references, max_n)
+
+
+REVIEW_MISTAKES = [
+    ("greedy_decode", "src_mask edited in place", greedy_fills_src_mask_in_place, ["src_mask", "edited in place"]),
+    ("corpus_bleu", "the token lists edited in place", bleu_appends_in_place, ["edited in place"]),
+    ("greedy_decode", "the first position's logits", greedy_first_position, ["first position"]),
+    ("greedy_decode", "stops when one source ends", greedy_stops_at_first_eos_of_batch,
+     ["decoded alone", "until EVERY source has finished"]),
+    ("length_penalty", "(5 + length) / 6 ** alpha", lambda length, alpha: (5 + length) / 6 ** alpha,
+     ["only 6 is raised"]),
+    ("length_penalty", "times alpha", lambda length, alpha: (5 + length) / 6 * alpha, ["multiplied by alpha"]),
+    ("length_penalty", "integer division", lambda length, alpha: ((5 + length) // 6) ** alpha, ["integer division"]),
+    ("length_penalty", "a string", lambda length, alpha: str(((5 + length) / 6) ** alpha), ["expected a number"]),
+    ("beam_search", "log p not accumulated", beam_lists(accumulate=False), ["not accumulated"]),
+    ("beam_search", "<bos> counted in the length", beam_lists(bos_in_length=True), ["counted <bos>"]),
+    ("beam_search", "bound with the current length", beam_lists(bound="current"), ["stopped too early"]),
+    ("beam_search", "bound without the penalty", beam_lists(bound="raw"), ["stopped too early"]),
+    ("beam_search", "max_len - 1 tokens", beam_lists(steps=-1), ["max_len - 1 tokens"]),
+    ("beam_search", "memory tiled, rows grouped by source", beam_lists(memory_tiled=True),
+     ["decoded alone", "repeat_interleave"]),
+    ("corpus_bleu", "range(1, max_n)", bleu_orders_below_max_n, ["n = max_n is missing"]),
+    ("corpus_bleu", "orders without n-grams skipped", bleu_skips_orders_without_ngrams, ["left out of the mean"]),
+    ("corpus_bleu", "a string", lambda h, r, max_n=4: str(solutions.corpus_bleu(h, r, max_n)), ["expected a number"]),
+]
+
+
+@pytest.mark.parametrize("name,label,fn,keywords", REVIEW_MISTAKES, ids=[f"{m[0]}: {m[1]}" for m in REVIEW_MISTAKES])
+def test_more_mistakes_are_caught(name, label, fn, keywords):
+    assert_caught(fn, name, *keywords)
+
+
+def test_beam_lists_without_a_mistake_gets_full_marks():
+    """The batched beam the mistakes above are made from is right when no mistake is switched on."""
+    assert_full_marks(beam_lists(), "beam_search")

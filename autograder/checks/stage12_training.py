@@ -81,14 +81,18 @@ ROLLED = ("rolled: torch.roll wraps the last token around to the front; put <bos
 DROPPED_FIRST = "the first column was dropped instead of the last: keep tgt[:, :-1], not tgt[:, 1:]"
 SHIFTED_LEFT = "shifted left instead of right: <bos> goes in front and the last column is dropped"
 KEPT_LAST = "the last column was kept: the output keeps the input's length L, so drop tgt[:, -1]"
+EOS_TO_PAD = ("the <eos> was replaced by <pad>: shift_right only shifts (<bos> in front, last column dropped) and "
+              "keeps every other token as it is")
 
 
 def _shift_mistakes(tgt, bos_id=BOS):
     bos = torch.full_like(tgt[:, :1], bos_id)
+    shifted = torch.cat([bos, tgt[:, :-1]], 1)
     return {UNSHIFTED: tgt, ROLLED: torch.roll(tgt, 1, dims=1),
             DROPPED_FIRST: torch.cat([bos, tgt[:, 1:]], 1),
             SHIFTED_LEFT: torch.cat([tgt[:, 1:], torch.zeros_like(bos)], 1),
-            KEPT_LAST: torch.cat([bos, tgt], 1)}
+            KEPT_LAST: torch.cat([bos, tgt], 1),
+            EOS_TO_PAD: shifted.masked_fill(shifted == EOS, PAD)}
 
 
 @register("shift_right", "puts <bos> in front and drops the last column")
@@ -138,13 +142,20 @@ FIELDS = ("src", "tgt_in", "tgt_out", "src_mask", "tgt_mask", "n_tokens")
 
 
 def _batch(make_batch, src=SRC, tgt=TGT, **kwargs):
-    b = make_batch([list(s) for s in src], [list(t) for t in tgt], **kwargs)
+    b, _ = _batch_and_inputs(make_batch, src, tgt, **kwargs)
+    return b
+
+
+def _batch_and_inputs(make_batch, src=SRC, tgt=TGT, **kwargs):
+    """The batch, and the lists make_batch was given, as they are after the call."""
+    inputs = ([list(s) for s in src], [list(t) for t in tgt])
+    b = make_batch(*inputs, **kwargs)
     missing = [f for f in FIELDS if not hasattr(b, f)]
     if missing:
         raise CheckFailure("the object make_batch returned", f"attributes {', '.join(FIELDS)}",
                            f"{type(b).__name__} without {', '.join(missing)}",
                            "return Batch(src, tgt_in, tgt_out, src_mask, tgt_mask, n_tokens)")
-    return b
+    return b, inputs
 
 
 def _lower(L, diagonal=0) -> torch.Tensor:
@@ -173,6 +184,9 @@ def _tgt_mistakes(tgt, pad_id, bos_id, eos_id, e):
         "tgt_in lacks <bos> in front: tgt_in = <bos> y": y,
         "tgt_in ends with <eos>: it is <bos> y (no <eos>), so that it has the length of tgt_out": _pad(
             [[bos_id] + list(t) + [eos_id] for t in tgt], pad_id),
+        "tgt_in keeps the <eos> of the shorter targets (shift_right of the padded tgt_out): tgt_in is <bos> y, "
+        "padded with pad_id; build it from [bos_id] + y": torch.cat(
+            [torch.full_like(e["tgt_out"][:, :1], bos_id), e["tgt_out"][:, :-1]], 1),
     }, {
         "no <eos> in tgt_out: the model must learn to stop, so tgt_out = y <eos>": y,
         "<bos> in tgt_out: the model never predicts <bos>; tgt_out = y <eos>": _pad(
@@ -205,9 +219,15 @@ def _mb_tgt_in(make_batch):
 @register("make_batch", "tgt_out: y <eos>, padded (what the decoder must predict)")
 def _mb_tgt_out(make_batch):
     e = _expected_batch()
-    b = _batch(make_batch)
+    b, (src, tgt) = _batch_and_inputs(make_batch)
     _expect_ids(b.tgt_out, e["tgt_out"], "batch.tgt_out for targets [[11, 12], [13, 14, 15], [16]]",
                 "tgt_out = y + [eos_id], then right-padded", _tgt_mistakes(TGT, PAD, BOS, EOS, e)[1])
+    if src != SRC or tgt != TGT:
+        raise CheckFailure("the lists passed to make_batch", f"unchanged: sources {SRC}, targets {TGT}",
+                           f"changed to sources {fmt(src)}, targets {fmt(tgt)}",
+                           "the caller's lists were edited in place (t.append(eos_id), t.insert(0, bos_id), ...): "
+                           "build new lists ([bos_id] + t, t + [eos_id]); otherwise every epoch adds more specials "
+                           "to the data")
 
 
 @register("make_batch", "src_mask: (B, 1, 1, Ls), True at the real source tokens")
@@ -249,6 +269,8 @@ def _mb_n_tokens(make_batch):
     n = b.n_tokens
     try:
         value = n.item() if isinstance(n, torch.Tensor) else n
+        if isinstance(value, (str, bytes)):
+            raise TypeError("a string is not a number")
         ok = float(value) == e["n_tokens"]
     except (TypeError, ValueError, RuntimeError):
         raise CheckFailure("batch.n_tokens", f"the number {e['n_tokens']}", fmt(n),
@@ -288,7 +310,7 @@ def _mb_ids(make_batch):
                  {"no padding in the target mask: its padding part is missing, or it looked for <pad> = 0 instead "
                   "of the pad_id argument": e["causal"]})
     n = b.n_tokens.item() if isinstance(b.n_tokens, torch.Tensor) else b.n_tokens
-    if n != e["n_tokens"]:
+    if isinstance(n, (str, bytes)) or n != e["n_tokens"]:
         raise CheckFailure(what + ": n_tokens", e["n_tokens"], fmt(n),
                            "count the tokens of tgt_out that are not pad_id")
 
@@ -393,9 +415,13 @@ def _bbt_full(fn):
     batches = _batches(fn, [3] * 8, 12, what)
     _expect_partition(batches, 8, what)
     if sorted(len(b) for b in batches) != [4, 4]:
+        largest = max(len(b) for b in batches)
         raise CheckFailure(what, "2 batches of 4 (4 x 3 = 12 tokens each)", f"batch sizes {[len(b) for b in batches]}",
                            "every example got its own batch: keep adding examples while longest x count stays within "
-                           "max_tokens" if max(len(b) for b in batches) == 1 else
+                           "max_tokens" if largest == 1 else
+                           f"a batch of {largest} x 3 = {3 * largest} tokens is over max_tokens = 12: check the size "
+                           "before adding an example (would max(longest, new) * (count + 1) exceed max_tokens?)"
+                           if largest > 4 else
                            "keep adding examples while longest x count stays within max_tokens (<=, not <)")
     lengths = _random_lengths(3, n=400, extra=())
     what = f"batch_by_tokens({len(lengths)} random lengths 1..60, max_tokens=600)"
@@ -416,6 +442,8 @@ def _noam(step, d_model, warmup_steps=4000, factor=1.0):
 
 def _number(x, what):
     try:
+        if isinstance(x, (str, bytes)):
+            raise TypeError("a string is not a number")
         return float(x.item() if isinstance(x, torch.Tensor) else x)
     except (TypeError, ValueError, RuntimeError):
         raise CheckFailure(what, "a number", fmt(x), "return the learning rate as a float") from None
@@ -432,6 +460,14 @@ def _noam_mistakes(step, d, w, f):
         "the d_model exponent is wrong: d_model ** -0.5 (1 / sqrt(d_model))": f * d ** 0.5 * rate,
         "the d_model exponent is wrong: d_model ** -0.5, not d_model ** -1": f * d ** -1 * rate,
         "d_model is missing: the rate is multiplied by d_model ** -0.5": f * min(s ** -0.5, s * w ** -1.5),
+        "d_model ** -0.5 multiplies only the decay term: it multiplies the whole min(...)":
+            f * min(d ** -0.5 * s ** -0.5, s * w ** -1.5),
+        "d_model ** -0.5 multiplies only the warmup term: it multiplies the whole min(...)":
+            f * min(s ** -0.5, d ** -0.5 * s * w ** -1.5),
+        "off by one: noam_lr(step) gave the rate of step + 1; use step itself (only step 0 counts as 1)":
+            f * d ** -0.5 * min((s + 1) ** -0.5, (s + 1) * w ** -1.5),
+        "off by one: noam_lr(step) gave the rate of step - 1; use step itself (only step 0 counts as 1)":
+            f * d ** -0.5 * min(max(s - 1, 1) ** -0.5, max(s - 1, 1) * w ** -1.5),
         "the factor argument is ignored: multiply by factor": d ** -0.5 * min(s ** -0.5, s * w ** -1.5),
         "the warmup_steps argument is ignored (4000 used)": f * d ** -0.5 * min(s ** -0.5, s * 4000 ** -1.5),
         "the d_model argument is ignored (512 used)": f * 512 ** -0.5 * min(s ** -0.5, s * w ** -1.5),
@@ -451,10 +487,9 @@ def _expect_lr(noam_lr, step, d, w=None, f=None, hint=None):
     expected = _noam(step, d, w_, f_)
     if math.isclose(got, expected, rel_tol=1e-6, abs_tol=1e-15):
         return
-    for description, wrong in _noam_mistakes(step, d, w_, f_).items():
-        if math.isclose(got, wrong, rel_tol=1e-6, abs_tol=1e-15):
-            hint = description
-            break
+    names = [description for description, wrong in _noam_mistakes(step, d, w_, f_).items()
+             if math.isclose(got, wrong, rel_tol=1e-6, abs_tol=1e-15)]
+    hint = "; or ".join(names) or hint
     raise CheckFailure(what, f"{expected:.6g}", f"{got:.6g}",
                        hint or "factor * d_model ** -0.5 * min(step ** -0.5, step * warmup_steps ** -1.5)")
 
@@ -482,9 +517,10 @@ def _noam_hint(noam_lr, d, w):
     """The mistake whose values match the learner's at a step before and a step after the warmup."""
     got = {s: _number(noam_lr(s, d, warmup_steps=w), "noam_lr") for s in (w // 2, 4 * w)}
     wrong = {s: _noam_mistakes(s, d, w, 1.0) for s in got}
-    for description in wrong[w // 2]:
-        if all(math.isclose(got[s], wrong[s][description], rel_tol=1e-6) for s in got):
-            return description
+    names = [description for description in wrong[w // 2]
+             if all(math.isclose(got[s], wrong[s][description], rel_tol=1e-6) for s in got)]
+    if names:
+        return "; or ".join(names)
     return "min(step ** -0.5, step * warmup_steps ** -1.5): the two meet at step = warmup_steps"
 
 
@@ -572,7 +608,8 @@ def _expect_schedule(got, d, w, f, what):
         hint = ("off by one: the k-th step ran at noam_lr(k - 1). LambdaLR evaluates lambda(0) before the first "
                 "step, then lambda(1) after one scheduler step, ...: use lambda s: noam_lr(s + 1, ...)")
     elif same([_noam(k + 1, d, w, f) for k in range(1, n + 1)]):
-        hint = "off by one: the k-th step ran at noam_lr(k + 1); the first optimizer step must run at noam_lr(1)"
+        hint = ("off by one: the k-th step ran at noam_lr(k + 1); the first optimizer step must run at noam_lr(1) "
+                "(do not step the scheduler before the first optimizer step, e.g. right after creating it)")
     elif same([_noam(k, d, 4000, f) for k in range(1, n + 1)]):
         hint = "the warmup_steps argument is ignored (4000 used)"
     elif same([_noam(k, d, w, 1.0) for k in range(1, n + 1)]):
@@ -606,6 +643,8 @@ def _opt_params(make_optimizer):
     if wd != {0}:
         raise CheckFailure(what + ": weight_decay", "0 (plain Adam)", fmt(sorted(wd)),
                            "the paper's Adam has no weight decay")
+    if any(g.get("amsgrad") for g in opt.param_groups):
+        raise CheckFailure(what + ": amsgrad", "False (plain Adam)", "True", "the paper uses plain Adam: amsgrad=False")
 
 
 @register("make_optimizer", "Adam's betas are (0.9, 0.98) and eps is 1e-9, not the defaults")

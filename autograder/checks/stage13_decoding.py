@@ -12,7 +12,7 @@ import random
 import torch
 from torch import nn
 
-from ..core import CheckFailure, register
+from ..core import CheckFailure, CheckTimeout, register
 from ._util import fmt
 
 PAD, BOS, EOS = 0, 1, 2
@@ -21,8 +21,9 @@ PAD, BOS, EOS = 0, 1, 2
 # ------------------------------------------------------------------------------------ fake models
 class _FakeModel(nn.Module):
     """A 'translation model' through encode/decode/generator only. memory remembers the source ids, and
-    decode puts at the last position the logits next_logits(source ids, prefix) (a fixed function), so
-    that a decoder's choices can be replayed exactly. It records the first wrong mask it is given."""
+    decode puts at each position j the logits next_logits(source ids, prefix[:j + 1]) (a fixed function),
+    as a causal decoder would, so that a decoder's choices can be replayed exactly (and reading another
+    position than the last repeats an earlier prediction). It records the first wrong mask it is given."""
 
     def __init__(self, vocab: int, next_logits):
         super().__init__()
@@ -60,10 +61,8 @@ class _FakeModel(nn.Module):
         live = [b for b, p in enumerate(prefixes) if EOS not in p[1:] and PAD not in p[1:]]
         self._check_masks(N, t, memory, src_mask, tgt_mask, live)
         sources = [tuple(int(round(v)) for v in row) for row in memory[:, :, 0].tolist()]
-        rows = [self.next_logits(s, p) for s, p in zip(sources, prefixes)]
-        out = torch.zeros(N, t, self.vocab)
-        out[:, -1] = torch.tensor(rows, dtype=torch.float32)
-        return out  # (N, t, V)
+        rows = [[self.next_logits(s, p[:j + 1]) for j in range(t)] for s, p in zip(sources, prefixes)]
+        return torch.tensor(rows, dtype=torch.float32).view(N, t, self.vocab)  # (N, t, V)
 
     def _check_masks(self, N, t, memory, src_mask, tgt_mask, live):
         if self.problem is not None or not live:
@@ -168,6 +167,8 @@ def _greedy_variants(next_logits, src, max_len, bos=BOS, eos=EOS):
         row = next_logits(src, prefix)
         prefix += (max(range(len(row)), key=row.__getitem__),)
     run = list(prefix[1:])  # max_len + 1 tokens, never stopping
+    first_row = next_logits(src, (bos,))
+    first = max(range(len(first_row)), key=first_row.__getitem__)
     cut = run.index(eos) if eos in run[:max_len] else None
     right = run[:cut] if cut is not None else run[:max_len]
     ended = cut is not None
@@ -183,14 +184,19 @@ def _greedy_variants(next_logits, src, max_len, bos=BOS, eos=EOS):
             run[:run.index(eos)] if eos in run else run,
         "generated only max_len - 1 tokens: the loop must allow max_len tokens, <eos> included":
             right if ended and cut < max_len - 1 else run[:max_len - 1],
+        "the logits of the first position were used: the next token is predicted at the LAST position, "
+        "model.generator(out[:, -1])": [] if first == eos else [first] * max_len,
     }
 
 
 def _ref_beam(next_logits, src, max_len, K, alpha, bos=BOS, eos=EOS, penalty=True, eos_counts=True,
-              stop_first=False, finished_in_beam=None, raw=False, opens_count=True):
-    """Beam search as the contract says it (defaults), or with one classic mistake put in."""
+              stop_first=False, finished_in_beam=None, raw=False, opens_count=True, bos_counts=False,
+              accumulate=True, bound=None):
+    """Beam search as the contract says it (defaults), or with one classic mistake put in. `bound`: a wrong
+    early stop, the best open log p divided by the penalty of its current length ("current") or by nothing
+    ("raw"), against the best finished score."""
     def lp(length):
-        return ((5 + length) / 6) ** alpha if penalty else 1.0
+        return ((5 + length + (1 if bos_counts else 0)) / 6) ** alpha if penalty else 1.0
 
     memo = {}
 
@@ -224,8 +230,8 @@ def _ref_beam(next_logits, src, max_len, K, alpha, bos=BOS, eos=EOS, penalty=Tru
 
     open_, finished = [((bos,), 0.0)], []
     for t in range(1, max_len + 1):
-        cands = sorted(((s + v, p + (tok,)) for p, s in open_ for tok, v in enumerate(scores(p))),
-                       key=lambda c: -c[0])
+        cands = sorted((((s if accumulate else 0.0) + v, p + (tok,)) for p, s in open_
+                        for tok, v in enumerate(scores(p))), key=lambda c: -c[0])
         new_open = []
         for s, p in cands:
             if p[-1] == eos:
@@ -236,6 +242,9 @@ def _ref_beam(next_logits, src, max_len, K, alpha, bos=BOS, eos=EOS, penalty=Tru
                     break
         open_ = new_open
         if stop_first and finished:
+            break
+        if bound and finished and t < max_len and \
+                max(s for _, s in open_) / (lp(t) if bound == "current" else 1.0) <= max(f[0] for f in finished):
             break
     else:
         if opens_count or not finished:
@@ -257,6 +266,15 @@ BEAM_MISTAKES = {
     "raw logits used as scores: rank by log-probabilities, log_softmax(model.generator(...))": dict(raw=True),
     "hypotheses still open after max_len tokens were not counted: they count as finished (length max_len)":
         dict(opens_count=False),
+    "the length in the penalty counted <bos>: length counts the generated tokens (<eos> included), not <bos>":
+        dict(bos_counts=True),
+    "log-probabilities not accumulated: a hypothesis's score is the SUM of its tokens' log p (its parent's score "
+    "+ the new token's log p), not the last token's log p": dict(accumulate=False),
+    "the search stopped too early: an open hypothesis can still win while its log p / length_penalty(max_len, "
+    "alpha) beats the best finished score (divide by the penalty of max_len, the largest it can reach, not of "
+    "its current length)": dict(bound="current"),
+    "the search stopped too early: compare the best finished score with the best open log p / "
+    "length_penalty(max_len, alpha), not with the open log p itself": dict(bound="raw"),
 }
 
 
@@ -268,6 +286,9 @@ def _beam_variants(next_logits, sources, max_len, K, alpha, bos=BOS, eos=EOS):
     out["<bos> is in the output: return the generated tokens only"] = [[bos] + e for e in expected]
     out["searched max_len + 1 tokens: at most max_len tokens are generated, <eos> included"] = \
         [_ref_beam(next_logits, s, max_len + 1, K, alpha, bos, eos) for s in sources]
+    if max_len > 1:
+        out["searched only max_len - 1 tokens: the loop must allow max_len tokens, <eos> included"] = \
+            [_ref_beam(next_logits, s, max_len - 1, K, alpha, bos, eos) for s in sources]
     return expected, out
 
 
@@ -278,7 +299,10 @@ def _brute_force(next_logits, src, max_len, alpha, bos=BOS, eos=EOS, eos_counts=
     def walk(prefix, logp):
         nonlocal best
         t = len(prefix)  # tokens generated after the next one
-        for tok, v in enumerate(_log_softmax(next_logits(src, prefix))):
+        row = next_logits(src, prefix)
+        for tok, v in enumerate(_log_softmax(row)):
+            if row[tok] <= -30.0:  # a banned token (see _table): it cannot win
+                continue
             s = logp + v
             if tok == eos:
                 length = t if eos_counts else t - 1
@@ -311,18 +335,60 @@ def _as_lists(got, n, what):
     return out
 
 
-def _expect_lists(got, expected, what, hint, mistakes=None, sources=None, eos=EOS):
+def _expect_lists(got, expected, what, hint, mistakes=None, sources=None, eos=EOS, alone=None):
+    """`alone(i)`: the decoder's answer for source i decoded in a batch of its own (to tell a mistake in
+    the search from sources of a batch that disturb each other)."""
     got = _as_lists(got, len(expected), what)
     if got == expected:
         return
-    names = [d for d, wrong in (mistakes or {}).items() if wrong == got]
     i = next(j for j, (a, b) in enumerate(zip(got, expected)) if a != b)
     src = f" for source {i}" + (f" {list(sources[i])}" if sources is not None else "")
+    if alone is not None and len(expected) > 1 and _right_alone(alone, expected):
+        raise CheckFailure(f"{what}: the answer{src}", fmt(expected[i]), fmt(got[i]),
+                           "every source decoded alone (a batch of one) gets the right answer, but not in a batch: "
+                           "the sources of a batch disturb each other. " + BATCH_HINT)
+    names = [d for d, wrong in (mistakes or {}).items() if wrong == got]
     if not names and eos in got[i]:
         names = [f"the answer holds <eos> ({eos}): a hypothesis is finished at its <eos>; cut the answer before it, "
                  "and never extend a finished hypothesis"]
     raise CheckFailure(f"{what}: the answer{src}", fmt(expected[i]), fmt(got[i]),
                        "; or ".join(names) if names else hint)
+
+
+BATCH_HINT = ("Keep each source's rows apart: decode until EVERY source has finished (not until the first one "
+              "does), give each row (hypothesis) its own source's memory and src_mask row (repeat_interleave, not "
+              "repeat), rank and keep the extensions of each source separately (not over the whole batch), and keep "
+              "the bookkeeping of which row belongs to which source right when finished rows are dropped")
+
+
+def _right_alone(alone, expected) -> bool:
+    try:
+        return all(_as_lists(alone(i), 1, "")[0] == e for i, e in enumerate(expected))
+    except CheckTimeout:  # the code hangs on a batch of one: a time-out, and the next checks are skipped
+        raise
+    except Exception:  # noqa: BLE001  (any other failure alone: no diagnosis, the usual message)
+        return False
+
+
+def _decode_with(decoder, model, src, mask, *args, **kwargs):
+    """decoder(model, src, mask, ...) on copies of src and mask, which must come back unchanged."""
+    given_src, given_mask = src.clone(), mask.clone()
+    got = decoder(model, given_src, given_mask, *args, **kwargs)
+    for name, given, original in (("src", given_src, src), ("src_mask", given_mask, mask)):
+        if given.shape != original.shape or not torch.equal(given, original):
+            changed = (f"shape {tuple(given.shape)} instead of {tuple(original.shape)}" if given.shape != original.shape
+                       else f"{int((given != original).sum())} of its {original.numel()} values changed")
+            raise CheckFailure(f"the {name} passed to {getattr(decoder, '__name__', 'the decoder')}",
+                               "unchanged after the call", changed,
+                               f"the caller's {name} was edited in place (an in-place op such as masked_fill_, "
+                               "unsqueeze_ or an assignment into it): work on new tensors")
+    return got
+
+
+def _alone(decoder, next_logits, vocab, src, mask, *args, **kwargs):
+    """alone(i) for _expect_lists: row i of the batch (with its padding) decoded on its own by a fresh model."""
+    return lambda i: decoder(_FakeModel(vocab, next_logits), src[i:i + 1].clone(), mask[i:i + 1].clone(), *args,
+                             **kwargs)
 
 
 def _src(rows):
@@ -345,13 +411,14 @@ def _greedy_case(greedy_decode, next_logits, vocab, rows, max_len, what, bos=BOS
     model = _FakeModel(vocab, next_logits)
     src, mask = _src(rows)
     kwargs = {} if (bos, eos) == (BOS, EOS) else dict(bos_id=bos, eos_id=eos)
-    got = greedy_decode(model, src, mask, max_len, **kwargs)
+    got = _decode_with(greedy_decode, model, src, mask, max_len, **kwargs)
     keys = _keys(src)
     expected = [_ref_greedy(next_logits, k, max_len, bos, eos) for k in keys]
     per_source = [_greedy_variants(next_logits, k, max_len, bos, eos) for k in keys]
     mistakes = {d: [v[d] for v in per_source] for d in per_source[0]}
     mistakes.update(extra(keys) if extra else {})
-    _expect_lists(got, expected, what, GREEDY_HINT, mistakes, rows, eos)
+    _expect_lists(got, expected, what, GREEDY_HINT, mistakes, rows, eos,
+                  _alone(greedy_decode, next_logits, vocab, src, mask, max_len, **kwargs))
     return model
 
 
@@ -407,6 +474,8 @@ def _lp_number(length_penalty, length, alpha):
     what = f"length_penalty({length}, {alpha})"
     got = length_penalty(length, alpha)
     try:
+        if isinstance(got, (str, bytes)):
+            raise TypeError("a string is not a number")
         return float(got.item() if isinstance(got, torch.Tensor) else got), what
     except (TypeError, ValueError, RuntimeError):
         raise CheckFailure(what, "a number", fmt(got), "return ((5 + length) / 6) ** alpha") from None
@@ -420,15 +489,19 @@ LP_MISTAKES = {
     "length ** alpha: the penalty of Wu et al. 2016 is ((5 + length) / 6) ** alpha": lambda n, a: n ** a,
     "divided by 5 instead of 6: ((5 + length) / 6) ** alpha": lambda n, a: ((5 + n) / 5) ** a,
     "(1 + length) instead of (5 + length): ((5 + length) / 6) ** alpha": lambda n, a: ((1 + n) / 6) ** a,
+    "only 6 is raised to alpha: (5 + length) / 6 ** alpha is (5 + length) / (6 ** alpha); put parentheses around "
+    "the quotient": lambda n, a: (5 + n) / 6 ** a,
+    "multiplied by alpha instead of raised to it: ((5 + length) / 6) ** alpha": lambda n, a: (5 + n) / 6 * a,
+    "integer division: ((5 + length) / 6) ** alpha with /, not //": lambda n, a: ((5 + n) // 6) ** a,
 }
 
 
 def _expect_lp(length_penalty, length, alpha):
     got, what = _lp_number(length_penalty, length, alpha)
     expected = ((5 + length) / 6) ** alpha
-    if math.isclose(got, expected, rel_tol=1e-9):
+    if math.isclose(got, expected, rel_tol=1e-6):  # (float32 arithmetic is right too)
         return
-    hint = next((d for d, f in LP_MISTAKES.items() if math.isclose(got, f(length, alpha), rel_tol=1e-9)),
+    hint = next((d for d, f in LP_MISTAKES.items() if math.isclose(got, f(length, alpha), rel_tol=1e-6)),
                 "((5 + length) / 6) ** alpha")
     raise CheckFailure(what, f"{expected:.6g}", f"{got:.6g}", hint)
 
@@ -471,11 +544,12 @@ def _beam_case(beam_search, next_logits, vocab, rows, max_len, K, alpha, what, b
     kwargs = dict(beam_size=K, alpha=alpha)
     if (bos, eos) != (BOS, EOS):
         kwargs.update(bos_id=bos, eos_id=eos)
-    got = beam_search(model, src, mask, max_len, **kwargs)
+    got = _decode_with(beam_search, model, src, mask, max_len, **kwargs)
     keys = _keys(src)
     expected, mistakes = _beam_variants(next_logits, keys, max_len, K, alpha, bos, eos)
     mistakes.update(extra(keys) if extra else {})
-    _expect_lists(got, expected, what, BEAM_HINT, mistakes, rows, eos)
+    _expect_lists(got, expected, what, BEAM_HINT, mistakes, rows, eos,
+                  _alone(beam_search, next_logits, vocab, src, mask, max_len, **kwargs))
     return model, got
 
 
@@ -486,7 +560,7 @@ def _beam_format(beam_search):
     model = _FakeModel(7, fn)
     src, mask = _src(rows)
     what = "beam_search(model, 4 sources, max_len=5, beam_size=3, alpha=0.6)"
-    got = _as_lists(beam_search(model, src, mask, 5, beam_size=3, alpha=0.6), 4, what)
+    got = _as_lists(_decode_with(beam_search, model, src, mask, 5, beam_size=3, alpha=0.6), 4, what)
     for i, ids in enumerate(got):
         if ids[:1] == [BOS]:
             raise CheckFailure(f"{what}: the answer for source {i}", "ids without <bos>", fmt(ids),
@@ -506,32 +580,36 @@ def _beam_greedy(beam_search):
     fn = _table(7, seed=5, eos_bias=1.0)
     model = _FakeModel(7, fn)
     src, mask = _src(rows)
-    got = beam_search(model, src, mask, 6, beam_size=1, alpha=0.0)
+    got = _decode_with(beam_search, model, src, mask, 6, beam_size=1, alpha=0.0)
     keys = _keys(src)
     expected = [_ref_greedy(fn, k, 6) for k in keys]
     _, mistakes = _beam_variants(fn, keys, 6, 1, 0.0)
     _expect_lists(got, expected, "beam_search(model, 5 sources, max_len=6, beam_size=1, alpha=0)",
                   "with one hypothesis and no length penalty, each step keeps the most probable open extension: "
-                  "greedy decoding", mistakes, rows)
+                  "greedy decoding", mistakes, rows, alone=_alone(beam_search, fn, 7, src, mask, 6, beam_size=1,
+                                                                  alpha=0.0))
 
 
 @register("beam_search", "a beam as wide as the search space finds the brute-force best log p / penalty")
 def _beam_exhaustive(beam_search):
     rows = [[7, 8], [9, 10]]
-    fn = _table(6, seed=54, scale=1.5, eos_bias=-0.5)  # live tokens: <eos>, 3, 4, 5 (<pad> and <bos> get -30)
+    # live tokens: <eos>, 3, 4, 5; <pad>, <bos> and 6..59 get -30. (The wide vocabulary lets a beam that takes
+    # topk(2 * beam_size) of the extensions of its live hypotheses run, as it would with any real vocabulary.)
+    fn = _table(60, seed=54, scale=1.5, banned=(PAD, BOS) + tuple(range(6, 60)), eos_bias=-0.5)
     keys = _keys(_src(rows)[0])
     for alpha in (0.6, 1.5):
-        model = _FakeModel(6, fn)
+        model = _FakeModel(60, fn)
         src, mask = _src(rows)
         what = f"beam_search(model, 2 sources, max_len=4, beam_size=27, alpha={alpha})"
-        got = beam_search(model, src, mask, 4, beam_size=27, alpha=alpha)
+        got = _decode_with(beam_search, model, src, mask, 4, beam_size=27, alpha=alpha)
         expected = [_brute_force(fn, k, 4, alpha) for k in keys]
         _, mistakes = _beam_variants(fn, keys, 4, 27, alpha)
         mistakes[NO_PENALTY] = [_brute_force(fn, k, 4, 0.0) for k in keys]
         mistakes[EOS_NOT_COUNTED] = [_brute_force(fn, k, 4, alpha, eos_counts=False) for k in keys]
         _expect_lists(got, expected, what, "beam_size 27 = 3 ** 3 keeps every hypothesis that can win open "
                                            "(3 tokens besides <eos> can win), so the answer is the best of all "
-                                           "sequences: " + BEAM_HINT, mistakes, rows)
+                                           "sequences: " + BEAM_HINT, mistakes, rows,
+                      alone=_alone(beam_search, fn, 60, src, mask, 4, beam_size=27, alpha=alpha))
 
 
 @register("beam_search", "equals a reference beam search on a batch (beam 3, alpha 0.6)")
@@ -564,13 +642,17 @@ def _beam_penalty(beam_search):
     #   -1.25 / (8/6) ** 1.5 = -0.81 > -1, but loses without a penalty.
     # source 10: [<eos>] log p -1 against [4, 5, <eos>] log p -1.6: -1.6 / (8/6) ** 1.5 = -1.04 < -1, the
     #   short one wins, but a length without <eos> would give -1 / (5/6) ** 1.5 = -1.31 < -1.6 / (7/6) ** 1.5 = -1.27.
+    # source 11: [<eos>] log p -1 against [4, 5, <eos>] log p -1.5: -1.5 / (8/6) ** 1.5 = -0.974 > -1, the long
+    #   one wins, but a length counting <bos> gives -1 / (7/6) ** 1.5 = -0.794 > -1.5 / (9/6) ** 1.5 = -0.816.
     spec = {((9,), ()): {EOS: math.exp(-1.0), 4: math.exp(-1.25)}, ((9,), (4,)): {5: 0.9999},
             ((9,), (4, 5)): {EOS: 0.9999},
             ((10,), ()): {EOS: math.exp(-1.0), 4: math.exp(-1.6)}, ((10,), (4,)): {5: 0.9999},
-            ((10,), (4, 5)): {EOS: 0.9999}}
-    _beam_case(beam_search, _spec(7, spec), 7, [[9], [10]], 4, 4, 1.5,
-               "beam_search(model, [[9], [10]], max_len=4, beam_size=4, alpha=1.5) choosing between [<eos>] "
-               "(log p -1) and [4, 5, <eos>] (log p -1.25, -1.6)")
+            ((10,), (4, 5)): {EOS: 0.9999},
+            ((11,), ()): {EOS: math.exp(-1.0), 4: math.exp(-1.5)}, ((11,), (4,)): {5: 0.9999},
+            ((11,), (4, 5)): {EOS: 0.9999}}
+    _beam_case(beam_search, _spec(9, spec), 9, [[9], [10], [11]], 4, 4, 1.5,
+               "beam_search(model, [[9], [10], [11]], max_len=4, beam_size=4, alpha=1.5) choosing between [<eos>] "
+               "(log p -1) and [4, 5, <eos>] (log p -1.25, -1.6, -1.5)")
 
 
 @register("beam_search", "passes model.decode the causal mask of the prefix and the source mask")
@@ -612,8 +694,10 @@ def _ngrams(tokens, n):
     return out
 
 
-def _bleu_formula(hyps, refs, max_n, clip=True, brevity=True, geometric=True, flipped_bp=False):
-    """BLEU written out, with switches for the classic mistakes."""
+def _bleu_formula(hyps, refs, max_n, clip=True, brevity=True, geometric=True, flipped_bp=False, orders=None,
+                  skip_empty=False):
+    """BLEU written out, with switches for the classic mistakes (`orders`: only n = 1..orders summed, still
+    divided by max_n; `skip_empty`: orders without any n-gram left out of the mean)."""
     matches, totals, hyp_len, ref_len = [0] * max_n, [0] * max_n, 0, 0
     for h, r in zip(hyps, refs):
         hyp_len, ref_len = hyp_len + len(h), ref_len + len(r)
@@ -621,7 +705,12 @@ def _bleu_formula(hyps, refs, max_n, clip=True, brevity=True, geometric=True, fl
             hc, rc = _ngrams(h, n), _ngrams(r, n)
             matches[n - 1] += sum(min(c, rc.get(g, 0)) if clip else (c if g in rc else 0) for g, c in hc.items())
             totals[n - 1] += max(len(h) - n + 1, 0)
-    if hyp_len == 0 or min(totals) == 0:
+    if orders is not None:  # the mean below still divides by max_n
+        matches, totals = matches[:orders], totals[:orders]
+    if skip_empty:
+        kept = [(m, t) for m, t in zip(matches, totals) if t > 0]
+        matches, totals, max_n = [m for m, _ in kept], [t for _, t in kept], len(kept)
+    if hyp_len == 0 or not totals or min(totals) == 0:
         return 0.0
     if geometric:
         if min(matches) == 0:
@@ -652,6 +741,13 @@ def _bleu_mistakes(hyps, refs, max_n):
         "on a 0..1 scale: the contract's BLEU is in 0..100 (multiply by 100)": expected / 100,
         "the max_n argument is ignored (4 used)": _sacrebleu(hyps, refs, 4),
     }
+    out["an order without any n-gram (p_n = 0/0) was left out of the mean: it counts as a zero precision, "
+        "so BLEU = 0"] = _bleu_formula(hyps, refs, max_n, skip_empty=True)
+    if max_n > 1:
+        out["orders 1..max_n - 1 only: BLEU averages log p_n over n = 1..max_n (range(1, max_n + 1))"] = \
+            _sacrebleu(hyps, refs, max_n - 1)
+        out["the order n = max_n is missing from the sum: BLEU averages log p_n over n = 1..max_n "
+            "(range(1, max_n + 1))"] = _bleu_formula(hyps, refs, max_n, orders=max_n - 1)
     for smooth in ("exp", "floor", "add-k"):
         out[f"smoothed ({smooth}): the contract's BLEU has no smoothing, a zero precision gives 0"] = \
             _sacrebleu(hyps, refs, max_n, smooth)
@@ -659,8 +755,16 @@ def _bleu_mistakes(hyps, refs, max_n):
 
 
 def _expect_bleu(corpus_bleu, hyps, refs, max_n, what, hint):
-    got = corpus_bleu(hyps, refs, max_n=max_n) if max_n != 4 else corpus_bleu(hyps, refs)
+    given_h, given_r = [list(h) for h in hyps], [list(r) for r in refs]
+    got = corpus_bleu(given_h, given_r, max_n=max_n) if max_n != 4 else corpus_bleu(given_h, given_r)
+    if given_h != hyps or given_r != refs:
+        raise CheckFailure(f"{what}: the lists passed in", "unchanged after the call",
+                           f"hypotheses {fmt(given_h)}, references {fmt(given_r)}",
+                           "the caller's hypotheses or references were edited in place (append, sort, pop, ...): "
+                           "read them without modifying them")
     try:
+        if isinstance(got, (str, bytes)):
+            raise TypeError("a string is not a number")
         got = float(got.item() if isinstance(got, torch.Tensor) else got)
     except (TypeError, ValueError, RuntimeError):
         raise CheckFailure(what, "a number in 0..100", fmt(got), "return the score as a float") from None
