@@ -526,3 +526,20 @@ class EncoderLayerTorch(nn.TransformerEncoderLayer):
 def test_pytorch_encoder_layer_earns_nothing():
     points, text = grade(EncoderLayerTorch, "EncoderLayer")
     assert points == 0 and text.count("PyTorch's nn.Transformer modules") == text.count("✗") > 0, text
+
+
+# ---------------------------------------------------------------- the dropout argument reaches the layers
+class EncoderFixedDropout(solutions.Encoder):
+    def __init__(self, d_model, n_heads, d_ff, n_layers, dropout=0.1, norm_first=False):
+        super().__init__(d_model, n_heads, d_ff, n_layers, 0.1, norm_first)  # the argument dropped
+
+
+class EncoderNoDropout(solutions.Encoder):
+    def __init__(self, d_model, n_heads, d_ff, n_layers, dropout=0.1, norm_first=False):
+        super().__init__(d_model, n_heads, d_ff, n_layers, 0.0, norm_first)  # layers built without dropout
+
+
+@pytest.mark.parametrize("cls,keyword", [(EncoderFixedDropout, "dropout argument is ignored"),
+                                         (EncoderNoDropout, "dropout argument is not used")])
+def test_encoder_that_drops_the_dropout_argument_is_caught(cls, keyword):
+    assert_caught(cls, "Encoder", keyword)

@@ -559,9 +559,15 @@ def _encoder_vs_torch(Encoder, norm_first, seed, lengths, n_layers=2):
     return enc, x, ids
 
 
-@register("Encoder", "has n_layers layers in an nn.ModuleList, and `norm` only in pre-norm")
+@register("Encoder", "has n_layers layers in an nn.ModuleList, `norm` only in pre-norm, and passes dropout on")
 def _enc_parts(Encoder):
     check_stack_parts(lambda n, norm_first=False: _make_encoder(Encoder, n, norm_first), "encoder")
+    with seeded(13):
+        x = torch.randn(2, 5, D)
+    what = f"Encoder({D}, {H}, {FF}, 2)"
+    check_dropout(lambda p: _make_encoder(Encoder, 2, dropout=p)[0],
+                  lambda m: expect_shape(keeps_input(lambda: m(x, None), x, what), (2, 5, D),
+                                         f"{what}(x (2, 5, {D}), src_mask=None)"), what)
 
 
 @register("Encoder", "its layers are distinct, each with its own parameters")
