@@ -333,6 +333,18 @@ class DropoutAlwaysOn(Base):
         return scaled_dot_product_attention(q, k, v, mask, lambda w: F.dropout(w, self.dropout.p, training=True))
 
 
+class HeadsFixedAtTwo(Base):
+    """n_heads written into the code."""
+
+    def heads(self, t):
+        return split_heads(t, 2)
+
+
+class HeadsFixedAtOne(Base):
+    def heads(self, t):
+        return split_heads(t, 1)
+
+
 class ReturnsTuple(Base):
     def forward(self, query, key, value, mask=None):
         return super().forward(query, key, value, mask), self.attn_weights
@@ -361,6 +373,8 @@ MHA_MISTAKES = [
     ("dropout on the output, not the weights", DropoutOnOutput, ["dropout applied after w_o"]),
     ("dropout on in eval mode", DropoutAlwaysOn, ["dropout still acts in eval mode", "nn.Dropout module"]),
     ("returns (output, weights)", ReturnsTuple, ["return only the output"]),
+    ("n_heads fixed at 2", HeadsFixedAtTwo, ["n_heads ignored: this is the output of 2 heads", "2 heads, not n_heads=3"]),
+    ("n_heads fixed at 1", HeadsFixedAtOne, ["n_heads ignored: this is the output of 1 head,", "fixed at 1"]),
 ]
 
 

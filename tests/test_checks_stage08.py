@@ -156,6 +156,18 @@ def fwd_src_mask_ignored(self, x, src_mask):
     return self.sublayers[1](x, self.feed_forward)
 
 
+def fwd_src_mask_inverted(self, x, src_mask):
+    """~src_mask: the real tokens hidden, the padding attended."""
+    x = self.sublayers[0](x, lambda y: self.self_attn(y, y, y, ~src_mask))
+    return self.sublayers[1](x, self.feed_forward)
+
+
+def fwd_src_mask_eq_zero(self, x, src_mask):
+    """src_mask == 0, a PyTorch habit (its key_padding_mask is True at padding)."""
+    x = self.sublayers[0](x, lambda y: self.self_attn(y, y, y, src_mask == 0))
+    return self.sublayers[1](x, self.feed_forward)
+
+
 def fwd_order_swapped(self, x, src_mask):
     x = self.sublayers[0](x, self.feed_forward)
     return self.sublayers[1](x, lambda y: self.self_attn(y, y, y, src_mask))
@@ -212,6 +224,8 @@ LAYER_MISTAKES = [
     ("norm_first ignored", layer_variant(fixed_norm_first=False), ["norm_first ignored"]),
     ("always pre-norm", layer_variant(fixed_norm_first=True), ["pre-norm computed where post-norm was asked"]),
     ("src_mask not passed to self-attention", layer_variant(fwd=fwd_src_mask_ignored), ["src_mask not passed"]),
+    ("src_mask inverted", layer_variant(fwd=fwd_src_mask_inverted), ["src_mask inverted"]),
+    ("src_mask == 0", layer_variant(fwd=fwd_src_mask_eq_zero), ["src_mask inverted"]),
     ("sublayer order wrong", layer_variant(fwd=fwd_order_swapped), ["sublayer order wrong"]),
     ("sublayer norms swapped", layer_variant(fwd=fwd_norms_swapped), ["norms swapped"]),
     ("sublayers[0] used twice", layer_variant(fwd=fwd_first_sublayer_twice), ["sublayers[0] used for both"]),

@@ -288,6 +288,16 @@ def fwd_masks_swapped(self, x, memory, src_mask, tgt_mask):
                        lambda y: self.cross_attn(y, memory, memory, tgt_mask), self.feed_forward)
 
 
+def fwd_tgt_mask_inverted(self, x, memory, src_mask, tgt_mask):
+    return three_steps(self, x, lambda y: self.self_attn(y, y, y, ~tgt_mask),
+                       lambda y: self.cross_attn(y, memory, memory, src_mask), self.feed_forward)
+
+
+def fwd_src_mask_eq_zero(self, x, memory, src_mask, tgt_mask):
+    return three_steps(self, x, lambda y: self.self_attn(y, y, y, tgt_mask),
+                       lambda y: self.cross_attn(y, memory, memory, src_mask == 0), self.feed_forward)
+
+
 def fwd_own_causal_mask(self, x, memory, src_mask, tgt_mask):
     """tgt_mask ignored: a causal mask built here hides the future, not the target's padding."""
     own = torch.ones(x.size(1), x.size(1), dtype=torch.bool).tril()
@@ -311,6 +321,8 @@ LAYER_MISTAKES = [
     ("cross-attention queries from the memory", layer_variant(fwd=fwd_memory_as_query), ["lengths got mixed up"]),
     ("tgt_mask in cross-attention", layer_variant(fwd=fwd_tgt_mask_in_cross), ["lengths got mixed up"]),
     ("masks swapped", layer_variant(fwd=fwd_masks_swapped), ["lengths got mixed up", "src_mask"]),
+    ("tgt_mask inverted", layer_variant(fwd=fwd_tgt_mask_inverted), ["tgt_mask inverted"]),
+    ("src_mask == 0 in cross-attention", layer_variant(fwd=fwd_src_mask_eq_zero), ["src_mask inverted"]),
     ("own causal mask, tgt_mask ignored", layer_variant(fwd=fwd_own_causal_mask), ["tgt_mask ignored"]),
     ("self_attn used for cross-attention", layer_variant(fwd=fwd_self_attn_for_cross), ["computed with self_attn"]),
     ("residual added in place", layer_variant(fwd=fwd_residual_in_place), ["changed in place"]),

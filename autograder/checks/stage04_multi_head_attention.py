@@ -236,9 +236,10 @@ def _forward(mha, query, key, value, mask=None, what="MultiHeadAttention(...)(qu
 
 
 def _manual(ref: nn.MultiheadAttention, query, key, value, mask=None, split="ok", merge="ok", w_o=True,
-            scale="d_k", proj="qkv", inputs="qkv", mask_mode="ok", softmax_dim=-1):
-    """Multi-head attention written out with ref's weights, and its classic wrong variants."""
-    d, h = ref.embed_dim, ref.num_heads
+            scale="d_k", proj="qkv", inputs="qkv", mask_mode="ok", softmax_dim=-1, heads=None):
+    """Multi-head attention written out with ref's weights, and its classic wrong variants (`heads`: a number
+    of heads other than ref's, as code that ignores its n_heads argument computes)."""
+    d, h = ref.embed_dim, heads or ref.num_heads
     d_k = d // h
     W, b = ref.in_proj_weight.detach(), ref.in_proj_bias.detach()
     lin = {c: (W[i * d:(i + 1) * d], b[i * d:(i + 1) * d]) for i, c in enumerate("qkv")}
@@ -287,6 +288,11 @@ def _mistakes(ref, query, key, value, mask=None):
         variants["the query used as key and value too (self-attention only): project the `key` and `value` "
                  "arguments"] = dict(inputs="qqq", mask_mode="ignored")
         variants["key and value swapped: k = w_k(key), v = w_v(value)"] = dict(inputs="qvk")
+    h = ref.num_heads
+    for k in (1, 2, 4, 8, 6, 3):  # the numbers of heads people write into their code
+        if k != h and ref.embed_dim % k == 0:
+            variants[f"n_heads ignored: this is the output of {k} head{'s' * (k > 1)}, not {h}: use the n_heads argument "
+                     f"(self.h = n_heads, d_k = d_model // n_heads), no fixed number"] = dict(heads=k)
     if mask is not None:
         variants["mask ignored: pass it to the attention of every head"] = dict(mask_mode="ignored")
         variants["mask polarity inverted: True means 'may attend'"] = dict(mask_mode="inverted")
@@ -390,6 +396,13 @@ def _mha_weights(MHA):
     if tuple(w.shape) == (2, 4, 5):
         raise CheckFailure(f"{what}: wrong shape", "shape (2, 3, 4, 5)", "shape (2, 4, 5)",
                            "the weights were averaged over the heads: keep one set per head, (B, h, Lq, Lk)")
+    if w.dim() == 4 and w.shape[0] == 2 and tuple(w.shape[2:]) == (4, 5) and w.shape[1] != 3:
+        raise CheckFailure(f"{what}: wrong shape", "shape (2, 3, 4, 5) for MultiHeadAttention(12, 3)",
+                           f"shape {tuple(w.shape)}",
+                           ("one set of weights, not n_heads=3: averaged over the heads (keep one per head), or the "
+                            "number of heads fixed at 1 in the code (use the n_heads argument)") if w.shape[1] == 1
+                           else f"{w.shape[1]} heads, not n_heads=3: is the number of heads fixed in the code? Use "
+                                "the n_heads argument (self.h = n_heads)")
     expect_shape(w, (2, 3, 4, 5), what, "keep the softmax weights of every head: (B, h, Lq, Lk)")
     d_k = 4
     Wq, Wk = ref.in_proj_weight[:12].detach(), ref.in_proj_weight[12:24].detach()

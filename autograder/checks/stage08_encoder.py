@@ -212,6 +212,13 @@ def key_mask(ids):
     return (ids != PAD)[:, None, None, :]
 
 
+def inverted(allowed: torch.Tensor) -> torch.Tensor:
+    """What attention computes when the code hands it ~mask (or mask == 0): the allowed keys hidden, the others
+    allowed. Additive, so that a query left with no key gets uniform weights, as masked_fill with a large
+    negative number gives it, rather than PyTorch's NaN for a row of False."""
+    return torch.zeros(allowed.shape).masked_fill(allowed, torch.finfo(torch.float32).min)
+
+
 def keeps_input(fn, x: torch.Tensor, what: str):
     """fn(), failing when it changed x in place (the caller's tensor: the embeddings, or the previous layer's output)."""
     before = x.clone()
@@ -361,6 +368,8 @@ def _layer_vs_torch(EncoderLayer, norm_first, seed, lengths):
                      "in pre-norm the sublayer connection hands it norm(x); use lambda y: self.self_attn(y, y, y, "
                      "mask)"] = h + ffn(ref, ref.norm2(h))
             mistakes[EXTRA_NORM] = ref.norm2(fn(mode))
+        mistakes["src_mask inverted (~src_mask or src_mask == 0 given to self-attention): True means 'may attend'; "
+                 "pass src_mask on as it is"] = fn(mode, allowed=inverted(key_mask(ids)))
         if (ids == PAD).any():
             mistakes["src_mask not passed to self-attention: the padding positions were attended"] = \
                 fn(mode, allowed=None)

@@ -12,8 +12,8 @@ from ..core import CheckFailure, _describe_exception, forbid, register
 from ._util import build, close, expect_shape, seeded
 from .stage08_encoder import (TORCH_TRANSFORMER, D, FF, H, PAD, as_module, check_dropout, check_layer_parts,
                               check_stack_distinct, check_stack_parts, close_at, copy_final_norm, copy_layer,
-                              default_layer_norm, ffn, ids_with_lengths, key_mask, layer_mistakes, mha, randomize,
-                              stack_layers, stack_mistakes, sublayer)
+                              default_layer_norm, ffn, ids_with_lengths, inverted, key_mask, layer_mistakes, mha,
+                              randomize, stack_layers, stack_mistakes, sublayer)
 
 # the lesson's own work, which PyTorch's Transformer modules must not do for the learner
 forbid(("DecoderLayer", "Decoder"), "PyTorch's nn.Transformer modules (nn.TransformerDecoderLayer, nn.TransformerDecoder, ...)",
@@ -157,6 +157,10 @@ def _layer_vs_torch(DecoderLayer, norm_first, seed, tgt_lengths, src_lengths, ho
             "tgt_mask not passed to self-attention: no causal mask, no target padding mask": fn(self_allowed=None),
             "cross-attention without the source padding mask (src_mask): the memory's padding was attended":
                 fn(cross_allowed=None),
+            "tgt_mask inverted (~tgt_mask or tgt_mask == 0 given to self-attention): True means 'may attend'; pass "
+            "tgt_mask on as it is": fn(self_allowed=inverted(tgt_mask_of(tgt))),
+            "src_mask inverted (~src_mask or src_mask == 0 given to cross-attention): True means 'may attend'; pass "
+            "src_mask on as it is": fn(cross_allowed=inverted(key_mask(src))),
             "cross-attention computed with self_attn: use self.cross_attn(x, memory, memory, src_mask), the "
             "module with its own projections": fn(kv="self_attn"),
             "tgt_mask ignored: a causal mask built inside the layer hides later tokens but not the target's "
