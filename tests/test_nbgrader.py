@@ -67,3 +67,18 @@ def test_autograde_and_export(course):
     nbgrader(course, "generate_feedback", LESSON, "--force")
     feedback = next((course / "feedback" / "carol" / LESSON).glob("*.html")).read_text()
     assert "softmax over the queries" in feedback
+
+
+def test_autograde_every_lesson_in_one_call(course):
+    """README: `nbgrader autograde "*"` grades every released lesson at once (nbgrader reads the name as a
+    pattern); the same grades as one call per lesson."""
+    if not (course / "submitted" / "alice" / LESSON).exists():
+        pytest.skip("needs test_autograde_and_export's submissions")
+    before = {r["student_id"]: r["raw_score"] for r in csv.DictReader(open(course / "grades.csv"))}
+    shutil.rmtree(course / "autograded")
+    nbgrader(course, "autograde", "*", "--force")
+    assert sorted(p.parent.parent.name for p in (course / "autograded").glob(f"*/{LESSON}/{LESSON}.ipynb")) == \
+        ["alice", "bob", "carol"]
+    nbgrader(course, "export", "--to", "grades.csv")
+    after = {r["student_id"]: r["raw_score"] for r in csv.DictReader(open(course / "grades.csv"))}
+    assert after == before
