@@ -86,6 +86,10 @@ def stepper(model, device, dtype, train: bool):
     """A function (src, tgt) -> seconds for one training step (or one inference) of `model`."""
     opt = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9)
     amp = torch.autocast(device, dtype=torch.bfloat16) if dtype == "bf16" else torch.autocast(device, enabled=False)
+    if dtype == "bf16" and device == "cpu":
+        # nn.Transformer skips its fused eval fast path under CUDA autocast (torch.is_autocast_enabled() reads
+        # CUDA's) but not under CPU autocast, where the fused kernel then fails on bf16 inputs: off, as on a GPU
+        torch.backends.mha.set_fastpath_enabled(False)
 
     def step(src, tgt):
         src_mask, tgt_mask = padding_mask(src), target_mask(tgt)
