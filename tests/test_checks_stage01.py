@@ -8,12 +8,18 @@ Regenerate it with `python -m tests.test_checks_stage01` (from the repository ro
 """
 import collections
 import contextlib
+import functools
+import heapq
 import io
+import itertools
 import json
 import math
+import pickle
 import random
 import re
 import time
+
+import numpy as np
 
 import pytest
 import torch
@@ -1083,6 +1089,970 @@ MISTAKES += [
 
 @pytest.mark.parametrize("name,label,obj,keywords", MISTAKES, ids=[f"{m[0]}-{m[1]}" for m in MISTAKES])
 def test_mistakes_are_caught(name, label, obj, keywords):
+    assert_caught(obj, name, *keywords)
+
+
+# ---------------------------------------------------------------- review B: correct, written differently
+def _word(w):
+    return tuple(w[:-1]) + (w[-1] + "</w>",)
+
+
+def get_pair_stats_counter_sum(vocab):
+    """Counter arithmetic: each word's pairs scaled by its count, added up."""
+    total = collections.Counter()
+    for symbols, n in vocab.items():
+        total += collections.Counter({p: k * n for p, k in collections.Counter(zip(symbols, symbols[1:])).items()})
+    return total
+
+
+def get_pair_stats_numpy_ints(vocab):
+    """numpy int64 counts in a plain dict, pairs found from the end of each word."""
+    out = {}
+    for symbols, n in vocab.items():
+        for i in range(len(symbols) - 1, 0, -1):
+            key = (symbols[i - 1], symbols[i])
+            out[key] = out.get(key, np.int64(0)) + np.int64(n)
+    return out
+
+
+def get_pair_stats_ordered(vocab):
+    """The most frequent words first; an OrderedDict."""
+    stats = collections.OrderedDict()
+    for symbols, n in sorted(vocab.items(), key=lambda kv: -kv[1]):
+        for a, b in zip(symbols[:-1], symbols[1:]):
+            stats[(a, b)] = stats.get((a, b), 0) + n
+    return stats
+
+
+def get_pair_stats_float(vocab, *, weight=1.0):
+    """float counts (3.0 == 3) and a keyword-only extra argument."""
+    stats = collections.defaultdict(float)
+    for symbols, n in vocab.items():
+        for pair in itertools.pairwise(symbols):
+            stats[pair] += n * weight
+    return dict(stats)
+
+
+def get_pair_stats_repeat(vocab):
+    return collections.Counter(itertools.chain.from_iterable(
+        itertools.repeat(p, n) for s, n in vocab.items() for p in zip(s, s[1:])))
+
+
+def get_pair_stats_rows(vocab):
+    """(pair, count) rows first, then a dict by setdefault, returned as a Counter."""
+    rows = [(p, n) for s, n in vocab.items() for p in zip(s, s[1:])]
+    d = {}
+    for p, n in rows:
+        d.setdefault(p, 0)
+        d[p] += n
+    return collections.Counter(d)
+
+
+def merge_pair_split_parts(symbols, pair):
+    """Joined with a separator that cannot occur (NUL), split again, then a left-to-right scan."""
+    parts = "\x00".join(symbols).split("\x00")
+    out, i = [], 0
+    while i < len(parts):
+        if i + 1 < len(parts) and parts[i] == pair[0] and parts[i + 1] == pair[1]:
+            out.append(parts[i] + parts[i + 1])
+            i += 2
+        else:
+            out.append(parts[i])
+            i += 1
+    return tuple(out)
+
+
+def merge_pair_gpt2(symbols, pair):
+    """GPT-2's bpe() inner loop: jump with tuple.index to the next left symbol."""
+    first, second = pair
+    new_word, i = [], 0
+    while i < len(symbols):
+        try:
+            j = symbols.index(first, i)
+        except ValueError:
+            new_word.extend(symbols[i:])
+            break
+        new_word.extend(symbols[i:j])
+        i = j
+        if i < len(symbols) - 1 and symbols[i + 1] == second:
+            new_word.append(first + second)
+            i += 2
+        else:
+            new_word.append(symbols[i])
+            i += 1
+    return tuple(new_word)
+
+
+def merge_pair_skip_flag(symbols, pair):
+    """enumerate with a skip flag; list comparison of the pair."""
+    syms = list(symbols)
+    out, skip = [], False
+    for i, s in enumerate(syms):
+        if skip:
+            skip = False
+            continue
+        if i < len(syms) - 1 and [s, syms[i + 1]] == list(pair):
+            out.append(s + syms[i + 1])
+            skip = True
+        else:
+            out.append(s)
+    return tuple(out)
+
+
+def merge_pair_slice_assign(symbols, pair):
+    """Slice assignment on its own list copy."""
+    s = list(symbols)
+    i = 0
+    while i < len(s) - 1:
+        if s[i] == pair[0] and s[i + 1] == pair[1]:
+            s[i:i + 2] = ["".join(pair)]
+        i += 1
+    return tuple(s)
+
+
+def merge_pair_reduce(symbols, pair):
+    """functools.reduce with (output, last-was-merged) state."""
+    def step(acc, s):
+        out, locked = acc
+        if out and not locked and out[-1] == pair[0] and s == pair[1]:
+            return out[:-1] + (out[-1] + s,), True
+        return out + (s,), False
+    return functools.reduce(step, symbols, ((), False))[0]
+
+
+def merge_pair_tab_regex(symbols, pair, sep="\t"):
+    """A regex over the tab-joined symbols with tab boundaries; an extra keyword."""
+    pattern = re.compile(r"(?<![^\t])" + re.escape(pair[0] + sep + pair[1]) + r"(?![^\t])")
+    return tuple(pattern.sub(lambda m: pair[0] + pair[1], sep.join(symbols)).split(sep))
+
+
+def learn_bpe_items_max(corpus, num_merges, min_frequency=2):
+    """max over items by kv[::-1] = (count, pair); entries [symbols, freq] updated in place."""
+    counts = collections.Counter()
+    for line in corpus:
+        counts.update(line.split())
+    vocab = [[_word(w), f] for w, f in counts.items()]
+    merges = []
+    while len(merges) < num_merges:
+        stats = collections.Counter()
+        for s, f in vocab:
+            for p in zip(s, s[1:]):
+                stats[p] += f
+        if not stats:
+            break
+        best, count = max(stats.items(), key=lambda kv: kv[::-1])
+        if count < min_frequency:
+            break
+        merges.append(best)
+        for entry in vocab:
+            entry[0] = merge_pair_gpt2(entry[0], best)
+    return merges
+
+
+def learn_bpe_heap_codepoints(corpus, num_merges, min_frequency=2):
+    """A heap keyed by (-count, the pair's code points negated), stale entries skipped."""
+    def key(p):
+        return tuple(tuple(-ord(c) for c in s) + (1,) for s in p)
+    freq = collections.Counter(w for line in corpus for w in line.split(" ") if w)
+    seg = {w: _word(w) for w in freq}
+    stats = collections.Counter()
+    for w, s in seg.items():
+        for p in zip(s, s[1:]):
+            stats[p] += freq[w]
+    heap = [(-c, key(p), p) for p, c in stats.items()]
+    heapq.heapify(heap)
+    merges = []
+    while heap and len(merges) < num_merges:
+        c, _, p = heapq.heappop(heap)
+        if stats.get(p, 0) != -c:
+            continue
+        if -c < min_frequency:
+            break
+        merges.append(p)
+        touched = set()
+        for w, s in seg.items():
+            new = solutions.merge_pair(s, p)
+            if new != s:
+                for q in zip(s, s[1:]):
+                    stats[q] -= freq[w]
+                    touched.add(q)
+                for q in zip(new, new[1:]):
+                    stats[q] += freq[w]
+                    touched.add(q)
+                seg[w] = new
+        for q in touched:
+            if stats[q] > 0:
+                heapq.heappush(heap, (-stats[q], key(q), q))
+            else:
+                stats.pop(q, None)
+    return merges
+
+
+def learn_bpe_numpy_counts(corpus, num_merges, min_frequency=2):
+    """Pair counts in a numpy array indexed by pair ids; the greatest pair among the maxima."""
+    words = collections.Counter(w for line in iter(corpus) for w in line.split())
+    segs = [list(_word(w)) for w in words]
+    freqs = np.array(list(words.values()), dtype=np.int64)
+    merges = []
+    for _ in range(num_merges):
+        index, counts = {}, []
+        for s, f in zip(segs, freqs):
+            for p in zip(s, s[1:]):
+                if p not in index:
+                    index[p] = len(counts)
+                    counts.append(0)
+                counts[index[p]] += int(f)
+        if not counts:
+            break
+        arr = np.array(counts)
+        top = arr.max()
+        if top < min_frequency:
+            break
+        best = max(p for p, k in index.items() if arr[k] == top)
+        merges.append(best)
+        segs = [list(merge_pair_skip_flag(tuple(s), best)) for s in segs]
+    return merges
+
+
+def learn_bpe_verbose_keyword(corpus, num_merges, min_frequency=2, *, verbose=False):
+    """Words as space-joined strings; the best pair the last of the sorted maxima; a keyword-only extra."""
+    vocab = collections.Counter(" ".join(_word(w)) for line in corpus for w in line.split())
+    merges = []
+    while len(merges) < num_merges:
+        stats = collections.defaultdict(int)
+        for w, n in vocab.items():
+            s = w.split()
+            for i in range(len(s) - 1):
+                stats[s[i], s[i + 1]] += n
+        if not stats:
+            break
+        top = max(stats.values())
+        if top < min_frequency:
+            break
+        best = sorted(p for p, c in stats.items() if c == top)[-1]
+        if verbose:
+            print(best)
+        merges.append(best)
+        vocab = collections.Counter({" ".join(merge_pair_reduce(tuple(w.split()), best)): n for w, n in vocab.items()})
+    return merges
+
+
+def learn_bpe_live_counts(corpus, num_merges, min_frequency=2):
+    """Incremental counts kept with zeros (filtered when choosing); merges returned as lists."""
+    freq = collections.Counter(w for line in corpus for w in line.split())
+    vocab = [[_word(w), f] for w, f in sorted(freq.items(), key=lambda x: -x[1])]
+    stats = collections.defaultdict(int)
+    for s, f in vocab:
+        for p in zip(s, s[1:]):
+            stats[p] += f
+    merges = []
+    while len(merges) < num_merges:
+        live = {p: c for p, c in stats.items() if c > 0}
+        if not live:
+            break
+        best = max(live, key=lambda p: (live[p], p))
+        if live[best] < min_frequency:
+            break
+        merges.append(list(best))
+        for entry in vocab:
+            s, f = entry
+            new = solutions.merge_pair(s, best)
+            if new != s:
+                for p in zip(s, s[1:]):
+                    stats[p] -= f
+                for p in zip(new, new[1:]):
+                    stats[p] += f
+                entry[0] = new
+    return merges
+
+
+def learn_bpe_argmax(corpus, num_merges, min_frequency=2):
+    """Pairs sorted descending, counts in a float64 tensor: argmax's first maximum is the greatest pair."""
+    vocab = {_word(w): f for w, f in collections.Counter(w for line in corpus for w in line.split()).items()}
+    merges = []
+    for _ in range(num_merges):
+        stats = solutions.get_pair_stats(vocab)
+        if not stats:
+            break
+        pairs = sorted(stats, reverse=True)
+        counts = torch.tensor([stats[p] for p in pairs], dtype=torch.float64)
+        k = int(torch.argmax(counts))
+        if counts[k] < min_frequency:
+            break
+        merges.append(pairs[k])
+        vocab = {solutions.merge_pair(s, pairs[k]): f for s, f in vocab.items()}
+    return merges
+
+
+def apply_bpe_gpt2(word, merges):
+    """GPT-2's bpe(): a set of pairs, min by rank (first occurrence), until the best pair is unknown."""
+    ranks = dict(zip(map(tuple, reversed(merges)), reversed(range(len(merges)))))
+    w = _word(word)
+    pairs = set(zip(w, w[1:]))
+    if not pairs:
+        return list(w)
+    while True:
+        bigram = min(pairs, key=lambda p: ranks.get(p, float("inf")))
+        if bigram not in ranks:
+            break
+        w = merge_pair_gpt2(w, bigram)
+        if len(w) == 1:
+            break
+        pairs = set(zip(w, w[1:]))
+    return list(w)
+
+
+def apply_bpe_cached(word, merges, _cache={}):
+    """A cache keyed by (word, merges): correct."""
+    key = (word, tuple(map(tuple, merges)))
+    if key not in _cache:
+        _cache[key] = solutions.apply_bpe(word, list(merges))
+    return list(_cache[key])
+
+
+def apply_bpe_sorted_candidates(word, merges):
+    rank = {}
+    for i, m in enumerate(merges):
+        rank.setdefault(tuple(m), i)
+    s = list(_word(word))
+    while len(s) > 1:
+        candidates = sorted((rank[p], p) for p in zip(s, s[1:]) if p in rank)
+        if not candidates:
+            break
+        s = list(merge_pair_skip_flag(tuple(s), candidates[0][1]))
+    return s
+
+
+def apply_bpe_numpy_argmin(word, merges):
+    rank = {}
+    for i, m in enumerate(merges):
+        rank.setdefault(tuple(m), i)
+    never = np.iinfo(np.int64).max
+    s = _word(word)
+    while True:
+        r = np.array([rank.get(p, never) for p in zip(s, s[1:])], dtype=np.int64)
+        if r.size == 0 or r.min() == never:
+            return list(s)
+        k = int(r.argmin())
+        s = merge_pair_slice_assign(s, (s[k], s[k + 1]))
+
+
+def apply_bpe_replay(word, merges, *, dropout=0.0):
+    """Replays the merges in order, back to the first one after every merge that changed the word."""
+    s, i = _word(word), 0
+    while i < len(merges):
+        new = solutions.merge_pair(s, tuple(merges[i]))
+        s, i = (new, 0) if new != s else (s, i + 1)
+    return list(s)
+
+
+def apply_bpe_recursive(word, merges):
+    rank = {}
+    for i, m in enumerate(merges):
+        rank.setdefault(tuple(m), i)
+
+    def go(s):
+        present = [p for p in zip(s, s[1:]) if p in rank]
+        return list(s) if not present else go(merge_pair_reduce(s, min(present, key=rank.__getitem__)))
+    return go(_word(word))
+
+
+class TokenizerPickle:
+    """Pickle files; the vocabulary from the segmented corpus, then the characters; encode caches words;
+    decode rebuilds the words symbol by symbol."""
+
+    def __init__(self, unk="<unk>"):
+        self.merges, self.itos = [], ["<pad>", "<bos>", "<eos>", unk]
+        self.stoi = {s: i for i, s in enumerate(self.itos)}
+        self._cache = {}
+
+    @property
+    def vocab_size(self):
+        return len(self.stoi)
+
+    def train(self, corpus, num_merges, min_frequency=2):
+        lines = [" ".join(line.split()) for line in corpus]
+        self.merges = learn_bpe_items_max(lines, num_merges, min_frequency)
+        chars = sorted(set("".join(lines).replace(" ", "")))
+        seen = set()
+        for line in lines:
+            for w in line.split():
+                seen.update(solutions.apply_bpe(w, self.merges))
+        for s in sorted(seen) + chars + [c + "</w>" for c in chars] + ["".join(m) for m in self.merges]:
+            if s not in self.stoi:
+                self.stoi[s] = len(self.itos)
+                self.itos.append(s)
+        self._cache = {}
+        return self
+
+    def encode(self, text):
+        out = []
+        for w in text.split():
+            if w not in self._cache:
+                self._cache[w] = [self.stoi.get(s, 3) for s in apply_bpe_gpt2(w, self.merges)]
+            out += self._cache[w]
+        return out
+
+    def decode(self, ids):
+        words, cur = [], ""
+        for i in ids:
+            if i in (0, 1, 2):
+                continue
+            s = self.itos[i]
+            if s.endswith("</w>"):
+                words.append(cur + s[:-4])
+                cur = ""
+            else:
+                cur += s
+        return " ".join(words + ([cur] if cur else []))
+
+    def save(self, path):
+        with open(path, "wb") as f:
+            pickle.dump((self.merges, self.itos), f)
+
+    @classmethod
+    def load(cls, path):
+        with open(path, "rb") as f:
+            merges, itos = pickle.load(f)
+        tok = cls()
+        tok.merges, tok.itos = merges, itos
+        tok.stoi = {s: i for i, s in enumerate(itos)}
+        return tok
+
+
+class TokenizerTupleIds(BPETokenizer):
+    """encode gives a tuple; decode goes through a tensor and a regex."""
+
+    def encode(self, text):
+        return tuple(self.stoi.get(s, 3) for s in self.tokenize(text))
+
+    def decode(self, ids):
+        ids = torch.as_tensor(list(ids), dtype=torch.long)
+        return re.sub(r"\s+", " ", "".join(self.itos[i] for i in ids[ids > 2].tolist()).replace("</w>", " ")).strip()
+
+
+class TokenizerInitArguments:
+    """__init__(merges=None, itos=None), used by load; merges first in the vocabulary; vocab_size an attribute."""
+    SPECIALS = ("<pad>", "<bos>", "<eos>", "<unk>")
+
+    def __init__(self, merges=None, itos=None):
+        self.merges = [tuple(m) for m in (merges or [])]
+        self.itos = list(itos) if itos else list(self.SPECIALS)
+        self.stoi = {s: i for i, s in enumerate(self.itos)}
+        self.vocab_size = len(self.itos)
+
+    def train(self, corpus, num_merges, min_frequency=2):
+        corpus = [" ".join(line.split()) for line in corpus]
+        self.merges = [tuple(m) for m in learn_bpe_live_counts(corpus, num_merges, min_frequency)]
+        itos = list(self.SPECIALS) + ["".join(m) for m in self.merges]
+        for c in sorted({c for line in corpus for c in line} - {" "}):
+            itos += [c, c + "</w>"]
+        self.itos = list(dict.fromkeys(itos))
+        self.stoi = {s: i for i, s in enumerate(self.itos)}
+        self.vocab_size = len(self.itos)
+        return self
+
+    def encode(self, text):
+        return [self.stoi.get(s, 3) for w in text.split() for s in apply_bpe_sorted_candidates(w, self.merges)]
+
+    def decode(self, ids):
+        return " ".join("".join(self.itos[i] for i in ids if i not in (0, 1, 2)).replace("</w>", " ").split())
+
+    def save(self, path):
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump({"merges": self.merges, "itos": self.itos}, f, ensure_ascii=False)
+
+    @classmethod
+    def load(cls, path):
+        with open(path, encoding="utf-8") as f:
+            d = json.load(f)
+        return cls(d["merges"], d["itos"])
+
+
+class TokenizerLoadNew(BPETokenizer):
+    """pathlib for the file; load builds the instance with cls.__new__ and fills __dict__."""
+
+    def save(self, path):
+        import pathlib
+        pathlib.Path(path).write_text(json.dumps({"merges": self.merges, "itos": self.itos}), encoding="utf-8")
+
+    @classmethod
+    def load(cls, path):
+        import pathlib
+        data = json.loads(pathlib.Path(path).read_text(encoding="utf-8"))
+        tok = cls.__new__(cls)
+        tok.__dict__.update(merges=[tuple(m) for m in data["merges"]], itos=data["itos"],
+                            stoi={s: i for i, s in enumerate(data["itos"])})
+        return tok
+
+
+class TokenizerNumpyTable(BPETokenizer):
+    """decode indexes a numpy object array and splits on </w>."""
+
+    def decode(self, ids):
+        table = np.array(self.itos, dtype=object)
+        ids = [i for i in ids if i >= 3]
+        text = "".join(table[ids]) if ids else ""
+        return " ".join(p for p in text.split("</w>") if p.strip()).strip()
+
+
+class TokenizerKeywordOnlyTrain(BPETokenizer):
+    """train(corpus, num_merges, *, min_frequency=2), the corpus passed on as a generator."""
+
+    def train(self, corpus, num_merges, *, min_frequency=2):
+        return super().train((line for line in corpus), num_merges, min_frequency)
+
+
+class TokenizerNumpyIds(BPETokenizer):
+    """encode gives a numpy array of ids."""
+
+    def encode(self, text):
+        return np.array([self.stoi.get(s, 3) for s in self.tokenize(text)], dtype=np.int64)
+
+
+def pad_sequences_full_loop(seqs, pad_id=0):
+    seqs = list(seqs)
+    out = torch.full((len(seqs), max(map(len, seqs))), pad_id, dtype=torch.long)
+    for i, s in enumerate(seqs):
+        if len(s):
+            out[i, : len(s)] = torch.as_tensor(s)
+    return out
+
+
+def pad_sequences_numpy(seqs, pad_id=0):
+    arr = np.full((len(seqs), max(len(s) for s in seqs)), pad_id, dtype=np.int64)
+    for r, s in enumerate(seqs):
+        arr[r, : len(s)] = s
+    return torch.from_numpy(arr)
+
+
+def pad_sequences_cat(seqs, pad_id=0, *, dtype=torch.long):
+    width = max(len(s) for s in seqs)
+    return torch.stack([torch.cat([torch.tensor(s, dtype=dtype), torch.full((width - len(s),), pad_id, dtype=dtype)])
+                        for s in seqs])
+
+
+def pad_sequences_int32_then_long(seqs, pad_id=0):
+    width = max(len(s) for s in seqs)
+    return torch.tensor([list(s) + [pad_id] * (width - len(s)) for s in seqs], dtype=torch.int32).long()
+
+
+def pad_sequences_mask(seqs, pad_id=0):
+    """A length mask filled with the concatenated ids."""
+    lengths = torch.tensor([len(s) for s in seqs])
+    mask = torch.arange(int(lengths.max()))[None, :] < lengths[:, None]
+    out = torch.full(mask.shape, pad_id, dtype=torch.long)
+    out[mask] = torch.tensor([t for s in seqs for t in s], dtype=torch.long)
+    return out
+
+
+def pad_sequences_tuples(seqs, pad_id=0):
+    seqs = [tuple(s) for s in seqs]
+    width = max(len(s) for s in seqs)
+    return torch.LongTensor([s + (pad_id,) * (width - len(s)) for s in seqs])
+
+
+class TokenEmbeddingScaleBuffer(nn.Module):
+    def __init__(self, vocab_size, d_model, padding_idx=None):
+        super().__init__()
+        self.embedding = nn.Embedding(vocab_size, d_model, padding_idx=padding_idx)
+        self.register_buffer("scale", torch.sqrt(torch.tensor(d_model, dtype=torch.float32)), persistent=False)
+
+    def forward(self, ids):
+        return torch.mul(self.embedding(ids), self.scale)
+
+
+class TokenEmbeddingKeywords(nn.Module):
+    """Keyword arguments to nn.Embedding, a keyword-only extra, ids.long(), the scale from embedding_dim."""
+
+    def __init__(self, vocab_size, d_model, padding_idx=None, *, init_std=None):
+        super().__init__()
+        self.embedding = nn.Embedding(num_embeddings=vocab_size, embedding_dim=d_model, padding_idx=padding_idx)
+        if init_std is not None:
+            nn.init.normal_(self.embedding.weight, std=init_std)
+
+    def forward(self, ids):
+        return self.embedding(ids.long()).mul(self.embedding.embedding_dim ** 0.5)
+
+
+class TokenEmbeddingFairseqInit(nn.Module):
+    """fairseq's init, normal(0, d^-0.5), with the padding row zeroed again."""
+
+    def __init__(self, vocab_size, d_model, padding_idx=None):
+        super().__init__()
+        self.embedding = nn.Embedding(vocab_size, d_model, padding_idx=padding_idx)
+        nn.init.normal_(self.embedding.weight, mean=0, std=d_model ** -0.5)
+        if padding_idx is not None:
+            nn.init.constant_(self.embedding.weight[padding_idx], 0)
+        self.d_model = d_model
+
+    def forward(self, ids):
+        return math.sqrt(self.d_model) * self.embedding(ids)
+
+
+class TokenEmbeddingScaleModule(nn.Module):
+    class Scale(nn.Module):
+        def __init__(self, s):
+            super().__init__()
+            self.s = s
+
+        def forward(self, x):
+            return x * self.s
+
+    def __init__(self, vocab_size, d_model, padding_idx=None):
+        super().__init__()
+        self.embedding = nn.Embedding(vocab_size, d_model, padding_idx)
+        self.scale = self.Scale(math.sqrt(d_model))
+
+    def forward(self, ids):
+        return self.scale(self.embedding(ids))
+
+
+class TokenEmbeddingFromPretrained(nn.Module):
+    def __init__(self, vocab_size, d_model, padding_idx=None):
+        super().__init__()
+        w = torch.randn(vocab_size, d_model)
+        if padding_idx is not None:
+            w[padding_idx] = 0
+        self.embedding = nn.Embedding.from_pretrained(w, freeze=False, padding_idx=padding_idx)
+        self.factor = float(np.sqrt(d_model))
+
+    def forward(self, ids):
+        return self.embedding(ids) * self.factor
+
+
+class TokenEmbeddingDoubleMath(nn.Module):
+    """The product in float64, cast back to the weights' dtype."""
+
+    def __init__(self, vocab_size, d_model, padding_idx=None):
+        super().__init__()
+        self.embedding = nn.Embedding(vocab_size, d_model, padding_idx=padding_idx)
+
+    def forward(self, ids):
+        e = self.embedding(ids)
+        return (e.double() * torch.tensor(e.size(-1), dtype=torch.float64).sqrt()).to(e.dtype)
+
+
+CORRECT_B = [("get_pair_stats", f) for f in (get_pair_stats_counter_sum, get_pair_stats_numpy_ints,
+                                             get_pair_stats_ordered, get_pair_stats_float, get_pair_stats_repeat,
+                                             get_pair_stats_rows)]
+CORRECT_B += [("merge_pair", f) for f in (merge_pair_split_parts, merge_pair_gpt2, merge_pair_skip_flag,
+                                          merge_pair_slice_assign, merge_pair_reduce, merge_pair_tab_regex)]
+CORRECT_B += [("learn_bpe", f) for f in (learn_bpe_items_max, learn_bpe_heap_codepoints, learn_bpe_numpy_counts,
+                                         learn_bpe_verbose_keyword, learn_bpe_live_counts, learn_bpe_argmax)]
+CORRECT_B += [("apply_bpe", f) for f in (apply_bpe_gpt2, apply_bpe_cached, apply_bpe_sorted_candidates,
+                                         apply_bpe_numpy_argmin, apply_bpe_replay, apply_bpe_recursive)]
+CORRECT_B += [("BPETokenizer", c) for c in (TokenizerPickle, TokenizerTupleIds, TokenizerInitArguments,
+                                            TokenizerLoadNew, TokenizerNumpyTable, TokenizerKeywordOnlyTrain,
+                                            TokenizerNumpyIds)]
+CORRECT_B += [("pad_sequences", f) for f in (pad_sequences_full_loop, pad_sequences_numpy, pad_sequences_cat,
+                                             pad_sequences_int32_then_long, pad_sequences_mask, pad_sequences_tuples)]
+CORRECT_B += [("TokenEmbedding", c) for c in (TokenEmbeddingScaleBuffer, TokenEmbeddingKeywords,
+                                              TokenEmbeddingFairseqInit, TokenEmbeddingScaleModule,
+                                              TokenEmbeddingFromPretrained, TokenEmbeddingDoubleMath)]
+
+
+@pytest.mark.parametrize("name,obj", CORRECT_B, ids=[f"{n}-{o.__name__}" for n, o in CORRECT_B])
+def test_more_correct_implementations(name, obj):
+    assert_full_marks(obj, name)
+
+
+# ---------------------------------------------------------------- review B: more mistakes
+def stats_last_pair_missed(vocab):
+    stats = collections.Counter()
+    for s, n in vocab.items():
+        for i in range(len(s) - 2):
+            stats[s[i], s[i + 1]] += n
+    return stats
+
+
+def stats_mutable_default(vocab, stats=collections.Counter()):  # noqa: B008  (the mistake itself)
+    for s, n in vocab.items():
+        for p in zip(s, s[1:]):
+            stats[p] += n
+    return stats
+
+
+def stats_string_keys(vocab):
+    stats = collections.Counter()
+    for s, n in vocab.items():
+        for a, b in zip(s, s[1:]):
+            stats[a + " " + b] += n
+    return stats
+
+
+def stats_characters(vocab):
+    stats = collections.Counter()
+    for s, n in vocab.items():
+        w = "".join(s)
+        for p in zip(w, w[1:]):
+            stats[p] += n
+    return stats
+
+
+def merge_drops_last(symbols, pair):
+    out, i = [], 0
+    while i < len(symbols) - 1:
+        if (symbols[i], symbols[i + 1]) == pair:
+            out.append(symbols[i] + symbols[i + 1])
+            i += 2
+        else:
+            out.append(symbols[i])
+            i += 1
+    return tuple(out)
+
+
+def merge_with_space(symbols, pair):
+    out, i = [], 0
+    while i < len(symbols):
+        if i + 1 < len(symbols) and (symbols[i], symbols[i + 1]) == pair:
+            out.append(symbols[i] + " " + symbols[i + 1])
+            i += 2
+        else:
+            out.append(symbols[i])
+            i += 1
+    return tuple(out)
+
+
+def merge_regex_without_boundaries(symbols, pair):
+    return tuple(re.sub(re.escape(" ".join(pair)), "".join(pair), " ".join(symbols)).split(" "))
+
+
+def _learn_with(words=None, merge=None, choose=None, start=_word):
+    def learn_bpe(corpus, num_merges, min_frequency=2):
+        counts = (words or (lambda c: collections.Counter(w for line in c for w in line.split())))(corpus)
+        vocab = {start(w): f for w, f in counts.items()}
+        merges = []
+        while len(merges) < num_merges:
+            stats = solutions.get_pair_stats(vocab)
+            if not stats:
+                break
+            best = (choose or (lambda st: max(st, key=lambda p: (st[p], p))))(stats)
+            if stats[best] < min_frequency:
+                break
+            merges.append(best)
+            vocab = {(merge or solutions.merge_pair)(s, best): f for s, f in vocab.items()}
+        return merges
+    return learn_bpe
+
+
+def learn_bpe_mutable_default(corpus, num_merges, min_frequency=2, _words=collections.Counter()):  # noqa: B008
+    _words.update(w for line in corpus for w in line.split())
+    return _learn_with(words=lambda c: _words)(corpus, num_merges, min_frequency)
+
+
+def learn_bpe_num_merges_as_vocab_size(corpus, num_merges, min_frequency=2):
+    """Stops once the symbol vocabulary reaches num_merges."""
+    vocab = {_word(w): f for w, f in collections.Counter(w for line in corpus for w in line.split()).items()}
+    merges = []
+    while len({s for w in vocab for s in w}) < num_merges:
+        stats = solutions.get_pair_stats(vocab)
+        if not stats:
+            break
+        best = max(stats, key=lambda p: (stats[p], p))
+        if stats[best] < min_frequency:
+            break
+        merges.append(best)
+        vocab = {solutions.merge_pair(s, best): f for s, f in vocab.items()}
+    return merges
+
+
+def learn_bpe_merged_strings(corpus, num_merges, min_frequency=2):
+    return [a + b for a, b in solutions.learn_bpe(corpus, num_merges, min_frequency)]
+
+
+def apply_bpe_cache_by_word(word, merges, _cache={}):  # noqa: B006  (the mistake itself)
+    if word not in _cache:
+        _cache[word] = solutions.apply_bpe(word, merges)
+    return list(_cache[word])
+
+
+def apply_bpe_stops_at_two(word, merges):
+    rank = {tuple(m): i for i, m in reversed(list(enumerate(merges)))}
+    s = _word(word)
+    while len(s) > 2:
+        pairs = [p for p in zip(s, s[1:]) if p in rank]
+        if not pairs:
+            break
+        s = solutions.merge_pair(s, min(pairs, key=rank.get))
+    return list(s)
+
+
+def apply_bpe_joined(word, merges):
+    return " ".join(solutions.apply_bpe(word, merges))
+
+
+def apply_bpe_marker_characters(word, merges):
+    rank = {tuple(m): i for i, m in reversed(list(enumerate(merges)))}
+    s = tuple(word + "</w>")
+    while True:
+        pairs = [p for p in zip(s, s[1:]) if p in rank]
+        if not pairs:
+            return list(s)
+        s = solutions.merge_pair(s, min(pairs, key=rank.get))
+
+
+class TokDecodeJoinsWithSpaces(BPETokenizer):
+    def decode(self, ids):
+        return " ".join(self.itos[i] for i in ids if i > 2).replace("</w>", "").strip()
+
+
+class TokDecodeNotStripped(BPETokenizer):
+    def decode(self, ids):
+        return "".join(self.itos[i] for i in ids if i > 2).replace("</w>", " ")
+
+
+class TokLowercases(BPETokenizer):
+    def train(self, corpus, num_merges, min_frequency=2):
+        return super().train([line.lower() for line in corpus], num_merges, min_frequency)
+
+    def encode(self, text):
+        return super().encode(text.lower())
+
+
+class TokMergesOnlyVocabulary(BPETokenizer):
+    def train(self, corpus, num_merges, min_frequency=2):
+        super().train(corpus, num_merges, min_frequency)
+        self.itos = list(dict.fromkeys(self.itos[:4] + ["".join(m) for m in self.merges]))
+        self.stoi = {s: i for i, s in enumerate(self.itos)}
+        return self
+
+
+class TokMinFrequencyOne(BPETokenizer):
+    def train(self, corpus, num_merges, min_frequency=1):
+        return super().train(corpus, num_merges, min_frequency)
+
+
+class TokUnknownIsPad(BPETokenizer):
+    def encode(self, text):
+        return [self.stoi.get(s, 0) for s in self.tokenize(text)]
+
+
+class TokSavesOnlyVocabulary(BPETokenizer):
+    def save(self, path):
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump({"itos": self.itos}, f)
+
+    @classmethod
+    def load(cls, path):
+        with open(path, encoding="utf-8") as f:
+            tok = cls()
+            tok.itos = json.load(f)["itos"]
+        tok.stoi = {s: i for i, s in enumerate(tok.itos)}
+        return tok
+
+
+def pad_sorted_by_length(seqs, pad_id=0):
+    return solutions.pad_sequences(sorted(seqs, key=len, reverse=True), pad_id)
+
+
+def pad_int32(seqs, pad_id=0):
+    return solutions.pad_sequences(seqs, pad_id).int()
+
+
+def pad_one_column_too_many(seqs, pad_id=0):
+    width = max(len(s) for s in seqs) + 1
+    return torch.tensor([list(s) + [pad_id] * (width - len(s)) for s in seqs], dtype=torch.long)
+
+
+def pad_fixed_width(seqs, pad_id=0, max_len=8):
+    return torch.tensor([list(s) + [pad_id] * (max_len - len(s)) for s in seqs], dtype=torch.long)
+
+
+def pad_numpy_array(seqs, pad_id=0):
+    return solutions.pad_sequences(seqs, pad_id).numpy()
+
+
+class EmbeddingSwappedSizes(TokenEmbedding):
+    def __init__(self, vocab_size, d_model, padding_idx=None):
+        super().__init__(d_model, vocab_size, padding_idx)
+        self.d_model = d_model
+
+
+class EmbeddingReinitialised(TokenEmbedding):
+    def __init__(self, vocab_size, d_model, padding_idx=None):
+        super().__init__(vocab_size, d_model, padding_idx)
+        nn.init.xavier_uniform_(self.embedding.weight)
+
+
+class EmbeddingScalesWeightsInForward(TokenEmbedding):
+    def forward(self, ids):
+        with torch.no_grad():
+            self.embedding.weight.mul_(math.sqrt(self.d_model))
+        return self.embedding(ids)
+
+
+class EmbeddingWithDropout(TokenEmbedding):
+    def __init__(self, vocab_size, d_model, padding_idx=None):
+        super().__init__(vocab_size, d_model, padding_idx)
+        self.dropout = nn.Dropout(0.1)
+
+    def forward(self, ids):
+        return self.dropout(super().forward(ids))
+
+
+class EmbeddingPaddingAlwaysZero(TokenEmbedding):
+    def __init__(self, vocab_size, d_model, padding_idx=None):
+        super().__init__(vocab_size, d_model, 0)
+
+
+class EmbeddingFlattensIds(TokenEmbedding):
+    def forward(self, ids):
+        return super().forward(ids.reshape(-1))
+
+
+MISTAKES_B = [
+    ("get_pair_stats", "the last pair of each word missed", stats_last_pair_missed, ["last pair of each word"]),
+    ("get_pair_stats", "a mutable default Counter", stats_mutable_default, ["called twice", "mutable default"]),
+    ("get_pair_stats", "keys 'a b' strings", stats_string_keys, ["tuple (left, right)"]),
+    ("get_pair_stats", "character pairs", stats_characters, ["pairs of characters"]),
+    ("merge_pair", "the last symbol dropped", merge_drops_last, ["last symbol was lost"]),
+    ("merge_pair", "merged with a space", merge_with_space, ["'l' + 'o' -> 'lo'"]),
+    ("merge_pair", "a regex without boundaries", merge_regex_without_boundaries, ["inside a symbol"]),
+    ("learn_bpe", "word counts in a mutable default", learn_bpe_mutable_default, ["not in this corpus",
+                                                                                  "mutable default"]),
+    ("learn_bpe", "str.replace on the joined word", _learn_with(
+        merge=lambda s, p: tuple(" ".join(s).replace(" ".join(p), "".join(p)).split(" "))),
+     ["matched inside symbols", "str.replace"]),
+    ("learn_bpe", "the corpus lowercased", _learn_with(
+        words=lambda c: collections.Counter(w for line in c for w in line.lower().split())), ["lowercased"]),
+    ("learn_bpe", "words counted once per line", _learn_with(
+        words=lambda c: collections.Counter(w for line in c for w in set(line.split()))), ["frequencies ignored"]),
+    ("learn_bpe", "ties by the joined string", _learn_with(
+        choose=lambda st: max(st, key=lambda p: (st[p], "".join(p)))), ["ties go to the greatest pair"]),
+    ("learn_bpe", "sorted by (-count, pair)", _learn_with(
+        choose=lambda st: sorted(st.items(), key=lambda kv: (-kv[1], kv[0]))[0][0]), ["smallest pair"]),
+    ("learn_bpe", "</w> split into characters", _learn_with(start=lambda w: tuple(w + "</w>")),
+     ["pieces of the marker", "< / w >"]),
+    ("learn_bpe", "merged strings returned", learn_bpe_merged_strings, ["(left, right) pairs"]),
+    ("learn_bpe", "num_merges taken as the vocabulary size", learn_bpe_num_merges_as_vocab_size, ["num_merges"]),
+    ("apply_bpe", "a cache keyed by the word", apply_bpe_cache_by_word, ["EARLIER call", "cache"]),
+    ("apply_bpe", "stops with two symbols", apply_bpe_stops_at_two, ["two symbols left"]),
+    ("apply_bpe", "a joined string returned", apply_bpe_joined, ["list or tuple of strings"]),
+    ("apply_bpe", "</w> split into characters", apply_bpe_marker_characters, ["< / w >"]),
+    ("BPETokenizer", "decode joins subwords with spaces", TokDecodeJoinsWithSpaces, ["joined with spaces"]),
+    ("BPETokenizer", "decode not stripped", TokDecodeNotStripped, ["strip the result"]),
+    ("BPETokenizer", "lowercases", TokLowercases, ["lowercased"]),
+    ("BPETokenizer", "a vocabulary of merges only", TokMergesOnlyVocabulary, ["every character of the corpus"]),
+    ("BPETokenizer", "train's min_frequency 1", TokMinFrequencyOne, ["min_frequency=2"]),
+    ("BPETokenizer", "unknown symbols as <pad>", TokUnknownIsPad, ["<unk>, whose id is 3"]),
+    ("BPETokenizer", "save keeps only the vocabulary", TokSavesOnlyVocabulary, ["after save and load"]),
+    ("pad_sequences", "rows sorted by length", pad_sorted_by_length, ["reordered"]),
+    ("pad_sequences", "int32", pad_int32, ["torch.long", "int32"]),
+    ("pad_sequences", "one column too many", pad_one_column_too_many, ["LONGEST"]),
+    ("pad_sequences", "a fixed width", pad_fixed_width, ["LONGEST"]),
+    ("pad_sequences", "a numpy array", pad_numpy_array, ["torch.LongTensor", "ndarray"]),
+    ("TokenEmbedding", "nn.Embedding(d_model, vocab_size)", EmbeddingSwappedSizes, ["arguments swapped"]),
+    ("TokenEmbedding", "re-initialised after building", EmbeddingReinitialised, ["re-initialisation"]),
+    ("TokenEmbedding", "weights scaled in forward", EmbeddingScalesWeightsInForward, ["weights in place"]),
+    ("TokenEmbedding", "a dropout inside", EmbeddingWithDropout, ["dropout inside TokenEmbedding"]),
+    ("TokenEmbedding", "padding_idx always 0", EmbeddingPaddingAlwaysZero, ["only when one is given"]),
+    ("TokenEmbedding", "ids flattened", EmbeddingFlattensIds, ["(B, L) -> (B, L, d_model)"]),
+]
+
+
+@pytest.mark.parametrize("name,label,obj,keywords", MISTAKES_B, ids=[f"{m[0]}-{m[1]}" for m in MISTAKES_B])
+def test_more_mistakes_are_caught(name, label, obj, keywords):
     assert_caught(obj, name, *keywords)
 
 

@@ -354,6 +354,401 @@ def test_module_mistakes_are_caught(label, cls, keywords):
     assert_caught(cls, "PositionalEncoding", *keywords)
 
 
+# ---------------------------------------------------------------- review B: correct, written differently
+def table_outer_f64(max_len, d_model):
+    """torch.outer in float64; pairs written into a (L, d/2, 2) tensor and viewed flat; float64 out."""
+    if d_model % 2:
+        raise ValueError(f"odd d_model {d_model}")
+    inv = 1.0 / (10000.0 ** (torch.arange(0, d_model, 2, dtype=torch.float64) / d_model))
+    ang = torch.outer(torch.arange(max_len, dtype=torch.float64), inv)
+    out = torch.empty(max_len, d_model // 2, 2, dtype=torch.float64)
+    out[..., 0] = ang.sin()
+    out[..., 1] = ang.cos()
+    return out.view(max_len, d_model)
+
+
+def table_numpy_rates(max_len, d_model, *, base=10000):
+    """TensorFlow tutorial style in numpy, 2 * (i // 2) per column; a keyword-only extra argument."""
+    if d_model % 2 == 1:
+        raise ValueError("d_model must be even")
+    pos = np.arange(max_len)[:, np.newaxis]
+    i = np.arange(d_model)[np.newaxis, :]
+    angles = pos / np.power(base, (2 * (i // 2)) / np.float32(d_model))
+    angles[:, 0::2] = np.sin(angles[:, 0::2])
+    angles[:, 1::2] = np.cos(angles[:, 1::2])
+    return torch.tensor(angles, dtype=torch.float32)
+
+
+def table_einsum_permuted(max_len, d_model, dtype=torch.float32, device=None):
+    """einsum, [sin | cos] concatenated and then interleaved by a column permutation; dtype/device keywords."""
+    if d_model % 2:
+        raise ValueError("d_model must be even, got %d" % d_model)
+    pos = torch.arange(max_len, dtype=dtype, device=device)
+    freq = torch.exp(torch.arange(0, d_model, 2, dtype=dtype, device=device) * (-math.log(10000.0) / d_model))
+    ang = torch.einsum("p,f->pf", pos, freq)
+    both = torch.cat([ang.sin(), ang.cos()], dim=1)
+    order = torch.arange(d_model).view(2, d_model // 2).t().reshape(-1)  # 0, h, 1, h + 1, ...
+    return both[:, order]
+
+
+def table_python_lists(max_len, d_model):
+    if d_model & 1:
+        raise ValueError("odd")
+    rows = []
+    for pos in range(max_len):
+        row = []
+        for k in range(d_model // 2):
+            a = pos / (10000 ** (2 * k / d_model))
+            row += [math.sin(a), math.cos(a)]
+        rows.append(row)
+    return torch.tensor(rows)
+
+
+def table_in_place(max_len, d_model):
+    """In-place sin_/cos_ on views of a tensor it made itself, under torch.no_grad (harmless)."""
+    if d_model % 2:
+        raise ValueError("d_model must be even")
+    with torch.no_grad():
+        pe = torch.arange(max_len, dtype=torch.float32).unsqueeze(1).repeat(1, d_model)
+        exponent = torch.arange(d_model).div(2, rounding_mode="floor").mul_(2).float().div_(d_model)
+        pe.div_(torch.pow(10000.0, exponent))
+        pe[:, 0::2].sin_()
+        pe[:, 1::2].cos_()
+    return pe
+
+
+def table_logspace(max_len, d_model):
+    """The frequencies 10^(-4 * 2i/d) from torch.logspace, in float64."""
+    if d_model % 2:
+        raise ValueError("odd d_model")
+    inv = torch.logspace(0, -(d_model - 2) / d_model * 4, d_model // 2, base=10.0, dtype=torch.float64)
+    ang = torch.arange(max_len, dtype=torch.float64)[:, None] * inv
+    return torch.stack((ang.sin(), ang.cos()), dim=2).flatten(1).float()
+
+
+class PEIdentityWhenNoDropout(nn.Module):
+    """A persistent buffer with another name; nn.Identity when dropout is 0; a keyword-only extra."""
+
+    def __init__(self, d_model, max_len=5000, dropout=0.1, *, scale_input=False):
+        super().__init__()
+        self.register_buffer("pos_table", table_outer_f64(max_len, d_model).float())
+        self.dropout = nn.Dropout(dropout) if dropout > 0 else nn.Identity()
+        self.scale_input = scale_input
+
+    def forward(self, x):
+        n = x.shape[1]
+        if n > len(self.pos_table):
+            raise ValueError(f"sequence length {n} > max_len {len(self.pos_table)}")
+        return self.dropout(x + self.pos_table[:n].unsqueeze(0))
+
+
+class PETransposedTable(nn.Module):
+    """The table stored (d_model, max_len); its columns sliced and transposed back in forward."""
+
+    def __init__(self, d_model, max_len=5000, dropout=0.1):
+        super().__init__()
+        self.register_buffer("pe_t", solutions.sinusoidal_encoding(max_len, d_model).t().contiguous())
+        self.drop = nn.Dropout(p=dropout)
+
+    def forward(self, x):
+        if x.size(1) > self.pe_t.size(1):
+            raise ValueError("too long for max_len")
+        return self.drop(x + self.pe_t[:, : x.size(1)].t())
+
+
+class PEEmbeddingLookup(nn.Module):
+    """F.embedding of position ids into the table under no_grad (the table needs no gradient anyway);
+    in-place F.dropout on the fresh sum."""
+
+    def __init__(self, d_model, max_len=5000, dropout=0.1):
+        super().__init__()
+        self.max_len, self.p = max_len, dropout
+        self.register_buffer("table", table_numpy_rates(max_len, d_model), persistent=False)
+
+    def forward(self, x):
+        B, L, _ = x.shape
+        if L > self.max_len:
+            raise ValueError(f"sequence of length {L} longer than max_len={self.max_len}")
+        with torch.no_grad():
+            pos = F.embedding(torch.arange(L, device=x.device).expand(B, L), self.table)
+        return F.dropout(x + pos, p=self.p, training=self.training, inplace=True)
+
+
+class PECloneAddInPlace(nn.Module):
+    """Clones x and adds in place; dropout by a bernoulli mask written by hand."""
+
+    def __init__(self, d_model, max_len=5000, dropout=0.1):
+        super().__init__()
+        pe = torch.zeros(max_len, d_model)
+        pe.copy_(solutions.sinusoidal_encoding(max_len, d_model))
+        self.register_buffer("pe", pe)
+        self.rate = float(dropout)
+
+    def forward(self, x):
+        if x.size(1) > self.pe.size(0):
+            raise ValueError("longer than max_len")
+        y = x.clone()
+        y += self.pe[: y.size(1)]
+        if self.training and self.rate:
+            keep = torch.bernoulli(torch.full_like(y, 1 - self.rate))
+            y.mul_(keep).div_(1 - self.rate)
+        return y
+
+
+class PEAddSubmodule(nn.Module):
+    """A (1, max_len, d) buffer, the addition in a child module, an extra forward argument."""
+
+    class Add(nn.Module):
+        def forward(self, x, table):
+            return torch.add(x, table)
+
+    def __init__(self, d_model, max_len=5000, dropout=0.1):
+        super().__init__()
+        self.register_buffer("pe", table_einsum_permuted(max_len, d_model)[None])
+        self.add = self.Add()
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x, mask=None):
+        seq = x.size(-2)
+        if seq > self.pe.size(-2):
+            raise ValueError(f"length {seq} exceeds max_len")
+        return self.dropout(self.add(x, self.pe[:, :seq, :]))
+
+
+class PEFloat64TableCastLike(nn.Module):
+    """A float64 buffer cast with .to(x) and expand_as(x); also takes unbatched (L, d) input."""
+
+    def __init__(self, d_model, max_len=5000, dropout=0.1):
+        super().__init__()
+        self.register_buffer("pe", table_outer_f64(max_len, d_model))
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x):
+        L = x.shape[-2]
+        if L > self.pe.shape[0]:
+            raise ValueError(f"sequence length {L} > max_len {self.pe.shape[0]}")
+        return self.dropout(x + self.pe[:L].to(x).expand_as(x))
+
+
+@pytest.mark.parametrize("fn", [table_outer_f64, table_numpy_rates, table_einsum_permuted, table_python_lists,
+                                table_in_place, table_logspace])
+def test_more_correct_tables(fn):
+    assert_full_marks(fn, "sinusoidal_encoding")
+
+
+@pytest.mark.parametrize("cls", [PEIdentityWhenNoDropout, PETransposedTable, PEEmbeddingLookup, PECloneAddInPlace,
+                                 PEAddSubmodule, PEFloat64TableCastLike])
+def test_more_correct_modules(cls):
+    assert_full_marks(cls, "PositionalEncoding")
+
+
+# ---------------------------------------------------------------- review B: more mistakes
+def table_integer_division(max_len, d_model):
+    if d_model % 2:
+        raise ValueError("odd")
+    angle = torch.arange(max_len)[:, None] / 10000 ** (torch.arange(0, d_model, 2) // d_model)
+    pe = torch.zeros(max_len, d_model)
+    pe[:, 0::2], pe[:, 1::2] = angle.sin(), angle.cos()
+    return pe
+
+
+def table_log10(max_len, d_model):
+    if d_model % 2:
+        raise ValueError("odd")
+    div = torch.exp(torch.arange(0, d_model, 2).float() * (-math.log10(10000.0) / d_model))
+    angle = torch.arange(max_len).float()[:, None] * div
+    pe = torch.zeros(max_len, d_model)
+    pe[:, 0::2], pe[:, 1::2] = angle.sin(), angle.cos()
+    return pe
+
+
+def table_batch_axis(max_len, d_model):
+    return solutions.sinusoidal_encoding(max_len, d_model).unsqueeze(0)
+
+
+def table_transposed(max_len, d_model):
+    return solutions.sinusoidal_encoding(max_len, d_model).T
+
+
+def table_int64(max_len, d_model):
+    """zeros_like of integer positions: the sines are truncated to integers."""
+    if d_model % 2:
+        raise ValueError("odd")
+    pos = torch.arange(max_len).unsqueeze(1)
+    pe = torch.zeros_like(pos).repeat(1, d_model)
+    angle = pos / 10000 ** (torch.arange(0, d_model, 2) / d_model)
+    pe[:, 0::2], pe[:, 1::2] = angle.sin(), angle.cos()
+    return pe
+
+
+def table_base_1000(max_len, d_model):
+    if d_model % 2:
+        raise ValueError("odd")
+    angle = torch.arange(max_len).float()[:, None] / 1000 ** (torch.arange(0, d_model, 2).float() / d_model)
+    return torch.stack([angle.sin(), angle.cos()], -1).reshape(max_len, d_model)
+
+
+def table_one_row_short(max_len, d_model):
+    return solutions.sinusoidal_encoding(max_len + 1, d_model)[1:]
+
+
+TABLE_MISTAKES_B = [
+    ("integer division in the exponent", table_integer_division, ["integer division"]),
+    ("math.log10", table_log10, ["log10", "natural logarithm"]),
+    ("a leading batch axis", table_batch_axis, ["leading batch axis", "(max_len, d_model)"]),
+    ("transposed", table_transposed, ["transposed", "(d_model, max_len)"]),
+    ("an int64 table", table_int64, ["float32", "int64"]),
+    ("base 1000", table_base_1000, ["base 1000"]),
+    ("positions 1..max_len", table_one_row_short, ["positions counted from 1"]),
+]
+
+
+@pytest.mark.parametrize("label,fn,keywords", TABLE_MISTAKES_B, ids=[m[0] for m in TABLE_MISTAKES_B])
+def test_more_table_mistakes_are_caught(label, fn, keywords):
+    assert_caught(fn, "sinusoidal_encoding", *keywords)
+
+
+class PEBatchAxisLengthCheck(nn.Module):
+    """A (1, max_len, d) table, but the length compared with pe.size(0), which is 1."""
+
+    def __init__(self, d_model, max_len=5000, dropout=0.1):
+        super().__init__()
+        self.register_buffer("pe", solutions.sinusoidal_encoding(max_len, d_model).unsqueeze(0))
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x):
+        if x.size(1) > self.pe.size(0):
+            raise ValueError("longer than max_len")
+        return self.dropout(x + self.pe[:, : x.size(1)])
+
+
+class PEBatchAxisSlicedFirst(PEBatchAxisLengthCheck):
+    """A (1, max_len, d) table sliced pe[:L]: the axis of size 1, so the whole table is added."""
+
+    def forward(self, x):
+        if x.size(1) > self.pe.size(1):
+            raise ValueError("longer than max_len")
+        return self.dropout(x + self.pe[: x.size(1)])
+
+
+class PETableArgumentsSwapped(nn.Module):
+    def __init__(self, d_model, max_len=5000, dropout=0.1):
+        super().__init__()
+        self.register_buffer("pe", solutions.sinusoidal_encoding(max_len, d_model).T.contiguous())  # as if (d, L)
+        self.dropout = nn.Dropout(dropout)
+        self.max_len = max_len
+
+    def forward(self, x):
+        if x.size(1) > self.max_len:
+            raise ValueError("too long")
+        return self.dropout(x + self.pe[: x.size(1)])
+
+
+class PENoGradForward(PositionalEncoding):
+    @torch.no_grad()
+    def forward(self, x):
+        return super().forward(x)
+
+
+class PEDetachesX(PositionalEncoding):
+    def forward(self, x):
+        return super().forward(x.detach())
+
+
+class PEDropoutBuiltInForward(PositionalEncoding):
+    def __init__(self, d_model, max_len=5000, dropout=0.1):
+        super().__init__(d_model, max_len, dropout)
+        self.p = dropout
+
+    def forward(self, x):
+        if x.size(1) > self.pe.size(0):
+            raise ValueError("too long")
+        return nn.Dropout(self.p)(x + self.pe[: x.size(1)])
+
+
+class PEShortensItsTable(PositionalEncoding):
+    """self.pe = self.pe[:L]: the next, longer sequence finds a shorter table."""
+
+    def forward(self, x):
+        if x.size(1) > self.pe.size(0):
+            raise ValueError("too long")
+        self.pe = self.pe[: x.size(1)]
+        return self.dropout(x + self.pe)
+
+
+class PECachesFirstSlice(PositionalEncoding):
+    def forward(self, x):
+        if x.size(1) > self.pe.size(0):
+            raise ValueError("too long")
+        if not hasattr(self, "_slice"):
+            self._slice = self.pe[: x.size(1)]
+        return self.dropout(x + self._slice)
+
+
+class PESequenceFirstTable(nn.Module):
+    """The old tutorial's (max_len, 1, d) table, sliced by the length of batch-first x."""
+
+    def __init__(self, d_model, max_len=5000, dropout=0.1):
+        super().__init__()
+        self.register_buffer("pe", solutions.sinusoidal_encoding(max_len, d_model).unsqueeze(1))
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x):
+        if x.size(1) > self.pe.size(0):
+            raise ValueError("too long")
+        return self.dropout(x + self.pe[: x.size(1)])
+
+
+class PEScalesTable(PositionalEncoding):
+    def forward(self, x):
+        if x.size(1) > self.pe.size(0):
+            raise ValueError("too long")
+        return self.dropout(x + self.pe[: x.size(1)] * math.sqrt(x.size(-1)))
+
+
+class PELengthCheckOnBatch(PositionalEncoding):
+    def forward(self, x):
+        if x.size(0) > self.pe.size(0):
+            raise ValueError("too long")
+        return self.dropout(x + self.pe[: x.size(1)])
+
+
+class PEIndexErrorTooLong(PositionalEncoding):
+    def forward(self, x):
+        if x.size(1) > self.pe.size(0):
+            raise IndexError("too long")
+        return self.dropout(x + self.pe[: x.size(1)])
+
+
+MODULE_MISTAKES_B = [
+    ("(1, L, d) table, length vs pe.size(0)", PEBatchAxisLengthCheck, ["self.pe.size(1)", "(1, max_len, d_model)"]),
+    ("(1, L, d) table sliced on its first axis", PEBatchAxisSlicedFirst, ["self.pe[:, :x.size(1)]"]),
+    ("table built (d_model, max_len)", PETableArgumentsSwapped, ["(d_model, max_len)", "arguments in that order"]),
+    ("forward under torch.no_grad", PENoGradForward, ["torch.no_grad()", "without gradient"]),
+    ("x detached", PEDetachesX, [".detach()", "without gradient"]),
+    ("nn.Dropout built inside forward", PEDropoutBuiltInForward, ["eval mode", "built inside forward"]),
+    ("the stored table shortened", PEShortensItsTable, ["shrank", "self.pe = self.pe[:L]"]),
+    ("a slice cached from the first call", PECachesFirstSlice, ["earlier call"]),
+    ("(max_len, 1, d) table for batch-first x", PESequenceFirstTable, ["(max_len, 1, d_model)", "batch-first"]),
+    ("the table scaled by sqrt(d_model)", PEScalesTable, ["table multiplied by sqrt(d_model)"]),
+    ("length checked on the batch axis", PELengthCheckOnBatch, ["ValueError", "longer than max_len"]),
+    ("IndexError for a long sequence", PEIndexErrorTooLong, ["ValueError", "IndexError"]),
+]
+
+
+@pytest.mark.parametrize("label,cls,keywords", MODULE_MISTAKES_B, ids=[m[0] for m in MODULE_MISTAKES_B])
+def test_more_module_mistakes_are_caught(label, cls, keywords):
+    assert_caught(cls, "PositionalEncoding", *keywords)
+
+
+def test_checks_leave_the_global_random_state_alone():
+    torch.manual_seed(123)
+    expected = torch.rand(3)
+    torch.manual_seed(123)
+    grade(solutions.PositionalEncoding)
+    assert torch.equal(torch.rand(3), expected)
+
+
 def test_targeted_mistakes_lose_little():
     points, _ = grade(PENoLengthCheck, "PositionalEncoding")
     assert points >= 4

@@ -23,7 +23,7 @@ import torch
 from torch import nn
 
 from ..core import CheckFailure, register
-from ._util import build, expect_attr, expect_close, expect_shape, fmt, seeded
+from ._util import build, close, expect_attr, expect_close, expect_shape, fmt, seeded
 
 END = "</w>"
 PAD, BOS, EOS, UNK = 0, 1, 2, 3
@@ -112,6 +112,8 @@ def _start(word: str, end: str = "joined") -> tuple[str, ...]:
         return tuple(word)
     if end == "separate":
         return tuple(word) + (END,)
+    if end == "chars":  # tuple(word + '</w>'): the marker split into its characters
+        return tuple(word + END)
     return tuple(word[:-1]) + (word[-1] + END,)
 
 
@@ -124,6 +126,16 @@ def _merge_variant(symbols, pair, how: str = "left") -> tuple[str, ...]:
         out, i = [], 0
         while i < len(symbols):
             if i + 1 < len(symbols) and symbols[i] == pair[0]:
+                out.append(symbols[i] + symbols[i + 1])
+                i += 2
+            else:
+                out.append(symbols[i])
+                i += 1
+        return tuple(out)
+    if how == "drop_last":  # the loop stops one short (while i < len - 1) and the last symbol is lost when unmerged
+        out, i = [], 0
+        while i < len(symbols) - 1:
+            if (symbols[i], symbols[i + 1]) == pair:
                 out.append(symbols[i] + symbols[i + 1])
                 i += 2
             else:
@@ -153,8 +165,10 @@ def _merge_variant(symbols, pair, how: str = "left") -> tuple[str, ...]:
 
 
 def _learn_variant(corpus, num_merges, min_frequency, tie="max", weighted=True, end="joined", merge="left",
-                   stop="lt", extra=0, across=False):
+                   stop="lt", extra=0, across=False, lower=False):
     """BPE learned by recounting every pair at each step; the keywords select a classic mistake."""
+    if lower:
+        corpus = [line.lower() for line in corpus]
     if across:  # each line one sequence: the words' symbols in a row
         counts = Counter(tuple(s for w in line.split(" ") if w for s in _start(w)) for line in corpus)
         words, freqs = list(counts), list(counts.values())
@@ -196,10 +210,14 @@ LEARN_MISTAKES = {
     "(low -> l o w</w>)": dict(end="missing"),
     "`</w>` added as a separate symbol: join it to the last character (low -> l o w</w>, not l o w </w>)":
         dict(end="separate"),
+    "`</w>` split into the characters < / w >: tuple(word + '</w>') splits the marker too; join it to the last "
+    "character as one symbol (low -> l o w</w>)": dict(end="chars"),
     "overlapping occurrences merged: after merging the pair at i, continue at i + 2 "
     "(a a a -> aa a)": dict(merge="overlap"),
     "occurrences merged from right to left: scan the word left to right (a a a -> aa a, not a aa)":
         dict(merge="right"),
+    "the pair matched inside symbols (str.replace on the space-joined word, e.g. 'a b' inside 'aa b'): merge whole "
+    "symbols only, as merge_pair does, (symbols[i], symbols[i + 1]) == pair": dict(merge="substring"),
     "min_frequency ignored: stop as soon as the best pair is seen fewer than min_frequency times":
         dict(stop="ignore"),
     "stopped at count == min_frequency: a pair seen exactly min_frequency times is still merged "
@@ -210,11 +228,23 @@ LEARN_MISTAKES = {
     "only, every word its own symbol sequence": dict(across=True),
     "one merge too few: make num_merges merges (while len(merges) < num_merges)": dict(extra=-1),
     "one merge too many: stop once len(merges) == num_merges": dict(extra=1),
+    "the corpus was lowercased: BPE takes the text as it is ('I' and 'i' are different symbols)": dict(lower=True),
 }
 
 
-def _learn_shape_hint(got) -> str | None:
+def _learn_shape_hint(got, corpus=None) -> str | None:
     """A mistake that shows in the merges themselves, whatever the corpus."""
+    if corpus is not None:
+        text = "".join(corpus)
+        chars = set(text) | set(text.lower()) | set(text.upper())  # a change of case has its own hint
+        foreign = next((m for m in got if any(set(s.replace(END, "")) - chars for s in m)), None)
+        if foreign is not None and all(set(s.replace(END, "")) - chars <= set(END) for m in got for s in m):
+            return (f"the merge {foreign} holds pieces of the marker: `</w>` was split into the characters < / w > "
+                    "(tuple(word + '</w>')); a word starts as tuple(word[:-1]) + (word[-1] + '</w>',)")
+        if foreign is not None:
+            return (f"the merge {foreign} holds characters that are not in this corpus: words from an earlier call "
+                    "were counted too. Build the word counts inside the function at every call (no mutable default "
+                    "argument such as counts=Counter(), no global)")
     if len(set(got)) < len(got):
         twice = next(m for i, m in enumerate(got) if m in got[:i])
         return (f"the same pair {twice} merged twice: after choosing a pair, merge it in every word "
@@ -225,7 +255,7 @@ def _learn_shape_hint(got) -> str | None:
     return None
 
 
-def _learn_mistakes(corpus, num_merges, min_frequency, budget: float = 2.0) -> dict:
+def _learn_mistakes(corpus, num_merges, min_frequency, budget: float = 3.0) -> dict:
     """{description: the merges that mistake gives}, lazily computed, given up after `budget` seconds."""
     start = time.perf_counter()
 
@@ -243,7 +273,7 @@ def _apply_variant(word, merges, how="priority"):
     ranks = {}
     for i, pair in enumerate(merges):
         ranks.setdefault(tuple(pair), i)
-    end = {"separate_end": "separate", "missing_end": "missing"}.get(how, "joined")
+    end = {"separate_end": "separate", "missing_end": "missing", "chars_end": "chars"}.get(how, "joined")
     symbols = _start(word, end)
     if how == "once":
         for pair in merges:
@@ -252,7 +282,7 @@ def _apply_variant(word, merges, how="priority"):
     if how == "end_after":
         symbols = tuple(word)
     merge = {"overlap": "overlap", "right": "right"}.get(how, "left")
-    while len(symbols) > 1:
+    while len(symbols) > (2 if how == "two" else 1):
         pairs = [p for p in zip(symbols, symbols[1:]) if p in ranks]
         if not pairs:
             break
@@ -275,11 +305,15 @@ APPLY_MISTAKES = {
     "`</w>` dropped from the last symbol: keep it (lower -> ['low', 'er</w>'])": "drop_end",
     "`</w>` kept as a separate symbol: join it to the last character (low -> l o w</w>)": "separate_end",
     "`</w>` never added: a word starts as l o w</w>, the last character carrying `</w>`": "missing_end",
+    "`</w>` split into the characters < / w >: tuple(word + '</w>') splits the marker too; start from "
+    "tuple(word[:-1]) + (word[-1] + '</w>',)": "chars_end",
     "overlapping occurrences merged: after merging the pair at i, continue at i + 2 (a a a -> aa a)": "overlap",
     "occurrences merged from right to left: scan left to right (a a a -> aa a, not a aa)": "right",
     "the LATEST merge applied first: at each step merge the pair that comes EARLIEST in the merges list "
     "(min of the ranks, not max)": "latest",
     "`</w>` joined only after merging: start from l o w</w>, so that merges ending in `</w>` can apply": "end_after",
+    "stopped with two symbols left (while len(symbols) > 2): keep merging while len(symbols) > 1, a word can end "
+    "as one symbol": "two",
 }
 
 
@@ -296,7 +330,11 @@ def _stats_variant(vocab, how="right"):
             stats[pair] += 1
         return dict(stats)
     for symbols, count in vocab.items():
+        if how == "chars":  # characters of the joined word, not symbols
+            symbols = "".join(symbols)
         pairs = list(zip(symbols, symbols[1:]))
+        if how == "last_missed":  # range(len(symbols) - 2)
+            pairs = pairs[:-1]
         for pair in (dict.fromkeys(pairs) if how == "once_per_word" else pairs):
             if how == "assign":
                 stats[pair] = count
@@ -311,6 +349,10 @@ STATS_MISTAKES = {
     "twice)": "once_per_word",
     "pairs taken across words: pair only neighbours inside one word, zip(symbols, symbols[1:])": "across",
     "a count overwritten (stats[pair] = count): add to it, stats[pair] += count": "assign",
+    "the last pair of each word missed (range(len(symbols) - 2)): a word of n symbols has n - 1 pairs, "
+    "range(len(symbols) - 1) or zip(symbols, symbols[1:])": "last_missed",
+    "pairs of characters of the joined word: pair whole symbols, zip(symbols, symbols[1:]) ('w</w>' is one "
+    "symbol)": "chars",
 }
 
 
@@ -320,6 +362,12 @@ def _call_stats(get_pair_stats, vocab, what):
     if vocab != frozen:
         raise CheckFailure(f"{what}: the vocabulary passed in", "unchanged", fmt(vocab),
                            "count the pairs without modifying the words or their counts")
+    again = _as_stats(get_pair_stats(dict(frozen)), what + ", called a second time")
+    if again != got:
+        raise CheckFailure(f"{what}, called twice", f"the same counts both times, {fmt(got)}", f"{fmt(again)} "
+                           "the second time", "counts kept between calls: create a new Counter inside the function at "
+                           "every call (a mutable default argument such as stats=Counter(), or a global, keeps "
+                           "growing)")
     return got
 
 
@@ -363,7 +411,7 @@ def _stats_symbols(get_pair_stats):
 
 # ------------------------------------------------------------------------------------ merge_pair
 def _merge_check(merge_pair, symbols, pair, what, hint,
-                 hows=("overlap", "right", "first", "substring", "left_only")):
+                 hows=("overlap", "right", "first", "substring", "left_only", "drop_last")):
     got = _as_symbols(merge_pair(symbols, pair), what)
     names = {"overlap": "overlapping occurrences merged: after merging the pair at i, continue at i + 2, "
                         "so (a, a, a) -> (aa, a)",
@@ -372,7 +420,9 @@ def _merge_check(merge_pair, symbols, pair, what, hint,
              "substring": "the pair matched inside a symbol (str.replace on the joined text): compare whole "
                           "symbols, (symbols[i], symbols[i + 1]) == pair",
              "left_only": "only the left symbol compared (symbols[i] == pair[0]): the right one must match too, "
-                     "(symbols[i], symbols[i + 1]) == pair"}
+                     "(symbols[i], symbols[i + 1]) == pair",
+             "drop_last": "the last symbol was lost: the loop stopped at len(symbols) - 1; loop while i < len(symbols) "
+                          "and append the last symbol when it is not merged"}
     _expect(tuple(got), _merge_variant(symbols, pair), what, hint,
             {names[h]: (lambda h=h: _merge_variant(symbols, pair, h)) for h in hows})
 
@@ -429,7 +479,7 @@ def _learn_small(learn_bpe, name, hint, defaults=False):
     got = learn_bpe(lines, n) if defaults else learn_bpe(lines, n, min_frequency=m)
     _corpus_unchanged(lines, corpus, call)
     got = _as_merges(got, call)
-    shape = _learn_shape_hint(got) if got != expected else None
+    shape = _learn_shape_hint(got, corpus) if got != expected else None
     _expect(got, expected, call + " (merges made by subword-nmt)", shape or hint,
             None if shape else _learn_mistakes(corpus, n, m))
 
@@ -503,7 +553,7 @@ def _learn_fixture(learn_bpe, name):
     if got == expected:
         return
     k = next((i for i, (a, b) in enumerate(zip(got, expected)) if a != b), min(len(got), len(expected)))
-    hint = _learn_shape_hint(got) or _named(got, _learn_mistakes(corpus, n, m))
+    hint = _learn_shape_hint(got, corpus) or _named(got, _learn_mistakes(corpus, n, m))
     if k < len(got) and k < len(expected):
         c_exp, c_got = _count_at(corpus, expected, k, [expected[k], got[k]])
         if hint is None:
@@ -545,7 +595,20 @@ def _apply_one(apply_bpe, word, merges, expected, what=None, hint=None):
                            f"{len(given)} merges, {fmt(given)}", "read the merges without modifying the list "
                            "(no pop, sort, append or assignment to merges[i]); build a new dict or list instead")
     got = _as_symbols(got, what)
-    _expect(got, list(expected), what, hint, _apply_mistakes(word, merges))
+    key = tuple(tuple(m) for m in merges)
+    earlier = [v for k, v in _ANSWERS.get(word, {}).items() if k != key and v != list(expected)]
+    mistakes = dict(_apply_mistakes(word, merges))
+    # the word's right segmentation under the merges of an earlier call: a cache that ignores the merges
+    mistakes["the segmentation of this word under the merges of an EARLIER call came back: a cache keyed by the word "
+             "alone (or a global) keeps answers for other merges; key it by (word, merges), or drop it"] = (
+        got if got in earlier else None)
+    _expect(got, list(expected), what, hint, mistakes)
+    if len(_ANSWERS) > 2000:
+        _ANSWERS.clear()
+    _ANSWERS.setdefault(word, {})[key] = list(expected)
+
+
+_ANSWERS: dict[str, dict] = {}  # word -> {merges: the right segmentation}, from the calls made so far
 
 
 def _apply_stored(apply_bpe, case, hint):
@@ -611,7 +674,7 @@ def _encode(tok, text, what=None):
     except KeyError as e:
         raise CheckFailure(what, "ids, with <unk> (3) for a symbol not in the vocabulary",
                            f"KeyError: {str(e)[:80]}", "unknown symbols map to <unk>: stoi.get(symbol, UNK)") from None
-    if isinstance(ids, torch.Tensor):
+    if isinstance(ids, torch.Tensor) or type(ids).__module__ == "numpy":
         ids = ids.tolist()
     if not isinstance(ids, (list, tuple)) or not all(
             isinstance(i, numbers.Integral) and not isinstance(i, bool) for i in ids):
@@ -726,10 +789,28 @@ def _tok_segments(cls):
                                    "every character of the corpus (alone and with </w>) and every merged symbol "
                                    "belongs in the vocabulary")
             if id_of.setdefault(s, i) != i or subword_of.setdefault(i, s) != s:
+                folded = id_of[s] == i and subword_of[i].lower() == s.lower()
                 raise CheckFailure(f"encode({word!r}): the id of {s!r}",
                                    f"one id for each subword ({s!r} is {id_of[s]} elsewhere)" if id_of[s] != i else
                                    f"a different id from {subword_of[i]!r}'s", f"{i}",
+                                   "the text was lowercased (or case-folded): keep it as it is, 'I' and 'i' are "
+                                   "different symbols" if folded else
                                    "give each vocabulary entry one id: stoi = {s: i for i, s in enumerate(itos)}")
+    # train(corpus, num_merges) learns with learn_bpe's default min_frequency=2, as subword-nmt does: on
+    # 'ab ab ab cd cd ef' subword-nmt merges (a, b</w>) and (c, d</w>), and (e, f</w>), seen once, stays unmerged
+    corpus, n, m, merges = _case("min_frequency_default")
+    small = build(cls, what="BPETokenizer()")
+    small.train(list(corpus), n)
+    for word, subwords in (("ab", ["ab</w>"]), ("cd", ["cd</w>"]), ("ef", ["e", "f</w>"])):
+        ids = _encode(small, word)
+        if len(ids) != len(subwords):
+            raise CheckFailure(f"BPETokenizer().train({corpus!r}, {n}).encode({word!r})",
+                               f"{len(subwords)} id{'s' if len(subwords) > 1 else ''}, for {subwords} (subword-nmt's "
+                               f"merges {merges}, min_frequency={m})", f"{len(ids)} ids {fmt(ids)}",
+                               "train learns with learn_bpe's default min_frequency=2: a pair seen once is not merged"
+                               if len(ids) < len(subwords) else
+                               "train learns the merges with learn_bpe(corpus, num_merges) and encode splits each "
+                               "word with apply_bpe")
 
 
 @register("BPETokenizer", "decode(encode(s)) gives back s with whitespace collapsed, unseen words included")
@@ -750,6 +831,13 @@ def _tok_round_trip(cls):
         if got != expected:
             raise CheckFailure(f"decode(encode({text!r}))", repr(expected), repr(got),
                                hint_unk if UNK in ids else
+                               "the text came back in another case: train and encode take the text as it is, "
+                               "without lowercasing" if got.lower() == expected.lower() else
+                               "the subwords were joined with spaces: join them with '' and let each `</w>` become "
+                               "the space between words" if got.split() != expected.split() and
+                               "".join(got.split()) == "".join(expected.split()) else
+                               "the space left by the last `</w>` (or around the text) stays: strip the result"
+                               if got.strip() == expected else
                                "join the subwords and turn each `</w>` into a space, then strip; " + split_hint)
 
 
@@ -849,6 +937,8 @@ def _pad_check(pad_sequences, seqs, pad_id, what, mistakes_extra=None):
         mistakes["pad_id ignored: fill with pad_id, not 0"] = torch.tensor(
             [list(s) + [0] * (width - len(s)) for s in seqs], dtype=torch.long)
     mistakes.update(mistakes_extra or {})
+    if sorted(got.tolist()) == sorted(expected.tolist()) and not torch.equal(got, expected):
+        mistakes["the rows were reordered (sorted by length?): row i holds seqs[i], in the order given"] = got
     real = torch.tensor([[j < len(s) for j in range(width)] for s in seqs])
     fill = got[~real].unique()
     if torch.equal(got[real], expected[real]) and fill.numel() == 1:
@@ -916,6 +1006,11 @@ def _forward_check(cls, vocab_size, d_model, seed):
                                base * (d_model / 2),
                            "d_model hard-coded (sqrt(512)): scale by the d_model given to __init__":
                                base * math.sqrt(512)})
+    if not torch.equal(emb.weight.detach(), weight):
+        raise CheckFailure(f"embedding.weight after a call of TokenEmbedding({vocab_size}, {d_model})", "unchanged",
+                           "changed by forward", "forward scaled the weights in place (embedding.weight.mul_ or "
+                           "weight.data *= ...): every call scales them again; scale the output, "
+                           "self.embedding(ids) * math.sqrt(d_model)")
 
 
 def _backward(out):
@@ -930,6 +1025,8 @@ def _backward(out):
 def _emb_attr(cls):
     _, emb = _embedding(cls, 11, 8)
     expect_shape(emb.weight, (11, 8), "embedding.weight of TokenEmbedding(11, 8)",
+                 "the arguments swapped, nn.Embedding(d_model, vocab_size): nn.Embedding(vocab_size, d_model) has one "
+                 "row of d_model numbers per token" if tuple(emb.weight.shape) == (8, 11) else
                  "nn.Embedding(vocab_size, d_model): one row of d_model numbers per token")
 
 
@@ -950,7 +1047,10 @@ def _emb_padding(cls):
         raise CheckFailure("TokenEmbedding(7, 4, padding_idx=0).embedding.padding_idx", "0", fmt(emb.padding_idx),
                            "pass it on: nn.Embedding(vocab_size, d_model, padding_idx=padding_idx)")
     out = expect_shape(module(torch.tensor([[0, 3, 0]])), (1, 3, 4), "TokenEmbedding(7, 4, padding_idx=0)(ids (1, 3))")
-    expect_close(out[0, 0], torch.zeros(4), "the vector of the padding id 0", "nn.Embedding's padding row is zero")
+    expect_close(out[0, 0], torch.zeros(4), "the vector of the padding id 0",
+                 "nn.Embedding zeroes the padding row when it is built; a re-initialisation of the whole weight "
+                 "afterwards (nn.init.normal_, xavier_uniform_, ...) overwrites it: zero the row again, "
+                 "with torch.no_grad(): embedding.weight[padding_idx].zero_(), or keep nn.Embedding's own init")
     _backward(out)
     if emb.weight.grad is None or emb.weight.grad[0].abs().max() > 0:
         raise CheckFailure("embedding.weight.grad[0] (the padding row) after a backward pass", "zeros",
@@ -972,6 +1072,14 @@ def _emb_grad(cls):
     expect_shape(out, (2, 3, 9), "TokenEmbedding(6, 9)(ids of shape (2, 3))",
                  "embedding(ids): (B, L) -> (B, L, d_model)")
     expect_shape(module(ids[0]), (3, 9), "TokenEmbedding(6, 9)(ids of shape (3,))", "do not reshape the ids")
+    if module.training:  # a new module: in training mode, where a dropout would show
+        rows = emb.weight.detach()[ids] * 3.0
+        if isinstance(out, torch.Tensor) and out.shape == rows.shape and not close(out, rows):
+            zeros = bool(((out.detach() == 0) & (rows != 0)).any())
+            expect_close(out, rows, "TokenEmbedding(6, 9)(ids) in training mode",
+                         hint="a dropout inside TokenEmbedding: the model applies dropout after adding the positional "
+                              "encoding (PositionalEncoding does it); TokenEmbedding is embedding(ids) * sqrt(d_model) "
+                              "only" if zeros else "embedding(ids) * math.sqrt(d_model), in training mode too")
     _backward(out)
     grad = emb.weight.grad
     if grad is None:

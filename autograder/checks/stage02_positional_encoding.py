@@ -16,8 +16,10 @@ def _table(max_len: int, d_model: int, how: str = "right") -> torch.Tensor:
     """PE[pos, 2i] = sin(pos / 10000^(2i/d)), PE[pos, 2i+1] = cos(same), in float64; or a classic mistake."""
     pos = torch.arange(max_len, dtype=torch.float64)[:, None] + (1 if how == "from_one" else 0)  # (L, 1)
     i = torch.arange(d_model // 2, dtype=torch.float64)[None, :]                                 # (1, d/2)
-    exponent = {"i_over_d": i / d_model, "four_i": 4 * i / d_model}.get(how, 2 * i / d_model)
-    angle = pos * 10000.0 ** exponent if how == "inverted" else pos / 10000.0 ** exponent        # (L, d/2)
+    exponent = {"i_over_d": i / d_model, "four_i": 4 * i / d_model, "int_div": 0 * i,
+                "log10": 2 * i / d_model * (4.0 / math.log(10000.0))}.get(how, 2 * i / d_model)
+    base = 1000.0 if how == "base_1000" else 10000.0
+    angle = pos * base ** exponent if how == "inverted" else pos / base ** exponent              # (L, d/2)
     sin, cos = torch.sin(angle), torch.cos(angle)
     if how == "concat":
         return torch.cat([sin, cos], dim=1)
@@ -49,6 +51,12 @@ TABLE_MISTAKES = {
     "from_one": "positions counted from 1: the first position is 0 (its row is [0, 1, 0, 1, ...])",
     "inverted": "pos multiplied by 10000^(2i/d_model) instead of divided by it",
     "sin_only": "cos missing: the odd columns hold cos of the same angle as the sin before them",
+    "int_div": "every column got the angle pos itself: the exponent 2i/d_model was computed with integer division "
+               "(2i // d_model, or integer tensors) and is 0; divide in floating point, "
+               "torch.arange(0, d_model, 2, dtype=torch.float32) / d_model",
+    "log10": "log10(10000) = 4 used where the natural logarithm belongs: 1/10000^(2i/d_model) = "
+             "exp(-math.log(10000.0) * 2i / d_model), math.log, not math.log10",
+    "base_1000": "base 1000 instead of 10000: pos / 10000^(2i/d_model)",
 }
 
 
@@ -68,8 +76,16 @@ def _expect_close_lazy(got, expected, what, hint, atol, mistakes):
 # -------------------------------------------------------------------------------- sinusoidal_encoding
 def _encode(sinusoidal_encoding, max_len, d_model):
     what = f"sinusoidal_encoding({max_len}, {d_model})"
-    pe = expect_shape(sinusoidal_encoding(max_len, d_model), (max_len, d_model), what,
-                      "one row per position, one column per dimension: (max_len, d_model)")
+    pe = sinusoidal_encoding(max_len, d_model)
+    shape = tuple(pe.shape) if isinstance(pe, torch.Tensor) else None
+    hint = "one row per position, one column per dimension: (max_len, d_model)"
+    if shape == (1, max_len, d_model):
+        hint = ("a leading batch axis was added (unsqueeze(0)): return the (max_len, d_model) table itself; "
+                "adding it to (batch, length, d_model) broadcasts over the batch anyway")
+    elif shape == (d_model, max_len) and max_len != d_model:
+        hint = ("transposed, (d_model, max_len): rows are positions and columns dimensions, "
+                "PE[pos, 2i] (check the order of the arguments, sinusoidal_encoding(max_len, d_model))")
+    pe = expect_shape(pe, (max_len, d_model), what, hint)
     if pe.dtype not in (torch.float32, torch.float64):
         raise CheckFailure(f"{what}: dtype", "torch.float32 (or float64)", str(pe.dtype),
                            "compute the table in float32 or float64: torch.arange(max_len, dtype=torch.float32)")
@@ -125,7 +141,58 @@ def _module(cls, d_model, max_len=None, dropout=None):
     if not isinstance(module, nn.Module):
         raise CheckFailure(f"PositionalEncoding({args})", "an nn.Module", type(module).__name__,
                            "subclass nn.Module and call super().__init__() first")
+    _remember(module)
     return module, f"PositionalEncoding({args})"
+
+
+def _table_tensor(module):
+    """The module's biggest floating tensor (buffer, parameter or plain attribute): its table, whatever its name."""
+    found = [t for t in list(module.buffers()) + list(module.parameters()) + list(vars(module).values())
+             if isinstance(t, torch.Tensor) and t.is_floating_point()]
+    return max(found, key=lambda t: t.numel(), default=None)
+
+
+_BUILT: dict[int, tuple] = {}  # id(module) -> (module, its table's shape when built, lengths it has handled)
+
+
+def _remember(module):
+    if len(_BUILT) > 8:
+        _BUILT.clear()
+    table = _table_tensor(module)
+    _BUILT[id(module)] = (module, tuple(table.shape) if table is not None else None, set())
+
+
+def _diagnose(module, x, max_len, refused=False):
+    """A hint naming the likely cause when forward fails on a sequence that fits (`refused`: with a ValueError),
+    from the table's shape now and when the module was built; None when nothing specific is seen."""
+    _, L, d = x.shape
+    table = _table_tensor(module)
+    shape = tuple(table.shape) if table is not None else None
+    entry = _BUILT.get(id(module))
+    built, lengths = (entry[1], entry[2]) if entry is not None and entry[0] is module else (None, set())
+    if shape is not None and built is not None and table.numel() < math.prod(built):
+        return (f"the stored table shrank from shape {built} to {shape} since the module was built: forward "
+                "replaced it by a slice (self.pe = self.pe[:L]); keep the whole table and slice into a local "
+                "variable, pe = self.pe[:x.size(1)]")
+    if refused and L == max_len:
+        return "a sequence exactly max_len long fits: raise only when x.size(1) > max_len"
+    if shape is not None and len(shape) == 3 and shape[0] == 1 and shape[1] >= L:
+        return (f"the table has shape {shape}, (1, max_len, d_model): its length is self.pe.size(1), not "
+                "self.pe.size(0) (which is 1): compare x.size(1) with self.pe.size(1)" if refused else
+                f"the table has shape {shape}, (1, max_len, d_model): slice its LENGTH axis, self.pe[:, :x.size(1)] "
+                "(pe[:L] slices the axis of size 1 and keeps the whole table)")
+    if shape is not None and len(shape) == 3 and shape[1] == 1:
+        return (f"the table has shape {shape}, (max_len, 1, d_model): that is the sequence-first layout "
+                "(length, batch, d_model) of PyTorch's old tutorial; x is batch-first (batch, length, d_model): "
+                "keep a (max_len, d_model) table and add pe[:x.size(1)] (it broadcasts over the batch)")
+    if shape is not None and len(shape) == 2 and max_len is not None and shape == (d, max_len) != (max_len, d):
+        return (f"the table has shape {shape}, (d_model, max_len): build it with sinusoidal_encoding(max_len, "
+                "d_model), the arguments in that order")
+    if lengths - {L}:
+        return (f"this module handled a sequence of length {min(lengths - {L})} before and now fails on length {L}: "
+                "forward keeps something from an earlier call (a slice of the table cached for that length); "
+                "slice the table afresh at every call, self.pe[:x.size(1)]")
+    return None
 
 
 def _forward(module, x, what, max_len=None):
@@ -134,13 +201,20 @@ def _forward(module, x, what, max_len=None):
     except ValueError as e:
         if max_len is None or x.size(1) > max_len:
             raise
+        hint = _diagnose(module, x, max_len, refused=True) or (
+            f"a sequence of length {x.size(1)}, shorter than max_len={max_len}, was refused: compare the length "
+            "x.size(1) with the table's number of positions (self.pe.size(0) for a (max_len, d_model) table, "
+            "self.pe.size(1) for (1, max_len, d_model)), not with another axis")
         raise CheckFailure(what, f"x + PE for a sequence of length {x.size(1)} <= max_len={max_len}",
-                           f"ValueError: {str(e)[:120]}", "a sequence exactly max_len long fits: raise only when "
-                           "x.size(1) > max_len") from None
+                           f"ValueError: {str(e)[:120]}", hint) from None
     except RuntimeError as e:
         raise CheckFailure(what, f"a tensor of x's shape {tuple(x.shape)}", f"RuntimeError: {str(e)[:160]}",
+                           _diagnose(module, x, max_len) or
                            "x is (batch, length, d_model): slice the table to the length, pe[:x.size(1)] "
                            "(not x.size(0), the batch), and add it; it broadcasts over the batch") from None
+    entry = _BUILT.get(id(module))
+    if entry is not None and entry[0] is module:
+        entry[2].add(x.size(1))
     return expect_shape(out, x.shape, what, "return x + PE[:length]: the same shape as x")
 
 
@@ -152,13 +226,15 @@ def _forward_mistakes(x, max_len):
            x * math.sqrt(d) + pe[:L],
            "the table was sliced with x.size(0) (the batch) instead of x.size(1) (the length): x is (batch, "
            "length, d_model)": x + pe[:B][:, None, :],
-           "the table was not added: return x + PE[:length]": x}
+           "the table was not added: return x + PE[:length]": x,
+           "the table multiplied by sqrt(d_model): add it as it is (the sqrt(d_model) scaling belongs to "
+           "TokenEmbedding, on the embeddings)": x + pe[:L] * math.sqrt(d)}
     for how, text in TABLE_MISTAKES.items():
         out["the table: " + text] = x + _table(max_len, d, how)[:L]
     return out
 
 
-@register("PositionalEncoding", "forward(x) = x + PE[:length] for batch-first x (dropout=0)")
+@register("PositionalEncoding", "forward(x) = x + PE[:length] for batch-first x (dropout=0); the gradient reaches x")
 def _pe_forward(cls):
     module, name = _module(cls, 8, max_len=20, dropout=0.0)
     module.eval()
@@ -168,10 +244,25 @@ def _pe_forward(cls):
     out = _forward(module, x.clone(), what, 20)
     _expect_close_lazy(out, x + _table(20, 8)[:5], what, "x + self.pe[:x.size(1)] (the table broadcasts over the "
                        "batch)", 1e-4, lambda: _forward_mistakes(x, 20))
-    x2 = torch.randn(2, 20, 8)
+    with seeded(6):
+        x2 = torch.randn(2, 20, 8)
     _expect_close_lazy(_forward(module, x2.clone(), f"{name}(x) for x of shape (2, 20, 8)", 20), x2 + _table(20, 8),
                        f"{name}(x) for x of shape (2, 20, 8)", "x + self.pe[:x.size(1)]", 1e-4,
                        lambda: _forward_mistakes(x2, 20))
+    # the embeddings below are trained through this module: the output must stay connected to x
+    leaf = x.clone().requires_grad_()
+    what = f"{name}(x) for x that requires grad"
+    out = _forward(module, leaf * 1.0, what, 20)
+    if not out.requires_grad:
+        raise CheckFailure(what, "an output connected to x (requires_grad=True)", "a tensor without gradient",
+                           "forward cut x off the graph (torch.no_grad(), x.detach() or x.data): the token "
+                           "embeddings are trained through x + PE; only the table itself needs no gradient")
+    out.sum().backward()
+    if leaf.grad is None:
+        raise CheckFailure(f"x.grad after {what}.sum().backward()", "ones (d(x + PE)/dx = 1)", "None",
+                           "compute the output from x itself, with no .detach(), .data or torch.no_grad()")
+    expect_close(leaf.grad, torch.ones_like(leaf), f"x.grad after {what}.sum().backward()",
+                 hint="x + PE with dropout 0 has gradient 1 for every entry of x: add the table to x once, unscaled")
 
 
 @register("PositionalEncoding", "keeps the table in a buffer: not a Parameter, and it follows .to()")
@@ -195,8 +286,14 @@ def _pe_buffer(cls):
     if not any(is_table(b) for b in module.buffers()):
         sizes = [tuple(b.shape) for b in module.buffers() if b.is_floating_point() and b.numel() % 6 == 0]
         if sizes:
-            raise CheckFailure(f"{name}: the table's buffer", "max_len x d_model = 12 x 6 numbers",
-                               f"a buffer of shape {sizes[0]}",
+            entry = _BUILT.get(id(module))
+            built = entry[1] if entry is not None and entry[0] is module else None
+            shrank = built is not None and math.prod(built) == 12 * 6
+            raise CheckFailure(f"{name}: the table's buffer" + (" after one forward call" if shrank else ""),
+                               "max_len x d_model = 12 x 6 numbers", f"a buffer of shape {sizes[0]}" +
+                               (f" (it was {built} when built)" if shrank else ""),
+                               "forward replaced the stored table by a slice (self.pe = self.pe[:L]): keep the whole "
+                               "table and slice into a local variable, pe = self.pe[:x.size(1)]" if shrank else
                                "the max_len argument is ignored: build the table with sinusoidal_encoding(max_len, "
                                "d_model), not a fixed length")
         attrs = [k for k, v in vars(module).items() if is_table(v)]
@@ -227,8 +324,9 @@ def _pe_dropout(cls):
     if (plain.abs() < 1e-6).any():
         raise CheckFailure(f"{name}(x) in eval mode", "no value zeroed (x + PE > 0 here)",
                            f"{(plain.abs() < 1e-6).double().mean().item():.0%} zeros",
-                           "dropout applied in eval mode: use nn.Dropout (or F.dropout(..., training=self.training)), "
-                           "which does nothing after module.eval()")
+                           "dropout applied in eval mode: build self.dropout = nn.Dropout(dropout) once in __init__ "
+                           "(a module built inside forward is always in training mode), or F.dropout(..., "
+                           "training=self.training); either does nothing after module.eval()")
     module.train()
     what = f"{name}(x) in training mode"
     with seeded(2):
@@ -276,11 +374,12 @@ def _dropout_of(d, v, scale):
 def _pe_too_long(cls):
     module, name = _module(cls, 4, max_len=10, dropout=0.0)
     module.eval()
-    x = torch.randn(2, 10, 4)
+    with seeded(7):
+        x, longer = torch.randn(2, 10, 4), torch.randn(2, 11, 4)
     _expect_close_lazy(_forward(module, x.clone(), f"{name}(x) for x of length 10 = max_len", 10), x + _table(10, 4),
                        f"{name}(x) for x of length 10 = max_len", "x + self.pe[:x.size(1)], the whole table here",
                        1e-4, lambda: _forward_mistakes(x, 10))
-    expect_raises(lambda: module(torch.randn(2, 11, 4)), ValueError, f"{name}(x) for x of length 11 > max_len",
+    expect_raises(lambda: module(longer), ValueError, f"{name}(x) for x of length 11 > max_len",
                   "check `if x.size(1) > self.pe.size(0): raise ValueError(f'sequence of length {x.size(1)} is "
                   "longer than max_len={...}')` before slicing: slicing past the end silently gives a shorter table")
 
