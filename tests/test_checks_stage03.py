@@ -334,3 +334,246 @@ def test_the_checks_own_references_are_not_shortcuts():
     attention may use any softmax (lesson 03 grades the softmax on its own): full marks."""
     assert_full_marks(attention_where, "scaled_dot_product_attention")  # torch.softmax inside: allowed
     assert_full_marks(solutions.softmax)
+
+
+# ---------------------------------------------------------------- second review: more styles, more mistakes
+def softmax_unbind(x, dim=-1):
+    """A Python sum over the slices along dim."""
+    rows = x.unbind(dim)
+    m = torch.stack(rows, 0).max(0).values
+    es = [torch.exp(r - m) for r in rows]
+    total = sum(es)
+    return torch.stack([e / total for e in es], dim)
+
+
+def softmax_l1_normalize(x, dim=-1):
+    e = (x - x.max(dim=dim, keepdim=True)[0]).exp()
+    return torch.nn.functional.normalize(e, p=1, dim=dim)
+
+
+def softmax_keyword_only_extras(x, dim=-1, *, dtype=None, eps=0.0):
+    d = dim % x.dim()
+    e = torch.exp(x - torch.amax(x, dim=d, keepdim=True).detach())
+    out = e / (e.sum(d, keepdim=True) + eps)
+    return out if dtype is None else out.to(dtype)
+
+
+def softmax_movedim(x, dim=-1):
+    y = x.movedim(dim, 0)
+    e = (y - y.max(0).values).exp()
+    return (e / e.sum(0)).movedim(0, dim)
+
+
+def softmax_numpy_swapaxes(x, dim=-1):
+    import numpy as np
+    a = np.swapaxes(x.numpy(), dim, -1).astype(np.float64)
+    e = np.exp(a - a.max(-1)[..., None])
+    return torch.tensor(np.swapaxes(e / e.sum(-1)[..., None], dim, -1), dtype=x.dtype)
+
+
+def softmax_max_under_no_grad(x, dim=-1):
+    with torch.no_grad():
+        m = x.amax(dim, keepdim=True)
+    e = torch.exp(x - m)
+    return e / e.sum(dim, keepdim=True)
+
+
+def softmax_dim_none(x, dim=None):
+    dim = -1 if dim is None else dim
+    e = (x - x.amax(dim, True)).exp()
+    return e / e.sum(dim, True)
+
+
+@pytest.mark.parametrize("fn", [softmax_unbind, softmax_l1_normalize, softmax_keyword_only_extras, softmax_movedim,
+                                softmax_numpy_swapaxes, softmax_max_under_no_grad, softmax_dim_none])
+def test_second_review_correct_softmax(fn):
+    assert_full_marks(fn, "softmax")
+
+
+def attention_keyword_scale_inf_fill(q, k, v, mask=None, dropout=None, *, scale=None):
+    """-inf fill, the fully masked rows set to 0 scores (uniform weights) with torch.where."""
+    s = torch.matmul(q, k.mT) * (q.size(-1) ** -0.5 if scale is None else scale)
+    if mask is not None:
+        s = s.masked_fill(mask == False, float("-inf"))  # noqa: E712
+        s = torch.where(mask.any(-1, keepdim=True), s, torch.zeros_like(s))
+    w = s.softmax(-1)
+    if dropout is not None:
+        w = dropout(w)
+    return w @ v, w
+
+
+def attention_quarter_scales(q, k, v, mask=None, dropout=None):
+    """q and k each scaled by d_k ** -0.25; a hand-written softmax; the weights returned before dropout."""
+    d = q.shape[-1]
+    s = (q / d ** 0.25) @ (k / d ** 0.25).swapaxes(-1, -2)
+    if mask is not None:
+        s = s.masked_fill(~mask.bool(), -1e9)
+    e = torch.exp(s - s.amax(-1, keepdim=True))
+    w = e / e.sum(-1, keepdim=True)
+    return torch.matmul(dropout(w) if dropout is not None else w, v), w
+
+
+def attention_index_put_expanded(q, k, v, mask=None, dropout=None):
+    """Boolean indexing on its own scores, with the mask expanded to their shape first."""
+    s = q @ k.transpose(-2, -1) / math.sqrt(k.size(-1))
+    if mask is not None:
+        s[~mask.expand_as(s)] = torch.finfo(s.dtype).min
+    w = torch.softmax(s, dim=-1)
+    if dropout:
+        w = dropout(w)
+    return w @ v, w
+
+
+def attention_numpy_weights(q, k, v, mask=None, dropout=None):
+    import numpy as np
+    qn, kn = q.numpy().astype(np.float64), k.numpy().astype(np.float64)
+    s = qn @ np.swapaxes(kn, -1, -2) / np.sqrt(qn.shape[-1])
+    if mask is not None:
+        s = np.where(mask.numpy(), s, -1e30)
+    e = np.exp(s - s.max(-1, keepdims=True))
+    w = torch.from_numpy(e / e.sum(-1, keepdims=True)).to(q.dtype)
+    if dropout is not None:
+        w = dropout(w)
+    return w @ v, w
+
+
+def attention_exp_times_mask(q, k, v, mask=None, dropout=None):
+    """exp(scores - max) multiplied by the mask and renormalized, a clamp against 0/0."""
+    s = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+    m = torch.ones_like(s, dtype=torch.bool) if mask is None else mask
+    s = s.masked_fill(~m, -1e9)
+    e = torch.exp(s - s.max(-1, keepdim=True).values) * m
+    w = e / e.sum(-1, keepdim=True).clamp_min(1e-30)
+    if dropout is not None:
+        w = dropout(w)
+    return w @ v, w
+
+
+def attention_baddbmm_flattened(q, k, v, mask=None, dropout=None):
+    lead = q.shape[:-2]
+    q2, k2, v2 = (t.reshape(-1, *t.shape[-2:]) for t in (q, k, v))
+    s = torch.baddbmm(torch.zeros(q2.size(0), q2.size(1), k2.size(1)), q2, k2.transpose(1, 2), beta=0.0,
+                      alpha=1 / math.sqrt(q.size(-1))).view(*lead, q.size(-2), k.size(-2))
+    if mask is not None:
+        s = s.masked_fill(mask.logical_not(), -1e4)
+    w = s.softmax(-1)
+    wd = dropout(w) if dropout is not None else w
+    return (wd.reshape(-1, *wd.shape[-2:]) @ v2).view(*lead, q.size(-2), v.size(-1)), w
+
+
+@pytest.mark.parametrize("fn", [attention_keyword_scale_inf_fill, attention_quarter_scales, attention_index_put_expanded,
+                                attention_numpy_weights, attention_exp_times_mask, attention_baddbmm_flattened])
+def test_second_review_correct_attention(fn):
+    assert_full_marks(fn, "scaled_dot_product_attention")
+
+
+def softmax_shifted_by_the_mean(x, dim=-1):
+    e = (x - x.mean(dim, keepdim=True)).exp()  # right for narrow rows, inf / inf for a row like [-500, 0, 500]
+    return e / e.sum(dim, keepdim=True)
+
+
+def softmax_shifted_by_the_global_max(x, dim=-1):
+    e = (x - x.max()).exp()  # a row far below the tensor's maximum underflows to 0 / 0
+    return e / e.sum(dim, keepdim=True)
+
+
+def softmax_max_over_the_last_dim_only(x, dim=-1):
+    e = (x - x.amax(-1, keepdim=True)).exp()
+    return e / e.sum(dim, keepdim=True)
+
+
+def test_second_review_softmax_mistakes_are_caught():
+    assert_caught(softmax_shifted_by_the_mean, "softmax", "subtract the row's maximum")
+    assert_caught(softmax_shifted_by_the_global_max, "softmax", "subtract the row's maximum")
+    assert_caught(softmax_max_over_the_last_dim_only, "softmax", "use `dim` in both the max and the sum")
+
+
+def _attention(q, k, v, mask=None, dropout=None, scale=None, fill=-1e9, dim=-1):
+    s = q @ k.transpose(-2, -1) / (math.sqrt(q.size(-1)) if scale is None else scale(q))
+    if mask is not None:
+        s = s.masked_fill(~mask, fill)
+    w = torch.softmax(s, dim)
+    return (dropout(w) if dropout is not None else w) @ v, w
+
+
+def attention_scaled_by_sqrt_len_q(q, k, v, mask=None, dropout=None):
+    return _attention(q, k, v, mask, dropout, scale=lambda q: math.sqrt(q.size(-2)))
+
+
+def attention_weights_divided_after_softmax(q, k, v, mask=None, dropout=None):
+    s = q @ k.transpose(-2, -1)
+    if mask is not None:
+        s = s.masked_fill(~mask, -1e9)
+    w = torch.softmax(s, -1) / math.sqrt(q.size(-1))  # the parentheses closed too early
+    return (dropout(w) if dropout is not None else w) @ v, w
+
+
+def attention_softmax_over_heads(q, k, v, mask=None, dropout=None):
+    return _attention(q, k, v, mask, dropout, dim=1)
+
+
+def attention_small_fill(q, k, v, mask=None, dropout=None):
+    return _attention(q, k, v, mask, dropout, fill=-1.0)
+
+
+def attention_boolean_index_broadcast_mask(q, k, v, mask=None, dropout=None):
+    s = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+    if mask is not None:
+        s[~mask] = -1e9  # needs a mask of the scores' exact shape
+    w = torch.softmax(s, -1)
+    return (dropout(w) if dropout is not None else w) @ v, w
+
+
+def attention_returns_weights_first(q, k, v, mask=None, dropout=None):
+    out, w = _attention(q, k, v, mask, dropout)
+    return w, out
+
+
+def attention_mask_unsqueezed(q, k, v, mask=None, dropout=None):
+    return _attention(q, k, v, None if mask is None else mask.unsqueeze(1), dropout)
+
+
+def attention_dropout_twice(q, k, v, mask=None, dropout=None):
+    out, w = _attention(q, k, v, mask)
+    if dropout is not None:
+        w = dropout(dropout(w))
+        out = w @ v
+    return out, w
+
+
+def attention_dropout_on_scores(q, k, v, mask=None, dropout=None):
+    s = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+    if dropout is not None:
+        s = dropout(s)
+    if mask is not None:
+        s = s.masked_fill(~mask, -1e9)
+    w = torch.softmax(s, -1)
+    return w @ v, w
+
+
+SECOND_REVIEW_ATTENTION_MISTAKES = [
+    ("scores divided by sqrt(len_q)", attention_scaled_by_sqrt_len_q, ["sqrt(len_q)"]),
+    ("weights divided by sqrt(d_k) after the softmax", attention_weights_divided_after_softmax,
+     ["divide the scores before the softmax", "mind the parentheses"]),
+    ("softmax over dim=1 (the heads)", attention_softmax_over_heads, ["dim=1 (the heads)"]),
+    ("masked scores filled with -1", attention_small_fill, ["masked keys still get weight", "large negative"]),
+    ("scores[~mask] with a broadcast mask", attention_boolean_index_broadcast_mask,
+     ["boolean indexing", "masked_fill(~mask, ...) lets the mask broadcast"]),
+    ("returns (weights, output)", attention_returns_weights_first, ["(weights, output)", "return the output first"]),
+    ("mask.unsqueeze(1) on a 4-d mask", attention_mask_unsqueezed, ["the mask gained a dimension"]),
+    ("dropout applied twice", attention_dropout_twice, ["dropout module was applied twice"]),
+    ("dropout applied to the scores", attention_dropout_on_scores, ["dropout module was given the scores"]),
+]
+
+
+@pytest.mark.parametrize("label,fn,keywords", SECOND_REVIEW_ATTENTION_MISTAKES,
+                         ids=[m[0] for m in SECOND_REVIEW_ATTENTION_MISTAKES])
+def test_second_review_attention_mistakes_are_caught(label, fn, keywords):
+    assert_caught(fn, "scaled_dot_product_attention", *keywords)
+
+
+def test_a_wrong_scale_is_not_blamed_on_the_dropout():
+    """The dropout module given softmax weights computed from wrong scores: the message points at the scores."""
+    _, text = assert_caught(attention_scaled_by_sqrt_len_q, "scaled_dot_product_attention")
+    line = [ln for ln in text.splitlines() if "dropout module" in ln][0]
+    assert "not to the scores or the output" not in line and "the scores are wrong" in line, line

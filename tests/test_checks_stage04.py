@@ -668,3 +668,350 @@ def test_pytorch_multi_head_attention_earns_nothing():
     points, text = grade(MHATorch, "MultiHeadAttention")
     assert points == 0 and text.count("nn.MultiheadAttention (or F.multi_head_attention_forward)") == \
         text.count("✗") > 0, text
+
+
+# ---------------------------------------------------------------- second review: more styles, more mistakes
+def _divisible(d, h):
+    if d % h:
+        raise ValueError(f"d_model={d} is not divisible by n_heads={h}")
+
+
+def split_heads_movedim(x, n_heads):
+    B, L, d = x.shape
+    _divisible(d, n_heads)
+    return torch.movedim(x.view(B, L, n_heads, -1), 2, 1)
+
+
+def split_heads_narrow(x, n_heads):
+    d = x.size(-1)
+    _divisible(d, n_heads)
+    dk = d // n_heads
+    return torch.stack([x.narrow(-1, i * dk, dk) for i in range(n_heads)], 1)
+
+
+def split_heads_any_leading_dims(x, n_heads, *, contiguous=False):
+    _divisible(x.shape[-1], n_heads)
+    y = x.view(*x.shape[:-1], n_heads, -1).transpose(-3, -2)
+    return y.contiguous() if contiguous else y
+
+
+def split_heads_numpy(x, n_heads):
+    import numpy as np
+    B, L, d = x.shape
+    _divisible(d, n_heads)
+    return torch.from_numpy(np.ascontiguousarray(x.numpy().reshape(B, L, n_heads, d // n_heads).transpose(0, 2, 1, 3)))
+
+
+def split_heads_tensor_split(x, n_heads):
+    if x.shape[2] % n_heads != 0:
+        raise ValueError(f"cannot split {x.shape[2]} features evenly into {n_heads} heads")
+    return torch.stack(torch.tensor_split(x, n_heads, dim=2), dim=1)
+
+
+def split_heads_two_transposes(x, n_heads):
+    B, L, d = x.shape
+    _divisible(d, n_heads)
+    return x.transpose(1, 2).reshape(B, n_heads, d // n_heads, L).transpose(2, 3)
+
+
+@pytest.mark.parametrize("fn", [split_heads_movedim, split_heads_narrow, split_heads_any_leading_dims, split_heads_numpy,
+                                split_heads_tensor_split, split_heads_two_transposes])
+def test_second_review_correct_split_heads(fn):
+    assert_full_marks(fn, "split_heads")
+
+
+def merge_heads_contiguous_view(x):
+    B, h, L, dk = x.size()
+    return x.permute(0, 2, 1, 3).contiguous().view(B, L, h * dk)
+
+
+def merge_heads_dstack(x):
+    return torch.dstack(list(x.unbind(dim=1)))
+
+
+def merge_heads_numpy(x):
+    B, h, L, dk = x.shape
+    return torch.from_numpy(x.numpy().transpose(0, 2, 1, 3).reshape(B, L, h * dk).copy())
+
+
+def merge_heads_movedim(x):
+    return x.movedim(1, 2).reshape(x.size(0), x.size(2), -1)
+
+
+def merge_heads_in_place_on_a_copy(x):
+    y = x.clone()
+    y.transpose_(1, 2)
+    return y.reshape(y.shape[0], y.shape[1], -1)
+
+
+def merge_heads_two_transposes(x):
+    B, h, L, dk = x.shape
+    return x.transpose(2, 3).reshape(B, h * dk, L).transpose(1, 2)
+
+
+@pytest.mark.parametrize("fn", [merge_heads_contiguous_view, merge_heads_dstack, merge_heads_numpy, merge_heads_movedim,
+                                merge_heads_in_place_on_a_copy, merge_heads_two_transposes])
+def test_second_review_correct_merge_heads(fn):
+    assert_full_marks(fn, "merge_heads")
+
+
+class _Projections(nn.Module):
+    def __init__(self, d_model, n_heads, dropout=0.1):
+        super().__init__()
+        _divisible(d_model, n_heads)
+        self.n_heads, self.d_k = n_heads, d_model // n_heads
+        self.w_q, self.w_k, self.w_v, self.w_o = (nn.Linear(d_model, d_model) for _ in range(4))
+        self.dropout = nn.Dropout(dropout)
+
+
+class MHAPackedSelfAttention(_Projections):
+    """Self-attention through one packed in-projection (the three weights concatenated), cross-attention apart."""
+
+    def forward(self, query, key, value, mask=None):
+        if query is key and key is value:
+            W = torch.cat([self.w_q.weight, self.w_k.weight, self.w_v.weight])
+            b = torch.cat([self.w_q.bias, self.w_k.bias, self.w_v.bias])
+            q, k, v = F.linear(query, W, b).chunk(3, dim=-1)
+        else:
+            q, k, v = self.w_q(query), self.w_k(key), self.w_v(value)
+        q, k, v = (split_heads(t, self.n_heads) for t in (q, k, v))
+        out, self.attn_weights = scaled_dot_product_attention(q, k, v, mask, self.dropout)
+        return self.w_o(merge_heads(out))
+
+
+class MHAAnnotatedStyle(_Projections):
+    """The Annotated Transformer's layout, with mask.unsqueeze(1) only for a 3-d mask."""
+
+    def forward(self, query, key, value, mask=None):
+        if mask is not None and mask.dim() == 3:
+            mask = mask.unsqueeze(1)
+        nb = query.size(0)
+        query, key, value = [lin(x).view(nb, -1, self.n_heads, self.d_k).transpose(1, 2)
+                             for lin, x in zip((self.w_q, self.w_k, self.w_v), (query, key, value))]
+        scores = torch.matmul(query, key.transpose(-2, -1)) / math.sqrt(self.d_k)
+        if mask is not None:
+            scores = scores.masked_fill(mask == 0, -1e9)
+        self.attn = self.attn_weights = scores.softmax(dim=-1)
+        x = torch.matmul(self.dropout(self.attn), value)
+        return self.w_o(x.transpose(1, 2).contiguous().view(nb, -1, self.n_heads * self.d_k))
+
+
+class MHAModuleDictProperties(nn.Module):
+    """Projections in a ModuleDict behind properties, einsum over (h, d_k), an additive -inf mask, a keyword-only
+    extra, weights kept detached."""
+
+    def __init__(self, d_model, n_heads, dropout=0.1, *, bias=True):
+        super().__init__()
+        if d_model % n_heads != 0:
+            raise ValueError(f"n_heads ({n_heads}) must divide d_model ({d_model})")
+        self.proj = nn.ModuleDict({n: nn.Linear(d_model, d_model, bias=bias) for n in "qkvo"})
+        self.h, self.drop = n_heads, nn.Dropout(dropout)
+
+    w_q = property(lambda self: self.proj["q"])
+    w_k = property(lambda self: self.proj["k"])
+    w_v = property(lambda self: self.proj["v"])
+    w_o = property(lambda self: self.proj["o"])
+
+    def forward(self, query, key, value, mask=None):
+        dk = query.size(-1) // self.h
+        q, k, v = (lin(t).unflatten(-1, (self.h, dk)) for lin, t in ((self.w_q, query), (self.w_k, key), (self.w_v, value)))
+        s = torch.einsum("bqhd,bkhd->bhqk", q, k) * dk ** -0.5
+        if mask is not None:
+            s = s + torch.where(mask, 0.0, float("-inf"))
+        w = torch.softmax(s, -1).nan_to_num(0.0)
+        self.attn_weights = w.detach()
+        return self.w_o(torch.einsum("bhqk,bkhd->bqhd", self.drop(w), v).flatten(-2))
+
+
+class MHAKeyValueDefaults(_Projections):
+    """key and value default to query; a keyword-only flag; a (B, Lk) mask accepted too."""
+
+    def forward(self, query, key=None, value=None, mask=None, *, need_weights=True):
+        key = query if key is None else key
+        value = key if value is None else value
+        if mask is not None and mask.dim() == 2:
+            mask = mask[:, None, None, :]
+        q, k, v = (split_heads(lin(t), self.n_heads) for lin, t in ((self.w_q, query), (self.w_k, key), (self.w_v, value)))
+        out, w = scaled_dot_product_attention(q, k, v, mask, self.dropout)
+        if need_weights:
+            self.attn_weights = w
+        return self.w_o(merge_heads(out))
+
+
+class MHAHandWrittenDropout(_Projections):
+    """Inverted dropout written by hand, w * keep / (1 - p): 0/0 at p = 1, judged at p = 0.5."""
+
+    def forward(self, query, key, value, mask=None):
+        q, k, v = (split_heads(lin(t), self.n_heads) for lin, t in ((self.w_q, query), (self.w_k, key), (self.w_v, value)))
+        _, w = scaled_dot_product_attention(q, k, v, mask)
+        self.attn_weights = w
+        if self.training:
+            p = self.dropout.p
+            w = w * (torch.rand_like(w) >= p).float() / (1 - p)
+        return self.w_o(merge_heads(w @ v))
+
+
+class MHAAdditiveMaskPerHead(nn.Module):
+    """A loop over chunk()ed heads, an additive float mask, F.dropout with the training flag."""
+
+    def __init__(self, d_model, n_heads, dropout=0.1):
+        super().__init__()
+        if d_model % n_heads:
+            raise ValueError("d_model % n_heads != 0: each head needs an equal share of the features")
+        self.heads, self.p = n_heads, dropout
+        for n in ("w_q", "w_k", "w_v", "w_o"):
+            setattr(self, n, nn.Linear(d_model, d_model))
+
+    def forward(self, query, key, value, mask=None):
+        qs, ks, vs = (lin(t).chunk(self.heads, -1) for lin, t in ((self.w_q, query), (self.w_k, key), (self.w_v, value)))
+        bias = 0.0 if mask is None else (~mask).float() * -1e9
+        outs, ws = [], []
+        for i, (q, k, v) in enumerate(zip(qs, ks, vs)):
+            b = bias if isinstance(bias, float) else bias[:, min(i, bias.size(1) - 1)]
+            w = torch.softmax(q @ k.transpose(1, 2) / math.sqrt(q.size(-1)) + b, -1)
+            ws.append(w)
+            outs.append(F.dropout(w, self.p, self.training) @ v)
+        self.attn_weights = torch.stack(ws, 1)
+        return self.w_o(torch.cat(outs, -1))
+
+
+@pytest.mark.parametrize("cls", [MHAPackedSelfAttention, MHAAnnotatedStyle, MHAModuleDictProperties, MHAKeyValueDefaults,
+                                 MHAHandWrittenDropout, MHAAdditiveMaskPerHead])
+def test_second_review_correct_multi_head_attention(cls):
+    assert_full_marks(cls, "MultiHeadAttention")
+
+
+def split_last_two_swapped(x, n_heads):
+    B, L, d = x.shape
+    _divisible(d, n_heads)
+    return x.view(B, L, n_heads, d // n_heads).permute(0, 2, 3, 1)
+
+
+def split_transpose_1_3(x, n_heads):
+    B, L, d = x.shape
+    _divisible(d, n_heads)
+    return x.view(B, L, n_heads, d // n_heads).transpose(1, 3)
+
+
+def split_heads_into_the_batch(x, n_heads):
+    B, L, d = x.shape
+    _divisible(d, n_heads)
+    return x.reshape(B, L, n_heads, d // n_heads).transpose(1, 2).reshape(B * n_heads, L, d // n_heads)
+
+
+def split_unsqueezes_x_in_place(x, n_heads):
+    B, L, d = x.shape
+    _divisible(d, n_heads)
+    x.unsqueeze_(1)
+    return x.view(B, L, n_heads, d // n_heads).transpose(1, 2)
+
+
+def merge_not_flattened(x):
+    return x.transpose(1, 2)
+
+
+def merge_heads_along_positions(x):
+    B, h, L, dk = x.shape
+    return x.reshape(B, h * L, dk)
+
+
+def merge_averages_heads(x):
+    return x.mean(1)
+
+
+def merge_fixed_three_heads(x):
+    B, h, L, dk = x.shape
+    return x.transpose(1, 2).reshape(B, L, 3 * dk)
+
+
+SECOND_REVIEW_SPLIT_MERGE_MISTAKES = [
+    ("split_heads", split_last_two_swapped, ["(B, h, d_k, L)", "permute(0, 2, 3, 1)"]),
+    ("split_heads", split_transpose_1_3, ["not transpose(1, 3)"]),
+    ("split_heads", split_heads_into_the_batch, ["folded into the batch"]),
+    ("split_heads", split_unsqueezes_x_in_place, ["changed in place", "unsqueeze_"]),
+    ("merge_heads", merge_not_flattened, ["moved but not merged"]),
+    ("merge_heads", merge_heads_along_positions, ["stacked along the positions"]),
+    ("merge_heads", merge_averages_heads, ["averaged or summed"]),
+    ("merge_heads", merge_fixed_three_heads, ["take every size from x itself"]),
+]
+
+
+@pytest.mark.parametrize("name,fn,keywords", SECOND_REVIEW_SPLIT_MERGE_MISTAKES,
+                         ids=[m[1].__name__ for m in SECOND_REVIEW_SPLIT_MERGE_MISTAKES])
+def test_second_review_split_and_merge_mistakes_are_caught(name, fn, keywords):
+    assert_caught(fn, name, *keywords)
+
+
+class DropoutOnValues(Base):
+    """Dropout on v instead of the weights: the same at p = 1 (only w_o.bias left), not at p = 0.5."""
+
+    def attend(self, q, k, v, mask):
+        return scaled_dot_product_attention(q, k, self.dropout(v), mask)
+
+
+class DropoutOnScoresBeforeSoftmax(Base):
+    def attend(self, q, k, v, mask):
+        s = self.dropout(q @ k.transpose(-2, -1) / math.sqrt(q.size(-1)))
+        if mask is not None:
+            s = s.masked_fill(~mask, -1e9)
+        w = torch.softmax(s, -1)
+        return w @ v, w
+
+
+class DropoutRateFixed(Base):
+    def __init__(self, d_model, n_heads, dropout=0.1):
+        super().__init__(d_model, n_heads, 0.1)
+
+
+class ScaledBySqrtHeads(Base):
+    def attend(self, q, k, v, mask):
+        return scaled_dot_product_attention(q * math.sqrt(q.size(-1) / self.h), k, v, mask, self.dropout)
+
+
+class SoftmaxOverHeads(Base):
+    def attend(self, q, k, v, mask):
+        s = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+        if mask is not None:
+            s = s.masked_fill(~mask, -1e9)
+        w = torch.softmax(s, 1)
+        return self.dropout(w) @ v, w
+
+
+class OutputWithoutBias(Base):
+    def output(self, t):
+        return F.linear(t, self.w_o.weight)
+
+
+class ResidualInsideAttention(Base):
+    def forward(self, query, key, value, mask=None):
+        return super().forward(query, key, value, mask) + query
+
+
+class MaskAlwaysUnsqueezed(Base):
+    """The Annotated Transformer's mask.unsqueeze(1), on the course's 4-d masks."""
+
+    def attend(self, q, k, v, mask):
+        return super().attend(q, k, v, None if mask is None else mask.unsqueeze(1))
+
+
+class HeadsFixedAtFour(Base):
+    def __init__(self, d_model, n_heads, dropout=0.1):
+        super().__init__(d_model, 4 if d_model % 4 == 0 else n_heads, dropout)
+
+
+SECOND_REVIEW_MHA_MISTAKES = [
+    ("dropout on v", DropoutOnValues, ["dropout(weights) @ v", "not on v"]),
+    ("dropout on the scores", DropoutOnScoresBeforeSoftmax, ["dropout applied to the scores before the softmax"]),
+    ("dropout rate fixed", DropoutRateFixed, ["dropout argument is not used"]),
+    ("scores divided by sqrt(h)", ScaledBySqrtHeads, ["sqrt(n_heads) instead of sqrt(d_k)"]),
+    ("softmax over the heads", SoftmaxOverHeads, ["softmax over dim=1 (the heads)"]),
+    ("w_o without its bias", OutputWithoutBias, ["w_o's bias is missing"]),
+    ("the residual added inside", ResidualInsideAttention, ["the input (query) is added to the output"]),
+    ("mask.unsqueeze(1)", MaskAlwaysUnsqueezed, ["works without the mask and fails with it", "no mask.unsqueeze(1)"]),
+    ("n_heads fixed at 4", HeadsFixedAtFour, ["output of 4 heads, not 3"]),
+]
+
+
+@pytest.mark.parametrize("label,cls,keywords", SECOND_REVIEW_MHA_MISTAKES, ids=[m[0] for m in SECOND_REVIEW_MHA_MISTAKES])
+def test_second_review_multi_head_attention_mistakes_are_caught(label, cls, keywords):
+    assert_caught(cls, "MultiHeadAttention", *keywords)

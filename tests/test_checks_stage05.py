@@ -323,3 +323,200 @@ def test_checks_are_fast_on_the_reference():
                 c.fn(getattr(solutions, name))
                 times.append(time.perf_counter() - start)
             assert min(times) < 1.0, f"{name}: {c.title} takes {min(times):.2f} s"
+
+
+# ---------------------------------------------------------------- second review: more styles, more mistakes
+def padding_mask_torch_ne(ids, pad_id=0):
+    return torch.ne(ids, pad_id)[:, None, None]
+
+
+def padding_mask_where(ids, pad_id=0):
+    return torch.where(ids == pad_id, False, True).view(ids.size(0), 1, 1, ids.size(1))
+
+
+def padding_mask_numpy(ids, pad_id=0):
+    return torch.from_numpy(ids.cpu().numpy() != pad_id)[:, None, None].to(ids.device)
+
+
+def padding_mask_isin(ids, pad_id=0):
+    return torch.isin(ids, torch.tensor([pad_id]), invert=True).unsqueeze(-2).unsqueeze(-2)
+
+
+def padding_mask_item_loop(ids, pad_id=0):
+    B, L = ids.shape
+    m = torch.ones(B, 1, 1, L, dtype=torch.bool)
+    for b in range(B):
+        for j in range(L):
+            if ids[b, j].item() == pad_id:
+                m[b, 0, 0, j] = False
+    return m
+
+
+def padding_mask_keyword_only(ids, pad_id=0, *, dims=4):
+    m = ~(ids == pad_id)
+    while m.dim() < dims:
+        m = m.unsqueeze(1)
+    return m
+
+
+@pytest.mark.parametrize("fn", [padding_mask_torch_ne, padding_mask_where, padding_mask_numpy, padding_mask_isin,
+                                padding_mask_item_loop, padding_mask_keyword_only])
+def test_second_review_correct_padding_masks(fn):
+    assert_full_marks(fn, "padding_mask")
+
+
+def causal_mask_float_then_bool(size, device=None):
+    return torch.tril(torch.ones(size, size, device=device)).bool().view(1, 1, size, size)
+
+
+def causal_mask_tril_in_place(size, device=None):
+    return torch.ones(size, size, dtype=torch.bool, device=device).tril_().unsqueeze(0).unsqueeze(0)
+
+
+def causal_mask_np_tri(size, device=None):
+    import numpy as np
+    return torch.tensor(np.tri(size, dtype=bool), device=device)[None, None]
+
+
+def causal_mask_tril_indices(size, device=None):
+    m = torch.zeros(size, size, dtype=torch.bool, device=device)
+    i = torch.tril_indices(size, size, device=device)
+    m[i[0], i[1]] = True
+    return m.expand(1, 1, size, size)
+
+
+def causal_mask_device_context(size, device=None):
+    with torch.device(device if device is not None else "cpu"):
+        r = torch.arange(size)
+        return (r.unsqueeze(1) >= r).unsqueeze(0).unsqueeze(0)
+
+
+def causal_mask_moved(size, device=None):
+    return torch.ones(size, size, dtype=torch.bool).tril().to(device)[None, None]
+
+
+@pytest.mark.parametrize("fn", [causal_mask_float_then_bool, causal_mask_tril_in_place, causal_mask_np_tri,
+                                causal_mask_tril_indices, causal_mask_device_context, causal_mask_moved])
+def test_second_review_correct_causal_masks(fn):
+    assert_full_marks(fn, "causal_mask")
+
+
+def target_mask_bool_product(tgt_ids, pad_id=0):
+    L = tgt_ids.size(1)
+    return (tgt_ids != pad_id)[:, None, None, :] * torch.ones(1, 1, L, L, device=tgt_ids.device, dtype=torch.bool).tril()
+
+
+def target_mask_new_ones_masked_fill(tgt_ids, pad_id=0):
+    L = tgt_ids.shape[-1]
+    causal = tgt_ids.new_ones(L, L, dtype=torch.bool).tril()
+    return causal.expand(tgt_ids.size(0), 1, L, L).masked_fill((tgt_ids == pad_id)[:, None, None, :], False)
+
+
+def target_mask_tril_of_expanded_padding(tgt_ids, pad_id=0):
+    B, L = tgt_ids.shape
+    return torch.tril(tgt_ids.ne(pad_id).view(B, 1, 1, L).expand(B, 1, L, L))
+
+
+def target_mask_float_product(tgt_ids, pad_id=0):
+    L = tgt_ids.size(1)
+    return ((tgt_ids != pad_id).float()[:, None, None, :] * torch.ones(L, L, device=tgt_ids.device).tril()).bool()
+
+
+def target_mask_uint8_minimum(tgt_ids, pad_id=0):
+    L = tgt_ids.size(1)
+    return torch.minimum((tgt_ids != pad_id)[:, None, None, :].to(torch.uint8),
+                         torch.ones(L, L, device=tgt_ids.device, dtype=torch.uint8).tril()).bool()
+
+
+def target_mask_repeat_keyword_only(tgt_ids, pad_id=0, *, causal=True):
+    B, L = tgt_ids.shape
+    m = (tgt_ids != pad_id).view(B, 1, 1, L).repeat(1, 1, L, 1)
+    return m & torch.ones_like(m[0, 0]).tril() if causal else m
+
+
+@pytest.mark.parametrize("fn", [target_mask_bool_product, target_mask_new_ones_masked_fill,
+                                target_mask_tril_of_expanded_padding, target_mask_float_product,
+                                target_mask_uint8_minimum, target_mask_repeat_keyword_only])
+def test_second_review_correct_target_masks(fn):
+    assert_full_marks(fn, "target_mask")
+
+
+def pad_greater_than_pad_id(ids, pad_id=0):
+    return (ids > pad_id)[:, None, None, :]
+
+
+def pad_dims_in_front(ids, pad_id=0):
+    return (ids != pad_id)[None, None]
+
+
+def pad_expanded_over_queries(ids, pad_id=0):
+    return (ids != pad_id)[:, None, None, :].expand(-1, 1, ids.size(1), -1)
+
+
+def causal_eye(size, device=None):
+    return torch.eye(size, dtype=torch.bool, device=device)[None, None]
+
+
+def causal_all_true(size, device=None):
+    return torch.ones(1, 1, size, size, dtype=torch.bool, device=device)
+
+
+def causal_size_minus_one(size, device=None):
+    return torch.ones(size - 1, size - 1, dtype=torch.bool, device=device).tril()[None, None]
+
+
+def causal_one_leading_dim(size, device=None):
+    return torch.ones(size, size, dtype=torch.bool, device=device).tril()[None]
+
+
+def tgt_batch_size_as_length(ids, pad_id=0):
+    L = ids.size(0)
+    return (ids != pad_id)[:, None, None, :] & torch.ones(L, L, dtype=torch.bool, device=ids.device).tril()
+
+
+def tgt_causal_transposed(ids, pad_id=0):
+    L = ids.size(1)
+    return (ids != pad_id)[:, None, None, :] & torch.ones(L, L, dtype=torch.bool, device=ids.device).triu()
+
+
+def tgt_padding_inverted(ids, pad_id=0):
+    L = ids.size(1)
+    return (ids == pad_id)[:, None, None, :] & torch.ones(L, L, dtype=torch.bool, device=ids.device).tril()
+
+
+def tgt_greater_than_pad_id(ids, pad_id=0):
+    L = ids.size(1)
+    return (ids > pad_id)[:, None, None, :] & torch.ones(L, L, dtype=torch.bool, device=ids.device).tril()
+
+
+def tgt_no_head_dim(ids, pad_id=0):
+    L = ids.size(1)
+    return (ids != pad_id)[:, None, :] & torch.ones(L, L, dtype=torch.bool, device=ids.device).tril()
+
+
+SECOND_REVIEW_MASK_MISTAKES = [
+    ("padding_mask", pad_greater_than_pad_id, ["ids > pad_id"]),
+    ("padding_mask", pad_dims_in_front, ["added in front of the batch"]),
+    ("padding_mask", pad_expanded_over_queries, ["expanded over the queries"]),
+    ("causal_mask", causal_eye, ["only the diagonal"]),
+    ("causal_mask", causal_all_true, ["all True"]),
+    ("causal_mask", causal_size_minus_one, ["off by one"]),
+    ("causal_mask", causal_one_leading_dim, ["one of the two leading dimensions is missing"]),
+    ("target_mask", tgt_batch_size_as_length, ["do not fit together", "tgt_ids.size(1)"]),
+    ("target_mask", tgt_causal_transposed, ["causal part is transposed"]),
+    ("target_mask", tgt_padding_inverted, ["padding part is inverted"]),
+    ("target_mask", tgt_greater_than_pad_id, ["ids > pad_id"]),
+    ("target_mask", tgt_no_head_dim, ["head dimension is missing"]),
+]
+
+
+@pytest.mark.parametrize("name,fn,keywords", SECOND_REVIEW_MASK_MISTAKES,
+                         ids=[m[1].__name__ for m in SECOND_REVIEW_MASK_MISTAKES])
+def test_second_review_mask_mistakes_are_caught(name, fn, keywords):
+    assert_caught(fn, name, *keywords)
+
+
+def test_a_missing_head_dim_is_named_for_every_length():
+    """target_mask(ids, pad_id=7) has L = 6: the shape hints follow the length."""
+    _, text = assert_caught(tgt_no_head_dim, "target_mask")
+    assert text.count("head dimension is missing") == 3, text

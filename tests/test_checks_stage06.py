@@ -283,3 +283,153 @@ def test_checks_are_fast_on_the_reference():
             c.fn(solutions.PositionwiseFeedForward)
             times.append(time.perf_counter() - start)
         assert min(times) < 1.0, f"{c.title} takes {min(times):.2f} s"
+
+
+# ---------------------------------------------------------------- second review: more styles, more mistakes
+class _Layers(nn.Module):
+    def __init__(self, d_model, d_ff, dropout=0.1):
+        super().__init__()
+        self.w_1, self.w_2 = nn.Linear(d_model, d_ff), nn.Linear(d_ff, d_model)
+        self.dropout, self.p = nn.Dropout(dropout), dropout
+
+
+class FFNInPlaceRelu(_Layers):
+    def forward(self, x):
+        return self.w_2(self.dropout(F.relu(self.w_1(x), inplace=True)))
+
+
+class FFNClampInPlace(_Layers):
+    def forward(self, x):
+        return self.w_2(self.dropout(self.w_1(x).clamp_(min=0)))
+
+
+class FFNThreshold(_Layers):
+    def forward(self, x):
+        return self.w_2(self.dropout(F.threshold(self.w_1(x), 0.0, 0.0)))
+
+
+class FFNReluMaskUnderNoGrad(_Layers):
+    """The ReLU as a product with a 0/1 mask computed under torch.no_grad(): the gradient still flows through h."""
+
+    def forward(self, x):
+        h = self.w_1(x)
+        with torch.no_grad():
+            keep = (h > 0).to(h.dtype)
+        return self.w_2(self.dropout(h * keep))
+
+
+class FFNFloat64(_Layers):
+    def forward(self, x):
+        h = F.linear(x.double(), self.w_1.weight.double(), self.w_1.bias.double()).relu()
+        h = F.dropout(h, self.p, self.training)
+        return F.linear(h, self.w_2.weight.double(), self.w_2.bias.double()).to(x.dtype)
+
+
+class FFNAddmm(_Layers):
+    def forward(self, x):
+        flat = x.reshape(-1, x.shape[-1])
+        h = torch.addmm(self.w_1.bias, flat, self.w_1.weight.t()).relu()
+        return torch.addmm(self.w_2.bias, self.dropout(h), self.w_2.weight.t()).view(*x.shape[:-1], -1)
+
+
+class FFNKeywordOnlyActivation(nn.Module):
+    def __init__(self, d_model, d_ff, dropout=0.1, *, activation=F.relu, bias=True):
+        super().__init__()
+        self.w_1, self.w_2 = nn.Linear(d_model, d_ff, bias=bias), nn.Linear(d_ff, d_model, bias=bias)
+        self.act, self.drop = activation, nn.Dropout(p=dropout)
+
+    def forward(self, x):
+        return self.w_2(self.drop(self.act(self.w_1(x))))
+
+
+@pytest.mark.parametrize("cls", [FFNInPlaceRelu, FFNClampInPlace, FFNThreshold, FFNReluMaskUnderNoGrad, FFNFloat64,
+                                 FFNAddmm, FFNKeywordOnlyActivation])
+def test_second_review_correct_feed_forward(cls):
+    assert_full_marks(cls, NAME)
+
+
+class DropoutTwiceOnHidden(Base):
+    def forward(self, x):
+        return self.w_2(self.dropout(self.dropout(torch.relu(self.w_1(x)))))
+
+
+class HandDropoutNotRescaled(Base):
+    def forward(self, x):
+        h = torch.relu(self.w_1(x))
+        if self.training:
+            h = h * (torch.rand_like(h) >= self.dropout.p).float()
+        return self.w_2(h)
+
+
+class DropoutOnInputAndHidden(Base):
+    def forward(self, x):
+        return self.w_2(self.dropout(torch.relu(self.w_1(self.dropout(x)))))
+
+
+class DropoutMaskSharedByPositions(Base):
+    def forward(self, x):
+        h = torch.relu(self.w_1(x))
+        if self.training:
+            h = h * (torch.rand(h.shape[-1]) >= self.dropout.p).float() / (1 - self.dropout.p)
+        return self.w_2(h)
+
+
+class DropoutRateFixed(Base):
+    def __init__(self, d_model, d_ff, dropout=0.1):
+        super().__init__(d_model, d_ff, 0.1)
+
+
+class LeakyRelu(Base):
+    def act(self, h):
+        return F.leaky_relu(h)
+
+
+class Tanh(Base):
+    def act(self, h):
+        return torch.tanh(h)
+
+
+class ResidualInside(Base):
+    def forward(self, x):
+        return x + super().forward(x)
+
+
+class BiasesLeftOut(Base):
+    def forward(self, x):
+        return F.linear(self.dropout(torch.relu(F.linear(x, self.w_1.weight))), self.w_2.weight)
+
+
+class LayersUsedTheWrongWayRound(Base):
+    def forward(self, x):
+        return self.w_1(self.dropout(torch.relu(self.w_2(x))))
+
+
+SECOND_REVIEW_MISTAKES = [
+    ("dropout twice on the hidden layer", DropoutTwiceOnHidden, ["dropout applied twice"]),
+    ("hand-written dropout without 1/(1-p)", HandDropoutNotRescaled, ["not scaled by 1 / (1 - p)"]),
+    ("dropout on the input and the hidden layer", DropoutOnInputAndHidden, ["not on the input x"]),
+    ("one dropout mask for all positions", DropoutMaskSharedByPositions, ["the same units dropped at every position"]),
+    ("dropout rate fixed at 0.1", DropoutRateFixed, ["dropout argument is not used"]),
+    ("LeakyReLU", LeakyRelu, ["LeakyReLU instead of ReLU"]),
+    ("tanh", Tanh, ["tanh instead of ReLU"]),
+    ("x added inside the FFN", ResidualInside, ["the input x is added to the output"]),
+    ("biases left out", BiasesLeftOut, ["the biases are missing"]),
+    ("w_2 before w_1", LayersUsedTheWrongWayRound, ["w_1 takes x (d_model -> d_ff)"]),
+]
+
+
+@pytest.mark.parametrize("label,cls,keywords", SECOND_REVIEW_MISTAKES, ids=[m[0] for m in SECOND_REVIEW_MISTAKES])
+def test_second_review_feed_forward_mistakes_are_caught(label, cls, keywords):
+    assert_caught(cls, NAME, *keywords)
+
+
+def test_a_wrong_activation_does_not_cost_the_dropout_point():
+    """Dropout is judged against the network's own hidden layer: tanh in place of relu loses the formula's points,
+    not the dropout's."""
+    _, text = grade(Tanh, NAME)
+    assert "✓ dropout sits between relu and w_2" in text, text
+
+
+def test_a_network_without_biases_is_not_told_its_dropout_is_after_w_2():
+    _, text = grade(BiasesLeftOut, NAME)
+    assert "dropout after w_2" not in text, text

@@ -568,3 +568,230 @@ def test_checks_are_fast_on_the_reference():
                 c.fn(getattr(solutions, name))
                 times.append(time.perf_counter() - start)
             assert min(times) < 1.0, f"{name}: {c.title} takes {min(times):.2f} s"
+
+
+# ---------------------------------------------------------------- second review: more styles, more mistakes
+class LayerNormStdMean(_Affine):
+    def forward(self, x):
+        std, mean = torch.std_mean(x, -1, unbiased=False, keepdim=True)
+        return self.weight * (x - mean) / torch.sqrt(std ** 2 + self.eps) + self.bias
+
+
+class LayerNormResetParameters(nn.Module):
+    """torch.empty then reset_parameters(); einsum means; a keyword-only extra; **kwargs in forward."""
+
+    def __init__(self, d_model, eps=1e-5, *, bias=True):
+        super().__init__()
+        self.variance_epsilon = eps
+        self.weight = nn.Parameter(torch.empty(d_model))
+        self.bias = nn.Parameter(torch.empty(d_model))
+        self.reset_parameters()
+
+    def reset_parameters(self):
+        nn.init.ones_(self.weight)
+        nn.init.zeros_(self.bias)
+
+    def forward(self, x, **kwargs):
+        c = x - torch.einsum("...d->...", x)[..., None] / x.shape[-1]
+        var = torch.einsum("...d,...d->...", c, c)[..., None] / x.shape[-1]
+        return c * (var + self.variance_epsilon).rsqrt() * self.weight + self.bias
+
+
+class LayerNormRowLoop(_Affine):
+    def forward(self, x):
+        rows = []
+        for r in x.reshape(-1, x.shape[-1]):
+            m = r.mean()
+            rows.append((r - m) / torch.sqrt(((r - m) ** 2).mean() + self.eps))
+        return torch.stack(rows).reshape(x.shape) * self.weight + self.bias
+
+
+class LayerNormNumpy(_Affine):
+    def forward(self, x):
+        import numpy as np
+        a = x.detach().numpy().astype(np.float64)
+        xhat = (a - a.mean(-1, keepdims=True)) / np.sqrt(a.var(-1, keepdims=True) + self.eps)
+        return torch.from_numpy(xhat).to(x.dtype) * self.weight + self.bias
+
+
+class LayerNormInPlaceOnItsOwn(_Affine):
+    def forward(self, x):
+        y = x - x.mean(-1, keepdim=True)
+        y.div_(y.pow(2).mean(-1, keepdim=True).add(self.eps).sqrt_())
+        return y.mul_(self.weight).add_(self.bias)
+
+
+class LayerNormAddcdiv(_Affine):
+    def forward(self, x):
+        n = x.size(-1)
+        mean = x.sum(-1, keepdim=True) / n
+        var = ((x - mean) ** 2).sum(-1, keepdim=True) / n
+        return torch.addcdiv(self.bias, self.weight * (x - mean), torch.sqrt(var + self.eps))
+
+
+@pytest.mark.parametrize("cls", [LayerNormStdMean, LayerNormResetParameters, LayerNormRowLoop, LayerNormNumpy,
+                                 LayerNormInPlaceOnItsOwn, LayerNormAddcdiv])
+def test_second_review_correct_layer_norms(cls):
+    assert_full_marks(cls, "LayerNorm")
+
+
+class SublayerKeywordOnlyFlag(nn.Module):
+    def __init__(self, d_model, dropout=0.1, *, norm_first=False):
+        super().__init__()
+        self.norm, self.dropout, self.pre_norm = nn.LayerNorm(d_model), nn.Dropout(dropout), norm_first
+
+    def forward(self, x, sublayer):
+        if self.pre_norm:
+            return torch.add(x, self.dropout(sublayer(self.norm(x))))
+        return self.norm(x.add(self.dropout(sublayer(x))))
+
+
+class SublayerExtraArguments(solutions.SublayerConnection):
+    def forward(self, x, sublayer, *args, **kwargs):
+        y = self.dropout(sublayer(self.norm(x) if self.norm_first else x, *args, **kwargs))
+        return x + y if self.norm_first else self.norm(x + y)
+
+
+class SublayerAddsInPlaceToItsOutput(solutions.SublayerConnection):
+    def forward(self, x, sublayer):
+        out = self.dropout(sublayer(self.norm(x) if self.norm_first else x))
+        out += x
+        return out if self.norm_first else self.norm(out)
+
+
+class SublayerTwoStrategies(nn.Module):
+    class _Post(nn.Module):
+        def forward(self, x, sub, norm, drop):
+            return norm(x + drop(sub(x)))
+
+    class _Pre(nn.Module):
+        def forward(self, x, sub, norm, drop):
+            return x + drop(sub(norm(x)))
+
+    def __init__(self, d_model, dropout=0.1, norm_first=False):
+        super().__init__()
+        self.norm, self.drop = solutions.LayerNorm(d_model), nn.Dropout(dropout)
+        self.mode = self._Pre() if norm_first else self._Post()
+
+    def forward(self, x, sublayer):
+        return self.mode(x, sublayer, self.norm, self.drop)
+
+
+class SublayerBernoulliDropout(nn.Module):
+    def __init__(self, d_model, dropout=0.1, norm_first=False):
+        super().__init__()
+        self.norm, self.p, self.norm_first = nn.LayerNorm(d_model), dropout, norm_first
+
+    def forward(self, x, sublayer):
+        s = sublayer(self.norm(x) if self.norm_first else x)
+        if self.training and self.p > 0:
+            s = s * torch.empty_like(s).bernoulli_(1 - self.p) / (1 - self.p) if self.p < 1 else s * 0
+        return x + s if self.norm_first else self.norm(x + s)
+
+
+class SublayerStackSum(solutions.SublayerConnection):
+    def forward(self, x, sublayer):
+        if self.norm_first:
+            return x + self.dropout(sublayer(self.norm.forward(x)))
+        return self.norm.forward(torch.stack([x, self.dropout(sublayer(x))]).sum(0))
+
+
+@pytest.mark.parametrize("cls", [SublayerKeywordOnlyFlag, SublayerExtraArguments, SublayerAddsInPlaceToItsOutput,
+                                 SublayerTwoStrategies, SublayerBernoulliDropout, SublayerStackSum])
+def test_second_review_correct_sublayer_connections(cls):
+    assert_full_marks(cls, "SublayerConnection")
+
+
+class EpsAfterTheDivision(LNBase):
+    def forward(self, x):
+        mean, var = self.stats(x)
+        return self.weight * ((x - mean) / torch.sqrt(var) + self.eps) + self.bias
+
+
+class DividedByTheVariance(LNBase):
+    def forward(self, x):
+        mean, var = self.stats(x)
+        return self.weight * (x - mean) / (var + self.eps) + self.bias
+
+
+class MeanWithoutKeepdim(LNBase):
+    def forward(self, x):
+        return self.weight * (x - x.mean(-1)) / torch.sqrt(x.var(-1, unbiased=False, keepdim=True) + self.eps) + self.bias
+
+
+class EpsDefaultOneMillionth(LNBase):
+    def __init__(self, d_model, eps=1e-6):
+        super().__init__(d_model, eps)
+
+
+class BiasInsideTheProduct(LNBase):
+    def forward(self, x):
+        mean, var = self.stats(x)
+        return self.weight * ((x - mean) / torch.sqrt(var + self.eps) + self.bias)
+
+
+class VarianceNotCentred(LNBase):
+    def stats(self, x):
+        return x.mean(-1, keepdim=True), (x * x).mean(-1, keepdim=True)
+
+
+class OverDimOne(LNBase):
+    def stats(self, x):
+        return x.mean(1, keepdim=True), x.var(1, unbiased=False, keepdim=True)
+
+
+SECOND_REVIEW_LN_MISTAKES = [
+    ("eps after the division", EpsAfterTheDivision, ["eps added after the division"]),
+    ("divided by the variance", DividedByTheVariance, ["divided by the variance, not the standard deviation"]),
+    ("mean without keepdim", MeanWithoutKeepdim, ["keepdim=True"]),
+    ("eps default 1e-6", EpsDefaultOneMillionth, ["eps of 1e-6"]),
+    ("bias inside the product", BiasInsideTheProduct, ["the bias inside the product"]),
+    ("variance not centred", VarianceNotCentred, ["mean of x^2, not of (x - mean)^2"]),
+    ("over dim 1", OverDimOne, ["dim=-2", "normalized over dim 1 instead"]),
+]
+
+
+@pytest.mark.parametrize("label,cls,keywords", SECOND_REVIEW_LN_MISTAKES, ids=[m[0] for m in SECOND_REVIEW_LN_MISTAKES])
+def test_second_review_layer_norm_mistakes_are_caught(label, cls, keywords):
+    assert_caught(cls, "LayerNorm", *keywords)
+
+
+class DropoutAfterTheNorm(SCBase):
+    def forward(self, x, sublayer):
+        if self.norm_first:
+            return x + self.dropout(sublayer(self.norm(x)))
+        return self.dropout(self.norm(x + sublayer(x)))
+
+
+class DropoutOnTheSublayersInput(SCBase):
+    def forward(self, x, sublayer):
+        if self.norm_first:
+            return x + sublayer(self.dropout(self.norm(x)))
+        return self.norm(x + sublayer(self.dropout(x)))
+
+
+class KeepsTheFirstSublayer(SCBase):
+    """The sublayer of the first call kept in self and used ever after (in a decoder: the first call's mask)."""
+
+    def forward(self, x, sublayer):
+        if not hasattr(self, "_sub"):
+            self._sub = sublayer
+        return super().forward(x, self._sub)
+
+
+class PostNormByDefault(SCBase):
+    def __init__(self, d_model, dropout=0.1, norm_first=True):
+        super().__init__(d_model, dropout, norm_first)
+
+
+SECOND_REVIEW_SC_MISTAKES = [
+    ("dropout after the norm", DropoutAfterTheNorm, ["dropout applied after the norm"]),
+    ("dropout on the sublayer's input", DropoutOnTheSublayersInput, ["dropout applied to the sublayer's input"]),
+    ("the first sublayer kept", KeepsTheFirstSublayer, ["use the sublayer passed to this call"]),
+    ("norm_first defaults to True", PostNormByDefault, ["pre-norm instead of post-norm"]),
+]
+
+
+@pytest.mark.parametrize("label,cls,keywords", SECOND_REVIEW_SC_MISTAKES, ids=[m[0] for m in SECOND_REVIEW_SC_MISTAKES])
+def test_second_review_sublayer_connection_mistakes_are_caught(label, cls, keywords):
+    assert_caught(cls, "SublayerConnection", *keywords)

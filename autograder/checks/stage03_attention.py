@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..core import CheckFailure, forbid, register
-from ._util import as_tensor, expect_close, expect_shape, seeded
+from ._util import as_tensor, close, expect_close, expect_shape, seeded
 
 # the lesson's own work, which a library call must not do for the learner (allowed in later lessons)
 forbid("softmax", "a library softmax (torch.softmax, F.softmax, Tensor.softmax, nn.Softmax, log_softmax)",
@@ -67,8 +67,8 @@ def _softmax_dim(softmax):
 
 @register("softmax", "is stable for large inputs (no overflow to nan)")
 def _softmax_stable(softmax):
-    x = torch.tensor([[1000.0, 1001.0, 999.0], [-1000.0, -1000.0, -1000.0], [88.0, 89.0, 0.0]])
-    what = "softmax([[1000, 1001, 999], [-1000, -1000, -1000], [88, 89, 0]])"
+    x = torch.tensor([[1000.0, 1001.0, 999.0], [-1000.0, -1000.0, -1000.0], [88.0, 89.0, 0.0], [-500.0, 0.0, 500.0]])
+    what = "softmax([[1000, 1001, 999], [-1000, -1000, -1000], [88, 89, 0], [-500, 0, 500]])"
     got = _soft(softmax, x.clone(), what)
     finite = not (isinstance(got, torch.Tensor) and got.shape == x.shape and not torch.isfinite(got).all())
     expect_close(got, torch.softmax(x, -1), what,  # the overflow hint only for inf / NaN
@@ -94,6 +94,11 @@ def _call(attn, q, k, v, mask=None, dropout=None, what="scaled_dot_product_atten
         out = attn(*args) if dropout is None else attn(*args, dropout)
     except (RuntimeError, IndexError) as e:
         text = str(e)
+        if mask is not None and "shape of the mask" in text and "does not match" in text:
+            raise CheckFailure(f"{what} with a mask of shape {tuple(mask.shape)}", "the mask to broadcast",
+                               f"{type(e).__name__}: {text.splitlines()[0][:120]}",
+                               "boolean indexing, scores[~mask] = ..., needs a mask of the scores' exact shape; "
+                               "scores.masked_fill(~mask, ...) lets the mask broadcast") from None
         if not any(s in text for s in ("must match the size", "Dimension out of range", "Expected size",
                                         "cannot be multiplied", "size mismatch")):
             raise
@@ -113,7 +118,22 @@ def _call(attn, q, k, v, mask=None, dropout=None, what="scaled_dot_product_atten
     if not isinstance(out, tuple) or len(out) != 2:
         raise CheckFailure(what, "a tuple (output, weights)", type(out).__name__,
                            "return both: `return weights @ v, weights`")
-    return as_tensor(out[0], what + " output"), as_tensor(out[1], what + " weights")
+    out, w = as_tensor(out[0], what + " output"), as_tensor(out[1], what + " weights")
+    if mask is not None and max(out.dim(), w.dim()) > max(q.dim(), mask.dim()):
+        raise CheckFailure(f"{what} with a mask of shape {tuple(mask.shape)}: wrong shape",
+                           f"weights of shape {tuple(q.shape[:-1]) + (k.size(-2),)}",
+                           f"weights of shape {tuple(w.shape)}, output of shape {tuple(out.shape)}",
+                           "the mask gained a dimension (unsqueeze, [:, None]): it already broadcasts to "
+                           "(..., Lq, Lk), so use it as it is")
+    if tuple(out.shape) == tuple(q.shape[:-1]) + (k.size(-2),) != tuple(q.shape[:-1]) + (v.size(-1),) \
+            and tuple(w.shape) == tuple(q.shape[:-1]) + (v.size(-1),):
+        raise CheckFailure(f"{what}: the order of the returned pair", "(output, weights)", "(weights, output)",
+                           "return the output first: `return weights @ v, weights`")
+    return out, w
+
+
+AFTER_SOFTMAX = ("the softmax's weights (or the output) divided by sqrt(d_k): divide the scores before the softmax, "
+                 "softmax(q @ k.transpose(-2, -1) / math.sqrt(d_k)); mind the parentheses")
 
 
 def _reference(q, k, v, mask=None):
@@ -126,6 +146,8 @@ def _reference(q, k, v, mask=None):
         "scores divided by d_k instead of sqrt(d_k)": scores / d_k,
         "scores divided by sqrt(d_v) (the values' size) instead of sqrt(d_k)": scores / math.sqrt(v.size(-1)),
         "scores divided by sqrt(len_k) instead of sqrt(d_k)": scores / math.sqrt(k.size(-2)),
+        "scores divided by sqrt(len_q) (q.size(-2), the number of queries) instead of sqrt(d_k) = q.size(-1)":
+            scores / math.sqrt(q.size(-2)),
     }
     mistakes = {}
     for name, s in variants.items():
@@ -133,6 +155,19 @@ def _reference(q, k, v, mask=None):
             s = s.masked_fill(~mask, float("-inf"))
         mistakes[name] = torch.softmax(s, -1) @ v
     s = scores / math.sqrt(d_k)
+    after = scores if mask is None else scores.masked_fill(~mask, float("-inf"))
+    mistakes[AFTER_SOFTMAX] = (torch.softmax(after, -1) / math.sqrt(d_k)).nan_to_num(0.0) @ v
+    if mask is not None:  # the same mistakes with a finite fill: a column with no key to see is then uniform
+        big = s.masked_fill(~mask, -1e9)
+        mistakes["softmax over the queries (dim=-2) instead of the keys: softmax(scores, dim=-1)"] = \
+            torch.softmax(big, -2) @ v
+        if q.dim() > 3:
+            mistakes["softmax over dim=1 (the heads) instead of the keys: softmax(scores, dim=-1)"] = \
+                torch.softmax(big, 1) @ v
+    if q.dim() > 3:
+        sm = s if mask is None else s.masked_fill(~mask, float("-inf"))
+        mistakes["softmax over dim=1 (the heads) instead of the last dimension (the keys): softmax(scores, dim=-1)"] = \
+            torch.softmax(sm, 1).nan_to_num(0.0) @ v
     if mask is None:
         mistakes["softmax over the queries (dim=-2) instead of the keys (dim=-1)"] = torch.softmax(s, -2) @ v
     else:
@@ -184,10 +219,19 @@ def _attn_rows(attn):
     expect_shape(w, (2, 3, 6, 3), "weights")
     sums = w.sum(-1)
     if not torch.allclose(sums, torch.ones_like(sums), atol=1e-4):
-        over_queries = torch.allclose(w.sum(-2), torch.ones_like(w.sum(-2)), atol=1e-4)
+        def ones(t):
+            return bool(torch.allclose(t, torch.ones_like(t), atol=1e-4))
+        hint = "return the softmax weights themselves"
+        if ones(w.sum(-2)):
+            hint = "the softmax runs over the queries (dim=-2); it must run over the keys (dim=-1)"
+        elif ones(w.sum(1)):
+            hint = "the softmax runs over dim=1 (the heads); it must run over the keys (dim=-1)"
+        elif ones(w.sum(0)):
+            hint = "the softmax runs over dim 0 (the batch); it must run over the keys (dim=-1)"
+        elif ones(sums * math.sqrt(q.size(-1))):
+            hint = AFTER_SOFTMAX
         raise CheckFailure("weights.sum(-1)", "all ones", f"values from {sums.min().item():.3f} to {sums.max().item():.3f}",
-                           "the softmax runs over the queries (dim=-2); it must run over the keys (dim=-1)"
-                           if over_queries else "return the softmax weights themselves")
+                           hint)
 
 
 @register("scaled_dot_product_attention", "a boolean mask (True = may attend) equals PyTorch's")
@@ -206,6 +250,7 @@ def _attn_mask(attn):
                            "NaN, and weight only where mask is False",
                            "mask polarity inverted: True must mean 'may attend' (fill where ~mask, with a large finite "
                            "negative number so that a fully masked row is not NaN)")
+    _leak(out, w, ref, mask, mistakes, "with a random boolean mask")
     expect_close(out, ref, "output with a random boolean mask", mistakes=mistakes,
                  hint="scores.masked_fill(~mask, float('-inf')) before the softmax")
     hidden = w.masked_select(~mask)
@@ -214,13 +259,31 @@ def _attn_mask(attn):
                            "True means 'may attend': fill the scores where the mask is False")
 
 
+def _leak(out, w, ref, mask, mistakes, where):
+    """Fail, naming the fill, when the output is wrong for no named reason and masked keys still get weight."""
+    if close(out, ref) or any(close(out, m) for m in mistakes.values()):
+        return
+    if w.shape != ref.shape[:-1] + mask.shape[-1:]:
+        return
+    hidden = w.detach().masked_select(~mask)
+    sums = w.detach().sum(-1)
+    if hidden.numel() and bool(torch.isfinite(hidden).all()) and hidden.abs().max() > 1e-4 \
+            and bool(torch.allclose(sums, torch.ones_like(sums), atol=1e-4)):
+        raise CheckFailure(f"weights where mask is False, {where}", "0", f"up to {hidden.abs().max().item():.3g}",
+                           "the masked keys still get weight: fill their scores with a large negative number "
+                           "(-1e9, torch.finfo(scores.dtype).min or float('-inf')) before the softmax, not a small "
+                           "one such as -1 or -100")
+
+
 @register("scaled_dot_product_attention", "a padding mask (B, 1, 1, Lk) broadcasts over heads and queries")
 def _attn_broadcast(attn):
     q, k, v = _inputs(4)
     mask = torch.tensor([True, True, True, False, False])[None, None, None, :].repeat(2, 1, 1, 1)  # (2, 1, 1, 5)
     mask[1, ..., 4] = True
     ref, mistakes = _reference(q, k, v, mask)
-    out, _ = _call(attn, q, k, v, mask)
+    out, w = _call(attn, q, k, v, mask)
+    expect_shape(out, (2, 3, 4, 6), "output with a padding mask of shape (2, 1, 1, 5)")
+    _leak(out, w, ref, mask, mistakes, "for a padding mask of shape (2, 1, 1, 5)")
     expect_close(out, ref, "output with a padding mask of shape (2, 1, 1, 5)", mistakes=mistakes,
                  hint="let the mask broadcast: masked_fill(~mask, ...) works for any broadcastable shape")
 
@@ -237,9 +300,10 @@ def _attn_all_masked(attn):
         raise CheckFailure("output for a query row whose keys are all masked", "finite numbers", "NaN",
                            "softmax of a row of -inf is 0/0 = NaN: fill with a large finite negative number "
                            "(torch.finfo(scores.dtype).min or -1e9) instead of -inf")
-    ref, _ = _reference(q, k, v, torch.where(mask.any(-1, keepdim=True), mask, True))
+    ref, mistakes = _reference(q, k, v, torch.where(mask.any(-1, keepdim=True), mask, True))
     keep = mask.any(-1)  # queries with something to attend to
-    expect_close(out[keep], ref[keep], "the other queries' outputs")
+    expect_close(out[keep], ref[keep], "the other queries' outputs", mistakes={d: m[keep] for d, m in mistakes.items()},
+                 hint="softmax(q k^T / sqrt(d_k)) v, the scores filled where the mask is False")
 
 
 class _Recorder(nn.Module):
@@ -262,8 +326,21 @@ def _attn_dropout(attn):
         raise CheckFailure("the dropout module", "called on the attention weights", "never called",
                            "if dropout is not None: weights = dropout(weights)")
     expect_shape(seen, (2, 3, 4, 5), "what the dropout module was given", "pass it the weights (..., Lq, Lk)")
-    ref, _ = _reference(q, k, v)
-    weights = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(8), -1)
-    expect_close(seen, weights, "what the dropout module was given",
-                 hint="apply dropout to the softmax weights, not to the scores or the output")
+    scores = q @ k.transpose(-2, -1)
+    weights = torch.softmax(scores / math.sqrt(8), -1)
+    if not close(seen, weights):
+        wrong = {"the dropout module was applied twice: apply it once, to the softmax weights": rec(weights),
+                 "the dropout module was given the scores: apply it to the softmax weights": scores / math.sqrt(8),
+                 "the softmax runs over the queries (dim=-2); it must run over the keys (dim=-1)":
+                     torch.softmax(scores / math.sqrt(8), -2),
+                 "the softmax runs over dim=1 (the heads); it must run over the keys (dim=-1)":
+                     torch.softmax(scores / math.sqrt(8), 1),
+                 AFTER_SOFTMAX: torch.softmax(scores, -1) / math.sqrt(8)}
+        sums = seen.detach().sum(-1)
+        if seen.shape == weights.shape and torch.allclose(sums, torch.ones_like(sums), atol=1e-4):
+            hint = ("the module was given softmax weights, but not the right ones: the scores are wrong, "
+                    "softmax(q @ k.transpose(-2, -1) / math.sqrt(d_k), dim=-1) (see the checks without dropout)")
+        else:
+            hint = "apply dropout to the softmax weights, not to the scores or the output"
+        expect_close(seen, weights, "what the dropout module was given", hint=hint, mistakes=wrong)
     expect_close(out, rec(weights) @ v, "output with dropout", hint="output = dropout(weights) @ v")

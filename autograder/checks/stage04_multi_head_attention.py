@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..core import CheckFailure, forbid, register
-from ._util import as_tensor, build, expect_close, expect_shape, seeded
+from ._util import as_tensor, build, close, expect_close, expect_shape, seeded
 
 # the lesson's own work, which a library module must not do for the learner (allowed in later lessons)
 forbid("MultiHeadAttention", "nn.MultiheadAttention (or F.multi_head_attention_forward)",
@@ -73,12 +73,28 @@ def _expect_value_error(fn, d_model, n_heads, what):
 
 
 # ------------------------------------------------------------------------------------- split_heads
+SPLIT_SHAPES = {  # what split_heads(x (2, 5, 12), 3) gives for a classic slip, and why
+    (2, 5, 3, 4): "the heads are split but not moved: transpose(1, 2) turns (B, L, h, d_k) into (B, h, L, d_k)",
+    (2, 3, 4, 5): "(B, h, d_k, L): the positions and the features are swapped; view(B, L, h, d_k).transpose(1, 2), "
+                  "not permute(0, 2, 3, 1)",
+    (2, 4, 5, 3): "this is a split into 4 heads, not n_heads=3: are h and d_k swapped (the view is (B, L, n_heads, "
+                  "d_model // n_heads)), or is the number of heads fixed in the code?",
+    (2, 4, 3, 5): "transpose(1, 2), not transpose(1, 3): (B, L, h, d_k) -> (B, h, L, d_k)",
+    (6, 5, 4): "the heads are folded into the batch: keep them as their own dimension, (B, h, L, d_k)",
+}
+MERGE_SHAPES = {  # what merge_heads(x (2, 3, 5, 4)) gives for a classic slip, and why
+    (2, 5, 3, 4): "the heads are moved but not merged: reshape (B, L, h, d_k) to (B, L, h * d_k)",
+    (2, 15, 4): "the heads were stacked along the positions: transpose(1, 2) first, then reshape to (B, L, h * d_k)",
+    (2, 5, 4): "the heads were averaged or summed: concatenate them, (B, L, h * d_k)",
+}
 @register("split_heads", "(B, L, d_model) -> (B, h, L, d_model / h)")
 def _split_shape(split_heads):
     with seeded(0):
         x = torch.randn(2, 5, 12)
-    expect_shape(split_heads(x, 3), (2, 3, 5, 4), "split_heads(x of shape (2, 5, 12), n_heads=3)",
-                 "view as (B, L, h, d_k), then transpose(1, 2) to bring the heads in front of the positions")
+    what = "split_heads(x of shape (2, 5, 12), n_heads=3)"
+    got = as_tensor(_inputs_kept(lambda: split_heads(x, 3), {"x": x}, what), what)
+    expect_shape(got, (2, 3, 5, 4), what, SPLIT_SHAPES.get(tuple(got.shape),
+                 "view as (B, L, h, d_k), then transpose(1, 2) to bring the heads in front of the positions"))
     expect_shape(split_heads(x, 4), (2, 4, 5, 3), "split_heads(x of shape (2, 5, 12), n_heads=4)",
                  "d_k = d_model // n_heads: use the n_heads argument, not a fixed number")
 
@@ -123,6 +139,10 @@ def _merge(merge_heads, x, what):
             raise CheckFailure(what, "it to work", f"RuntimeError: {str(e)[:90]}",
                                "merged with .view() after transpose(1, 2): the transposed tensor is non-contiguous "
                                "in memory; call .contiguous() before .view(...), or use .reshape(...)") from None
+        if "invalid for input of size" in str(e):
+            raise CheckFailure(what, "it to work", f"RuntimeError: {str(e)[:90]}",
+                               "take every size from x itself, B, h, L, d_k = x.shape: no fixed number of heads or "
+                               "d_model in merge_heads") from None
         raise
 
 
@@ -131,8 +151,9 @@ def _merge_shape(merge_heads):
     with seeded(3):
         x = torch.randn(2, 3, 5, 4)
     what = "merge_heads(x of shape (2, 3, 5, 4))"
-    expect_shape(_merge(merge_heads, x, what), (2, 5, 12), what,
-                 "transpose(1, 2) to (B, L, h, d_k), then reshape to (B, L, h * d_k)")
+    got = as_tensor(_merge(merge_heads, x, what), what)
+    expect_shape(got, (2, 5, 12), what, MERGE_SHAPES.get(tuple(got.shape),
+                 "transpose(1, 2) to (B, L, h, d_k), then reshape to (B, L, h * d_k)"))
 
 
 @register("merge_heads", "concatenates the heads' features at each position")
@@ -221,9 +242,16 @@ def _forward(mha, query, key, value, mask=None, what="MultiHeadAttention(...)(qu
         args = {"x": query, "mask": mask}
     try:
         out = _inputs_kept(lambda: mha(query, key, value) if mask is None else mha(query, key, value, mask), args, what)
-    except RuntimeError as e:
-        if query.size(1) == key.size(1) or not any(w in str(e) for w in ("size of tensor", "must match",
-                                                                          "invalid for input of size")):
+    except (RuntimeError, ValueError, IndexError) as e:
+        lengths = isinstance(e, RuntimeError) and query.size(1) != key.size(1) and \
+            any(w in str(e) for w in ("size of tensor", "must match", "invalid for input of size"))
+        if not lengths:
+            if mask is not None and _works_without_mask(mha, query, key, value):
+                raise CheckFailure(f"{what}: with the mask of shape {tuple(mask.shape)}", "it to work",
+                                   f"{type(e).__name__}: {str(e)[:90]}",
+                                   "it works without the mask and fails with it: the course's masks are already 4-d, "
+                                   "(B, 1, 1, Lk) or (1, 1, L, L), and broadcast over the heads as they are; pass the "
+                                   "mask on unchanged (no mask.unsqueeze(1), no view or reshape)") from None
             raise
         raise CheckFailure(what, "an output of shape (B, Lq, d_model)", f"RuntimeError: {str(e)[:90]}",
                            "the lengths do not fit together: in cross-attention the query (Lq) and the keys (Lk) "
@@ -235,8 +263,22 @@ def _forward(mha, query, key, value, mask=None, what="MultiHeadAttention(...)(qu
     return as_tensor(out, what)
 
 
+def _works_without_mask(mha, query, key, value) -> bool:
+    """Whether mha runs on these inputs without a mask (its attn_weights are put back as they were)."""
+    kept = mha.__dict__.get("attn_weights", None)
+    try:
+        mha(query.clone(), key.clone(), value.clone())
+        return True
+    except Exception:  # noqa: BLE001  (any failure: not the mask's fault)
+        return False
+    finally:
+        if "attn_weights" in mha.__dict__:
+            mha.__dict__["attn_weights"] = kept
+
+
 def _manual(ref: nn.MultiheadAttention, query, key, value, mask=None, split="ok", merge="ok", w_o=True,
-            scale="d_k", proj="qkv", inputs="qkv", mask_mode="ok", softmax_dim=-1, heads=None):
+            scale="d_k", proj="qkv", inputs="qkv", mask_mode="ok", softmax_dim=-1, heads=None, o_bias=True,
+            residual=False):
     """Multi-head attention written out with ref's weights, and its classic wrong variants (`heads`: a number
     of heads other than ref's, as code that ignores its n_heads argument computes)."""
     d, h = ref.embed_dim, heads or ref.num_heads
@@ -253,7 +295,7 @@ def _manual(ref: nn.MultiheadAttention, query, key, value, mask=None, split="ok"
             return x.reshape(B, L, d_k, h).permute(0, 3, 1, 2)
         return x.reshape(B, h, L, d_k) if split == "no_transpose" else x.reshape(B, L, h, d_k).transpose(1, 2)
     q, k, v = sp(q), sp(k), sp(v)
-    scores = q @ k.transpose(-2, -1) / {"d_model": math.sqrt(d), "none": 1.0}.get(scale, math.sqrt(d_k))
+    scores = q @ k.transpose(-2, -1) / {"d_model": math.sqrt(d), "none": 1.0, "h": math.sqrt(h)}.get(scale, math.sqrt(d_k))
     if mask is not None and mask_mode in ("ok", "inverted", "zero"):
         scores = scores.masked_fill(mask if mask_mode == "inverted" else ~mask, 0.0 if mask_mode == "zero" else -1e9)
     weights = torch.softmax(scores, softmax_dim)
@@ -265,7 +307,9 @@ def _manual(ref: nn.MultiheadAttention, query, key, value, mask=None, split="ok"
         out = out.permute(0, 2, 3, 1).reshape(B, Lq, d)
     else:
         out = out.reshape(B, Lq, d) if merge == "no_transpose" else out.transpose(1, 2).reshape(B, Lq, d)
-    return F.linear(out, ref.out_proj.weight.detach(), ref.out_proj.bias.detach()) if w_o else out
+    if w_o:
+        out = F.linear(out, ref.out_proj.weight.detach(), ref.out_proj.bias.detach() if o_bias else None)
+    return out + query if residual else out
 
 
 def _mistakes(ref, query, key, value, mask=None):
@@ -283,6 +327,12 @@ def _mistakes(ref, query, key, value, mask=None):
         "softmax over the queries (dim=-2): each query's weights must sum to one over the keys, softmax(dim=-1)":
             dict(softmax_dim=-2),
         INTERLEAVED: dict(split="interleaved"),
+        "scores divided by sqrt(n_heads) instead of sqrt(d_k) = sqrt(d_model / n_heads)": dict(scale="h"),
+        "softmax over dim=1 (the heads): each query's weights must sum to one over the keys, softmax(dim=-1)":
+            dict(softmax_dim=1),
+        "w_o's bias is missing: apply the whole nn.Linear, self.w_o(concat)": dict(o_bias=False),
+        "the input (query) is added to the output: multi-head attention returns w_o(concat) alone; the residual "
+        "connection is SublayerConnection's work (stage 07)": dict(residual=True),
     }
     if not (query is key and key is value):
         variants["the query used as key and value too (self-attention only): project the `key` and `value` "
@@ -436,14 +486,68 @@ def _mha_dropout(MHA):
     # train mode with p = 1: every attention weight is dropped, so each head's output is 0 and only w_o's bias is left
     mha, ref = _pair(MHA, 8, 2, dropout=1.0, seed=6)
     mha.train()
+    what = "MultiHeadAttention(8, 2, dropout=1.0).train()(x, x, x)"
     with torch.no_grad():
-        got = _forward(mha, x, x, x)
+        got = _forward(mha, x, x, x, what=what)
+        if isinstance(got, torch.Tensor) and got.shape == (2, 4, 8) and not torch.isfinite(got).all():
+            return _dropout_half(MHA)  # a hand-written dropout, w * keep / (1 - p), is 0/0 at p = 1
         b_o = mha.w_o.bias.detach().expand(2, 4, 8)
-        expect_close(got, b_o, "MultiHeadAttention(8, 2, dropout=1.0).train()(x, x, x)",
+        if not close(got, b_o) and isinstance(got, torch.Tensor) and got.shape == (2, 4, 8):
+            with seeded(16):
+                again = _forward(mha, x, x, x, what=what)
+            if not torch.allclose(got, again):
+                raise CheckFailure(f"{what}, called twice", "the same output (p=1 drops every weight)",
+                                   "two different outputs", "the dropout argument is not used (a fixed rate such "
+                                   "as 0.1?): self.dropout = nn.Dropout(dropout)")
+        W, b = ref.in_proj_weight.detach(), ref.in_proj_bias.detach()
+        v = _heads_of(F.linear(x, W[16:], b[16:]), 2)
+        uniform = torch.ones(2, 2, 4, 4) / 4 @ v  # the scores dropped (all 0): uniform weights
+        expect_close(got, b_o, what,
                      hint="apply dropout to the attention weights (pass it to scaled_dot_product_attention), once, "
                           "as nn.MultiheadAttention does: with p=1 all weights are dropped and only w_o.bias remains",
                      mistakes={"dropout applied after w_o (to the output) instead of to the attention weights: "
                                "the residual connection adds that dropout later": torch.zeros(2, 4, 8),
                                "dropout not applied: pass self.dropout to the attention (on its weights)":
-                                   _manual(ref, x, x, x)})
+                                   _manual(ref, x, x, x),
+                               "dropout applied to the scores before the softmax (p=1 zeroes them: uniform weights): "
+                               "apply it to the softmax's weights":
+                                   F.linear(_merge_ref(uniform), ref.out_proj.weight, ref.out_proj.bias).detach()})
+    _dropout_half(MHA)
+
+
+def _merge_ref(x: torch.Tensor) -> torch.Tensor:
+    """(B, h, L, d_k) -> (B, L, h * d_k), written as a concatenation of the heads."""
+    return torch.cat(x.unbind(1), dim=-1)
+
+
+def _dropout_half(MHA):
+    """Dropout's place at p = 0.5 in train mode: with w_o undone, each head's output at each query must be
+    dropout(weights) @ v, i.e. sum over a subset S of the keys of 2 * w_j * v_j (every weight kept and doubled,
+    or dropped). Dropout on v, q, k, the scores or the output gives something else."""
+    mha, ref = _pair(MHA, 8, 2, dropout=0.5, seed=7)
+    mha.train()
+    with seeded(17):
+        x = torch.randn(2, 4, 8)
+    what = "MultiHeadAttention(8, 2, dropout=0.5).train()(x, x, x)"
+    with torch.no_grad(), seeded(18):
+        got = expect_shape(_forward(mha, x, x, x, what=what), (2, 4, 8), what)
+    if not torch.isfinite(got).all():
+        raise CheckFailure(f"{what}: {(~torch.isfinite(got)).sum().item()} values are NaN or inf", "finite values",
+                           "NaN or inf", "dropout: keep each weight with probability 1 - p and scale it by 1 / (1 - p); "
+                           "nn.Dropout(dropout) does it (and gives zeros at p = 1)")
+    W, b = ref.in_proj_weight.detach().double(), ref.in_proj_bias.detach().double()
+    Wo, bo = ref.out_proj.weight.detach().double(), ref.out_proj.bias.detach().double()
+    xd = x.double()
+    q, k, v = (_heads_of(F.linear(xd, W[i * 8:(i + 1) * 8], b[i * 8:(i + 1) * 8]), 2) for i in range(3))
+    weights = torch.softmax(q @ k.transpose(-2, -1) / 2.0, -1)  # (B, h, L, L), d_k = 4
+    heads = _heads_of(torch.linalg.solve(Wo, (got.double() - bo).reshape(-1, 8).T).T.reshape(2, 4, 8), 2)
+    subsets = torch.tensor([[(s >> j) & 1 for j in range(4)] for s in range(16)], dtype=torch.float64)  # (16, Lk)
+    candidates = torch.einsum("sk,bhqk,bhkd->sbhqd", subsets, 2 * weights, v)  # (16, B, h, Lq, d_k)
+    err = ((candidates - heads).abs() / (1 + heads.abs())).amax(-1).amin(0)  # the best subset per (b, h, query)
+    if bool((err > 1e-3).any()):
+        raise CheckFailure(what, "each head's output dropout(weights) @ v: every attention weight kept (scaled by "
+                           "1 / (1 - p) = 2) or dropped", "something else",
+                           "dropout must act on the attention weights, after the softmax and before multiplying by "
+                           "v: not on v, q, k, the scores or the output (pass self.dropout to "
+                           "scaled_dot_product_attention)")
 

@@ -65,7 +65,12 @@ PAD_SHAPES = {
                   "it must hide the padded keys from every query",
     (2, 1, 5): "one singleton dimension is missing: (B, 1, 1, L)",
     (2, 5, 1, 1): "the singleton dimensions are in the wrong place: (B, 1, 1, L)",
+    (1, 1, 2, 5): "the new dimensions were added in front of the batch: (ids != pad_id)[:, None, None, :] keeps the "
+                  "batch first, (B, 1, 1, L)",
+    (2, 1, 5, 5): "the mask was expanded over the queries: keep (B, 1, 1, L), broadcasting does the rest",
+    (1, 1, 1, 5): "one row for the whole batch: every sentence has its own row, (B, 1, 1, L)",
 }
+GREATER = "ids > pad_id marks the ids above the pad id only: a real token is any id other than pad_id, ids != pad_id"
 
 
 @register("padding_mask", "returns a bool tensor")
@@ -100,7 +105,8 @@ def _pad_id(padding_mask):
     got = _expect_shape(padding_mask(ids, pad_id=9), (2, 1, 1, 5), "padding_mask(ids, pad_id=9)", PAD_SHAPES)
     _expect_mask(got, expected, "padding_mask([[5, 0, 3, 9, 9], [7, 9, 9, 9, 9]], pad_id=9)", "compare with pad_id",
                  {"the pad_id argument is ignored (compared with 0 = PAD)": (ids != 0)[:, None, None, :],
-                  "polarity inverted: True must mean a real token (may attend), i.e. ids != pad_id": ~expected})
+                  "polarity inverted: True must mean a real token (may attend), i.e. ids != pad_id": ~expected,
+                  GREATER: (ids > 9)[:, None, None, :]})
 
 
 # ------------------------------------------------------------------------------------- causal_mask
@@ -119,20 +125,30 @@ def _causal_mistakes(n):
             one.triu()[None, None],
         "one step into the future allowed (tril(diagonal=1)): True on and below the diagonal only":
             one.tril(1)[None, None],
+        "only the diagonal (eye): position i also sees every earlier position, True on and below the diagonal, "
+        "tril()": torch.eye(n, dtype=torch.bool)[None, None],
+        "all True: the future is not hidden; keep True on and below the diagonal only, "
+        "torch.ones(size, size, dtype=torch.bool).tril()": one[None, None],
     }
+
+
+def _causal_shapes(n):
+    return {(n, n): "add the batch and head dimensions: mask[None, None] -> (1, 1, size, size)",
+            (1, n, n): "one of the two leading dimensions is missing: mask[None, None] -> (1, 1, size, size)",
+            (1, 1, n - 1, n - 1): "off by one: the mask is size x size, one row and one column per position",
+            (1, 1, n + 1, n + 1): "off by one: the mask is size x size, one row and one column per position"}
 
 
 @register("causal_mask", "returns a bool tensor of shape (1, 1, size, size)")
 def _causal_shape(causal_mask):
-    got = _expect_shape(causal_mask(4), (1, 1, 4, 4), "causal_mask(4)",
-                        {(4, 4): "add the batch and head dimensions: mask[None, None] -> (1, 1, size, size)"})
+    got = _expect_shape(causal_mask(4), (1, 1, 4, 4), "causal_mask(4)", _causal_shapes(4))
     _expect_bool(got, "causal_mask(4)")
 
 
 @register("causal_mask", "True on and below the diagonal (position i sees 0..i)")
 def _causal_values(causal_mask):
     for n in (5, 1, 2, 9):
-        got = _expect_shape(causal_mask(n), (1, 1, n, n), f"causal_mask({n})", {})
+        got = _expect_shape(causal_mask(n), (1, 1, n, n), f"causal_mask({n})", _causal_shapes(n))
         _expect_mask(got, _causal(n), f"causal_mask({n})", "torch.ones(size, size, dtype=torch.bool).tril()",
                      _causal_mistakes(n))
 
@@ -180,20 +196,41 @@ def _target_mistakes(ids, pad_id=0):
         "or instead of and: the mask must be causal AND not padding": keys | causal,
         "the causal part is inverted (True above the diagonal)": keys & ~causal,
         "the causal part has no diagonal": keys & torch.ones(L, L, dtype=torch.bool).tril(-1)[None, None],
+        "the causal part is transposed (True on and above the diagonal): tril, not triu":
+            keys & torch.ones(L, L, dtype=torch.bool).triu()[None, None],
+        "the padding part is inverted (True at <pad>): real tokens are ids != pad_id": ~keys & causal,
+        GREATER: (ids > pad_id)[:, None, None, :] & causal,
     }
 
 
-TGT_SHAPES = {
-    (2, 2, 1, 1, 5): "the masks were broadcast wrongly: padding (B, 1, 1, L) & causal (1, 1, L, L) -> (B, 1, L, L)",
-    (2, 5, 5): "the head dimension is missing: (B, 1, L, L)",
-    (1, 1, 5, 5): "the padding part (one row per sentence) is missing: (B, 1, L, L)",
-    (2, 1, 1, 5): "the causal part is missing: padding (B, 1, 1, L) & causal (1, 1, L, L) -> (B, 1, L, L)",
-}
+def _tgt_shapes(B, L):
+    return {
+        (B, B, 1, 1, L): "the masks were broadcast wrongly: padding (B, 1, 1, L) & causal (1, 1, L, L) -> (B, 1, L, L)",
+        (B, L, L): "the head dimension is missing: (B, 1, L, L)",
+        (1, 1, L, L): "the padding part (one row per sentence) is missing: (B, 1, L, L)",
+        (B, 1, 1, L): "the causal part is missing: padding (B, 1, 1, L) & causal (1, 1, L, L) -> (B, 1, L, L)",
+    }
+
+
+TGT_SHAPES = _tgt_shapes(2, 5)
+
+
+def _tgt_call(target_mask, ids, what, **kwargs):
+    """target_mask(ids, **kwargs), a broadcasting error between its two parts explained."""
+    try:
+        return target_mask(ids, **kwargs)
+    except RuntimeError as e:
+        if "must match the size" not in str(e):
+            raise
+        raise CheckFailure(what, "a mask of shape (B, 1, L, L)", f"RuntimeError: {str(e)[:100]}",
+                           "the padding part (B, 1, 1, L) and the causal part (1, 1, L, L) do not fit together: both "
+                           "use L = tgt_ids.size(1), the length (not tgt_ids.size(0), the batch size)") from None
 
 
 @register("target_mask", "returns a bool tensor of shape (B, 1, L, L)")
 def _tgt_shape(target_mask):
-    got = _expect_shape(target_mask(_ids()), (2, 1, 5, 5), "target_mask(ids of shape (2, 5))", TGT_SHAPES)
+    got = _expect_shape(_tgt_call(target_mask, _ids(), "target_mask(ids of shape (2, 5))"), (2, 1, 5, 5),
+                        "target_mask(ids of shape (2, 5))", TGT_SHAPES)
     _expect_bool(got, "target_mask(ids)")
 
 
@@ -201,7 +238,8 @@ def _tgt_shape(target_mask):
 def _tgt_values(target_mask):
     ids = _ids()
     arg = ids.clone()
-    got = _expect_shape(target_mask(arg), (2, 1, 5, 5), "target_mask(ids of shape (2, 5))", TGT_SHAPES)
+    got = _expect_shape(_tgt_call(target_mask, arg, "target_mask(ids of shape (2, 5))"), (2, 1, 5, 5),
+                        "target_mask(ids of shape (2, 5))", TGT_SHAPES)
     _expect_mask(got, _target(ids), "target_mask([[5, 7, 9, 0, 0], [4, 8, 6, 3, 2]])",
                  "padding_mask(tgt_ids, pad_id) & causal_mask(L, tgt_ids.device)", _target_mistakes(ids))
     _expect_unchanged(arg, ids, "target_mask(ids)")
@@ -210,8 +248,8 @@ def _tgt_values(target_mask):
 @register("target_mask", "uses the pad_id argument")
 def _tgt_pad_id(target_mask):
     ids = torch.tensor([[1, 0, 4, 7, 7, 7], [1, 5, 6, 2, 3, 7]])  # 7 plays <pad>; 0 is an ordinary token here
-    got = _expect_shape(target_mask(ids, pad_id=7), (2, 1, 6, 6), "target_mask(ids of shape (2, 6), pad_id=7)",
-                        TGT_SHAPES)
+    got = _expect_shape(_tgt_call(target_mask, ids, "target_mask(ids of shape (2, 6), pad_id=7)", pad_id=7),
+                        (2, 1, 6, 6), "target_mask(ids of shape (2, 6), pad_id=7)", _tgt_shapes(2, 6))
     _expect_mask(got, _target(ids, 7), "target_mask([[1, 0, 4, 7, 7, 7], [1, 5, 6, 2, 3, 7]], pad_id=7)",
                  "pass pad_id on to the padding part", _target_mistakes(ids, 7))
 

@@ -7,7 +7,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..core import CheckFailure, register
-from ._util import as_tensor, build, expect_close, expect_shape, seeded
+from ._util import as_tensor, build, close, expect_close, expect_shape, seeded
 
 
 def _make(FFN, d_model=6, d_ff=10, dropout=0.0, seed=0):
@@ -69,12 +69,34 @@ def _mistakes(ffn, x):
         "no activation: without relu the two layers collapse into one linear map": l2(l1(x)),
         "a capped activation (relu6 or clamp(0, 6)) instead of relu: max(0, .) has no upper limit":
             l2(F.relu6(l1(x))),
+        "LeakyReLU instead of ReLU: the paper's max(0, .) sets every negative value to 0, torch.relu":
+            l2(F.leaky_relu(l1(x))),
+        "tanh instead of ReLU: the paper's FFN uses max(0, .) = torch.relu": l2(torch.tanh(l1(x))),
+        "sigmoid instead of ReLU: the paper's FFN uses max(0, .) = torch.relu": l2(torch.sigmoid(l1(x))),
+        "SiLU (swish) instead of ReLU: the paper's FFN uses max(0, .) = torch.relu": l2(F.silu(l1(x))),
+        "softplus instead of ReLU: the paper's FFN uses max(0, .) = torch.relu": l2(F.softplus(l1(x))),
+        "the input x is added to the output: the FFN returns w_2(relu(w_1(x))) alone; the residual connection is "
+        "SublayerConnection's work (stage 07)": x + l2(F.relu(l1(x))),
+        "the biases are missing: use the layers themselves, self.w_1(x) and self.w_2(h) (or add b_1 and b_2)":
+            F.relu(x @ W1.T) @ W2.T,
     }
 
 
 def _forward(ffn, x, what):
     """ffn(a copy of x): the check's own x stays intact whatever the network does to its input."""
-    return as_tensor(ffn(x.clone()), what)
+    return as_tensor(_run(ffn, x.clone(), what), what)
+
+
+def _run(ffn, x, what):
+    """ffn(x), a shape error from layers used the wrong way round explained."""
+    try:
+        return ffn(x)
+    except RuntimeError as e:
+        if "cannot be multiplied" not in str(e):
+            raise
+        raise CheckFailure(what, "an output of the input's shape", f"RuntimeError: {str(e)[:90]}",
+                           "w_1 takes x (d_model -> d_ff) and w_2 takes the hidden layer (d_ff -> d_model): "
+                           "w_2(dropout(relu(w_1(x)))), in that order") from None
 
 
 @register("PositionwiseFeedForward", "w_1 = nn.Linear(d_model, d_ff), w_2 = nn.Linear(d_ff, d_model), with biases")
@@ -95,7 +117,7 @@ def _ffn_formula(FFN):
     what = "PositionwiseFeedForward(6, 10)(x), x of shape (2, 4, 6)"
     arg = x.clone()
     with torch.no_grad():
-        got = as_tensor(ffn(arg), what)
+        got = as_tensor(_run(ffn, arg, what), what)
         expect_close(got, _formula(ffn, x), what, hint="w_2(dropout(relu(w_1(x))))", mistakes=_mistakes(ffn, x))
     if not torch.equal(arg, x):
         raise CheckFailure(f"x after {what}", "unchanged", "changed",
@@ -141,46 +163,104 @@ def _ffn_positionwise(FFN):
 
 @register("PositionwiseFeedForward", "dropout sits between relu and w_2 (train mode, p=1 leaves w_2.bias)")
 def _ffn_dropout_place(FFN):
-    ffn = _make(FFN, 6, 10, dropout=1.0, seed=3).train()
+    ffn = _make(FFN, 6, 10, dropout=1.0, seed=3)
     with seeded(13):
         x = torch.randn(2, 3, 6)
     (W1, b1), (W2, b2) = _parts(ffn)
     what = "PositionwiseFeedForward(6, 10, dropout=1.0).train()(x)"
     with torch.no_grad():
+        evaluated = _forward(ffn.eval(), x, "PositionwiseFeedForward(6, 10, dropout=1.0).eval()(x)")
+        right_in_eval = close(evaluated, _formula(ffn, x))
+        ffn.train()
         got = _forward(ffn, x, what)
-        if isinstance(got, torch.Tensor) and got.shape == (2, 3, 6) and not torch.isfinite(got).all():
-            return _dropout_place_half(FFN)  # a hand-written dropout, h * keep / (1 - p), is 0/0 at p = 1
-        # p = 1 zeroes every hidden unit, so w_2 sees zeros and returns its bias at every position
-        expect_close(got, b2.expand(2, 3, 6), what, hint="w_2(dropout(relu(w_1(x)))): dropout on the hidden layer",
-                     mistakes={"dropout after w_2 instead of between relu and w_2: w_2(dropout(relu(w_1(x))))":
-                                   torch.zeros(2, 3, 6),
-                               "dropout on the input, before w_1, instead of between relu and w_2":
-                                   (F.relu(b1) @ W2.T + b2).expand(2, 3, 6),
-                               "dropout not applied in train mode: w_2(dropout(relu(w_1(x)))) with "
-                               "self.dropout = nn.Dropout(dropout)": _formula(ffn, x)})
+        finite = not (isinstance(got, torch.Tensor) and got.shape == (2, 3, 6) and not torch.isfinite(got).all())
+        if finite:  # a hand-written dropout, h * keep / (1 - p), is 0/0 at p = 1: judged at p = 0.5 alone
+            if not close(got, b2.expand(2, 3, 6)) and isinstance(got, torch.Tensor) and got.shape == (2, 3, 6):
+                with seeded(14):
+                    again = _forward(ffn, x, what)
+                if not torch.allclose(got, again):
+                    raise CheckFailure(f"{what}, called twice", "the same output (p=1 drops every hidden unit)",
+                                       "two different outputs", "the dropout argument is not used (a fixed rate such "
+                                       "as 0.1?): self.dropout = nn.Dropout(dropout)")
+            # p = 1 zeroes every hidden unit, so w_2 sees zeros and returns its bias at every position
+            mistakes = {"dropout after w_2 instead of between relu and w_2: w_2(dropout(relu(w_1(x))))":
+                            torch.zeros(2, 3, 6),
+                        "dropout on the input, before w_1, instead of between relu and w_2":
+                            (F.relu(b1) @ W2.T + b2).expand(2, 3, 6),
+                        "dropout not applied in train mode: w_2(dropout(relu(w_1(x)))) with "
+                        "self.dropout = nn.Dropout(dropout)": _formula(ffn, x)}
+            expect_close(got, b2.expand(2, 3, 6), what, mistakes=mistakes if right_in_eval else None,
+                         hint="w_2(dropout(relu(w_1(x)))): dropout on the hidden layer" if right_in_eval else
+                         "the network is not w_2(dropout(relu(w_1(x)))) (see the check of the formula in eval mode)")
+    _dropout_place_half(FFN)
+
+
+def _undo_w2(W2, b2, out):
+    """The hidden layer (rows, d_ff) that w_2 turned into `out` (..., d_model), by least squares (d_model > d_ff)."""
+    return torch.linalg.lstsq(W2.double(), (out.double() - b2.double()).reshape(-1, W2.shape[0]).T).solution.T
 
 
 def _dropout_place_half(FFN):
-    """Dropout's place at p = 0.5, with d_model > d_ff so that w_2 can be undone: the hidden layer that w_2
-    was given must hold, unit by unit, 0 or 2 * relu(w_1(x))."""
+    """Dropout's place and kind at p = 0.5, with d_model > d_ff so that w_2 can be undone: the hidden layer that
+    w_2 was given must hold, unit by unit, 0 or 2 * relu(w_1(x)) (nn.Dropout's keep-and-rescale), with a mask
+    drawn afresh for every value."""
     ffn = _make(FFN, 12, 4, dropout=0.5, seed=3).train()
     with seeded(13):
-        x = torch.randn(2, 3, 12)
+        x = torch.randn(4, 8, 12)
     (W1, b1), (W2, b2) = _parts(ffn)
     what = "PositionwiseFeedForward(12, 4, dropout=0.5).train()(x)"
+    with torch.no_grad(), seeded(15):
+        got = expect_shape(_forward(ffn, x, what), (4, 8, 12), what)
+    if not torch.isfinite(got).all():
+        raise CheckFailure(f"{what}: {(~torch.isfinite(got)).sum().item()} values are NaN or inf",
+                           "finite values", "NaN or inf", "dropout: keep each value with probability 1 - p and "
+                           "scale it by 1 / (1 - p); nn.Dropout(dropout) does it (and gives zeros at p = 1)")
+    hidden = _undo_w2(W2, b2, got)  # (32, 4)
+    # compared with the network's own hidden layer in eval mode (so that a wrong activation, graded by the formula
+    # checks, does not count twice here), or with relu(w_1(x)) when eval mode is itself random
+    h = F.relu(x @ W1.T + b1).reshape(-1, 4).double()
     with torch.no_grad():
-        got = expect_shape(_forward(ffn, x, what), (2, 3, 12), what)
-        if not torch.isfinite(got).all():
-            raise CheckFailure(f"{what}: {(~torch.isfinite(got)).sum().item()} values are NaN or inf",
-                               "finite values", "NaN or inf", "dropout: keep each value with probability 1 - p and "
-                               "scale it by 1 / (1 - p); nn.Dropout(dropout) does it (and gives zeros at p = 1)")
-        hidden = torch.linalg.lstsq(W2.double(), (got.double() - b2.double()).reshape(-1, 12).T).solution.T
-        h = F.relu(x @ W1.T + b1).reshape(-1, 4).double()
-        tol = 1e-3 * (1 + h.abs())
-        if not (((hidden.abs() <= tol) | ((hidden - 2 * h).abs() <= tol)).all() and (hidden.abs() <= tol).any()):
-            raise CheckFailure(what, "w_2 applied to relu(w_1(x)) with each hidden unit dropped (0) or doubled",
-                               "something else", "w_2(dropout(relu(w_1(x)))): dropout on the hidden layer, between "
-                               "relu and w_2")
+        ffn.eval()
+        first, second = _forward(ffn, x, what), _forward(ffn, x, what)
+    if first.shape == (4, 8, 12) and torch.isfinite(first).all() and torch.equal(first, second):
+        own = _undo_w2(W2, b2, first)
+        if ((own @ W2.double().T + b2.double()).reshape(4, 8, 12) - first.double()).abs().max() > 1e-3:
+            return  # not of the form w_2(hidden) in eval mode (e.g. x added): the formula checks say so
+        h = own
+    if ((hidden @ W2.double().T + b2.double()).reshape(4, 8, 12) - got.double()).abs().max() > 1e-3:
+        raise CheckFailure(what, "w_2 applied to the hidden layer with dropout on it", "an output that w_2 cannot give",
+                           "w_2(dropout(relu(w_1(x)))): dropout between relu and w_2, not after w_2")
+    tol = 1e-3 * (1 + h.abs())
+    live = h.abs() > 1e-3  # where the hidden unit is not 0: kept or dropped shows
+    if bool((hidden[~live].abs() > (2 * h.abs() + tol)[~live]).any()):
+        raise CheckFailure(what, "w_2 applied to relu(w_1(x)) with each hidden unit dropped (0) or doubled",
+                           "something else", "w_2(dropout(relu(w_1(x)))): dropout on the hidden layer only, between "
+                           "relu and w_2 (not on the input x too)")
+    ratio, slack = hidden[live] / h[live], (tol / h.abs().clamp_min(1e-3))[live]
+    dropped = ratio.abs() <= slack
+
+    def only(k):
+        return bool((dropped | ((ratio - k).abs() <= slack * (1 + k))).all())
+    if only(2.0) and bool(dropped.any()) and not bool(dropped.all()):
+        kept = (hidden.abs() > tol).reshape(32, 4)
+        same = all(bool(kept[live.reshape(32, 4)[:, j], j].all() | (~kept[live.reshape(32, 4)[:, j], j]).all())
+                   for j in range(4))
+        if same:
+            raise CheckFailure(what, "a fresh dropout mask for every value", "the same units dropped at every position",
+                               "one mask of shape (d_ff,) shared by all positions: nn.Dropout draws one for each "
+                               "value, rand_like(h)")
+        return
+    if only(4.0) and bool(dropped.any()):
+        hint = ("dropout applied twice (75% dropped, the rest scaled by 4): apply self.dropout once, to the hidden "
+                "layer")
+    elif only(1.0) and bool(dropped.any()):
+        hint = ("the kept values are not scaled by 1 / (1 - p), as nn.Dropout does: use nn.Dropout(dropout) (or "
+                "F.dropout(h, p, training=self.training))")
+    else:
+        hint = ("w_2(dropout(relu(w_1(x)))): dropout on the hidden layer only, between relu and w_2 (not on the "
+                "input x, and once)")
+    raise CheckFailure(what, "w_2 applied to relu(w_1(x)) with each hidden unit dropped (0) or doubled",
+                       "something else", hint)
 
 
 @register("PositionwiseFeedForward", "dropout is off in eval mode and random in train mode")

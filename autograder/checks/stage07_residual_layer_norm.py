@@ -20,9 +20,16 @@ INPLACE_HINT = ("an in-place operation on the input (x -= mean, x += ..., x.sub_
 
 
 def _keeps_input(fn, x: torch.Tensor, what: str):
-    """fn(), failing when it changed x in place."""
+    """fn(), failing when it changed x in place (a broadcasting error from a mean or var without keepdim named)."""
     before = x.clone()
-    out = fn()
+    try:
+        out = fn()
+    except RuntimeError as e:
+        if "must match the size" not in str(e):
+            raise
+        raise CheckFailure(what, f"an output of shape {tuple(x.shape)}", f"RuntimeError: {str(e)[:100]}",
+                           "the mean or the variance lost its dimension: keepdim=True, x.mean(-1, keepdim=True), so "
+                           "that it broadcasts back against x") from None
     if x.shape != before.shape or not torch.equal(x, before):
         raise CheckFailure(f"{what}: the input x after the call", "unchanged", "changed in place", INPLACE_HINT)
     return out
@@ -87,7 +94,18 @@ def _ln_mistakes(x, ref, eps=None):
         "the bias is not added: weight * x_hat + bias": w * ((x - mean) / torch.sqrt(var + eps)),
         "the weight is not applied: weight * x_hat + bias": (x - mean) / torch.sqrt(var + eps) + b,
         "weight and bias not applied: weight * x_hat + bias": (x - mean) / torch.sqrt(var + eps),
+        "eps added after the division: it goes inside the square root, (x - mean) / sqrt(var + eps)":
+            mk((x - mean) / var.sqrt() + eps),
+        "divided by the variance, not the standard deviation: (x - mean) / sqrt(var + eps)":
+            mk((x - mean) / (var + eps)),
+        "the bias inside the product: weight * x_hat + bias, not weight * (x_hat + bias)":
+            w * ((x - mean) / torch.sqrt(var + eps) + b),
+        "the variance is the mean of x^2, not of (x - mean)^2: center x first (or use E[x^2] - mean^2)":
+            mk((x - mean) / torch.sqrt((x * x).mean(-1, keepdim=True) + eps)),
     }
+    if eps != 1e-6:
+        out["eps of 1e-6 instead of the eps argument (whose default, as nn.LayerNorm's, is 1e-5)"] = \
+            mk((x - mean) / torch.sqrt(var + 1e-6))
     if x.dim() >= 2:
         out["normalized over dim=-2 (the positions) instead of the last dimension (the features)"] = \
             mk((x - x.mean(-2, keepdim=True)) / torch.sqrt(x.var(-2, unbiased=False, keepdim=True) + eps))
@@ -95,6 +113,9 @@ def _ln_mistakes(x, ref, eps=None):
             mk((x - x.mean(0, keepdim=True)) / torch.sqrt(x.var(0, unbiased=False, keepdim=True) + eps))
         out["normalized over the whole tensor instead of the last dimension (the features) of each position"] = \
             mk((x - x.mean()) / torch.sqrt(x.var(unbiased=False) + eps))
+    for d in range(1, x.dim() - 2):  # the dims between the batch and the positions (4-d inputs)
+        out[f"normalized over dim {d} instead of the last dimension (the features): mean and var over dim=-1"] = \
+            mk((x - x.mean(d, keepdim=True)) / torch.sqrt(x.var(d, unbiased=False, keepdim=True) + eps))
     if x.dim() >= 3:
         out["normalized over the last two dimensions instead of the last one (the features)"] = \
             mk((x - x.mean((-2, -1), keepdim=True)) / torch.sqrt(x.var((-2, -1), unbiased=False, keepdim=True) + eps))
@@ -314,6 +335,17 @@ def _sc_calls(SC):
                                    "call the sublayer once and keep its output: it is a whole attention or "
                                    "feed-forward block, and with dropout inside two calls differ")
             expected = N(x) if norm_first else x
+            # another sublayer on the next call: the same result as a fresh module's, nothing of the first call kept
+            S2 = _Sublayer(6, 17)
+            second = _call(sc, x, S2, what + ", then again with another sublayer")
+            fresh, _ = _make_sc(SC, 6, 0.0, norm_first, seed=3)
+            fresh.eval()
+            alone = _call(fresh, x, _Sublayer(6, 17), what + " with another sublayer")
+            if len(S2.calls) != 1 or not close(second, alone):
+                raise CheckFailure(f"{what}, called again with another sublayer",
+                                   "the new sublayer called once, and its result", f"{len(S2.calls)} calls of it",
+                                   "use the sublayer passed to this call: keep nothing (no sublayer, no output) from "
+                                   "an earlier call in self")
             expect_close(S.calls[0], expected, f"{what}: what the sublayer was given",
                          hint=("pre-norm gives the sublayer norm(x)" if norm_first
                                else "post-norm gives the sublayer x itself"),
@@ -353,6 +385,13 @@ def _sc_dropout_place(SC):
                                        torch.zeros_like(x) if norm_first else N(torch.zeros_like(x)),
                                    "dropout not applied in train mode: self.dropout = nn.Dropout(dropout) on the "
                                    "sublayer's output": x + S(N(x)) if norm_first else N(x + S(x)),
+                                   "dropout applied to the sublayer's input instead of its output: "
+                                   + ("x + dropout(sublayer(norm(x)))" if norm_first else "norm(x + dropout(sublayer(x)))"):
+                                       x + S(torch.zeros_like(x)) if norm_first else N(x + S(torch.zeros_like(x))),
+                                   **({} if norm_first else {
+                                       "dropout applied after the norm, to the whole output: only the sublayer's "
+                                       "output goes through dropout, norm(x + dropout(sublayer(x)))":
+                                           torch.zeros_like(x)}),
                                    **_sc_mistakes(x, N, lambda t: torch.zeros_like(t), norm_first)})
     # p = 0.5, pre-norm: x is added back untouched, so out - x is dropout(sublayer(norm(x))) itself: each value
     # 0 or 2 * sublayer(norm(x)), about half of them 0 (a fixed rate, two dropouts, or no rescaling show here)
