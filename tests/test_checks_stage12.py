@@ -662,3 +662,495 @@ def test_equivalent_n_tokens_and_tgt_mask_from_other_fields_get_full_marks():
         b.tgt_mask = solutions.target_mask(b.tgt_out, pad_id)
         return b
     assert_full_marks(make_batch, "make_batch")
+
+
+# ================================================================ review round 2: more styles and mistakes
+# ---- correct, written differently
+def shift_numpy(tgt, bos_id=BOS, pad_id=PAD):
+    import numpy as np
+    a = tgt.numpy()
+    return torch.from_numpy(np.concatenate([np.full((a.shape[0], 1), bos_id, dtype=a.dtype), a[:, :-1]], axis=1))
+
+
+def shift_narrow_hstack(tgt, bos_id=BOS, pad_id=PAD, *, unused=None):
+    return torch.hstack((tgt.new_tensor([[bos_id]]).expand(tgt.size(0), 1), tgt.narrow(1, 0, tgt.size(1) - 1)))
+
+
+def shift_index_select(tgt, bos_id=BOS, pad_id=PAD):
+    """Columns 0, 0, 1, ..., L-2 gathered into a new tensor, whose column 0 is then overwritten."""
+    out = tgt.index_select(1, torch.arange(-1, tgt.size(1) - 1).clamp(min=0))
+    out[:, 0] = bos_id
+    return out
+
+
+def shift_loops(tgt, bos_id=BOS, pad_id=PAD):
+    B, L = tgt.shape
+    out = torch.zeros(B, L, dtype=torch.long)
+    for b in range(B):
+        out[b, 0] = bos_id
+        for j in range(1, L):
+            out[b, j] = tgt[b, j - 1]
+    return out
+
+
+def shift_negative_pad(tgt, bos_id=BOS, pad_id=PAD):
+    """F.pad with a negative right pad crops the last column."""
+    return F.pad(tgt, (1, -1), value=bos_id)
+
+
+@torch.no_grad()
+def shift_transposed(tgt, bos_id=BOS, pad_id=PAD):
+    t = tgt.t()
+    return torch.cat([torch.full((1, t.size(1)), bos_id, dtype=t.dtype), t[:-1]], 0).t().contiguous()
+
+
+@pytest.mark.parametrize("fn", [shift_numpy, shift_narrow_hstack, shift_index_select, shift_loops, shift_negative_pad,
+                                shift_transposed])
+def test_round2_correct_shift_right(fn):
+    assert_full_marks(fn, "shift_right")
+
+
+def batch_numpy(src_seqs, tgt_seqs, pad_id=PAD, bos_id=BOS, eos_id=EOS):
+    """numpy arrays filled row by row, a dataclass, n_tokens a numpy integer."""
+    import numpy as np
+    from dataclasses import dataclass
+
+    @dataclass
+    class B:
+        src: torch.Tensor
+        tgt_in: torch.Tensor
+        tgt_out: torch.Tensor
+        src_mask: torch.Tensor
+        tgt_mask: torch.Tensor
+        n_tokens: int
+    n, Ls, Lt = len(src_seqs), max(map(len, src_seqs)), max(map(len, tgt_seqs)) + 1
+    src, tin, tout = (np.full((n, L), pad_id, dtype=np.int64) for L in (Ls, Lt, Lt))
+    for b, (s, t) in enumerate(zip(src_seqs, tgt_seqs)):
+        src[b, :len(s)], tin[b, :len(t) + 1], tout[b, :len(t) + 1] = s, [bos_id] + t, t + [eos_id]
+    tmask = np.tril(np.ones((Lt, Lt), dtype=bool))[None, None] & (tin != pad_id)[:, None, None, :]
+    return B(torch.from_numpy(src), torch.from_numpy(tin), torch.from_numpy(tout),
+             torch.from_numpy(src != pad_id)[:, None, None, :], torch.from_numpy(tmask),
+             np.int64((tout != pad_id).sum()))
+
+
+def batch_logical_and_float_count(src_seqs, tgt_seqs, pad_id=PAD, bos_id=BOS, eos_id=EOS, *, device="cpu"):
+    """pad_sequence, logical_and of a triu-made causal mask and the padding, a contiguous copy of the
+    source mask, n_tokens a float, a keyword-only extra."""
+    from torch.nn.utils.rnn import pad_sequence
+    src = pad_sequence([torch.tensor(s) for s in src_seqs], batch_first=True, padding_value=pad_id).to(device)
+    tgt = [torch.tensor(t, dtype=torch.long) for t in tgt_seqs]
+    tgt_in = pad_sequence([torch.cat([torch.tensor([bos_id]), t]) for t in tgt], True, pad_id)
+    tgt_out = pad_sequence([torch.cat([t, torch.tensor([eos_id])]) for t in tgt], True, pad_id)
+    L = tgt_in.size(1)
+    causal = torch.triu(torch.ones(L, L), diagonal=1) == 0
+    return SimpleNamespace(src=src, tgt_in=tgt_in, tgt_out=tgt_out,
+                           src_mask=(src != pad_id).view(src.size(0), 1, 1, -1).clone(),
+                           tgt_mask=torch.logical_and(causal.view(1, 1, L, L), (tgt_in != pad_id).view(-1, 1, 1, L)),
+                           n_tokens=float(sum(len(t) + 1 for t in tgt_seqs)))
+
+
+class _LazyBatch:
+    """Masks and n_tokens as properties computed from the stored tensors."""
+
+    def __init__(self, src, tgt_in, tgt_out, pad_id):
+        self.src, self.tgt_in, self.tgt_out, self._pad = src, tgt_in, tgt_out, pad_id
+
+    @property
+    def src_mask(self):
+        return (self.src != self._pad).unsqueeze(-2).unsqueeze(-2)
+
+    @property
+    def tgt_mask(self):
+        L = self.tgt_in.size(-1)
+        return (self.tgt_in != self._pad).unsqueeze(1).unsqueeze(1) & torch.ones(L, L, dtype=torch.bool).tril()
+
+    @property
+    def n_tokens(self):
+        return (self.tgt_out != self._pad).sum()
+
+
+def batch_lazy_properties(src_seqs, tgt_seqs, pad_id=PAD, bos_id=BOS, eos_id=EOS):
+    def pad(rows):
+        L = max(map(len, rows))
+        return torch.LongTensor([r + [pad_id] * (L - len(r)) for r in rows])
+    return _LazyBatch(pad([list(s) for s in src_seqs]), pad([[bos_id, *t] for t in tgt_seqs]),
+                      pad([[*t, eos_id] for t in tgt_seqs]), pad_id)
+
+
+def batch_deepcopy_then_edit(src_seqs, tgt_seqs, pad_id=PAD, bos_id=BOS, eos_id=EOS):
+    """Deep copies edited in place (insert, append, extend): the caller's lists stay as they are."""
+    import copy
+    src, tin, tout = copy.deepcopy(src_seqs), copy.deepcopy(tgt_seqs), copy.deepcopy(tgt_seqs)
+    for t in tin:
+        t.insert(0, bos_id)
+    for t in tout:
+        t.append(eos_id)
+    L = max(map(len, tin))
+    for rows, width in ((src, max(map(len, src))), (tin, L), (tout, L)):
+        for r in rows:
+            r.extend([pad_id] * (width - len(r)))
+    s, i, o = (torch.tensor(x) for x in (src, tin, tout))
+    return SimpleNamespace(src=s, tgt_in=i, tgt_out=o, src_mask=(s != pad_id)[:, None, None],
+                           tgt_mask=torch.tril(torch.ones(1, 1, L, L)).to(torch.bool) & (i != pad_id)[:, None, None, :],
+                           n_tokens=(o != pad_id).sum())
+
+
+def batch_eos_by_scatter(src_seqs, tgt_seqs, pad_id=PAD, bos_id=BOS, eos_id=EOS):
+    """y padded once; tgt_out gets <eos> written at each length, tgt_in is <bos> then y without its last column."""
+    from collections import namedtuple
+    n = len(tgt_seqs)
+    y = torch.full((n, max(map(len, tgt_seqs)) + 1), pad_id, dtype=torch.long)
+    for k, t in enumerate(tgt_seqs):
+        y[k, :len(t)] = torch.tensor(t, dtype=torch.long)
+    tgt_out = y.clone()
+    tgt_out[torch.arange(n), torch.tensor([len(t) for t in tgt_seqs])] = eos_id
+    tgt_in = torch.cat([torch.full((n, 1), bos_id), y[:, :-1]], 1)
+    src = torch.full((len(src_seqs), max(map(len, src_seqs))), pad_id, dtype=torch.long)
+    for k, s in enumerate(src_seqs):
+        src[k, :len(s)] = torch.tensor(s)
+    L, i = tgt_in.size(1), torch.arange(tgt_in.size(1))
+    tm = (i.view(1, 1, L, 1) >= i.view(1, 1, 1, L)) & tgt_in.ne(pad_id).view(-1, 1, 1, L)
+    Fields = namedtuple("Fields", ["src", "tgt_in", "tgt_out", "src_mask", "tgt_mask", "n_tokens"])
+    return Fields(src, tgt_in, tgt_out, src.ne(pad_id).view(len(src_seqs), 1, 1, -1), tm, int(tgt_out.ne(pad_id).sum()))
+
+
+def batch_tuples(src_seqs, tgt_seqs, pad_id=PAD, bos_id=BOS, eos_id=EOS):
+    """Tuples throughout (t + (eos,)), int32 turned into long, a class made with type()."""
+    src_seqs, tgt_seqs = [tuple(s) for s in src_seqs], [tuple(t) for t in tgt_seqs]
+
+    def pad(rows):
+        L = max(len(r) for r in rows)
+        return torch.tensor([r + (pad_id,) * (L - len(r)) for r in rows], dtype=torch.int32).long()
+    d = {"src": pad(src_seqs), "tgt_in": pad([(bos_id,) + t for t in tgt_seqs]),
+         "tgt_out": pad([t + (eos_id,) for t in tgt_seqs])}
+    L = d["tgt_in"].shape[1]
+    d["src_mask"] = d["src"].ne(pad_id)[:, None, None, :]
+    d["tgt_mask"] = d["tgt_in"].ne(pad_id)[:, None, None, :] & ~torch.ones(L, L, dtype=torch.bool).triu(1)
+    d["n_tokens"] = sum(len(t) for t in tgt_seqs) + len(tgt_seqs)
+    return type("Batch", (), d)()
+
+
+@pytest.mark.parametrize("fn", [batch_numpy, batch_logical_and_float_count, batch_lazy_properties,
+                                batch_deepcopy_then_edit, batch_eos_by_scatter, batch_tuples])
+def test_round2_correct_make_batch(fn):
+    assert_full_marks(fn, "make_batch")
+
+
+def bbt_numpy_arrays(lengths, max_tokens):
+    import numpy as np
+    lengths = np.asarray(lengths)
+    out, cur = [], []
+    for i in np.argsort(lengths, kind="stable"):
+        if cur and lengths[i] * (len(cur) + 1) > max_tokens:
+            out.append(np.array(cur))
+            cur = []
+        cur.append(i)
+    return out + [np.array(cur)] * bool(cur)
+
+
+def bbt_append_then_pop(lengths, max_tokens):
+    """Adds the example, and takes it back out for the next batch when the batch is now over the limit."""
+    batches, cur = [], []
+    for i in sorted(range(len(lengths)), key=lambda i: (lengths[i], i)):
+        cur.append(i)
+        if len(cur) > 1 and max(lengths[j] for j in cur) * len(cur) > max_tokens:
+            cur.pop()
+            batches.append(cur)
+            cur = [i]
+    return batches + [cur]
+
+
+def bbt_groupby(lengths, max_tokens):
+    import itertools
+    batches, cur, longest = [], [], 0
+    for n, group in itertools.groupby(sorted(range(len(lengths)), key=lengths.__getitem__), key=lengths.__getitem__):
+        for i in group:
+            if cur and max(longest, n) * (len(cur) + 1) > max_tokens:
+                batches.append(cur)
+                cur, longest = [], 0
+            cur.append(i)
+            longest = max(longest, n)
+    return batches + [cur] * bool(cur)
+
+
+def bbt_torch_descending_slices(lengths, max_tokens):
+    """Longest first (torch.sort, stable), a pointer and slices of the sorted index tensor."""
+    vals, order = torch.sort(torch.tensor(lengths), descending=True, stable=True)
+    batches, k = [], 0
+    while k < len(lengths):
+        size = 1
+        while k + size < len(lengths) and int(vals[k]) * (size + 1) <= max_tokens:
+            size += 1
+        batches.append(order[k:k + size])
+        k += size
+    return batches
+
+
+def bbt_recursive(lengths, max_tokens):
+    import sys
+    sys.setrecursionlimit(max(sys.getrecursionlimit(), 4 * len(lengths)))
+
+    def split(rest):
+        if not rest:
+            return []
+        k = 1
+        while k < len(rest) and lengths[rest[k]] * (k + 1) <= max_tokens:
+            k += 1
+        return [rest[:k]] + split(rest[k:])
+    return split(sorted(range(len(lengths)), key=lambda i: lengths[i]))
+
+
+def bbt_sets(lengths, max_tokens, *, shuffle=False):
+    """Batches as sets in a dict, returned as its values; a keyword-only extra."""
+    groups, b, count, longest = {}, 0, 0, 0
+    for i in sorted(range(len(lengths)), key=lambda i: lengths[i]):
+        if count and max(longest, lengths[i]) * (count + 1) > max_tokens:
+            b, count, longest = b + 1, 0, 0
+        groups.setdefault(b, set()).add(i)
+        count, longest = count + 1, max(longest, lengths[i])
+    return list(groups.values())
+
+
+@pytest.mark.parametrize("fn", [bbt_numpy_arrays, bbt_append_then_pop, bbt_groupby, bbt_torch_descending_slices,
+                                bbt_recursive, bbt_sets])
+def test_round2_correct_batch_by_tokens(fn):
+    assert_full_marks(fn, "batch_by_tokens")
+
+
+def noam_one_element_array(step, d_model, warmup_steps=4000, factor=1.0):
+    """A one-element numpy array (it used to get 0/4: 'expected a number')."""
+    import numpy as np
+    return np.array([solutions.noam_lr(step, d_model, warmup_steps, factor)])
+
+
+def noam_numpy(step, d_model, warmup_steps=4000, factor=1.0):
+    import numpy as np
+    s = np.maximum(step, 1).astype(np.float64)
+    return factor * np.power(d_model, -0.5) * np.minimum(np.power(s, -0.5), s * np.power(warmup_steps, -1.5))
+
+
+def noam_sqrt(step, d_model, warmup_steps=4000, factor=1.0):
+    step = max(1, step)
+    return factor / math.sqrt(d_model) * min(1 / math.sqrt(step), step / (warmup_steps * math.sqrt(warmup_steps)))
+
+
+def noam_log_space(step, d_model, warmup_steps=4000, factor=1.0):
+    s = max(step, 1)
+    return factor * math.exp(-0.5 * math.log(d_model)
+                             + min(-0.5 * math.log(s), math.log(s) - 1.5 * math.log(warmup_steps)))
+
+
+def noam_float32_numpy(step, d_model, warmup_steps=4000, factor=1.0):
+    import numpy as np
+    s, f32 = np.float32(max(step, 1)), np.float32
+    return f32(factor) * f32(d_model) ** f32(-0.5) * min(s ** f32(-0.5), s * f32(warmup_steps) ** f32(-1.5))
+
+
+def _noam_cached():
+    import functools
+
+    @functools.lru_cache(maxsize=None)
+    def noam_lr(step, d_model, warmup_steps=4000, factor=1.0, *, min_step=1):
+        step = max(step, min_step)
+        return factor * (d_model ** -0.5) * min(step ** -0.5, step * warmup_steps ** -1.5)
+    return noam_lr
+
+
+@pytest.mark.parametrize("fn", [noam_one_element_array, noam_numpy, noam_sqrt, noam_log_space, noam_float32_numpy,
+                                _noam_cached()])
+def test_round2_correct_noam_lr(fn):
+    assert_full_marks(fn, "noam_lr")
+
+
+def opt_tensor_lr(model, d_model, warmup_steps=4000, factor=1.0):
+    """lr given as a tensor (LambdaLR then changes it in place; it used to get 3/5)."""
+    opt = torch.optim.Adam(model.parameters(), lr=torch.tensor(1.0), betas=(0.9, 0.98), eps=1e-9)
+    return opt, torch.optim.lr_scheduler.LambdaLR(opt, lambda s: solutions.noam_lr(s + 1, d_model, warmup_steps,
+                                                                                    factor))
+
+
+def opt_multiplicative(model, d_model, warmup_steps=4000, factor=1.0):
+    """MultiplicativeLR: each step multiplies by noam(k + 1) / noam(k); Adam starts at noam(1)."""
+    nl = solutions.noam_lr
+    opt = torch.optim.Adam(model.parameters(), lr=nl(1, d_model, warmup_steps, factor), betas=(0.9, 0.98), eps=1e-9)
+    return opt, torch.optim.lr_scheduler.MultiplicativeLR(
+        opt, lambda e: nl(e + 1, d_model, warmup_steps, factor) / nl(e, d_model, warmup_steps, factor))
+
+
+def opt_adamw_without_decay(model, d_model, warmup_steps=4000, factor=1.0):
+    """AdamW with weight_decay=0 is Adam; functools.partial for the lambda."""
+    import functools
+    opt = torch.optim.AdamW(model.parameters(), lr=1.0, betas=(0.9, 0.98), eps=1e-9, weight_decay=0.0)
+    f = functools.partial(lambda s, d, w, c: c * d ** -0.5 * min((s + 1) ** -0.5, (s + 1) * w ** -1.5),
+                          d=d_model, w=warmup_steps, c=factor)
+    return opt, torch.optim.lr_scheduler.LambdaLR(opt, f)
+
+
+class _NoamOpt:
+    """The Annotated Transformer's style: step() sets the rate of the NEXT optimizer step."""
+
+    def __init__(self, optimizer, d_model, warmup, factor):
+        self.optimizer, self.d, self.w, self.f, self._step = optimizer, d_model, warmup, factor, 0
+        self.step()
+
+    def step(self):
+        self._step += 1
+        for p in self.optimizer.param_groups:
+            p["lr"] = self.f * (self.d ** (-0.5) * min(self._step ** (-0.5), self._step * self.w ** (-1.5)))
+
+
+def opt_annotated_style(model, d_model, warmup_steps=4000, factor=1.0):
+    opt = torch.optim.Adam(model.parameters(), lr=0, betas=(0.9, 0.98), eps=1e-9)
+    return opt, _NoamOpt(opt, d_model, warmup_steps, factor)
+
+
+def opt_sequential_lr(model, d_model, warmup_steps=4000, factor=1.0):
+    """LinearLR for the warmup, then a LambdaLR decay, chained by SequentialLR (PyTorch warns; the check stays
+    silent)."""
+    w = warmup_steps
+    opt = torch.optim.Adam(model.parameters(), lr=solutions.noam_lr(w, d_model, w, factor), betas=(0.9, 0.98),
+                           eps=1e-9, foreach=False)
+    warm = torch.optim.lr_scheduler.LinearLR(opt, start_factor=1 / w, end_factor=1.0, total_iters=w - 1)
+    decay = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: (w / (s + w)) ** 0.5)
+    return opt, torch.optim.lr_scheduler.SequentialLR(opt, [warm, decay], milestones=[w - 1])
+
+
+def opt_named_groups_list(model, d_model, warmup_steps=4000, factor=1.0):
+    """Groups by parameter name, one lambda each, returned as a list."""
+    weights = [p for n, p in model.named_parameters() if n.endswith("weight")]
+    rest = [p for n, p in model.named_parameters() if not n.endswith("weight")]
+    opt = torch.optim.Adam([dict(params=weights), dict(params=rest)], lr=1.0, betas=(0.9, 0.98), eps=1e-9)
+    lam = [lambda s: solutions.noam_lr(s + 1, d_model, warmup_steps, factor) for _ in range(2)]
+    return [opt, torch.optim.lr_scheduler.LambdaLR(opt, lam)]
+
+
+@pytest.mark.parametrize("fn", [opt_tensor_lr, opt_multiplicative, opt_adamw_without_decay, opt_annotated_style,
+                                opt_sequential_lr, opt_named_groups_list])
+def test_round2_correct_make_optimizer(fn):
+    assert_full_marks(fn, "make_optimizer")
+
+
+# ---- mistakes
+def _fields(**changes):
+    def make_batch(src_seqs, tgt_seqs, pad_id=PAD, bos_id=BOS, eos_id=EOS):
+        b = solutions.make_batch(src_seqs, tgt_seqs, pad_id, bos_id, eos_id)
+        a = SimpleNamespace(src=src_seqs, tgt=tgt_seqs, pad=pad_id, bos=bos_id, eos=eos_id)
+        fields = {f: getattr(b, f) for f in ("src", "tgt_in", "tgt_out", "src_mask", "tgt_mask", "n_tokens")}
+        fields.update({k: f(b, a) for k, f in changes.items()})
+        return SimpleNamespace(**fields)
+    return make_batch
+
+
+def bbt_sorted_positions(lengths, max_tokens):
+    """Sorts the lengths themselves and returns positions in the SORTED list."""
+    out, cur = [], []
+    for i, n in enumerate(sorted(lengths)):
+        if cur and n * (len(cur) + 1) > max_tokens:
+            out.append(cur)
+            cur = []
+        cur.append(i)
+    return out + [cur]
+
+
+def bbt_sorts_caller_list(lengths, max_tokens):
+    """lengths.sort(): the caller's list is reordered (and the positions are those of the sorted list)."""
+    lengths.sort()
+    return bbt_sorted_positions(lengths, max_tokens)
+
+
+def bbt_empty_batch(lengths, max_tokens):
+    """Closes the current batch without checking that it holds anything: an empty batch when the first
+    (shortest) example is already too long (it used to get full marks)."""
+    out, cur = [], []
+    for i in sorted(range(len(lengths)), key=lambda i: lengths[i]):
+        if max([lengths[j] for j in cur] + [lengths[i]]) * (len(cur) + 1) > max_tokens:
+            out.append(cur)
+            cur = []
+        cur.append(i)
+    return out + [cur]
+
+
+def noam_expr(expr):
+    def noam_lr(step, d_model, warmup_steps=4000, factor=1.0):
+        return expr(max(step, 1), d_model, warmup_steps, factor)
+    return noam_lr
+
+
+def opt_two_optimizers(model, d_model, warmup_steps=4000, factor=1.0):
+    """The scheduler is built on a second Adam; the first one is returned."""
+    opt = torch.optim.Adam(model.parameters(), lr=1.0, betas=(0.9, 0.98), eps=1e-9)
+    other = torch.optim.Adam(model.parameters(), lr=1.0, betas=(0.9, 0.98), eps=1e-9)
+    return opt, torch.optim.lr_scheduler.LambdaLR(other, lambda s: solutions.noam_lr(s + 1, d_model, warmup_steps,
+                                                                                      factor))
+
+
+def opt_lambda(fn):
+    def make_optimizer(model, d_model, warmup_steps=4000, factor=1.0):
+        opt = torch.optim.Adam(model.parameters(), lr=1.0, betas=(0.9, 0.98), eps=1e-9)
+        return opt, torch.optim.lr_scheduler.LambdaLR(opt, lambda s: fn(s + 1, d_model, warmup_steps, factor))
+    return make_optimizer
+
+
+ROUND2_MISTAKES = [
+    ("shift_right", "<pad> in front", lambda tgt, bos_id=BOS, pad_id=PAD: F.pad(tgt[:, :-1], (1, 0), value=pad_id),
+     ["<pad> was put in front"]),
+    ("shift_right", "shifted along the batch axis",
+     lambda tgt, bos_id=BOS, pad_id=PAD: torch.cat([torch.full_like(tgt[:1], bos_id), tgt[:-1]], 0), ["dim 0"]),
+    ("shift_right", "<bos> at the end",
+     lambda tgt, bos_id=BOS, pad_id=PAD: torch.cat([tgt[:, 1:], torch.full_like(tgt[:, :1], bos_id)], 1),
+     ["<bos> was put at the end"]),
+    ("shift_right", "a view of the input written into",
+     lambda tgt, bos_id=BOS, pad_id=PAD: shift_in_place(tgt[:, :], bos_id), ["in place"]),
+    ("make_batch", "padded query rows masked too",
+     _fields(tgt_mask=lambda b, a: b.tgt_mask & (b.tgt_in != a.pad)[:, None, :, None]), ["padded query rows"]),
+    ("make_batch", "tgt_out padded with <eos>",
+     _fields(tgt_out=lambda b, a: _pad([t + [a.eos] for t in a.tgt], a.eos)), ["padded with <eos>"]),
+    ("make_batch", "src_mask made from tgt_in", _fields(src_mask=lambda b, a: (b.tgt_in != a.pad)[:, None, None, :]),
+     ["sizes do not fit", "padding mask of src"]),
+    ("make_batch", "src left-padded", _fields(src=lambda b, a: torch.tensor(
+        [[a.pad] * (3 - len(s)) + s for s in a.src])), ["pad every source on the right"]),
+    ("batch_by_tokens", "positions in the sorted list", bbt_sorted_positions, ["positions in the SORTED lengths"]),
+    ("batch_by_tokens", "the caller's lengths sorted in place", bbt_sorts_caller_list, ["edited in place"]),
+    ("batch_by_tokens", "an empty batch", bbt_empty_batch, ["an empty batch"]),
+    ("noam_lr", "d_model ** -1/2", noam_expr(lambda s, d, w, f: f * d ** -1 / 2 * min(s ** -0.5, s * w ** -1.5)),
+     ["operator precedence", "d_model ** -0.5"]),
+    ("noam_lr", "step ** -1/2", noam_expr(lambda s, d, w, f: f * d ** -0.5 * min(s ** -1 / 2, s * w ** -1.5)),
+     ["operator precedence", "step ** -0.5"]),
+    ("noam_lr", "warmup_steps ** -3/2", noam_expr(lambda s, d, w, f: f * d ** -0.5 * min(s ** -0.5, s * w ** -3 / 2)),
+     ["operator precedence", "warmup_steps ** -1.5"]),
+    ("noam_lr", "warmup_steps ** 1.5", noam_expr(lambda s, d, w, f: f * d ** -0.5 * min(s ** -0.5, s * w ** 1.5)),
+     ["no warmup"]),
+    ("noam_lr", "step ** 0.5", noam_expr(lambda s, d, w, f: f * d ** -0.5 * min(s ** 0.5, s * w ** -1.5)),
+     ["never decays"]),
+    ("noam_lr", "divided by factor", noam_expr(lambda s, d, w, f: d ** -0.5 * min(s ** -0.5, s * w ** -1.5) / f),
+     ["divided by factor"]),
+    ("noam_lr", "d_model and warmup_steps swapped",
+     lambda step, d_model, warmup_steps=4000, factor=1.0: solutions.noam_lr(step, warmup_steps, d_model, factor),
+     ["swapped"]),
+    ("make_optimizer", "the scheduler on another optimizer", opt_two_optimizers, ["another optimizer"]),
+    ("make_optimizer", "d_model and warmup_steps swapped in the lambda",
+     opt_lambda(lambda s, d, w, f: solutions.noam_lr(s, w, d, f)), ["the schedule: d_model and warmup_steps swapped"]),
+    ("make_optimizer", "the warmup exponent -0.5 in the lambda",
+     opt_lambda(lambda s, d, w, f: f * d ** -0.5 * min(s ** -0.5, s * w ** -0.5)), ["the schedule", "warmup exponent"]),
+]
+
+
+@pytest.mark.parametrize("name,label,fn,keywords", ROUND2_MISTAKES, ids=[f"{m[0]}: {m[1]}" for m in ROUND2_MISTAKES])
+def test_round2_mistakes_are_caught(name, label, fn, keywords):
+    assert_caught(fn, name, *keywords)
+
+
+def test_check_runs_write_nothing_to_stderr():
+    """check() on correct and wrong training utilities, in a fresh interpreter, leaves stderr empty (SequentialLR
+    and a scheduler stepped before the optimizer make PyTorch warn)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+    code = ("from autograder import check\nfrom tests import test_checks_stage12 as t\n"
+            "for fn, name in [(t.opt_sequential_lr, 'make_optimizer'), (t.opt_scheduler_stepped_early, "
+            "'make_optimizer'), (t.opt_tensor_lr, 'make_optimizer'), (t.bbt_empty_batch, 'batch_by_tokens'), "
+            "(t.noam_one_element_array, 'noam_lr'), (t.shift_numpy, 'shift_right'), (t.batch_numpy, 'make_batch')]:\n"
+            "    fn.__name__ = name\n    check(fn)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                          cwd=Path(__file__).resolve().parents[1])
+    assert done.returncode == 0 and done.stderr == "", done.stderr

@@ -804,3 +804,665 @@ def test_more_mistakes_are_caught(name, label, fn, keywords):
 def test_beam_lists_without_a_mistake_gets_full_marks():
     """The batched beam the mistakes above are made from is right when no mistake is switched on."""
     assert_full_marks(beam_lists(), "beam_search")
+
+
+# ================================================================ review round 2: more styles and mistakes
+# ---- correct, written differently
+def greedy_reencode_each_step(model, src, src_mask, max_len, bos_id=BOS, eos_id=EOS):
+    """One source at a time, the source re-encoded at every step, a while loop, a tril mask of ones."""
+    out = []
+    for b in range(src.shape[0]):
+        ids = [bos_id]
+        while len(ids) - 1 < max_len:
+            memory = model.encode(src[b:b + 1], src_mask[b:b + 1])
+            t = len(ids)
+            tm = torch.ones(t, t).tril().bool().unsqueeze(0).unsqueeze(0)
+            nxt = model.generator(model.decode(torch.LongTensor([ids]), memory, src_mask[b:b + 1], tm))[0, -1]
+            ids.append(nxt.argmax().item())
+            if ids[-1] == eos_id:
+                break
+        out.append(ids[1:-1] if ids[-1] == eos_id else ids[1:])
+    return out
+
+
+def greedy_numpy(model, src, src_mask, max_len, bos_id=BOS, eos_id=EOS):
+    """The prefixes kept as a numpy array, numpy's argmax, answers as lists of numpy integers."""
+    import numpy as np
+    memory = model.encode(src, src_mask)
+    ys = np.full((src.shape[0], 1), bos_id, dtype=np.int64)
+    done = np.zeros(src.shape[0], dtype=bool)
+    for _ in range(max_len):
+        t = ys.shape[1]
+        mask = torch.from_numpy(np.tril(np.ones((t, t), dtype=bool)))[None, None]
+        logits = model.generator(model.decode(torch.from_numpy(ys), memory, src_mask, mask)[:, -1])
+        nxt = np.where(done, eos_id, np.argmax(logits.detach().numpy(), axis=-1))
+        ys = np.concatenate([ys, nxt[:, None]], axis=1)
+        done |= nxt == eos_id
+        if done.all():
+            break
+    answers = []
+    for row in ys[:, 1:]:
+        hits = np.nonzero(row == eos_id)[0]
+        answers.append(list(row[: hits[0]] if len(hits) else row))
+    return answers
+
+
+@torch.no_grad()
+def greedy_kwonly_float64(model, src, src_mask, max_len, bos_id=BOS, eos_id=EOS, *, device=None, scores=False):
+    """model.eval(), keyword-only extras, log_softmax in float64, a mask from triu, itertools.takewhile."""
+    import itertools
+    model.eval()
+    device = device or next(model.parameters()).device
+    memory = model.encode(src.to(device), src_mask.to(device))
+    ys = torch.full((src.size(0), 1), bos_id, dtype=torch.long, device=device)
+    total = torch.zeros(src.size(0), dtype=torch.float64)
+    stopped = torch.zeros(src.size(0), dtype=torch.bool)
+    for _ in range(max_len):
+        L = ys.size(1)
+        future = torch.triu(torch.ones(L, L, dtype=torch.bool), diagonal=1)
+        best, nxt = model.generator(model.decode(ys, memory, src_mask, ~future)[:, -1]).double().log_softmax(-1).max(-1)
+        total += torch.where(stopped, 0.0, best)
+        nxt[stopped] = eos_id
+        ys = torch.cat((ys, nxt.unsqueeze(1)), dim=-1)
+        stopped = stopped | (nxt == eos_id)
+        if bool(stopped.all()):
+            break
+    res = [list(itertools.takewhile(lambda x: x != eos_id, row)) for row in ys[:, 1:].tolist()]
+    return (res, total) if scores else res
+
+
+def greedy_int32_live_rows(model, src, src_mask, max_len, bos_id=BOS, eos_id=EOS):
+    """IntTensor prefixes (nn.Embedding takes int32 too), finished rows dropped, answers in a dict."""
+    memory = model.encode(src, src_mask)
+    ys = torch.full((src.size(0), 1), bos_id, dtype=torch.int32)
+    answers, live = {}, list(range(src.size(0)))
+    for step in range(max_len):
+        t, idx = ys.size(1), torch.tensor(live)
+        nxt = model.generator(model.decode(ys, memory[idx], src_mask[idx], causal(t, len(live)))[:, -1]).argmax(-1)
+        ys = torch.cat([ys, nxt.int()[:, None]], 1)
+        keep = []
+        for r, b in enumerate(live):
+            if nxt[r] == eos_id:
+                answers[b] = ys[r, 1:-1].tolist()
+            elif step == max_len - 1:
+                answers[b] = ys[r, 1:].tolist()
+            else:
+                keep.append(r)
+        ys, live = ys[keep], [live[r] for r in keep]
+        if not live:
+            break
+    return [answers[b] for b in range(src.size(0))]
+
+
+def greedy_recursive(model, src, src_mask, max_len, bos_id=BOS, eos_id=EOS):
+    """A recursive helper per source; a 2-D (t, t) mask from a comparison."""
+    def go(memory, m, ids, left):
+        if left == 0:
+            return ids[1:]
+        t = len(ids)
+        z = model.generator(model.decode(torch.tensor([ids]), memory, m, torch.tril(torch.ones(t, t)) > 0))
+        tok = int(torch.argmax(z[0, -1]))
+        return ids[1:] if tok == eos_id else go(memory, m, ids + [tok], left - 1)
+    return [go(model.encode(src[i:i + 1], src_mask[i:i + 1]), src_mask[i:i + 1], [bos_id], max_len)
+            for i in range(len(src))]
+
+
+def greedy_list_of_tensors(model, src, src_mask, max_len, bos_id=BOS, eos_id=EOS):
+    """max_len steps for every row (finished rows keep receiving <eos>), src_mask expanded to (B, 1, t, Ls),
+    a list of LongTensors returned."""
+    memory = model.encode(src, src_mask)
+    B = src.size(0)
+    ys = src.new_full((B, 1), bos_id)
+    for _ in range(max_len):
+        t = ys.size(1)
+        done = (ys[:, 1:] == eos_id).any(1)
+        nxt = model.generator(model.decode(ys, memory, src_mask.expand(B, 1, t, src_mask.size(-1)),
+                                           causal(t, B)))[:, -1].argmax(-1)
+        ys = torch.hstack([ys, torch.where(done, torch.full_like(nxt, eos_id), nxt).view(-1, 1)])
+    ends = [int((row == eos_id).nonzero()[0]) if (row == eos_id).any() else max_len for row in ys[:, 1:]]
+    return [ys[b, 1:1 + n].clone() for b, n in enumerate(ends)]
+
+
+@pytest.mark.parametrize("fn", [greedy_reencode_each_step, greedy_numpy, greedy_kwonly_float64,
+                                greedy_int32_live_rows, greedy_recursive, greedy_list_of_tensors])
+def test_round2_correct_greedy(fn):
+    assert_full_marks(fn, "greedy_decode")
+
+
+def lp_numpy_one_element(length, alpha):
+    """A one-element numpy array: a number, as a one-element tensor is (it used to get 0/3)."""
+    import numpy as np
+    return np.array([(5 + length) / 6.0]) ** alpha
+
+
+def lp_numpy_power(length, alpha):
+    import numpy as np
+    return np.power((5 + length) / 6, alpha)
+
+
+def lp_split_powers(length, alpha):
+    return pow(5 + length, alpha) * pow(6, -alpha)
+
+
+def lp_logs(length, alpha):
+    return math.exp(alpha * (math.log(5 + length) - math.log(6)))
+
+
+def lp_decimal(length, alpha):
+    from decimal import Decimal
+    return float((Decimal(5 + length) / Decimal(6)) ** Decimal(str(alpha)))
+
+
+def lp_tensor_arith(length, alpha=0.6):
+    return (torch.as_tensor(length, dtype=torch.float32) + 5).div(6).pow(alpha)
+
+
+@pytest.mark.parametrize("fn", [lp_numpy_one_element, lp_numpy_power, lp_split_powers, lp_logs, lp_decimal,
+                                lp_tensor_arith])
+def test_round2_correct_length_penalty(fn):
+    assert_full_marks(fn, "length_penalty")
+
+
+def beam_per_hypothesis_topk_heap(model, src, src_mask, max_len, beam_size=4, alpha=0.6, bos_id=BOS, eos_id=EOS):
+    """topk(K + 1) per hypothesis (at most one is <eos>, so K open ones per hypothesis are enough), merged;
+    finished ones in a heap; the contract's early stop (strict <)."""
+    import heapq
+    import itertools
+    K, answers = beam_size, []
+    for i in range(src.size(0)):
+        memory = model.encode(src[i:i + 1], src_mask[i:i + 1])
+        beams, finished, counter = [(0.0, [bos_id])], [], itertools.count()
+        for t in range(1, max_len + 1):
+            n = len(beams)
+            out = model.decode(torch.tensor([ids for _, ids in beams]), memory.expand(n, -1, -1),
+                               src_mask[i:i + 1].expand(n, -1, -1, -1), causal(t))
+            vals, toks = F.log_softmax(model.generator(out[:, -1]), dim=-1).topk(K + 1, dim=-1)
+            cands = sorted(((s + v, ids + [tok]) for (s, ids), vs, ts in zip(beams, vals.tolist(), toks.tolist())
+                            for v, tok in zip(vs, ts)), key=lambda c: c[0], reverse=True)
+            beams = []
+            for s, ids in cands:
+                if ids[-1] == eos_id:
+                    heapq.heappush(finished, (-s / lp(t, alpha), next(counter), ids[1:-1]))
+                else:
+                    beams.append((s, ids))
+                    if len(beams) == K:
+                        break
+            if t == max_len:
+                for s, ids in beams:
+                    heapq.heappush(finished, (-s / lp(max_len, alpha), next(counter), ids[1:]))
+            elif finished and max(s for s, _ in beams) / lp(max_len, alpha) < -finished[0][0]:
+                break
+        answers.append(finished[0][2])
+    return answers
+
+
+def beam_normalized_each_step(model, src, src_mask, max_len, beam_size=4, alpha=0.6, bos_id=BOS, eos_id=EOS):
+    """The length penalty applied at every step: hypotheses carry score / lp(t), un-normalized to extend
+    (the same ranking: all candidates of a step have one length); float64; a stable argsort."""
+    answers = []
+    for i in range(src.size(0)):
+        memory = model.encode(src[i:i + 1], src_mask[i:i + 1])
+        ys, norm = torch.full((1, 1), bos_id, dtype=torch.long), torch.zeros(1, dtype=torch.float64)
+        best = (-math.inf, None)
+        for t in range(1, max_len + 1):
+            n = ys.size(0)
+            logp = model.generator(model.decode(ys, memory.repeat(n, 1, 1), src_mask[i:i + 1], causal(t, n)))[:, -1]
+            logp = logp.double().log_softmax(-1)
+            flat = ((norm * (lp(t - 1, alpha) if t > 1 else 1.0))[:, None] + logp).flatten() / lp(t, alpha)
+            V, rows, toks, vals = logp.size(-1), [], [], []
+            for j in torch.argsort(flat, descending=True, stable=True).tolist():
+                r, tok = divmod(j, V)
+                if tok == eos_id:
+                    if flat[j].item() > best[0]:
+                        best = (flat[j].item(), ys[r, 1:].tolist())
+                    continue
+                rows.append(r), toks.append(tok), vals.append(flat[j].item())
+                if len(rows) == beam_size:
+                    break
+            ys, norm = torch.cat([ys[rows], torch.tensor(toks)[:, None]], 1), torch.tensor(vals, dtype=torch.float64)
+        j = int(norm.argmax())  # the open ones: already / lp(max_len)
+        answers.append(ys[j, 1:].tolist() if norm[j].item() > best[0] else best[1])
+    return answers
+
+
+def beam_numpy_scores(model, src, src_mask, max_len, beam_size=4, alpha=0.6, bos_id=BOS, eos_id=EOS):
+    """numpy float64 scores and a hand-written log_softmax, a stable descending argsort, finished hypotheses
+    in a dict per source."""
+    import numpy as np
+    res = []
+    for b in range(len(src)):
+        mem = model.encode(src[[b]], src_mask[[b]])
+        hyps, scores, finished = np.full((1, 1), bos_id, dtype=np.int64), np.zeros(1), {}
+        for t in range(1, max_len + 1):
+            n = len(hyps)
+            x = model.generator(model.decode(torch.from_numpy(hyps), mem.expand(n, -1, -1), src_mask[[b]],
+                                             causal(t)))[:, -1].double().numpy()
+            m = x.max(-1, keepdims=True)
+            cand = (scores[:, None] + x - m - np.log(np.exp(x - m).sum(-1, keepdims=True))).ravel()
+            V, keep = x.shape[1], []
+            for j in np.argsort(-cand, kind="stable"):
+                r, tok = divmod(int(j), V)
+                if tok == eos_id:
+                    finished[tuple(hyps[r, 1:].tolist())] = cand[j] / lp(t, alpha)
+                else:
+                    keep.append(j)
+                    if len(keep) == beam_size:
+                        break
+            keep = np.array(keep)
+            hyps, scores = np.concatenate([hyps[keep // V], (keep % V)[:, None]], axis=1), cand[keep]
+        for row, s in zip(hyps, scores):
+            finished[tuple(row[1:].tolist())] = s / lp(max_len, alpha)
+        res.append(list(max(finished, key=finished.get)))
+    return res
+
+
+def beam_batched_variable_rows(model, src, src_mask, max_len, beam_size=4, alpha=0.6, bos_id=BOS, eos_id=EOS):
+    """All sources in one decode call per step with a variable number of rows each (no -inf placeholders),
+    sources that are done dropped, index_select for memory and src_mask, the contract's early stop (<=)."""
+    B = src.size(0)
+    memory = model.encode(src, src_mask)
+    hyps = {b: [((bos_id,), 0.0)] for b in range(B)}
+    best = {b: (-math.inf, []) for b in range(B)}
+    for t in range(1, max_len + 1):
+        order = [b for b in range(B) if hyps[b]]
+        if not order:
+            break
+        idx = torch.tensor([b for b in order for _ in hyps[b]])
+        ys = torch.tensor([ids for b in order for ids, _ in hyps[b]])
+        logp = model.generator(model.decode(ys, memory.index_select(0, idx), src_mask.index_select(0, idx),
+                                            causal(t)))[:, -1].log_softmax(-1)
+        r = 0
+        for b in order:
+            n, V = len(hyps[b]), logp.size(1)
+            block, r = logp[r:r + n], r + n
+            vals, js = (torch.tensor([s for _, s in hyps[b]])[:, None] + block).flatten().sort(descending=True)
+            new = []
+            for v, j in zip(vals.tolist(), js.tolist()):
+                ids = hyps[b][j // V][0] + (j % V,)
+                if j % V == eos_id:
+                    if v / lp(t, alpha) > best[b][0]:
+                        best[b] = (v / lp(t, alpha), list(ids[1:-1]))
+                else:
+                    new.append((ids, v))
+                    if len(new) == beam_size:
+                        break
+            if t == max_len:
+                for ids, v in new:
+                    if v / lp(max_len, alpha) > best[b][0]:
+                        best[b] = (v / lp(max_len, alpha), list(ids[1:]))
+                new = []
+            elif max(v for _, v in new) / lp(max_len, alpha) <= best[b][0]:
+                new = []
+            hyps[b] = new
+    return [best[b][1] for b in range(B)]
+
+
+def beam_objects_nlargest(model, src, src_mask, max_len, beam_size=4, alpha=0.6, bos_id=BOS, eos_id=EOS):
+    """Hypothesis objects, heapq.nlargest(2K) of the extensions, only the best finished one kept."""
+    import heapq
+
+    class Hyp:
+        def __init__(self, ids, logp):
+            self.ids, self.logp = ids, logp
+    out = []
+    for i in range(src.size(0)):
+        memory = model.encode(src[i:i + 1], src_mask[i:i + 1])
+        beam, best_score, best_ids = [Hyp((bos_id,), 0.0)], -math.inf, []
+        for t in range(1, max_len + 1):
+            dec = model.decode(torch.tensor([h.ids for h in beam]), memory.expand(len(beam), -1, -1),
+                               src_mask[i:i + 1], causal(t))
+            lps = torch.log_softmax(model.generator(dec)[:, -1, :], dim=-1)
+            ext = [Hyp(h.ids + (tok,), h.logp + v) for h, row in zip(beam, lps.tolist()) for tok, v in enumerate(row)]
+            beam = []
+            for h in heapq.nlargest(2 * beam_size, ext, key=lambda h: h.logp):
+                if h.ids[-1] == eos_id:
+                    if h.logp / lp(t, alpha) > best_score:
+                        best_score, best_ids = h.logp / lp(t, alpha), list(h.ids[1:-1])
+                else:
+                    beam.append(h)
+                    if len(beam) == beam_size:
+                        break
+            if t == max_len:
+                for h in beam:
+                    if h.logp / lp(max_len, alpha) > best_score:
+                        best_score, best_ids = h.logp / lp(max_len, alpha), list(h.ids[1:])
+            elif max(h.logp for h in beam) / lp(max_len, alpha) <= best_score:
+                break
+        out.append(best_ids)
+    return out
+
+
+def beam_banned_specials_tensor_answers(model, src, src_mask, max_len, beam_size=4, alpha=0.6, bos_id=BOS,
+                                        eos_id=EOS):
+    """<pad> and <bos> never generated (their log p set to -inf), float64 topk(2K), tensor answers."""
+    answers = []
+    for b in range(src.size(0)):
+        mem = model.encode(src[b:b + 1], src_mask[b:b + 1])
+        ys, sc = torch.tensor([[bos_id]]), torch.zeros(1, dtype=torch.float64)
+        best_s, best = -math.inf, torch.zeros(0, dtype=torch.long)
+        for t in range(1, max_len + 1):
+            n = len(ys)
+            x = model.generator(model.decode(ys, mem.expand(n, -1, -1), src_mask[b:b + 1].expand(n, 1, 1, -1),
+                                             causal(t, n))[:, -1]).double()
+            logp = x - torch.logsumexp(x, -1, keepdim=True)
+            logp[:, [PAD, bos_id]] = -math.inf
+            V = logp.size(1)
+            v, j = (sc[:, None] + logp).view(-1).topk(2 * beam_size)
+            rows, toks, keep = [], [], []
+            for vv, jj in zip(v.tolist(), j.tolist()):
+                p, tok = divmod(jj, V)
+                if tok == eos_id:
+                    if vv / lp(t, alpha) > best_s:
+                        best_s, best = vv / lp(t, alpha), ys[p, 1:].clone()
+                else:
+                    rows.append(p), toks.append(tok), keep.append(vv)
+                    if len(rows) == beam_size:
+                        break
+            ys, sc = torch.cat([ys[rows], torch.tensor(toks).unsqueeze(1)], 1), torch.tensor(keep, dtype=torch.float64)
+        k = int(sc.argmax())
+        answers.append(ys[k, 1:] if sc[k].item() / lp(max_len, alpha) > best_s else best)
+    return answers
+
+
+@pytest.mark.parametrize("fn", [beam_per_hypothesis_topk_heap, beam_normalized_each_step, beam_numpy_scores,
+                                beam_batched_variable_rows, beam_objects_nlargest,
+                                beam_banned_specials_tensor_answers])
+def test_round2_correct_beam(fn):
+    assert_full_marks(fn, "beam_search")
+
+
+def bleu_numpy(hypotheses, references, max_n=4):
+    import numpy as np
+    matches, totals = np.zeros(max_n), np.zeros(max_n)
+    c, r = sum(map(len, hypotheses)), sum(map(len, references))
+    for h, ref in zip(hypotheses, references):
+        for n in range(1, max_n + 1):
+            hc, rc = Counter(zip(*[h[i:] for i in range(n)])), Counter(zip(*[ref[i:] for i in range(n)]))
+            matches[n - 1] += sum(min(v, rc[g]) for g, v in hc.items())
+            totals[n - 1] += sum(hc.values())
+    if c == 0 or (matches == 0).any():
+        return np.float64(0.0)
+    return 100 * (1.0 if c > r else np.exp(1 - r / c)) * np.exp(np.mean(np.log(matches / totals)))
+
+
+def bleu_log10_weights(hypotheses, references, max_n=4):
+    """Base-10 logs and 10 ** (another base for the same geometric mean), a weights list, math.fsum."""
+    logs = []
+    for n, w in zip(range(1, max_n + 1), [1.0 / max_n] * max_n):
+        m = t = 0
+        for h, ref in zip(hypotheses, references):
+            hc = Counter(tuple(h[i:i + n]) for i in range(len(h) - n + 1))
+            m += sum((hc & Counter(tuple(ref[i:i + n]) for i in range(len(ref) - n + 1))).values())
+            t += max(len(h) - n + 1, 0)
+        if m == 0:
+            return 0.0
+        logs.append(w * math.log10(m / t))
+    ratio = sum(map(len, hypotheses)) / sum(map(len, references))
+    return 100.0 * (1.0 if ratio > 1.0 else math.exp(1 - 1 / ratio)) * 10 ** math.fsum(logs)
+
+
+def bleu_torch_stats(hypotheses, references, max_n=4):
+    """Counts in a (2, max_n) float64 tensor, n-grams as joined strings, a 0-d tensor returned."""
+    stats = torch.zeros(2, max_n, dtype=torch.float64)
+    for h, ref in zip(hypotheses, references):
+        for n in range(max_n):
+            hg = Counter(" ".join(h[i:i + n + 1]) for i in range(len(h) - n))
+            rg = Counter(" ".join(ref[i:i + n + 1]) for i in range(len(ref) - n))
+            stats[0, n] += sum(min(k, rg.get(g, 0)) for g, k in hg.items())
+            stats[1, n] += sum(hg.values())
+    if (stats[0] == 0).any():
+        return torch.tensor(0.0, dtype=torch.float64)
+    c = torch.tensor(float(sum(map(len, hypotheses))), dtype=torch.float64)
+    r = torch.tensor(float(sum(map(len, references))), dtype=torch.float64)
+    return 100 * torch.exp(torch.clamp(1 - r / c, max=0.0) + torch.log(stats[0] / stats[1]).mean())
+
+
+def bleu_fraction_product(hypotheses, references, max_n=4):
+    """An exact product of fractions, then one root; the brevity branch with <=."""
+    from collections import defaultdict
+    from fractions import Fraction
+    prod = Fraction(1)
+    for n in range(1, max_n + 1):
+        num = den = 0
+        for h, ref in zip(hypotheses, references):
+            hg, rg = defaultdict(int), defaultdict(int)
+            for i in range(len(h) - n + 1):
+                hg[tuple(h[i:i + n])] += 1
+            for i in range(len(ref) - n + 1):
+                rg[tuple(ref[i:i + n])] += 1
+            num, den = num + sum(min(v, rg[g]) for g, v in hg.items()), den + sum(hg.values())
+        if num == 0:
+            return 0
+        prod *= Fraction(num, den)
+    c, r = sum(map(len, hypotheses)), sum(map(len, references))
+    return float(prod) ** (1 / max_n) * (math.exp(1 - r / c) if c <= r else 1) * 100
+
+
+def bleu_sentence_stats_first(hypotheses, references, max_n=4, *, return_stats=False):
+    """Per-sentence statistics in dicts, summed, scored at the end; a keyword-only extra."""
+    def stats(h, ref):
+        st = {"c": len(h), "r": len(ref)}
+        for n in range(1, max_n + 1):
+            hg = Counter(tuple(h[i:i + n]) for i in range(max(0, len(h) - n + 1)))
+            rg = Counter(tuple(ref[i:i + n]) for i in range(max(0, len(ref) - n + 1)))
+            st[("m", n)], st[("t", n)] = sum((hg & rg).values()), max(0, len(h) - n + 1)
+        return st
+    per = [stats(h, ref) for h, ref in zip(hypotheses, references)]
+    tot = {k: sum(s[k] for s in per) for k in per[0]}
+    if return_stats:
+        return tot
+    if any(tot[("m", n)] == 0 for n in range(1, max_n + 1)):
+        return 0.0
+    logp = sum(math.log(tot[("m", n)]) - math.log(tot[("t", n)]) for n in range(1, max_n + 1)) / max_n
+    return 100 * min(1.0, math.exp(1 - tot["r"] / tot["c"])) * math.exp(logp)
+
+
+def bleu_sacrebleu_effective_order_off(hypotheses, references, max_n=4):
+    import sacrebleu
+    b = sacrebleu.BLEU(tokenize="none", smooth_method="none", max_ngram_order=max_n, effective_order=False)
+    return b.corpus_score([" ".join(h) for h in hypotheses], [[" ".join(r) for r in references]]).score
+
+
+@pytest.mark.parametrize("fn", [bleu_numpy, bleu_log10_weights, bleu_torch_stats, bleu_fraction_product,
+                                bleu_sentence_stats_first, bleu_sacrebleu_effective_order_off])
+def test_round2_correct_bleu(fn):
+    assert_full_marks(fn, "corpus_bleu")
+
+
+# ---- mistakes
+def _greedy_loop(model, src, src_mask, max_len, bos_id, eos_id, ys, fill, position=-1, masks=None):
+    memory = model.encode(src, src_mask)
+    done = torch.zeros(src.size(0), dtype=torch.bool)
+    for _ in range(max_len):
+        t = ys.size(1)
+        a, b = (src_mask, causal(t)) if masks is None else masks(t)
+        nxt = model.generator(model.decode(ys, memory, a, b)[:, position]).argmax(-1)
+        nxt = nxt.masked_fill(done, fill)
+        ys = torch.cat([ys, nxt[:, None].to(ys.dtype)], 1)
+        done |= nxt == eos_id
+        if done.all():
+            break
+    return ys
+
+
+def greedy_float_prefixes(model, src, src_mask, max_len, bos_id=BOS, eos_id=EOS):
+    """ys = torch.ones(B, 1) * bos_id: float prefixes, which a real model's nn.Embedding refuses."""
+    ys = _greedy_loop(model, src, src_mask, max_len, bos_id, eos_id, torch.ones(src.size(0), 1) * bos_id, eos_id)
+    return [[int(v) for v in row[:row.index(eos_id)]] if eos_id in row else [int(v) for v in row]
+            for row in ys[:, 1:].tolist()]
+
+
+def greedy_padding_returned(model, src, src_mask, max_len, bos_id=BOS, eos_id=EOS):
+    """Finished rows padded with <pad>, the <eos> dropped but the padding returned."""
+    ys = _greedy_loop(model, src, src_mask, max_len, bos_id, eos_id, torch.full((src.size(0), 1), bos_id), PAD)
+    return [[t for t in row if t != eos_id] for row in ys[:, 1:].tolist()]
+
+
+def greedy_masks_swapped(model, src, src_mask, max_len, bos_id=BOS, eos_id=EOS):
+    ys = _greedy_loop(model, src, src_mask, max_len, bos_id, eos_id, torch.full((src.size(0), 1), bos_id), eos_id,
+                      masks=lambda t: (causal(t), src_mask))
+    return [row[:row.index(eos_id)] if eos_id in row else row for row in ys[:, 1:].tolist()]
+
+
+def greedy_squeezes_one_source(model, src, src_mask, max_len, bos_id=BOS, eos_id=EOS):
+    """.squeeze() on the answers: a flat list when the batch holds one source."""
+    out = solutions.greedy_decode(model, src, src_mask, max_len, bos_id, eos_id)
+    return out[0] if len(out) == 1 else out
+
+
+def beam_mistake(walk="contract", copies=False, penalty="div", fixed_alpha=None, probs=False, open_norm=True,
+                 position=-1, stop_at_k=False, all_eos=False, per_hyp_k=False):
+    """A one-source-at-a-time beam with one classic mistake switched on."""
+    def beam_search(model, src, src_mask, max_len, beam_size=4, alpha=0.6, bos_id=BOS, eos_id=EOS):
+        if fixed_alpha is not None:
+            alpha = fixed_alpha
+
+        def norm(s, n):
+            if probs:
+                s = math.exp(s)
+            return {"div": s / lp(n, alpha), "mul": s * lp(n, alpha), "power": s / n ** alpha}[penalty]
+        answers = []
+        for i in range(src.size(0)):
+            K = beam_size
+            memory = model.encode(src[i:i + 1], src_mask[i:i + 1])
+            beams, done = [([bos_id], 0.0)] * (K if copies else 1), []
+            for t in range(1, max_len + 1):
+                n = len(beams)
+                z = model.generator(model.decode(torch.tensor([ids for ids, _ in beams]), memory.expand(n, -1, -1),
+                                                 src_mask[i:i + 1], causal(t))[:, position])
+                logp = z.log_softmax(-1)
+                if per_hyp_k:  # topk(K) per hypothesis: an <eos> among them leaves too few open ones
+                    vals, toks = logp.topk(K, dim=-1)
+                    cands = [(s + v, ids + [tok]) for (ids, s), vs, ts in zip(beams, vals.tolist(), toks.tolist())
+                             for v, tok in zip(vs, ts)]
+                else:
+                    cands = [(s + v, ids + [tok]) for (ids, s), row in zip(beams, logp.tolist())
+                             for tok, v in enumerate(row)]
+                cands.sort(key=lambda c: -c[0])
+                if walk in ("step", "forever"):  # the top K (K shrinking for "forever"), <eos> ones set aside
+                    cands, width = cands[:K], K
+                new = []
+                for s, ids in cands:
+                    if ids[-1] == eos_id:
+                        done.append((norm(s, t), ids[1:-1]))
+                        if walk == "forever":
+                            K -= 1
+                    elif not all_eos or len(new) < K:
+                        new.append((ids, s))
+                        if len(new) == K and not all_eos and walk == "contract":
+                            break
+                beams = new
+                if not beams or (stop_at_k and len(done) >= beam_size):
+                    break
+            else:
+                done += [(norm(s, max_len) if open_norm else s, ids[1:]) for ids, s in beams]
+            answers.append(max(done, key=lambda d: d[0])[1])
+        return answers
+    return beam_search
+
+
+def bleu_switch(**flags):
+    """A corpus BLEU with one classic mistake switched on."""
+    def corpus_bleu(hypotheses, references, max_n=4):
+        if flags.get("swapped"):
+            hypotheses, references = references, hypotheses
+        if flags.get("joined"):
+            hypotheses, references = [[w for h in hypotheses for w in h]], [[w for r in references for w in r]]
+        matches, totals = [0] * max_n, [0] * max_n
+        for h, r in zip(hypotheses, references):
+            for n in range(1, max_n + 1):
+                k = n - 1 if flags.get("zero_based") else n
+                hc = Counter(tuple(h[i:i + k]) for i in range(len(h) - k + 1))
+                rc = Counter(tuple(r[i:i + k]) for i in range(len(r) - k + 1))
+                matches[n - 1] += sum((hc & rc).values())
+                totals[n - 1] += sum((rc if flags.get("recall") else hc).values())
+        if 0 in matches or 0 in totals:
+            return 0.0
+        c, r = sum(map(len, hypotheses)), sum(map(len, references))
+        w = 0.25 if flags.get("quarter") else 1 / max_n
+        s = sum(w * math.log(m / t) for m, t in zip(matches, totals))
+        if flags.get("sentence_bp"):
+            bp = sum(min(1.0, math.exp(1 - len(b) / len(a))) for a, b in zip(hypotheses, references)) / len(hypotheses)
+        else:
+            bp = min(1.0, math.exp(1 - r / c))
+        return 100 * bp * (s if flags.get("no_exp") else math.exp(s))
+    return corpus_bleu
+
+
+ROUND2_MISTAKES = [
+    ("greedy_decode", "float prefixes (used to get full marks)", greedy_float_prefixes, ["torch.long", "float"]),
+    ("greedy_decode", "a flat list for one source (used to get full marks)", greedy_squeezes_one_source,
+     ["flat list", "batch of one"]),
+    ("greedy_decode", "<pad> returned after <eos>", greedy_padding_returned, ["<pad>", "padding"]),
+    ("greedy_decode", "masks swapped in model.decode", greedy_masks_swapped, ["tgt_mask of shape"]),
+    ("length_penalty", "length and alpha swapped", lambda length, alpha: ((5 + alpha) / 6) ** length, ["swapped"]),
+    ("length_penalty", "5 + length / 6", lambda length, alpha: (5 + length / 6) ** alpha, ["precedence"]),
+    ("length_penalty", "alpha ignored", lambda length, alpha: ((5 + length) / 6) ** 0.6, ["alpha argument"]),
+    ("length_penalty", "the log of the penalty", lambda length, alpha: alpha * math.log((5 + length) / 6),
+     ["logarithm"]),
+    ("beam_search", "topk(K) per hypothesis", beam_mistake(per_hyp_k=True), ["the beam shrank"]),
+    ("beam_search", "topk(K), <eos> ones then removed", beam_mistake(walk="step"), ["the beam shrank"]),
+    ("beam_search", "the width drops per finished hypothesis", beam_mistake(walk="forever"), ["dropped by one"]),
+    ("beam_search", "beam_size copies of <bos> at log p 0", beam_mistake(copies=True), ["copies of <bos>"]),
+    ("beam_search", "log p times the penalty", beam_mistake(penalty="mul"), ["multiplied by length_penalty"]),
+    ("beam_search", "length ** alpha as the penalty", beam_mistake(penalty="power"), ["length ** alpha"]),
+    ("beam_search", "alpha ignored", beam_mistake(fixed_alpha=0.6), ["alpha argument is ignored"]),
+    ("beam_search", "probabilities multiplied", beam_mistake(probs=True), ["probabilities multiplied"]),
+    ("beam_search", "open ones at max_len not normalized", beam_mistake(open_norm=False), ["raw log p"]),
+    ("beam_search", "the first position's logits", beam_mistake(position=0), ["first position"]),
+    ("beam_search", "stops once beam_size have finished", beam_mistake(stop_at_k=True),
+     ["once beam_size hypotheses had finished"]),
+    ("beam_search", "every <eos> extension finished", beam_mistake(all_eos=True), ["every <eos> extension"]),
+    ("corpus_bleu", "a recall", bleu_switch(recall=True), ["REFERENCE n-grams"]),
+    ("corpus_bleu", "brevity penalty per sentence", bleu_switch(sentence_bp=True), ["per sentence"]),
+    ("corpus_bleu", "the corpus joined into one sentence", bleu_switch(joined=True), ["one long sentence"]),
+    ("corpus_bleu", "weights fixed at 1/4", bleu_switch(quarter=True), ["fixed at 1/4"]),
+    ("corpus_bleu", "orders 0..max_n - 1", bleu_switch(zero_based=True), ["range(max_n)"]),
+    ("corpus_bleu", "exp missing", bleu_switch(no_exp=True), ["exp is missing"]),
+    ("corpus_bleu", "hypotheses and references swapped", bleu_switch(swapped=True), ["swapped"]),
+]
+
+
+@pytest.mark.parametrize("name,label,fn,keywords", ROUND2_MISTAKES, ids=[f"{m[0]}: {m[1]}" for m in ROUND2_MISTAKES])
+def test_round2_mistakes_are_caught(name, label, fn, keywords):
+    assert_caught(fn, name, *keywords)
+
+
+def beam_size_one_as_greedy(model, src, src_mask, max_len, beam_size=4, alpha=0.6, bos_id=BOS, eos_id=EOS):
+    """beam_size=1 handed to greedy decoding whatever alpha (it used to get full marks: the checks ran beam 1
+    with alpha 0 only)."""
+    if beam_size == 1:
+        return solutions.greedy_decode(model, src, src_mask, max_len, bos_id, eos_id)
+    return solutions.beam_search(model, src, src_mask, max_len, beam_size, alpha, bos_id, eos_id)
+
+
+def test_beam_size_one_run_as_greedy_is_caught():
+    assert_caught(beam_size_one_as_greedy, "beam_search", "beam_size=1 was run as greedy decoding")
+
+
+def test_beam_mistake_without_a_mistake_gets_full_marks():
+    """The one-source beam the mistakes above are made from is right when no mistake is switched on."""
+    assert_full_marks(beam_mistake(), "beam_search")
+
+
+def test_beam_shrinking_is_named_first_where_it_matters():
+    """In the check about setting finished hypotheses aside, the beam that shrinks is named before the
+    mistakes (no penalty, ...) that give the same answer there."""
+    _, text = grade(beam_mistake(walk="step"), "beam_search")
+    line = next(l for l in text.splitlines() if "sets finished hypotheses aside" in l)
+    assert line.split("Likely: ", 1)[1].startswith("the beam shrank"), line
+
+
+def test_check_runs_write_nothing_to_stderr():
+    """check() on correct and wrong decoders, in a fresh interpreter, leaves stderr empty."""
+    import subprocess
+    import sys
+    code = ("import torch, solutions\nfrom autograder import check\nfrom tests import test_checks_stage13 as t\n"
+            "for fn, name in [(t.greedy_float_prefixes, 'greedy_decode'), (t.beam_mistake(copies=True), "
+            "'beam_search'), (t.beam_normalized_each_step, 'beam_search'), (t.lp_numpy_one_element, "
+            "'length_penalty'), (t.bleu_switch(no_exp=True), 'corpus_bleu')]:\n"
+            "    fn.__name__ = name\n    check(fn)\n")
+    from pathlib import Path
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                          cwd=Path(__file__).resolve().parents[1])
+    assert done.returncode == 0 and done.stderr == "", done.stderr

@@ -57,7 +57,8 @@ def _expect_mask(got, expected: torch.Tensor, what: str, hint: str, mistakes: di
         raise CheckFailure(f"{what}: wrong shape", f"shape {full} (or one that broadcasts to it)",
                            f"shape {tuple(got.shape)}",
                            "masks have 4 dimensions (batch, heads, queries, keys) so that they broadcast over "
-                           "the heads: padding_mask is (B, 1, 1, L), target_mask (B, 1, L, L)")
+                           "the heads: padding_mask is (B, 1, 1, L), target_mask (B, 1, L, L)" if len(shape) != 4 else
+                           f"4 dimensions, but the sizes do not fit this batch: {hint}")
     values = got.expand(full)
     if got.dtype != torch.bool:
         same = torch.equal(values.ne(0), expected)
@@ -83,6 +84,10 @@ SHIFTED_LEFT = "shifted left instead of right: <bos> goes in front and the last 
 KEPT_LAST = "the last column was kept: the output keeps the input's length L, so drop tgt[:, -1]"
 EOS_TO_PAD = ("the <eos> was replaced by <pad>: shift_right only shifts (<bos> in front, last column dropped) and "
               "keeps every other token as it is")
+PAD_IN_FRONT = "<pad> was put in front: the first column is bos_id (<bos>), not pad_id"
+BATCH_AXIS = ("shifted along dim 0 (the batch) instead of dim 1 (the positions): a column of bos_id in front, "
+              "tgt[:, :-1] after it, torch.cat(..., dim=1)")
+BOS_AT_END = "<bos> was put at the end: it goes in FRONT (first column), and the last column is dropped"
 
 
 def _shift_mistakes(tgt, bos_id=BOS):
@@ -92,7 +97,10 @@ def _shift_mistakes(tgt, bos_id=BOS):
             DROPPED_FIRST: torch.cat([bos, tgt[:, 1:]], 1),
             SHIFTED_LEFT: torch.cat([tgt[:, 1:], torch.zeros_like(bos)], 1),
             KEPT_LAST: torch.cat([bos, tgt], 1),
-            EOS_TO_PAD: shifted.masked_fill(shifted == EOS, PAD)}
+            EOS_TO_PAD: shifted.masked_fill(shifted == EOS, PAD),
+            PAD_IN_FRONT: torch.cat([torch.full_like(bos, PAD), tgt[:, :-1]], 1),
+            BATCH_AXIS: torch.cat([torch.full_like(tgt[:1], bos_id), tgt[:-1]], 0),
+            BOS_AT_END: torch.cat([tgt[:, 1:], bos], 1)}
 
 
 @register("shift_right", "puts <bos> in front and drops the last column")
@@ -220,8 +228,11 @@ def _mb_tgt_in(make_batch):
 def _mb_tgt_out(make_batch):
     e = _expected_batch()
     b, (src, tgt) = _batch_and_inputs(make_batch)
+    mistakes = _tgt_mistakes(TGT, PAD, BOS, EOS, e)[1]
+    mistakes["tgt_out was padded with <eos>: pad it with pad_id (the loss ignores only pad_id)"] = _pad(
+        [t + [EOS] for t in TGT], EOS)
     _expect_ids(b.tgt_out, e["tgt_out"], "batch.tgt_out for targets [[11, 12], [13, 14, 15], [16]]",
-                "tgt_out = y + [eos_id], then right-padded", _tgt_mistakes(TGT, PAD, BOS, EOS, e)[1])
+                "tgt_out = y + [eos_id], then right-padded", mistakes)
     if src != SRC or tgt != TGT:
         raise CheckFailure("the lists passed to make_batch", f"unchanged: sources {SRC}, targets {TGT}",
                            f"changed to sources {fmt(src)}, targets {fmt(tgt)}",
@@ -259,7 +270,10 @@ def _mb_tgt_mask(make_batch):
                   "the causal part is upper-triangular: position i may attend to 0..i (tril), not to the future":
                       _lower(L).T.expand(B, 1, L, L) & pad,
                   "the diagonal is masked: position i may attend to itself (tril(), not tril(-1))":
-                      _lower(L, -1).expand(B, 1, L, L) & pad})
+                      _lower(L, -1).expand(B, 1, L, L) & pad,
+                  "the padded query rows were masked too: target_mask masks the padding KEYS only, "
+                  "(tgt_in != pad)[:, None, None, :] & causal_mask(Lt)":
+                      full & (e["tgt_in"] != PAD)[:, None, :, None]})
 
 
 @register("make_batch", "n_tokens: the real tokens of tgt_out (<eos> counted, padding not)")
@@ -322,13 +336,36 @@ def _random_lengths(seed=0, n=300, extra=(450, 130)):
 
 
 def _batches(fn, lengths, max_tokens, what):
-    got = fn(list(lengths), max_tokens)
+    given = list(lengths)
+    got = fn(given, max_tokens)
     try:
         batches = [[int(i) for i in b] for b in got]
     except (TypeError, ValueError):
         raise CheckFailure(what, "a list of batches, each a list of example indices", fmt(got),
                            "return [[i, j, ...], [k, ...], ...] of indices into lengths, not the lengths") from None
+    if given != list(lengths):
+        raise CheckFailure(f"{what}: the list of lengths passed in", "unchanged after the call",
+                           f"reordered or changed: {fmt(given)}",
+                           "the caller's lengths were edited in place (lengths.sort(), ...): sort a list of indices, "
+                           "sorted(range(len(lengths)), key=lambda i: lengths[i]), and leave lengths as it is")
     return batches
+
+
+SORTED_POSITIONS = ("the indices are positions in the SORTED lengths (sorted(lengths)), not in lengths: sort the "
+                    "indices, sorted(range(len(lengths)), key=lambda i: lengths[i]), and batch those")
+
+
+def _sorted_positions(batches, lengths, max_tokens) -> bool:
+    """Whether the batches are what a greedy cut of sorted(lengths) gives as positions in that sorted list
+    (a classic mix-up): runs of consecutive positions, each within max_tokens there, each cut where the next
+    example would not fit."""
+    s = sorted(lengths)
+    if s == list(lengths):
+        return False
+    runs = sorted(sorted(b) for b in batches if b)
+    if any(b != list(range(b[0], b[0] + len(b))) or (len(b) > 1 and s[b[-1]] * len(b) > max_tokens) for b in runs):
+        return False
+    return all(s[nxt[0]] * (len(b) + 1) > max_tokens for b, nxt in zip(runs, runs[1:]))
 
 
 def _expect_partition(batches, n, what):
@@ -374,6 +411,7 @@ def _bbt_limit(fn):
             real = sum(lengths[i] for i in b)
             raise CheckFailure(f"{what}: a batch of {len(b)} examples, the longest {longest} tokens",
                                "padded size = longest x count <= 400", f"{longest} x {len(b)} = {longest * len(b)}",
+                               SORTED_POSITIONS if _sorted_positions(batches, lengths, 400) else
                                "the padded size was not what was limited: the sum of the lengths "
                                f"({real}) ignores the padding; limit max(length) * count" if real <= 400 else
                                "check the size before adding an example: would max(longest, new) * (count + 1) "
@@ -390,8 +428,17 @@ def _bbt_long(fn):
         home = [b for b in batches if i in b][0]
         if home != [i]:
             raise CheckFailure(f"{what}: the batch of index {i} (length {lengths[i]} > 20)", f"[{i}], alone",
-                               fmt(home), "an example longer than max_tokens cannot share a batch: put it in its own "
-                                          "(and do not drop it)")
+                               fmt(home), SORTED_POSITIONS if _sorted_positions(batches, lengths, 20) else
+                               "an example longer than max_tokens cannot share a batch: put it in its own "
+                               "(and do not drop it)")
+    what = "batch_by_tokens([30, 25], max_tokens=20)"
+    batches = _batches(fn, [30, 25], 20, what)
+    _expect_partition(batches, 2, what)
+    if sorted(map(sorted, batches)) != [[0], [1]]:
+        raise CheckFailure(what, "[[1], [0]]: each example alone (both are longer than max_tokens)", fmt(batches),
+                           "an empty batch: append a batch only when it holds an example (the first example is "
+                           "already too long for an empty batch)" if any(not b for b in batches) else
+                           "an example longer than max_tokens cannot share a batch: put it in its own")
 
 
 @register("batch_by_tokens", "groups similar lengths (little padding on random lengths)")
@@ -405,6 +452,7 @@ def _bbt_similar(fn):
     if padded > 1.2 * real:
         raise CheckFailure(f"{what}: total padded size", f"at most 1.2 x the {real} real tokens",
                            f"{padded} ({padded / real:.2f} x)",
+                           SORTED_POSITIONS if _sorted_positions(batches, lengths, 600) else
                            "batches mix short and long examples: sort the indices by length first "
                            "(sorted(range(n), key=lambda i: lengths[i])), then cut the sorted list into batches")
 
@@ -444,7 +492,8 @@ def _number(x, what):
     try:
         if isinstance(x, (str, bytes)):
             raise TypeError("a string is not a number")
-        return float(x.item() if isinstance(x, torch.Tensor) else x)
+        item = getattr(x, "item", None)  # torch.Tensor, numpy arrays and scalars (one element: a number)
+        return float(item() if callable(item) and not isinstance(x, (int, float)) else x)
     except (TypeError, ValueError, RuntimeError):
         raise CheckFailure(what, "a number", fmt(x), "return the learning rate as a float") from None
 
@@ -471,6 +520,20 @@ def _noam_mistakes(step, d, w, f):
         "the factor argument is ignored: multiply by factor": d ** -0.5 * min(s ** -0.5, s * w ** -1.5),
         "the warmup_steps argument is ignored (4000 used)": f * d ** -0.5 * min(s ** -0.5, s * 4000 ** -1.5),
         "the d_model argument is ignored (512 used)": f * 512 ** -0.5 * min(s ** -0.5, s * w ** -1.5),
+        "d_model ** -1/2 is (d_model ** -1) / 2 in Python (operator precedence): write d_model ** -0.5":
+            f * d ** -1 / 2 * rate,
+        "step ** -1/2 is (step ** -1) / 2 in Python (operator precedence): write step ** -0.5":
+            f * d ** -0.5 * min(s ** -1 / 2, s * w ** -1.5),
+        "warmup_steps ** -3/2 is (warmup_steps ** -3) / 2 in Python (operator precedence): write "
+        "warmup_steps ** -1.5": f * d ** -0.5 * min(s ** -0.5, s * w ** -3 / 2),
+        "no warmup: the rate starts at its largest and only decays; the warmup term is step * warmup_steps ** -1.5 "
+        "(a negative exponent), and the rate is the min of the two terms": f * d ** -0.5 * s ** -0.5,
+        "the rate never decays: after warmup_steps it follows step ** -0.5 (a negative exponent), the min of the "
+        "two terms": f * d ** -0.5 * s * w ** -1.5,
+        "divided by factor: multiply by it": d ** -0.5 * min(s ** -0.5, s * w ** -1.5) / f,
+        "d_model and warmup_steps swapped": f * w ** -0.5 * min(s ** -0.5, s * d ** -1.5),
+        "the warmup term is step / warmup_steps: it is step * warmup_steps ** -1.5": f * d ** -0.5 * min(
+            s ** -0.5, s / w),
     }
 
 
@@ -587,7 +650,7 @@ def _lrs(opt, sched, model, n):
     out = []
     x = torch.linspace(-1, 1, 6).view(2, 3)
     for _ in range(n):
-        rates = {g["lr"] for g in opt.param_groups}
+        rates = {float(g["lr"]) for g in opt.param_groups}  # (float: a tensor lr is changed in place)
         out.append(rates.pop() if len(rates) == 1 else float("nan"))
         opt.zero_grad()
         model(x).pow(2).sum().backward()
@@ -596,7 +659,8 @@ def _lrs(opt, sched, model, n):
     return out
 
 
-def _expect_schedule(got, d, w, f, what):
+def _expect_schedule(got, d, w, f, what, elsewhere=False):
+    """`elsewhere`: the scheduler drives another optimizer than the one returned."""
     n = len(got)
     expected = [_noam(k, d, w, f) for k in range(1, n + 1)]
     if all(math.isclose(a, b, rel_tol=1e-6) for a, b in zip(got, expected)):
@@ -616,6 +680,12 @@ def _expect_schedule(got, d, w, f, what):
         hint = "the factor argument is ignored"
     elif same([_noam(k, 512, w, f) for k in range(1, n + 1)]):
         hint = "the d_model argument is ignored (512 used)"
+    elif elsewhere:
+        hint = ("the scheduler was made for another optimizer than the one returned: create the LambdaLR on the "
+                "Adam you return (one optimizer)")
+    elif any(same(seq) for seq in _schedule_mistakes(d, w, f, n).values()):
+        hint = "the schedule: " + "; or ".join(desc for desc, seq in _schedule_mistakes(d, w, f, n).items()
+                                               if same(seq))
     elif all(math.isclose(a / b, ratio, rel_tol=1e-6) for a, b in zip(got, expected) if b):
         hint = (f"every rate is {ratio:.4g} x the schedule: LambdaLR multiplies the optimizer's lr by the lambda, so "
                 "create Adam with lr=1.0")
@@ -625,6 +695,18 @@ def _expect_schedule(got, d, w, f, what):
         hint = "LambdaLR(optimizer, lambda s: noam_lr(s + 1, d_model, warmup_steps, factor)) with Adam's lr=1.0"
     raise CheckFailure(f"{what}: learning rate of optimizer step {k}",
                        f"noam_lr({k}) = {expected[k - 1]:.6g}", f"{got[k - 1]:.6g}", hint)
+
+
+def _schedule_mistakes(d, w, f, n):
+    """The rates of optimizer steps 1..n for each noam_lr mistake (as a lambda s: mistake(s + 1))."""
+    rows = [_noam_mistakes(k, d, w, f) for k in range(1, n + 1)]
+    return {desc: [row[desc] for row in rows] for desc in rows[0] if not desc.startswith("off by one")}
+
+
+def _elsewhere(opt, sched) -> bool:
+    """Whether the scheduler holds another optimizer than opt (one made twice)."""
+    other = getattr(sched, "optimizer", opt)
+    return isinstance(other, torch.optim.Optimizer) and other is not opt
 
 
 @register("make_optimizer", "returns (Adam, scheduler) over all the model's parameters")
@@ -666,7 +748,7 @@ def _opt_betas(make_optimizer):
 def _opt_schedule(make_optimizer):
     model = _tiny_model()
     opt, sched, what = _make_opt(make_optimizer, model, 64, w=10, f=2.0)
-    _expect_schedule(_lrs(opt, sched, model, 30), 64, 10, 2.0, what)
+    _expect_schedule(_lrs(opt, sched, model, 30), 64, 10, 2.0, what, _elsewhere(opt, sched))
 
 
 @register("make_optimizer", "follows d_model, warmup_steps and factor")
@@ -674,7 +756,7 @@ def _opt_args(make_optimizer):
     for d, w, f in ((128, 4, 0.5), (32, 20, 1.0)):
         model = _tiny_model(1)
         opt, sched, what = _make_opt(make_optimizer, model, d, w=w, f=f)
-        _expect_schedule(_lrs(opt, sched, model, 25), d, w, f, what)
+        _expect_schedule(_lrs(opt, sched, model, 25), d, w, f, what, _elsewhere(opt, sched))
 
 
 @register("make_optimizer", "moves the parameters as Adam at that learning rate would")
@@ -698,5 +780,8 @@ def _opt_updates(make_optimizer):
             diff = (p - q).abs().max().item()
             raise CheckFailure(f"{what}: parameter {name} after 5 steps (largest difference {diff:.3g})",
                                "the same values as torch.optim.Adam(lr=noam_lr(k), betas=(0.9, 0.98), eps=1e-9)",
-                               "other values", "Adam over model.parameters() with lr=1.0, betas=(0.9, 0.98), "
-                                               "eps=1e-9, and LambdaLR(optimizer, lambda s: noam_lr(s + 1, ...))")
+                               "other values",
+                               "the scheduler was made for another optimizer than the one returned: create the "
+                               "LambdaLR on the Adam you return" if _elsewhere(opt, sched) else
+                               "Adam over model.parameters() with lr=1.0, betas=(0.9, 0.98), "
+                               "eps=1e-9, and LambdaLR(optimizer, lambda s: noam_lr(s + 1, ...))")

@@ -50,6 +50,14 @@ class _FakeModel(nn.Module):
                                f"shape {tuple(getattr(tgt_in, 'shape', ()))}",
                                "keep the running prefixes as a (N, t) LongTensor starting with <bos>")
         N, t = tgt_in.shape
+        if tgt_in.dtype not in (torch.long, torch.int32):
+            raise CheckFailure("model.decode(tgt_in, ...)", "tgt_in of token ids, a torch.long tensor",
+                               f"dtype {tgt_in.dtype}",
+                               "the prefixes were built as floats (torch.ones(...) * bos_id, "
+                               "torch.zeros(...).fill_(...), or a float tensor concatenated to them): a real "
+                               "model's nn.Embedding refuses them; "
+                               "build them with torch.full((B, 1), bos_id, dtype=torch.long) and append the argmax "
+                               "indices (torch.long)")
         if not isinstance(memory, torch.Tensor) or memory.dim() != 3 or memory.size(0) not in (1, N):
             raise CheckFailure("model.decode(tgt_in, memory, ...)", f"memory with 1 or {N} rows (one per prefix)",
                                f"shape {tuple(getattr(memory, 'shape', ()))}",
@@ -191,16 +199,30 @@ def _greedy_variants(next_logits, src, max_len, bos=BOS, eos=EOS):
 
 def _ref_beam(next_logits, src, max_len, K, alpha, bos=BOS, eos=EOS, penalty=True, eos_counts=True,
               stop_first=False, finished_in_beam=None, raw=False, opens_count=True, bos_counts=False,
-              accumulate=True, bound=None):
+              accumulate=True, bound=None, shrink=None, all_eos=False, probs=False, open_raw=False,
+              first_position=False, stop_at_k=False):
     """Beam search as the contract says it (defaults), or with one classic mistake put in. `bound`: a wrong
     early stop, the best open log p divided by the penalty of its current length ("current") or by nothing
-    ("raw"), against the best finished score."""
+    ("raw"), against the best finished score. `penalty`: True, False (none), "mul" (log p multiplied by it) or
+    "power" (length ** alpha). `shrink`: "step" (only the top K extensions are walked, <eos> ones included) or
+    "forever" (the same, and the width drops by one for each finished hypothesis)."""
     def lp(length):
         return ((5 + length + (1 if bos_counts else 0)) / 6) ** alpha if penalty else 1.0
+
+    def norm(s, length):
+        if probs:  # a product of probabilities, divided by the penalty
+            s = math.exp(s)
+        if penalty == "mul":
+            return s * lp(length)
+        if penalty == "power":
+            return s / length ** alpha
+        return s / lp(length)
 
     memo = {}
 
     def scores(prefix):
+        if first_position:  # the logits read at position 0: always the prediction after <bos>
+            prefix = prefix[:1]
         if prefix not in memo:
             row = next_logits(src, prefix)
             memo[prefix] = row if raw else _log_softmax(row)
@@ -224,50 +246,88 @@ def _ref_beam(next_logits, src, max_len, K, alpha, bos=BOS, eos=EOS, penalty=Tru
             ids = list(p[1:])
             if eos in ids:
                 ids = ids[:ids.index(eos)]
-                return s / lp(len(ids) + (1 if eos_counts else 0)), ids
-            return s / lp(len(ids)), ids
+                return norm(s, len(ids) + (1 if eos_counts else 0)), ids
+            return norm(s, len(ids)), ids
         return max((final(p, s) for p, s in beams), key=lambda f: f[0])[1]
 
-    open_, finished = [((bos,), 0.0)], []
+    open_, finished, width = [((bos,), 0.0)], [], K
     for t in range(1, max_len + 1):
         cands = sorted((((s if accumulate else 0.0) + v, p + (tok,)) for p, s in open_
                         for tok, v in enumerate(scores(p))), key=lambda c: -c[0])
+        if shrink:
+            cands = cands[:width]
         new_open = []
         for s, p in cands:
             if p[-1] == eos:
-                finished.append((s / lp(t if eos_counts else t - 1), list(p[1:-1])))
-            else:
+                finished.append((norm(s, t if eos_counts else t - 1), list(p[1:-1])))
+                if shrink == "forever":
+                    width -= 1
+            elif not all_eos or len(new_open) < K:
                 new_open.append((p, s))
-                if len(new_open) == K:
+                if len(new_open) == K and not all_eos:
                     break
         open_ = new_open
         if stop_first and finished:
+            break
+        if (stop_at_k and len(finished) >= K) or not open_ or width == 0:
             break
         if bound and finished and t < max_len and \
                 max(s for _, s in open_) / (lp(t) if bound == "current" else 1.0) <= max(f[0] for f in finished):
             break
     else:
         if opens_count or not finished:
-            finished += [(s / lp(max_len), list(p[1:])) for p, s in open_]
+            finished += [(s if open_raw else norm(s, max_len), list(p[1:])) for p, s in open_]
     return max(finished, key=lambda f: f[0])[1]
 
 
 NO_PENALTY = "no length penalty: the answer must maximize log p / length_penalty(length, alpha), not log p"
 EOS_NOT_COUNTED = "the length in the penalty left out <eos>: length counts the generated tokens, <eos> included"
+SHRANK = ("the beam shrank: <eos> extensions took places among the top beam_size, so fewer than beam_size hypotheses "
+          "stayed open (topk(beam_size) of the extensions, over all or per hypothesis, then the <eos> ones removed); "
+          "keep walking down the ranking until beam_size OPEN hypotheses are kept (topk(2 * beam_size) holds enough: "
+          "at most beam_size of them end in <eos>)")
+SHRANK_FOREVER = ("the beam width dropped by one for each finished hypothesis: beam_size stays the same all along; "
+                  "keep walking down the ranking until beam_size OPEN hypotheses are kept")
+ALL_EOS = ("every <eos> extension was set aside as finished, also those ranked below the beam_size-th open one: walk "
+           "down the ranking and stop once beam_size are open; an <eos> extension counts only when it comes before")
+STOP_FIRST = ("the search stopped at the first finished hypothesis: set it aside and go on while an open hypothesis "
+              "can still beat it")
+SLOTS = ("finished hypotheses kept their beam slots: set a hypothesis ending in <eos> aside, and keep walking down the "
+         "ranking until beam_size OPEN hypotheses are kept")
+STOP_AT_K = ("the search stopped once beam_size hypotheses had finished: go on while an open hypothesis can still "
+             "beat the best finished one (its log p / length_penalty(max_len, alpha) > the best finished score)")
+INIT_COPIES = ("the search started with beam_size copies of <bos>, all with log p 0: each step then keeps beam_size "
+               "copies of one hypothesis (a beam of one); start with a single hypothesis, or give the copies log p "
+               "-inf")
+ALPHA_IGNORED = "the alpha argument is ignored (0.6 used)"
+PENALTY_MUL = ("log p multiplied by length_penalty instead of divided by it: the score is log p / "
+               "length_penalty(length, alpha)")
+PENALTY_POWER = "the penalty is length ** alpha: divide by length_penalty(length, alpha) = ((5 + length) / 6) ** alpha"
+PROBS = ("probabilities multiplied instead of log-probabilities added: the score is the SUM of the tokens' log p, and "
+         "the length penalty divides that sum")
+BOS_COUNTED = "the length in the penalty counted <bos>: length counts the generated tokens (<eos> included), not <bos>"
 BEAM_MISTAKES = {
     NO_PENALTY: dict(penalty=False),
     EOS_NOT_COUNTED: dict(eos_counts=False),
-    "the search stopped at the first finished hypothesis: set it aside and go on while an open hypothesis "
-    "can still beat it": dict(stop_first=True),
-    "finished hypotheses kept their beam slots: set a hypothesis ending in <eos> aside, and keep walking down the "
-    "ranking until beam_size OPEN hypotheses are kept": dict(finished_in_beam="slots"),
+    PENALTY_MUL: dict(penalty="mul"),
+    PENALTY_POWER: dict(penalty="power"),
+    PROBS: dict(probs=True),
+    STOP_FIRST: dict(stop_first=True),
+    STOP_AT_K: dict(stop_at_k=True),
+    SLOTS: dict(finished_in_beam="slots"),
+    SHRANK: dict(shrink="step"),
+    SHRANK_FOREVER: dict(shrink="forever"),
+    ALL_EOS: dict(all_eos=True),
     "finished hypotheses stayed in the beam and were extended past <eos>: set a hypothesis ending in <eos> aside; "
     "only open ones are extended": dict(finished_in_beam="extend"),
     "raw logits used as scores: rank by log-probabilities, log_softmax(model.generator(...))": dict(raw=True),
+    "the logits of the first position were used: the next token is predicted at the LAST position, "
+    "model.generator(out[:, -1])": dict(first_position=True),
     "hypotheses still open after max_len tokens were not counted: they count as finished (length max_len)":
         dict(opens_count=False),
-    "the length in the penalty counted <bos>: length counts the generated tokens (<eos> included), not <bos>":
-        dict(bos_counts=True),
+    "hypotheses still open after max_len tokens were compared by their raw log p: divide them by "
+    "length_penalty(max_len, alpha) too": dict(open_raw=True),
+    BOS_COUNTED: dict(bos_counts=True),
     "log-probabilities not accumulated: a hypothesis's score is the SUM of its tokens' log p (its parent's score "
     "+ the new token's log p), not the last token's log p": dict(accumulate=False),
     "the search stopped too early: an open hypothesis can still win while its log p / length_penalty(max_len, "
@@ -283,6 +343,10 @@ def _beam_variants(next_logits, sources, max_len, K, alpha, bos=BOS, eos=EOS):
     for description, flags in BEAM_MISTAKES.items():
         out[description] = [_ref_beam(next_logits, s, max_len, K, alpha, bos, eos, **flags) for s in sources]
     expected = [_ref_beam(next_logits, s, max_len, K, alpha, bos, eos) for s in sources]
+    if K > 1:
+        out[INIT_COPIES] = [_ref_beam(next_logits, s, max_len, 1, alpha, bos, eos) for s in sources]
+    if alpha != 0.6:
+        out[ALPHA_IGNORED] = [_ref_beam(next_logits, s, max_len, K, 0.6, bos, eos) for s in sources]
     out["<bos> is in the output: return the generated tokens only"] = [[bos] + e for e in expected]
     out["searched max_len + 1 tokens: at most max_len tokens are generated, <eos> included"] = \
         [_ref_beam(next_logits, s, max_len + 1, K, alpha, bos, eos) for s in sources]
@@ -327,7 +391,10 @@ def _as_lists(got, n, what):
         rows = list(got)
         out = [[int(v) for v in (r.tolist() if isinstance(r, torch.Tensor) else r)] for r in rows]
     except (TypeError, ValueError):
+        flat = isinstance(got, (list, tuple)) and all(isinstance(v, int) for v in got)
         raise CheckFailure(what, f"a list of {n} lists of token ids", fmt(got),
+                           "a flat list of ids: return one list per source, [[ids of source 0]], also for a batch "
+                           "of one (do not squeeze the batch axis away)" if flat else
                            "return [[ids of source 0], [ids of source 1], ...]") from None
     if len(out) != n:
         raise CheckFailure(what, f"{n} answers, one per source", f"{len(out)}",
@@ -335,19 +402,27 @@ def _as_lists(got, n, what):
     return out
 
 
-def _expect_lists(got, expected, what, hint, mistakes=None, sources=None, eos=EOS, alone=None):
+def _expect_lists(got, expected, what, hint, mistakes=None, sources=None, eos=EOS, alone=None, prefer=()):
     """`alone(i)`: the decoder's answer for source i decoded in a batch of its own (to tell a mistake in
-    the search from sources of a batch that disturb each other)."""
+    the search from sources of a batch that disturb each other). `prefer`: descriptions of `mistakes` named
+    first when several match (the ones this check is about)."""
     got = _as_lists(got, len(expected), what)
     if got == expected:
         return
     i = next(j for j, (a, b) in enumerate(zip(got, expected)) if a != b)
     src = f" for source {i}" + (f" {list(sources[i])}" if sources is not None else "")
+    if all([v for v in g if v != PAD] == e for g, e in zip(got, expected)) and \
+            all(PAD not in e for e in expected):
+        raise CheckFailure(f"{what}: the answer{src}", fmt(expected[i]), fmt(got[i]),
+                           f"the answer holds <pad> ({PAD}) tokens: the rows of a batch that finished early were "
+                           "padded, and the padding was returned; each answer is the generated tokens before its "
+                           "<eos>, nothing after it")
     if alone is not None and len(expected) > 1 and _right_alone(alone, expected):
         raise CheckFailure(f"{what}: the answer{src}", fmt(expected[i]), fmt(got[i]),
                            "every source decoded alone (a batch of one) gets the right answer, but not in a batch: "
                            "the sources of a batch disturb each other. " + BATCH_HINT)
     names = [d for d, wrong in (mistakes or {}).items() if wrong == got]
+    names.sort(key=lambda d: prefer.index(d) if d in prefer else len(prefer))
     if not names and eos in got[i]:
         names = [f"the answer holds <eos> ({eos}): a hypothesis is finished at its <eos>; cut the answer before it, "
                  "and never extend a finished hypothesis"]
@@ -428,6 +503,9 @@ def _greedy_table(greedy_decode):
     rows = [[7, 8, 9], [10], [11, 12], [13, 14, 15], [16, 17], [18]]
     fn = _table(7, seed=1, eos_bias=1.0)
     _greedy_case(greedy_decode, fn, 7, rows, 6, "greedy_decode(model, 6 sources, max_len=6)")
+    # a batch of one source: code that squeezes the batch axis away, or returns a flat list, fails here
+    _greedy_case(greedy_decode, fn, 7, [[16, 17]], 6, "greedy_decode(model, a batch of one source [[16, 17]], "
+                                                       "max_len=6)")
 
 
 @register("greedy_decode", "stops each source at its <eos>: no <bos>, no <eos> in the answer")
@@ -470,13 +548,19 @@ def _greedy_ids(greedy_decode):
 
 
 # ----------------------------------------------------------------------------------- length_penalty
+def _as_number(x) -> float:
+    """float(x) for a Python, numpy or torch number, a one-element tensor or array included."""
+    if isinstance(x, (str, bytes)):
+        raise TypeError("a string is not a number")
+    item = getattr(x, "item", None)  # torch.Tensor, numpy arrays and scalars (a size-1 array is a number too)
+    return float(item() if callable(item) and not isinstance(x, (int, float)) else x)
+
+
 def _lp_number(length_penalty, length, alpha):
     what = f"length_penalty({length}, {alpha})"
     got = length_penalty(length, alpha)
     try:
-        if isinstance(got, (str, bytes)):
-            raise TypeError("a string is not a number")
-        return float(got.item() if isinstance(got, torch.Tensor) else got), what
+        return _as_number(got), what
     except (TypeError, ValueError, RuntimeError):
         raise CheckFailure(what, "a number", fmt(got), "return ((5 + length) / 6) ** alpha") from None
 
@@ -493,6 +577,12 @@ LP_MISTAKES = {
     "the quotient": lambda n, a: (5 + n) / 6 ** a,
     "multiplied by alpha instead of raised to it: ((5 + length) / 6) ** alpha": lambda n, a: (5 + n) / 6 * a,
     "integer division: ((5 + length) / 6) ** alpha with /, not //": lambda n, a: ((5 + n) // 6) ** a,
+    "length and alpha swapped: ((5 + length) / 6) ** alpha": lambda n, a: ((5 + a) / 6) ** n,
+    "5 + length / 6 divides only length (operator precedence): put parentheses around (5 + length)":
+        lambda n, a: (5 + n / 6) ** a,
+    "the alpha argument is ignored (0.6 used)": lambda n, a: ((5 + n) / 6) ** 0.6,
+    "the logarithm of the penalty: alpha * log((5 + length) / 6) is log(length_penalty); return "
+    "((5 + length) / 6) ** alpha": lambda n, a: a * math.log((5 + n) / 6),
 }
 
 
@@ -501,8 +591,9 @@ def _expect_lp(length_penalty, length, alpha):
     expected = ((5 + length) / 6) ** alpha
     if math.isclose(got, expected, rel_tol=1e-6):  # (float32 arithmetic is right too)
         return
-    hint = next((d for d, f in LP_MISTAKES.items() if math.isclose(got, f(length, alpha), rel_tol=1e-6)),
-                "((5 + length) / 6) ** alpha")
+    hint = "; or ".join(d for d, f in LP_MISTAKES.items()
+                        if math.isclose(got, f(length, alpha), rel_tol=1e-6, abs_tol=1e-12)) or \
+        "((5 + length) / 6) ** alpha"
     raise CheckFailure(what, f"{expected:.6g}", f"{got:.6g}", hint)
 
 
@@ -538,7 +629,8 @@ BEAM_HINT = ("rank every one-token extension of the open hypotheses by log p (lo
              "alpha), length counting <eos>")
 
 
-def _beam_case(beam_search, next_logits, vocab, rows, max_len, K, alpha, what, bos=BOS, eos=EOS, extra=None):
+def _beam_case(beam_search, next_logits, vocab, rows, max_len, K, alpha, what, bos=BOS, eos=EOS, extra=None,
+               prefer=()):
     model = _FakeModel(vocab, next_logits)
     src, mask = _src(rows)
     kwargs = dict(beam_size=K, alpha=alpha)
@@ -549,7 +641,7 @@ def _beam_case(beam_search, next_logits, vocab, rows, max_len, K, alpha, what, b
     expected, mistakes = _beam_variants(next_logits, keys, max_len, K, alpha, bos, eos)
     mistakes.update(extra(keys) if extra else {})
     _expect_lists(got, expected, what, BEAM_HINT, mistakes, rows, eos,
-                  _alone(beam_search, next_logits, vocab, src, mask, max_len, **kwargs))
+                  _alone(beam_search, next_logits, vocab, src, mask, max_len, **kwargs), prefer)
     return model, got
 
 
@@ -628,12 +720,13 @@ def _beam_aside(beam_search):
             ((7,), (5, 6)): {3: 0.99}, ((7,), (5, 6, 3)): {EOS: 0.99},
             ((8,), ()): {EOS: 0.3, 4: 0.65}, ((8,), (4,)): {EOS: 0.95}}
     fn = _spec(7, spec)
+    prefer = (SHRANK, SHRANK_FOREVER, SLOTS, STOP_FIRST, STOP_AT_K, ALL_EOS, INIT_COPIES)
     _beam_case(beam_search, fn, 7, [[7]], 4, 2, 3.0,
                "beam_search(model, [[7]], max_len=4, beam_size=2, alpha=3.0) where [<eos>] finishes first "
-               "(log p -0.69) and [5, 6, 3, <eos>] (log p -1.75) wins after the penalty")
+               "(log p -0.69) and [5, 6, 3, <eos>] (log p -1.75) wins after the penalty", prefer=prefer)
     _beam_case(beam_search, fn, 7, [[8]], 4, 2, 0.0,
                "beam_search(model, [[8]], max_len=4, beam_size=2, alpha=0) where [<eos>] finishes first "
-               "(log p -1.2) and [4, <eos>] (log p -0.48) is better")
+               "(log p -1.2) and [4, <eos>] (log p -0.48) is better", prefer=prefer)
 
 
 @register("beam_search", "divides by length_penalty(length, alpha), length counting <eos>")
@@ -652,7 +745,20 @@ def _beam_penalty(beam_search):
             ((11,), (4, 5)): {EOS: 0.9999}}
     _beam_case(beam_search, _spec(9, spec), 9, [[9], [10], [11]], 4, 4, 1.5,
                "beam_search(model, [[9], [10], [11]], max_len=4, beam_size=4, alpha=1.5) choosing between [<eos>] "
-               "(log p -1) and [4, 5, <eos>] (log p -1.25, -1.6, -1.5)")
+               "(log p -1) and [4, 5, <eos>] (log p -1.25, -1.6, -1.5)",
+               prefer=(NO_PENALTY, EOS_NOT_COUNTED, BOS_COUNTED, PENALTY_MUL, PENALTY_POWER, PROBS, ALPHA_IGNORED))
+    # beam_size=1 with a penalty is not greedy decoding: [<eos>] (log p -0.8) is set aside, and [4, 5, <eos>]
+    # (log p -0.92) wins, -0.92 / (8/6) ** 1.5 = -0.6 > -0.8
+    spec = {((12,), ()): {EOS: 0.45, 4: 0.4}, ((12,), (4,)): {5: 0.9999}, ((12,), (4, 5)): {EOS: 0.9999}}
+    fn = _spec(9, spec)
+    greedy = ("beam_size=1 was run as greedy decoding: with alpha > 0 the search must set [<eos>] aside and go on "
+              "with the best open hypothesis, which can win after the penalty")
+    _beam_case(beam_search, fn, 9, [[12]], 4, 1, 1.5,
+               "beam_search(model, [[12]], max_len=4, beam_size=1, alpha=1.5) choosing between [<eos>] (log p -0.8) "
+               "and [4, 5, <eos>] (log p -0.92): with a penalty, beam_size=1 is not greedy decoding",
+               extra=lambda keys: {greedy: [_ref_greedy(fn, k, 4) for k in keys]},
+               prefer=(greedy, NO_PENALTY, STOP_FIRST, EOS_NOT_COUNTED, BOS_COUNTED, PENALTY_MUL, PENALTY_POWER,
+                       PROBS, ALPHA_IGNORED))
 
 
 @register("beam_search", "passes model.decode the causal mask of the prefix and the source mask")
@@ -695,16 +801,27 @@ def _ngrams(tokens, n):
 
 
 def _bleu_formula(hyps, refs, max_n, clip=True, brevity=True, geometric=True, flipped_bp=False, orders=None,
-                  skip_empty=False):
+                  skip_empty=False, recall=False, corpus_clip=False, zero_based=False, no_exp=False,
+                  sentence_bp=False, weight=None):
     """BLEU written out, with switches for the classic mistakes (`orders`: only n = 1..orders summed, still
-    divided by max_n; `skip_empty`: orders without any n-gram left out of the mean)."""
+    divided by max_n; `skip_empty`: orders without any n-gram left out of the mean; `recall`: divided by the
+    reference n-grams; `corpus_clip`: counts clipped over the whole corpus; `zero_based`: orders 0..max_n - 1;
+    `no_exp`: the mean of the logs not exponentiated; `sentence_bp`: the mean of the sentence brevity penalties;
+    `weight`: a fixed weight per order instead of 1 / max_n)."""
     matches, totals, hyp_len, ref_len = [0] * max_n, [0] * max_n, 0, 0
+    all_h, all_r = [{} for _ in range(max_n)], [{} for _ in range(max_n)]
     for h, r in zip(hyps, refs):
         hyp_len, ref_len = hyp_len + len(h), ref_len + len(r)
         for n in range(1, max_n + 1):
-            hc, rc = _ngrams(h, n), _ngrams(r, n)
+            k = n - 1 if zero_based else n
+            hc, rc = _ngrams(h, k), _ngrams(r, k)
             matches[n - 1] += sum(min(c, rc.get(g, 0)) if clip else (c if g in rc else 0) for g, c in hc.items())
-            totals[n - 1] += max(len(h) - n + 1, 0)
+            totals[n - 1] += max(len(r if recall else h) - k + 1, 0)
+            for mine, theirs in ((all_h[n - 1], hc), (all_r[n - 1], rc)):
+                for g, c in theirs.items():
+                    mine[g] = mine.get(g, 0) + c
+    if corpus_clip:
+        matches = [sum(min(c, all_r[n].get(g, 0)) for g, c in all_h[n].items()) for n in range(max_n)]
     if orders is not None:  # the mean below still divides by max_n
         matches, totals = matches[:orders], totals[:orders]
     if skip_empty:
@@ -715,11 +832,14 @@ def _bleu_formula(hyps, refs, max_n, clip=True, brevity=True, geometric=True, fl
     if geometric:
         if min(matches) == 0:
             return 0.0
-        precision = math.exp(sum(math.log(m / t) for m, t in zip(matches, totals)) / max_n)
+        mean_log = sum(math.log(m / t) * (weight or 1 / max_n) for m, t in zip(matches, totals))
+        precision = mean_log if no_exp else math.exp(mean_log)
     else:
         precision = sum(m / t for m, t in zip(matches, totals)) / max_n
     bp = 1.0
-    if brevity and hyp_len < ref_len:
+    if sentence_bp:
+        bp = sum(min(1.0, math.exp(1 - len(r) / len(h))) if h else 0.0 for h, r in zip(hyps, refs)) / len(hyps)
+    elif brevity and hyp_len < ref_len:
         bp = math.exp(1 - hyp_len / ref_len) if flipped_bp else math.exp(1 - ref_len / hyp_len)
     return 100 * bp * precision
 
@@ -743,6 +863,23 @@ def _bleu_mistakes(hyps, refs, max_n):
     }
     out["an order without any n-gram (p_n = 0/0) was left out of the mean: it counts as a zero precision, "
         "so BLEU = 0"] = _bleu_formula(hyps, refs, max_n, skip_empty=True)
+    out["the precision was divided by the REFERENCE n-grams (a recall): p_n = clipped matches / the n-grams of "
+        "the hypotheses"] = _bleu_formula(hyps, refs, max_n, recall=True)
+    out["the counts were clipped over the whole corpus: clip each sentence's n-gram counts by its own reference, "
+        "then sum the clipped matches"] = _bleu_formula(hyps, refs, max_n, corpus_clip=True)
+    out["orders 0..max_n - 1 (range(max_n)): the orders are n = 1..max_n, range(1, max_n + 1)"] = \
+        _bleu_formula(hyps, refs, max_n, zero_based=True)
+    out["exp is missing: BLEU = BP * exp(mean over n of log p_n), not the mean of the logs itself"] = \
+        _bleu_formula(hyps, refs, max_n, no_exp=True)
+    out["the brevity penalty was computed per sentence and averaged: BP = min(1, exp(1 - ref_len / hyp_len)) "
+        "with the lengths summed over the corpus"] = _bleu_formula(hyps, refs, max_n, sentence_bp=True)
+    if max_n != 4:
+        out["the weights are fixed at 1/4: the mean of the log precisions is over the max_n orders (weight "
+            "1 / max_n)"] = _bleu_formula(hyps, refs, max_n, weight=0.25)
+    out["the corpus was joined into one long sentence: n-grams across sentence boundaries were counted; count "
+        "the n-grams of each sentence, then sum the counts"] = _sacrebleu([[w for h in hyps for w in h]],
+                                                                          [[w for r in refs for w in r]], max_n)
+    out["hypotheses and references swapped: corpus_bleu(hypotheses, references)"] = _sacrebleu(refs, hyps, max_n)
     if max_n > 1:
         out["orders 1..max_n - 1 only: BLEU averages log p_n over n = 1..max_n (range(1, max_n + 1))"] = \
             _sacrebleu(hyps, refs, max_n - 1)
@@ -763,9 +900,7 @@ def _expect_bleu(corpus_bleu, hyps, refs, max_n, what, hint):
                            "the caller's hypotheses or references were edited in place (append, sort, pop, ...): "
                            "read them without modifying them")
     try:
-        if isinstance(got, (str, bytes)):
-            raise TypeError("a string is not a number")
-        got = float(got.item() if isinstance(got, torch.Tensor) else got)
+        got = _as_number(got)
     except (TypeError, ValueError, RuntimeError):
         raise CheckFailure(what, "a number in 0..100", fmt(got), "return the score as a float") from None
     expected, mistakes = _bleu_mistakes(hyps, refs, max_n)
