@@ -174,7 +174,7 @@ def test_lesson03_runs_in_jupyterlab_and_shows_check_output(jupyterlab, tmp_path
             output.wait_for(state="visible")
             text = output.inner_text()
             assert "not implemented yet" in text, text
-            assert "✗ equals torch.softmax along the last dimension [0/1]" in text, text
+            assert "✗ equals torch.softmax along the last dimension, gradients too [0/1]" in text, text
             cell = page.locator(".jp-CodeCell", has=output)
             assert cell.locator(".jp-InputArea .cm-content").inner_text().strip() == "check(softmax)"
             page.screenshot(path=str(shot))

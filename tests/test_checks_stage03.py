@@ -6,6 +6,7 @@ import pytest
 import torch
 
 import solutions
+from autograder import max_points
 from tests.grading import assert_caught, assert_full_marks, grade
 
 
@@ -78,8 +79,7 @@ def softmax_in_place_on_a_copy(x, dim=-1):
     return y
 
 
-@pytest.mark.parametrize("fn", [softmax_logsumexp, softmax_loop, softmax_numpy, softmax_reciprocal,
-                                softmax_float64_result, softmax_in_place_on_a_copy])
+@pytest.mark.parametrize("fn", [softmax_logsumexp, softmax_reciprocal, softmax_float64_result])
 def test_other_correct_softmax(fn):
     assert_full_marks(fn, "softmax")
 
@@ -385,7 +385,7 @@ def softmax_dim_none(x, dim=None):
 
 
 @pytest.mark.parametrize("fn", [softmax_unbind, softmax_l1_normalize, softmax_keyword_only_extras, softmax_movedim,
-                                softmax_numpy_swapaxes, softmax_max_under_no_grad, softmax_dim_none])
+                                softmax_max_under_no_grad, softmax_dim_none])
 def test_second_review_correct_softmax(fn):
     assert_full_marks(fn, "softmax")
 
@@ -462,7 +462,7 @@ def attention_baddbmm_flattened(q, k, v, mask=None, dropout=None):
 
 
 @pytest.mark.parametrize("fn", [attention_keyword_scale_inf_fill, attention_quarter_scales, attention_index_put_expanded,
-                                attention_numpy_weights, attention_exp_times_mask, attention_baddbmm_flattened])
+                                attention_exp_times_mask, attention_baddbmm_flattened])
 def test_second_review_correct_attention(fn):
     assert_full_marks(fn, "scaled_dot_product_attention")
 
@@ -577,3 +577,36 @@ def test_a_wrong_scale_is_not_blamed_on_the_dropout():
     _, text = assert_caught(attention_scaled_by_sqrt_len_q, "scaled_dot_product_attention")
     line = [ln for ln in text.splitlines() if "dropout module" in ln][0]
     assert "not to the scores or the output" not in line and "the scores are wrong" in line, line
+
+
+# ---------------------------------------------------------------- right values, no training through them
+# The model is trained through softmax and attention: code that gives the right numbers but leaves autograd
+# (numpy, Python floats) or breaks backward (in place on a tensor autograd needs) loses the point whose
+# title says "gradients too", and is told why.
+def softmax_detached_sum(x, dim=-1):
+    e = (x - x.amax(dim, keepdim=True)).exp()
+    return e / e.sum(dim, keepdim=True).detach()
+
+
+NO_GRADIENT = [
+    ("numpy", softmax_numpy, "softmax", ["requires_grad", "left autograd"]),
+    ("numpy with swapaxes", softmax_numpy_swapaxes, "softmax", ["left autograd"]),
+    ("a loop over Python floats", softmax_loop, "softmax", ["requires_grad", "left autograd"]),
+    ("in place after exp_", softmax_in_place_on_a_copy, "softmax", ["backward()", "in-place operation"]),
+    ("the sum detached", softmax_detached_sum, "softmax", ["gradient", "with respect to x", "detached sum"]),
+    ("attention weights from numpy", attention_numpy_weights, "scaled_dot_product_attention",
+     ["requires grad", "left autograd"]),
+]
+
+
+@pytest.mark.parametrize("label,fn,name,keywords", NO_GRADIENT, ids=[m[0] for m in NO_GRADIENT])
+def test_right_values_without_gradients_lose_the_gradient_point(label, fn, name, keywords):
+    points, text = assert_caught(fn, name, *keywords)
+    assert points == max_points(name) - 1, text  # the values are right: only the gradient point is lost
+
+
+def test_a_detached_max_is_harmless():
+    def softmax(x, dim=-1):
+        e = (x - x.amax(dim, keepdim=True).detach()).exp()
+        return e / e.sum(dim, keepdim=True)
+    assert_full_marks(softmax)

@@ -119,3 +119,49 @@ def expect_attr(module: nn.Module, name: str, kind, what: str) -> object:
                            type(value).__name__ if value is not None else "no such attribute",
                            "use the contract's attribute names so weights can be copied to and from PyTorch")
     return value
+
+
+LEFT_AUTOGRAD = ("the computation left autograd (numpy, .item() or .tolist(), .detach() or .data, torch.no_grad(), "
+                 "or a new torch.tensor(...) built from computed values): the model is trained through this code, "
+                 "so build the result from torch operations on the inputs")
+IN_PLACE_BACKWARD = ("an in-place operation (e /= ..., x.exp_(), out[...] = ... on a tensor autograd still needs) "
+                     "broke backward(): write e = e / ... (a new tensor)")
+
+
+def expect_grads(got_fn, ref_fn, leaves: dict[str, tuple[torch.Tensor, torch.Tensor]], what: str,
+                 hint: str = LEFT_AUTOGRAD, mistakes: dict[str, dict[str, torch.Tensor]] | None = None,
+                 seed: int = 1234) -> None:
+    """The learner's computation passes the same gradients back as the reference's: got_fn() and ref_fn()
+    compute outputs of the same shape from the leaves (name -> (the learner's leaf, the reference's leaf),
+    each requiring grad); both backpropagate (out * r).sum() for one fixed random r, and every leaf's
+    gradient must match. `mistakes` maps a description to the gradients that mistake gives, by leaf name."""
+    try:
+        out = got_fn()
+    except RuntimeError as e:
+        if "requires grad" not in str(e):  # numpy() and friends refuse a tensor in the graph
+            raise
+        raise CheckFailure(f"{what} with inputs that require grad", "a result autograd can differentiate",
+                           f"RuntimeError: {str(e)[:110]}", hint) from None
+    if not isinstance(out, torch.Tensor) or not out.requires_grad:
+        raise CheckFailure(f"{what}: the output's requires_grad", "True: gradients flow back to the inputs", "False",
+                           hint)
+    ref = ref_fn()
+    if out.shape != ref.shape:
+        raise CheckFailure(f"{what}: wrong shape", f"shape {tuple(ref.shape)}", f"shape {tuple(out.shape)}")
+    r = torch.randn(ref.shape, generator=torch.Generator().manual_seed(seed), dtype=ref.dtype)
+    try:
+        (out * r.to(out.dtype)).sum().backward()
+    except RuntimeError as e:
+        if "inplace" not in str(e) and "in-place" not in str(e):
+            raise
+        raise CheckFailure(f"{what}: backward()", "gradients", f"RuntimeError: {str(e)[:110]}",
+                           IN_PLACE_BACKWARD) from None
+    (ref * r).sum().backward()
+    for name, (mine, theirs) in leaves.items():
+        if theirs.grad is None:
+            continue
+        where = f"the gradient of {what} with respect to {name}"
+        if mine.grad is None:
+            raise CheckFailure(where, "a tensor (the output depends on it)", "None", hint)
+        wrong = {d: g[name] for d, g in (mistakes or {}).items() if name in g}
+        expect_close(mine.grad, theirs.grad, where, hint=hint, mistakes=wrong)

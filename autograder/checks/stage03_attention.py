@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..core import CheckFailure, forbid, register
-from ._util import as_tensor, close, expect_close, expect_shape, seeded
+from ._util import LEFT_AUTOGRAD, as_tensor, close, expect_close, expect_grads, expect_shape, seeded
 
 # the lesson's own work, which a library call must not do for the learner (allowed in later lessons)
 forbid("softmax", "a library softmax (torch.softmax, F.softmax, Tensor.softmax, nn.Softmax, log_softmax)",
@@ -36,7 +36,7 @@ def _soft(softmax, x, what, **kwargs):
                            KEEPDIM) from None
 
 
-@register("softmax", "equals torch.softmax along the last dimension")
+@register("softmax", "equals torch.softmax along the last dimension, gradients too")
 def _softmax_last(softmax):
     with seeded(0):
         x = torch.randn(3, 4, 5) * 3
@@ -52,6 +52,11 @@ def _softmax_last(softmax):
         raise CheckFailure("x after softmax(x)", "unchanged", "changed",
                            "x was modified in place (x -= ..., x.sub_, x.exp_()): the caller still needs its x; "
                            "compute new tensors, shifted = x - x.amax(dim, keepdim=True)")
+    # attention, and so the whole model, is trained through this softmax: its gradient must be softmax's
+    leaf, ref_leaf = x.clone().requires_grad_(), x.clone().requires_grad_()
+    expect_grads(lambda: _soft(softmax, leaf, what), lambda: torch.softmax(ref_leaf, -1), {"x": (leaf, ref_leaf)},
+                 what, hint=LEFT_AUTOGRAD + " (a detached max is harmless, softmax ignores a constant shift; a "
+                 "detached sum is not)")
 
 
 @register("softmax", "uses the dim argument")
@@ -199,12 +204,16 @@ def _attn_shapes(attn):
     expect_shape(out3, (2, 4, 6), "output for 3-d inputs q (2, 4, 8), k (2, 5, 8)", TRANSPOSE)
 
 
-@register("scaled_dot_product_attention", "equals F.scaled_dot_product_attention without a mask")
+@register("scaled_dot_product_attention", "equals F.scaled_dot_product_attention without a mask, gradients too")
 def _attn_plain(attn):
     q, k, v = _inputs(1)
     ref, mistakes = _reference(q, k, v)
     out, _ = _call(attn, q, k, v, unchanged=True)
     expect_close(out, ref, "output without a mask", hint="softmax(q k^T / sqrt(d_k)) v", mistakes=mistakes)
+    leaves = {n: (t.clone().requires_grad_(), t.clone().requires_grad_()) for n, t in zip("qkv", (q, k, v))}
+    expect_grads(lambda: _call(attn, *(leaves[n][0] for n in "qkv"))[0],
+                 lambda: F.scaled_dot_product_attention(*(leaves[n][1] for n in "qkv")), leaves,
+                 "the output without a mask")
     q, k, v = _inputs(7, B=1, h=2, Lq=3, Lk=7, d_k=16, d_v=4)  # other sizes: nothing hard-coded
     ref, mistakes = _reference(q, k, v)
     out, _ = _call(attn, q, k, v)

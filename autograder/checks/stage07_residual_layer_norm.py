@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from ..core import CheckFailure, forbid, register
-from ._util import as_tensor, build, close, expect_close, expect_shape, seeded
+from ._util import LEFT_AUTOGRAD, as_tensor, build, close, expect_close, expect_grads, expect_shape, seeded
 
 # the lesson's own work, which a library call must not do for the learner (SublayerConnection may use any
 # LayerNorm: its checks put nn.LayerNorm in place of the learner's)
@@ -151,7 +151,7 @@ def _ln_params(LN):
                            "start from the identity: weight = torch.ones(d_model), bias = torch.zeros(d_model)")
 
 
-@register("LayerNorm", "equals nn.LayerNorm (eps=1e-5) with the same random weight and bias")
+@register("LayerNorm", "equals nn.LayerNorm (eps=1e-5) with the same random weight and bias, gradients too")
 def _ln_default(LN):
     ln, ref = _make_ln(LN, 8, seed=1)
     x = _ln_input(11, (2, 4, 8))
@@ -160,6 +160,14 @@ def _ln_default(LN):
                      "LayerNorm(8)(x), x of shape (2, 4, 8)",
                      hint="weight * (x - mean) / sqrt(var + eps) + bias over the last dimension, biased variance",
                      mistakes=_ln_mistakes(x, ref))
+    weight, bias = _weight_bias(ln, 8, "LayerNorm(8)")
+    for t in (weight, bias, ref.weight, ref.bias):
+        t.grad = None
+    leaf, ref_leaf = x.clone().requires_grad_(), x.clone().requires_grad_()
+    expect_grads(lambda: ln(leaf), lambda: ref(ref_leaf),
+                 {"x": (leaf, ref_leaf), "weight": (weight, ref.weight), "bias": (bias, ref.bias)},
+                 "LayerNorm(8)(x)", hint=LEFT_AUTOGRAD + "; the mean and the variance stay in the graph too (a "
+                 "detached mean or variance gives x the wrong gradient)")
 
 
 @register("LayerNorm", "uses the eps argument: equals nn.LayerNorm(d, eps=0.1)")
@@ -291,7 +299,7 @@ def _sc_attr(SC):
         _call(sc, _sc_input(), _Sublayer(6), "SublayerConnection(6)(x, sublayer)")
 
 
-@register("SublayerConnection", "post-norm (the default): norm(x + sublayer(x))")
+@register("SublayerConnection", "post-norm (the default): norm(x + sublayer(x)), gradients too")
 def _sc_post(SC):
     sc, N = _make_sc(SC, 6, 0.0, None, seed=1)
     sc.eval()
@@ -307,6 +315,10 @@ def _sc_post(SC):
         what = "SublayerConnection(6, dropout=0.0, norm_first=False)(x, sublayer)"
         expect_close(_call(sc, x, S, what), N(x + S(x)), what, mistakes=_sc_mistakes(x, N, S, norm_first=False),
                      hint="post-norm when norm_first is False: self.norm(x + self.dropout(sublayer(x)))")
+    leaf, ref_leaf = x.clone().requires_grad_(), x.clone().requires_grad_()
+    expect_grads(lambda: sc(leaf, S), lambda: N(ref_leaf + S(ref_leaf)), {"x": (leaf, ref_leaf)}, what,
+                 hint=LEFT_AUTOGRAD + "; the gradient reaches x along both paths, the residual and the sublayer (no "
+                 "x.detach() handed to the sublayer)")
 
 
 @register("SublayerConnection", "pre-norm (norm_first=True): x + sublayer(norm(x))")
