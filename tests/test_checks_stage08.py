@@ -7,6 +7,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+import torch.utils.checkpoint as checkpoint
 from torch import nn
 
 import solutions
@@ -557,3 +558,484 @@ class EncoderNoDropout(solutions.Encoder):
                                          (EncoderNoDropout, "dropout argument is not used")])
 def test_encoder_that_drops_the_dropout_argument_is_caught(cls, keyword):
     assert_caught(cls, "Encoder", keyword)
+
+
+# ---------------------------------------------------------------- second review: more correct styles
+
+
+class SDPAAttention(nn.Module):
+    """F.scaled_dot_product_attention with the boolean mask (True = may attend is PyTorch's convention there too)."""
+
+    def __init__(self, d_model, n_heads, dropout=0.1):
+        super().__init__()
+        self.h, self.p = n_heads, dropout
+        self.w_q, self.w_k, self.w_v, self.w_o = (nn.Linear(d_model, d_model) for _ in range(4))
+
+    def forward(self, query, key, value, mask=None):
+        def split(t):
+            return t.unflatten(-1, (self.h, -1)).transpose(1, 2)
+        out = F.scaled_dot_product_attention(split(self.w_q(query)), split(self.w_k(key)), split(self.w_v(value)),
+                                             attn_mask=mask, dropout_p=self.p if self.training else 0.0)
+        return self.w_o(out.transpose(1, 2).flatten(2))
+
+
+class Float64Attention(nn.Module):
+    """Scores in float64 through bmm over batch * heads, -inf fill then nan_to_num."""
+
+    def __init__(self, d_model, n_heads, dropout=0.1):
+        super().__init__()
+        self.h = n_heads
+        self.w_q, self.w_k, self.w_v, self.w_o = (nn.Linear(d_model, d_model) for _ in range(4))
+        self.drop = nn.Dropout(dropout)
+
+    def forward(self, query, key, value, mask=None):
+        B, Lq, d = query.shape
+        Lk, h, dk = key.size(1), self.h, d // self.h
+
+        def heads(t, L):
+            return t.view(B, L, h, dk).permute(0, 2, 1, 3).reshape(B * h, L, dk)
+        q, k, v = heads(self.w_q(query), Lq).double(), heads(self.w_k(key), Lk).double(), heads(self.w_v(value), Lk)
+        s = (torch.bmm(q, k.transpose(1, 2)) * dk ** -0.5).view(B, h, Lq, Lk)
+        if mask is not None:
+            s = s.masked_fill(~mask.expand(B, h, Lq, Lk), float("-inf"))
+        w = self.drop(torch.softmax(s, -1).nan_to_num(0.0).float()).reshape(B * h, Lq, Lk)
+        return self.w_o(torch.bmm(w, v).view(B, h, Lq, dk).permute(0, 2, 1, 3).reshape(B, Lq, d))
+
+
+class SequentialFeedForward(nn.Module):
+    """w_1 and w_2 registered, and run through an nn.Sequential with an in-place ReLU."""
+
+    def __init__(self, d_model, d_ff, dropout=0.1):
+        super().__init__()
+        self.w_1, self.w_2 = nn.Linear(d_model, d_ff), nn.Linear(d_ff, d_model)
+        self.net = nn.Sequential(self.w_1, nn.ReLU(inplace=True), nn.Dropout(dropout), self.w_2)
+
+    def forward(self, x):
+        return self.net(x)
+
+
+class VarMeanLayerNorm(nn.Module):
+    """torch.var_mean and addcmul; eps keyword-only."""
+
+    def __init__(self, d, *, eps=1e-5):
+        super().__init__()
+        self.weight, self.bias, self.eps = nn.Parameter(torch.ones(d)), nn.Parameter(torch.zeros(d)), eps
+
+    def forward(self, x):
+        var, mean = torch.var_mean(x, -1, unbiased=False, keepdim=True)
+        return torch.addcmul(self.bias, self.weight, (x - mean) * torch.rsqrt(var + self.eps))
+
+
+class InPlaceConnection(nn.Module):
+    """Its own connection: an in-place dropout, and `out += x` on the tensor it created itself."""
+
+    def __init__(self, d, p, norm_first):
+        super().__init__()
+        self.norm, self.dropout, self.norm_first = VarMeanLayerNorm(d), nn.Dropout(p, inplace=True), norm_first
+
+    def forward(self, x, f):
+        if self.norm_first:
+            return x + self.dropout(f(self.norm(x)))
+        out = self.dropout(f(x))
+        out += x
+        return self.norm(out)
+
+
+class EncoderLayerSDPA(nn.Module):
+    def __init__(self, d_model, n_heads, d_ff, dropout=0.1, norm_first=False, *, eps=1e-5):
+        super().__init__()
+        self.self_attn = SDPAAttention(d_model, n_heads, dropout)
+        self.feed_forward = SequentialFeedForward(d_model, d_ff, dropout)
+        self.sublayers = nn.ModuleList([InPlaceConnection(d_model, dropout, norm_first) for _ in range(2)])
+
+    def forward(self, x, src_mask=None, *, need_weights=False):
+        x = self.sublayers[0](x, lambda t: self.self_attn(t, t, t, src_mask))
+        return self.sublayers[1](x, self.feed_forward)
+
+
+class EncoderLayerFloat64(nn.Module):
+    """float64 attention; the mask flattened to (B, L) and rebuilt as (B, 1, 1, L)."""
+
+    def __init__(self, d_model, n_heads, d_ff, dropout=0.1, norm_first=False):
+        super().__init__()
+        self.self_attn = Float64Attention(d_model, n_heads, dropout)
+        self.feed_forward = PositionwiseFeedForward(d_model, d_ff, dropout)
+        self.sublayers = nn.ModuleList(SublayerConnection(d_model, dropout, norm_first) for _ in range(2))
+
+    def forward(self, x, src_mask):
+        m = None if src_mask is None else src_mask.reshape(src_mask.size(0), -1)[:, None, None, :]
+        x = self.sublayers[0](x, lambda t: self.self_attn(t, t, t, m))
+        return self.sublayers[1](x, self.feed_forward)
+
+
+class EncoderLayerPerSentence(nn.Module):
+    """One sentence at a time, on its real tokens only (no mask needed then); zeros at the padding positions."""
+
+    def __init__(self, d_model, n_heads, d_ff, dropout=0.1, norm_first=False):
+        super().__init__()
+        self.self_attn = MultiHeadAttention(d_model, n_heads, dropout)
+        self.feed_forward = PositionwiseFeedForward(d_model, d_ff, dropout)
+        self.sublayers = nn.ModuleList(SublayerConnection(d_model, dropout, norm_first) for _ in range(2))
+
+    def one(self, x):
+        x = self.sublayers[0](x, lambda t: self.self_attn(t, t, t))
+        return self.sublayers[1](x, self.feed_forward)
+
+    def forward(self, x, src_mask):
+        if src_mask is None:
+            return self.one(x)
+        keep = src_mask.reshape(x.size(0), x.size(1))
+        out = torch.zeros_like(x)
+        for b in range(x.size(0)):
+            idx = keep[b].nonzero().flatten()
+            out[b, idx] = self.one(x[b:b + 1, idx])[0]
+        return out
+
+
+class EncoderLayerPartial(nn.Module):
+    """Keyword construction, *args in forward, functools.partial for the attention, an extra **kwargs."""
+
+    def __init__(self, d_model, n_heads, d_ff, dropout=0.1, norm_first=False, activation="relu", **kwargs):
+        super().__init__()
+        self.feed_forward = PositionwiseFeedForward(d_model=d_model, d_ff=d_ff, dropout=dropout)
+        self.self_attn = MultiHeadAttention(d_model=d_model, n_heads=n_heads, dropout=dropout)
+        self.sublayers = nn.ModuleList()
+        self.sublayers.extend([SublayerConnection(d_model, dropout=dropout, norm_first=norm_first) for _ in range(2)])
+
+    def _attend(self, y, mask):
+        return self.self_attn(y, y, y, mask)
+
+    def forward(self, *args):
+        x, src_mask = args[0], args[1] if len(args) > 1 else None
+        h = self.sublayers[0](x, functools.partial(self._attend, mask=src_mask))
+        return self.sublayers[1](h, self.feed_forward.forward)
+
+
+class AdditiveAttention(nn.Module):
+    def __init__(self, d_model, n_heads, dropout=0.1):
+        super().__init__()
+        self.h = n_heads
+        self.w_q, self.w_k, self.w_v, self.w_o = (nn.Linear(d_model, d_model) for _ in range(4))
+        self.drop = nn.Dropout(dropout)
+
+    def forward(self, q, k, v, add=None):
+        B, L, d = q.shape
+        Q, K = self.w_q(q).view(B, L, self.h, -1), self.w_k(k).view(B, k.size(1), self.h, -1)
+        V = self.w_v(v).view(B, k.size(1), self.h, -1)
+        s = torch.einsum("bqhd,bkhd->bhqk", Q, K) / math.sqrt(Q.size(-1))
+        if add is not None:
+            s = s + add
+        return self.w_o(torch.einsum("bhqk,bkhd->bqhd", self.drop(s.softmax(-1)), V).reshape(B, L, d))
+
+
+class EncoderLayerNoGradMask(nn.Module):
+    """An additive float mask built under torch.no_grad() (harmless: the mask needs no gradient)."""
+
+    def __init__(self, d_model, n_heads, d_ff, dropout=0.1, norm_first=False):
+        super().__init__()
+        self.self_attn = AdditiveAttention(d_model, n_heads, dropout)
+        self.feed_forward = PositionwiseFeedForward(d_model, d_ff, dropout)
+        self.sublayers = nn.ModuleList(SublayerConnection(d_model, dropout, norm_first) for _ in range(2))
+
+    def forward(self, x, src_mask):
+        with torch.no_grad():
+            add = None if src_mask is None else torch.zeros(src_mask.shape).masked_fill(~src_mask, -1e9)
+        x = self.sublayers[0](x, lambda t: self.self_attn(t, t, t, add))
+        return self.sublayers[1](x, self.feed_forward)
+
+
+class EncoderLayerFloat64FeedForward(solutions.EncoderLayer):
+    """The feed-forward computed in float64 with F.linear on cast weights; F.dropout(training=self.training)."""
+
+    def __init__(self, d_model, n_heads, d_ff, dropout=0.1, norm_first=False):
+        super().__init__(d_model, n_heads, d_ff, dropout, norm_first)
+        self.p = dropout
+
+    def ff64(self, y):
+        f = self.feed_forward
+        h = F.dropout(F.relu(F.linear(y.double(), f.w_1.weight.double(), f.w_1.bias.double())), self.p, self.training)
+        return F.linear(h, f.w_2.weight.double(), f.w_2.bias.double()).to(y.dtype)
+
+    def forward(self, x, src_mask):
+        x = self.sublayers[0](x, lambda t: self.self_attn(t, t, t, src_mask))
+        return self.sublayers[1](x, self.ff64)
+
+
+class EncoderLayerStoresOutput(solutions.EncoderLayer):
+    """Keeps its last output, detached, for a plot (harmless)."""
+
+    def forward(self, x, src_mask):
+        out = super().forward(x, src_mask)
+        self.last = out.detach()
+        return out
+
+
+class EncoderLayerNoGradInEval(solutions.EncoderLayer):
+    """Skips autograd in eval mode (an inference shortcut); gradients flow in train mode, where it is trained."""
+
+    def forward(self, x, src_mask):
+        with torch.set_grad_enabled(self.training and torch.is_grad_enabled()):
+            return super().forward(x, src_mask)
+
+
+class EncoderCheckpointed(solutions.Encoder):
+    """Gradient checkpointing per layer, reentrant (torch.autograd.grad would refuse it: the check uses backward)."""
+
+    def forward(self, x, src_mask):
+        for layer in self.layers:
+            x = checkpoint.checkpoint(layer, x, src_mask, use_reentrant=True)
+        return self.norm(x)
+
+
+class EncoderCheckpointedNonReentrant(solutions.Encoder):
+    def forward(self, x, src_mask):
+        for layer in self.layers:
+            x = checkpoint.checkpoint(layer, x, src_mask, use_reentrant=False)
+        return self.norm(x)
+
+
+class EncoderChildren(nn.Module):
+    """children() of the ModuleList, a keyword-only extra argument, its own LayerNorm, **kwargs in forward."""
+
+    def __init__(self, d_model, n_heads, d_ff, n_layers, dropout=0.1, norm_first=False, *, share=False):
+        super().__init__()
+        self.layers = nn.ModuleList([EncoderLayerSDPA(d_model, n_heads, d_ff, dropout, norm_first)
+                                     for _ in range(n_layers)])
+        self.norm = VarMeanLayerNorm(d_model) if norm_first else nn.Identity()
+
+    def forward(self, x, src_mask=None, **kwargs):
+        for layer in self.layers.children():
+            x = layer(x, src_mask)
+        return self.norm(x)
+
+
+class EncoderSequentialIndexed(nn.Module):
+    """Layers in an nn.Sequential, indexed in a range loop over a stored count."""
+
+    def __init__(self, d_model, n_heads, d_ff, n_layers, dropout=0.1, norm_first=False):
+        super().__init__()
+        self.layers = nn.Sequential(*[EncoderLayerFloat64(d_model, n_heads, d_ff, dropout, norm_first)
+                                      for _ in range(n_layers)])
+        self.norm = LayerNorm(d_model) if norm_first else nn.Identity()
+        self.n = n_layers
+
+    def forward(self, x, src_mask):
+        h = x
+        for i in range(self.n):
+            h = self.layers[i](h, src_mask)
+        return self.norm(h)
+
+
+class EncoderPerSentence(nn.Module):
+    def __init__(self, d_model, n_heads, d_ff, n_layers, dropout=0.1, norm_first=False):
+        super().__init__()
+        self.layers = nn.ModuleList(EncoderLayerPerSentence(d_model, n_heads, d_ff, dropout, norm_first)
+                                    for _ in range(n_layers))
+        self.norm = LayerNorm(d_model) if norm_first else None
+
+    def forward(self, x, src_mask):
+        for layer in self.layers:
+            x = layer(x, src_mask)
+        return x if self.norm is None else self.norm(x)
+
+
+class EncoderReinitialisedCopies(nn.Module):
+    """Deep copies of one layer, each re-initialised; the input cloned first; nn.LayerNorm at the end."""
+
+    def __init__(self, d_model, n_heads, d_ff, n_layers, dropout=0.1, norm_first=False):
+        super().__init__()
+        proto = EncoderLayerFloat64FeedForward(d_model, n_heads, d_ff, dropout, norm_first)
+        self.layers = nn.ModuleList([copy.deepcopy(proto) for _ in range(n_layers)])
+        for layer in self.layers:
+            for p in layer.parameters():
+                if p.dim() > 1:
+                    nn.init.xavier_uniform_(p)
+        self.norm = nn.LayerNorm(d_model) if norm_first else nn.Identity()
+
+    def forward(self, x, src_mask):
+        out = x.clone()
+        for layer in self.layers:
+            out = layer(out, src_mask)
+        return self.norm(out)
+
+
+SECOND_ROUND_LAYERS = [EncoderLayerSDPA, EncoderLayerFloat64, EncoderLayerPerSentence, EncoderLayerPartial,
+                       EncoderLayerNoGradMask, EncoderLayerFloat64FeedForward, EncoderLayerStoresOutput,
+                       EncoderLayerNoGradInEval]
+SECOND_ROUND_ENCODERS = [EncoderCheckpointed, EncoderCheckpointedNonReentrant, EncoderChildren,
+                         EncoderSequentialIndexed, EncoderPerSentence, EncoderReinitialisedCopies]
+
+
+@pytest.mark.parametrize("cls", SECOND_ROUND_LAYERS)
+def test_second_round_correct_encoder_layers(cls):
+    assert_full_marks(cls, "EncoderLayer")
+
+
+@pytest.mark.parametrize("cls", SECOND_ROUND_ENCODERS)
+def test_second_round_correct_encoders(cls):
+    assert_full_marks(cls, "Encoder")
+
+
+# ---------------------------------------------------------------- second review: more mistakes
+class LayerNoGrad(solutions.EncoderLayer):
+    def forward(self, x, src_mask):
+        with torch.no_grad():
+            return super().forward(x, src_mask)
+
+
+class LayerResidualDetached(solutions.EncoderLayer):
+    def forward(self, x, src_mask):
+        for sub, f in zip(self.sublayers, (lambda y: self.self_attn(y, y, y, src_mask), self.feed_forward)):
+            x = sub.norm(x.detach() + sub.dropout(f(x))) if not sub.norm_first else x + sub.dropout(f(sub.norm(x)))
+        return x
+
+
+class LayerEvalInForward(solutions.EncoderLayer):
+    def forward(self, x, src_mask):
+        self.eval()
+        return super().forward(x, src_mask)
+
+
+class LayerCachesMask(solutions.EncoderLayer):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.mask = None
+
+    def forward(self, x, src_mask):
+        if self.mask is None:
+            self.mask = src_mask
+        return super().forward(x, self.mask)
+
+
+class LayerFlipsMaskInPlace(solutions.EncoderLayer):
+    """~ computed in place on the caller's mask (then inverted back for its own use): the next layer gets it flipped."""
+
+    def forward(self, x, src_mask):
+        if src_mask is None:
+            return super().forward(x, None)
+        src_mask.logical_not_()
+        return super().forward(x, ~src_mask)
+
+
+class LayerMaskOnQueries(solutions.EncoderLayer):
+    def forward(self, x, src_mask):
+        return super().forward(x, None if src_mask is None else src_mask.transpose(-1, -2))
+
+
+class LayerKeysFromOuterX(solutions.EncoderLayer):
+    def forward(self, x, src_mask):
+        h = self.sublayers[0](x, lambda y: self.self_attn(y, x, x, src_mask))
+        return self.sublayers[1](h, self.feed_forward)
+
+
+class LayerWithoutNorm(solutions.EncoderLayer):
+    def forward(self, x, src_mask):
+        for sub, f in zip(self.sublayers, (lambda y: self.self_attn(y, y, y, src_mask), self.feed_forward)):
+            x = x + sub.dropout(f(x))
+        return x
+
+
+class LayerWithoutFeedForward(solutions.EncoderLayer):
+    def forward(self, x, src_mask):
+        return self.sublayers[0](x, lambda y: self.self_attn(y, y, y, src_mask))
+
+
+class LayerFeedForwardOnInput(solutions.EncoderLayer):
+    def forward(self, x, src_mask):
+        self.sublayers[0](x, lambda y: self.self_attn(y, y, y, src_mask))
+        return self.sublayers[1](x, self.feed_forward)
+
+
+class LayerPositionalSlip(solutions.EncoderLayer):
+    """SublayerConnection(d_model, norm_first): norm_first lands in the dropout slot."""
+
+    def __init__(self, d_model, n_heads, d_ff, dropout=0.1, norm_first=False):
+        super().__init__(d_model, n_heads, d_ff, dropout, norm_first)
+        del self.sublayers
+        self.sublayers = nn.ModuleList(SublayerConnection(d_model, norm_first) for _ in range(2))
+
+
+class LayerAttentionDefaultDropout(solutions.EncoderLayer):
+    def __init__(self, d_model, n_heads, d_ff, dropout=0.1, norm_first=False):
+        super().__init__(d_model, n_heads, d_ff, dropout, norm_first)
+        self.self_attn = MultiHeadAttention(d_model, n_heads)  # dropout left at its default 0.1
+
+
+SECOND_ROUND_LAYER_MISTAKES = [
+    ("forward under torch.no_grad()", LayerNoGrad, ["cut off from autograd", "no_grad"]),
+    ("residual path detached", LayerResidualDetached, ["gradient with respect to x", "cut off from autograd"]),
+    ("self.eval() inside forward", LayerEvalInForward, ["switched to eval mode"]),
+    ("the first call's mask kept", LayerCachesMask, ["second batch", "earlier call"]),
+    ("the caller's mask flipped in place", LayerFlipsMaskInPlace, ["src_mask after the call", "changed in place"]),
+    ("mask transposed onto the queries", LayerMaskOnQueries, ["hides queries instead of keys"]),
+    ("pre-norm: keys and values from x", LayerKeysFromOuterX, ["keys and values taken from x"]),
+    ("no LayerNorm at all", LayerWithoutNorm, ["LayerNorm missing"]),
+    ("feed-forward sublayer missing", LayerWithoutFeedForward, ["feed-forward sublayer is missing"]),
+    ("feed-forward on the layer's input", LayerFeedForwardOnInput, ["got the layer's input x"]),
+    ("SublayerConnection(d_model, norm_first)", LayerPositionalSlip,
+     ["norm_first ignored", "SublayerConnection(d_model, dropout, norm_first), in that order"]),
+    ("attention dropout left at its default", LayerAttentionDefaultDropout, ["dropout argument is ignored"]),
+]
+
+
+@pytest.mark.parametrize("label,cls,keywords", SECOND_ROUND_LAYER_MISTAKES,
+                         ids=[m[0] for m in SECOND_ROUND_LAYER_MISTAKES])
+def test_second_round_encoder_layer_mistakes_are_caught(label, cls, keywords):
+    assert_caught(cls, "EncoderLayer", *keywords)
+
+
+class EncoderNoGrad(solutions.Encoder):
+    @torch.no_grad()
+    def forward(self, x, src_mask):
+        return super().forward(x, src_mask)
+
+
+class EncoderInputDropout(solutions.Encoder):
+    """Dropout on the stack's input: the positional encoding has already dropped the embeddings."""
+
+    def __init__(self, d_model, n_heads, d_ff, n_layers, dropout=0.1, norm_first=False):
+        super().__init__(d_model, n_heads, d_ff, n_layers, dropout, norm_first)
+        self.drop = nn.Dropout(dropout)
+
+    def forward(self, x, src_mask):
+        return super().forward(self.drop(x), src_mask)
+
+
+def fwd_skip_first(self, x, src_mask):
+    for i in range(1, len(self.layers)):
+        x = self.layers[i](x, src_mask)
+    return self.norm(x)
+
+
+def fwd_skip_last(self, x, src_mask):
+    for layer in self.layers[:-1]:
+        x = layer(x, src_mask)
+    return self.norm(x)
+
+
+def fwd_reversed(self, x, src_mask):
+    for layer in reversed(self.layers):
+        x = layer(x, src_mask)
+    return self.norm(x)
+
+
+def fwd_mask_inverted(self, x, src_mask):
+    for layer in self.layers:
+        x = layer(x, ~src_mask)
+    return self.norm(x)
+
+
+SECOND_ROUND_ENCODER_MISTAKES = [
+    ("forward under torch.no_grad()", EncoderNoGrad, ["cut off from autograd"]),
+    ("dropout on the stack's input", EncoderInputDropout, ["dropout applied to the encoder's input"]),
+    ("the first layer skipped", encoder_variant(fwd=fwd_skip_first), ["first layer skipped"]),
+    ("the last layer skipped", encoder_variant(fwd=fwd_skip_last), ["stops early"]),
+    ("layers in reverse order", encoder_variant(fwd=fwd_reversed), ["reverse order"]),
+    ("mask inverted before the layers", encoder_variant(fwd=fwd_mask_inverted), ["src_mask inverted"]),
+]
+
+
+@pytest.mark.parametrize("label,cls,keywords", SECOND_ROUND_ENCODER_MISTAKES,
+                         ids=[m[0] for m in SECOND_ROUND_ENCODER_MISTAKES])
+def test_second_round_encoder_mistakes_are_caught(label, cls, keywords):
+    assert_caught(cls, "Encoder", *keywords)

@@ -6,12 +6,15 @@ import math
 
 import pytest
 import torch
+import torch.utils.checkpoint as checkpoint
 from torch import nn
 
 import solutions
 from solutions import LayerNorm, MultiHeadAttention, PositionwiseFeedForward, SublayerConnection
 from tests.grading import assert_caught, assert_full_marks, grade
-from tests.test_checks_stage08 import EinsumAttention, FeedForward, Residual
+from tests.test_checks_stage08 import (AdditiveAttention, EinsumAttention, FeedForward, Float64Attention,
+                                       InPlaceConnection, Residual, SDPAAttention, SequentialFeedForward,
+                                       VarMeanLayerNorm)
 
 
 def test_reference_gets_full_marks():
@@ -458,3 +461,353 @@ def test_a_forward_stub_gets_zero_too():
             raise NotImplementedError()
     points, text = grade(DecoderLayer)
     assert points == 0 and "not implemented yet" in text, text
+
+
+# ---------------------------------------------------------------- second review: more correct styles
+class DecoderLayerSDPA(nn.Module):
+    """F.scaled_dot_product_attention, its own in-place connections, keyword-only extras."""
+
+    def __init__(self, d_model, n_heads, d_ff, dropout=0.1, norm_first=False, *, eps=1e-5):
+        super().__init__()
+        self.self_attn = SDPAAttention(d_model, n_heads, dropout)
+        self.cross_attn = SDPAAttention(d_model, n_heads, dropout)
+        self.feed_forward = SequentialFeedForward(d_model, d_ff, dropout)
+        self.sublayers = nn.ModuleList([InPlaceConnection(d_model, dropout, norm_first) for _ in range(3)])
+
+    def forward(self, x, memory, src_mask=None, tgt_mask=None, *, cache=None):
+        x = self.sublayers[0](x, lambda t: self.self_attn(t, t, t, tgt_mask))
+        x = self.sublayers[1](x, lambda t: self.cross_attn(t, memory, memory, src_mask))
+        return self.sublayers[2](x, self.feed_forward)
+
+
+class DecoderLayerFloat64(nn.Module):
+    def __init__(self, d_model, n_heads, d_ff, dropout=0.1, norm_first=False):
+        super().__init__()
+        self.self_attn = Float64Attention(d_model, n_heads, dropout)
+        self.cross_attn = Float64Attention(d_model, n_heads, dropout)
+        self.feed_forward = PositionwiseFeedForward(d_model, d_ff, dropout)
+        self.sublayers = nn.ModuleList(SublayerConnection(d_model, dropout, norm_first) for _ in range(3))
+
+    def forward(self, x, memory, src_mask, tgt_mask):
+        steps = [lambda t: self.self_attn(t, t, t, tgt_mask), lambda t: self.cross_attn(t, memory, memory, src_mask),
+                 self.feed_forward]
+        for sub, f in zip(self.sublayers, steps):
+            x = sub(x, f)
+        return x
+
+
+class DecoderLayerOwnCausalToo(nn.Module):
+    """ANDs tgt_mask with a causal mask of its own (redundant, correct); additive masks built under no_grad."""
+
+    def __init__(self, d_model, n_heads, d_ff, dropout=0.1, norm_first=False):
+        super().__init__()
+        self.self_attn = AdditiveAttention(d_model, n_heads, dropout)
+        self.cross_attn = AdditiveAttention(d_model, n_heads, dropout)
+        self.feed_forward = PositionwiseFeedForward(d_model, d_ff, dropout)
+        self.sublayers = nn.ModuleList(SublayerConnection(d_model, dropout, norm_first) for _ in range(3))
+
+    @staticmethod
+    def additive(m):
+        with torch.no_grad():
+            return None if m is None else torch.zeros(m.shape).masked_fill(~m, -1e9)
+
+    def forward(self, x, memory, src_mask, tgt_mask):
+        L = x.size(1)
+        causal = torch.tril(torch.ones(L, L, dtype=torch.bool, device=x.device))
+        tm = causal if tgt_mask is None else tgt_mask & causal
+        x = self.sublayers[0](x, lambda t: self.self_attn(t, t, t, self.additive(tm)))
+        x = self.sublayers[1](x, lambda t: self.cross_attn(t, memory, memory, self.additive(src_mask)))
+        return self.sublayers[2](x, self.feed_forward)
+
+
+class DecoderLayerPerSentence(nn.Module):
+    """One sentence at a time; the memory cut to its real tokens (then no source mask is needed)."""
+
+    def __init__(self, d_model, n_heads, d_ff, dropout=0.1, norm_first=False):
+        super().__init__()
+        self.self_attn = MultiHeadAttention(d_model, n_heads, dropout)
+        self.cross_attn = MultiHeadAttention(d_model, n_heads, dropout)
+        self.feed_forward = PositionwiseFeedForward(d_model, d_ff, dropout)
+        self.sublayers = nn.ModuleList(SublayerConnection(d_model, dropout, norm_first) for _ in range(3))
+
+    def forward(self, x, memory, src_mask, tgt_mask):
+        outs = []
+        for b in range(x.size(0)):
+            xb, mb = x[b:b + 1], memory[b:b + 1]
+            sm = None if src_mask is None else src_mask[b if src_mask.size(0) > 1 else 0][None]
+            tm = None if tgt_mask is None else tgt_mask[b if tgt_mask.size(0) > 1 else 0][None]
+            if sm is not None:
+                mb, sm = mb[:, sm.reshape(-1).nonzero().flatten()], None
+            h = self.sublayers[0](xb, lambda t: self.self_attn(t, t, t, tm))
+            h = self.sublayers[1](h, lambda t: self.cross_attn(t, mb, mb, sm))
+            outs.append(self.sublayers[2](h, self.feed_forward))
+        return torch.cat(outs, 0)
+
+
+class DecoderLayerKeywords(nn.Module):
+    """Keyword calls everywhere, functools.partial sublayers, connections in an nn.Sequential, **kwargs."""
+
+    def __init__(self, d_model, n_heads, d_ff, dropout=0.1, norm_first=False, **kwargs):
+        super().__init__()
+        self.self_attn = MultiHeadAttention(d_model=d_model, n_heads=n_heads, dropout=dropout)
+        self.cross_attn = MultiHeadAttention(d_model=d_model, n_heads=n_heads, dropout=dropout)
+        self.feed_forward = PositionwiseFeedForward(d_model=d_model, d_ff=d_ff, dropout=dropout)
+        self.sublayers = nn.Sequential(*(SublayerConnection(d_model, dropout=dropout, norm_first=norm_first)
+                                         for _ in range(3)))
+
+    def forward(self, x, memory, src_mask, tgt_mask):
+        sa = functools.partial(lambda t, m: self.self_attn(query=t, key=t, value=t, mask=m), m=tgt_mask)
+        ca = functools.partial(lambda t, mem, m: self.cross_attn(query=t, key=mem, value=mem, mask=m),
+                               mem=memory, m=src_mask)
+        x = self.sublayers[0](x=x, sublayer=sa)
+        x = self.sublayers[1](x=x, sublayer=ca)
+        return self.sublayers[2](x=x, sublayer=self.feed_forward)
+
+
+class DecoderLayerOwnClone(nn.Module):
+    """Works on a clone of x, pre-norm sums added in place on that clone; its own dropout module."""
+
+    def __init__(self, d_model, n_heads, d_ff, dropout=0.1, norm_first=False):
+        super().__init__()
+        self.self_attn = MultiHeadAttention(d_model, n_heads, dropout)
+        self.cross_attn = MultiHeadAttention(d_model, n_heads, dropout)
+        self.feed_forward = PositionwiseFeedForward(d_model, d_ff, dropout)
+        self.sublayers = nn.ModuleList(SublayerConnection(d_model, dropout, norm_first) for _ in range(3))
+        self.norm_first, self.drop = norm_first, nn.Dropout(dropout)
+
+    def forward(self, x, memory, src_mask, tgt_mask):
+        h = x.clone()
+        steps = [lambda t: self.self_attn(t, t, t, tgt_mask), lambda t: self.cross_attn(t, memory, memory, src_mask),
+                 self.feed_forward]
+        for sub, f in zip(self.sublayers, steps):
+            if self.norm_first:
+                h += self.drop(f(sub.norm(h)))
+            else:
+                h = sub.norm(h + self.drop(f(h)))
+        return h
+
+
+class DecoderNoGradInEval(solutions.Decoder):
+    """Skips autograd in eval mode (an inference shortcut); gradients flow in train mode, where it is trained."""
+
+    def forward(self, x, memory, src_mask, tgt_mask):
+        with torch.set_grad_enabled(self.training and torch.is_grad_enabled()):
+            return super().forward(x, memory, src_mask, tgt_mask)
+
+
+class DecoderCheckpointed(solutions.Decoder):
+    def forward(self, x, memory, src_mask, tgt_mask):
+        for layer in self.layers:
+            x = checkpoint.checkpoint(layer, x, memory, src_mask, tgt_mask, use_reentrant=True)
+        return self.norm(x)
+
+
+class DecoderChildren(nn.Module):
+    def __init__(self, d_model, n_heads, d_ff, n_layers, dropout=0.1, norm_first=False, *, tie=False):
+        super().__init__()
+        self.layers = nn.ModuleList([DecoderLayerSDPA(d_model, n_heads, d_ff, dropout, norm_first)
+                                     for _ in range(n_layers)])
+        self.norm = VarMeanLayerNorm(d_model) if norm_first else nn.Identity()
+
+    def forward(self, x, memory, src_mask=None, tgt_mask=None, **kwargs):
+        for layer in self.layers.children():
+            x = layer(x, memory, src_mask, tgt_mask)
+        return self.norm(x)
+
+
+class DecoderPerSentence(nn.Module):
+    def __init__(self, d_model, n_heads, d_ff, n_layers, dropout=0.1, norm_first=False):
+        super().__init__()
+        self.layers = nn.ModuleList(DecoderLayerPerSentence(d_model, n_heads, d_ff, dropout, norm_first)
+                                    for _ in range(n_layers))
+        self.norm = LayerNorm(d_model) if norm_first else None
+
+    def forward(self, x, memory, src_mask, tgt_mask):
+        for layer in self.layers:
+            x = layer(x, memory, src_mask, tgt_mask)
+        return x if self.norm is None else self.norm(x)
+
+
+class DecoderMasksOnce(nn.Module):
+    """Combines the causal mask with tgt_mask once, expands src_mask to (B, 1, Lt, Ls) once."""
+
+    def __init__(self, d_model, n_heads, d_ff, n_layers, dropout=0.1, norm_first=False):
+        super().__init__()
+        self.layers = nn.ModuleList(DecoderLayerKeywords(d_model, n_heads, d_ff, dropout, norm_first)
+                                    for _ in range(n_layers))
+        self.norm = LayerNorm(d_model) if norm_first else nn.Identity()
+
+    def forward(self, x, memory, src_mask, tgt_mask):
+        L = x.size(1)
+        tm = torch.ones(L, L, dtype=torch.bool).tril() & (True if tgt_mask is None else tgt_mask)
+        sm = None if src_mask is None else src_mask.expand(x.size(0), 1, L, memory.size(1))
+        for layer in self.layers:
+            x = layer(x, memory, sm, tm)
+        return self.norm(x)
+
+
+class DecoderFloat64Layers(nn.Module):
+    def __init__(self, d_model, n_heads, d_ff, n_layers, dropout=0.1, norm_first=False):
+        super().__init__()
+        self.layers = nn.Sequential(*[DecoderLayerFloat64(d_model, n_heads, d_ff, dropout, norm_first)
+                                      for _ in range(n_layers)])
+        self.norm = LayerNorm(d_model) if norm_first else nn.Identity()
+
+    def forward(self, x, memory, src_mask, tgt_mask):
+        for layer in self.layers:
+            x = layer(x, memory, src_mask=src_mask, tgt_mask=tgt_mask)
+        return self.norm(x)
+
+
+class DecoderCachesCausal(solutions.Decoder):
+    """A harmless cache: causal masks by length, ANDed with the tgt_mask of each call."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._causal = {}
+
+    def forward(self, x, memory, src_mask, tgt_mask):
+        L = x.size(1)
+        if L not in self._causal:
+            self._causal[L] = torch.ones(L, L, dtype=torch.bool).tril()
+        return super().forward(x, memory, src_mask, tgt_mask & self._causal[L])
+
+
+@pytest.mark.parametrize("cls", [DecoderLayerSDPA, DecoderLayerFloat64, DecoderLayerOwnCausalToo,
+                                 DecoderLayerPerSentence, DecoderLayerKeywords, DecoderLayerOwnClone])
+def test_second_round_correct_decoder_layers(cls):
+    assert_full_marks(cls, "DecoderLayer")
+
+
+@pytest.mark.parametrize("cls", [DecoderCheckpointed, DecoderChildren, DecoderPerSentence, DecoderMasksOnce,
+                                 DecoderFloat64Layers, DecoderCachesCausal, DecoderNoGradInEval])
+def test_second_round_correct_decoders(cls):
+    assert_full_marks(cls, "Decoder")
+
+
+# ---------------------------------------------------------------- second review: more mistakes
+class LayerNoGrad(solutions.DecoderLayer):
+    def forward(self, x, memory, src_mask, tgt_mask):
+        with torch.no_grad():
+            return super().forward(x, memory, src_mask, tgt_mask)
+
+
+class LayerMemoryDetached(solutions.DecoderLayer):
+    def forward(self, x, memory, src_mask, tgt_mask):
+        return super().forward(x, memory.detach(), src_mask, tgt_mask)
+
+
+class LayerCrossUnderNoGrad(solutions.DecoderLayer):
+    def forward(self, x, memory, src_mask, tgt_mask):
+        def cross(y):
+            with torch.no_grad():
+                return self.cross_attn(y, memory, memory, src_mask)
+        return three_steps(self, x, lambda y: self.self_attn(y, y, y, tgt_mask), cross, self.feed_forward)
+
+
+class LayerCachesTgtMask(solutions.DecoderLayer):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.tm = None
+
+    def forward(self, x, memory, src_mask, tgt_mask):
+        if self.tm is None:
+            self.tm = tgt_mask
+        return super().forward(x, memory, src_mask, self.tm)
+
+
+class LayerFlipsTgtMaskInPlace(solutions.DecoderLayer):
+    def forward(self, x, memory, src_mask, tgt_mask):
+        tgt_mask.logical_not_()
+        return super().forward(x, memory, src_mask, ~tgt_mask)
+
+
+def fwd_no_cross(self, x, memory, src_mask, tgt_mask):
+    x = self.sublayers[0](x, lambda y: self.self_attn(y, y, y, tgt_mask))
+    return self.sublayers[2](x, self.feed_forward)
+
+
+def fwd_ff_before_cross(self, x, memory, src_mask, tgt_mask):
+    return three_steps(self, x, lambda y: self.self_attn(y, y, y, tgt_mask), self.feed_forward,
+                       lambda y: self.cross_attn(y, memory, memory, src_mask))
+
+
+def fwd_cross_through_first_connection(self, x, memory, src_mask, tgt_mask):
+    x = self.sublayers[0](x, lambda y: self.self_attn(y, y, y, tgt_mask))
+    x = self.sublayers[0](x, lambda y: self.cross_attn(y, memory, memory, src_mask))
+    return self.sublayers[2](x, self.feed_forward)
+
+
+def fwd_lambdas_use_x(self, x, memory, src_mask, tgt_mask):
+    """The closures read x (rebound after each step): right in post-norm, the un-normalized sum in pre-norm."""
+    x = self.sublayers[0](x, lambda y: self.self_attn(x, x, x, tgt_mask))
+    x = self.sublayers[1](x, lambda y: self.cross_attn(x, memory, memory, src_mask))
+    return self.sublayers[2](x, self.feed_forward)
+
+
+SECOND_ROUND_LAYER_MISTAKES = [
+    ("forward under torch.no_grad()", LayerNoGrad, ["cut off from autograd"]),
+    ("memory detached", LayerMemoryDetached, ["gradient with respect to memory", "memory.detach()"]),
+    ("cross-attention under torch.no_grad()", LayerCrossUnderNoGrad, ["gradient with respect to x"]),
+    ("the first call's tgt_mask kept", LayerCachesTgtMask, ["second batch", "earlier call"]),
+    ("the caller's tgt_mask flipped in place", LayerFlipsTgtMaskInPlace, ["tgt_mask after the call"]),
+    ("cross-attention sublayer missing", layer_variant(fwd=fwd_no_cross), ["cross-attention sublayer is missing"]),
+    ("feed-forward before cross-attention", layer_variant(fwd=fwd_ff_before_cross),
+     ["feed-forward ran before cross-attention"]),
+    ("sublayers[0] used for cross-attention", layer_variant(fwd=fwd_cross_through_first_connection),
+     ["sublayers[0] used for cross-attention"]),
+    ("pre-norm lambdas read x", layer_variant(fwd=fwd_lambdas_use_x), ["lambdas use x instead of their argument"]),
+]
+
+
+@pytest.mark.parametrize("label,cls,keywords", SECOND_ROUND_LAYER_MISTAKES,
+                         ids=[m[0] for m in SECOND_ROUND_LAYER_MISTAKES])
+def test_second_round_decoder_layer_mistakes_are_caught(label, cls, keywords):
+    assert_caught(cls, "DecoderLayer", *keywords)
+
+
+class DecoderNoGrad(solutions.Decoder):
+    def forward(self, x, memory, src_mask, tgt_mask):
+        with torch.no_grad():
+            return super().forward(x, memory, src_mask, tgt_mask)
+
+
+class DecoderMemoryDetached(solutions.Decoder):
+    def forward(self, x, memory, src_mask, tgt_mask):
+        return super().forward(x, memory.detach(), src_mask, tgt_mask)
+
+
+class DecoderInputDropout(solutions.Decoder):
+    def __init__(self, d_model, n_heads, d_ff, n_layers, dropout=0.1, norm_first=False):
+        super().__init__(d_model, n_heads, d_ff, n_layers, dropout, norm_first)
+        self.drop = nn.Dropout(dropout)
+
+    def forward(self, x, memory, src_mask, tgt_mask):
+        return super().forward(self.drop(x), memory, src_mask, tgt_mask)
+
+
+def stack_reversed(self, x, memory, src_mask, tgt_mask):
+    for layer in self.layers[::-1]:
+        x = layer(x, memory, src_mask, tgt_mask)
+    return self.norm(x)
+
+
+def stack_tgt_inverted(self, x, memory, src_mask, tgt_mask):
+    for layer in self.layers:
+        x = layer(x, memory, src_mask, ~tgt_mask)
+    return self.norm(x)
+
+
+SECOND_ROUND_DECODER_MISTAKES = [
+    ("forward under torch.no_grad()", DecoderNoGrad, ["cut off from autograd"]),
+    ("memory detached", DecoderMemoryDetached, ["gradient with respect to memory"]),
+    ("dropout on the stack's input", DecoderInputDropout, ["dropout applied to the decoder's input"]),
+    ("layers in reverse order", decoder_variant(fwd=stack_reversed), ["reverse order"]),
+    ("tgt_mask inverted before the layers", decoder_variant(fwd=stack_tgt_inverted), ["tgt_mask inverted"]),
+]
+
+
+@pytest.mark.parametrize("label,cls,keywords", SECOND_ROUND_DECODER_MISTAKES,
+                         ids=[m[0] for m in SECOND_ROUND_DECODER_MISTAKES])
+def test_second_round_decoder_mistakes_are_caught(label, cls, keywords):
+    assert_caught(cls, "Decoder", *keywords)

@@ -10,8 +10,8 @@ from torch import nn
 import solutions
 from solutions import PAD, Decoder, Encoder, PositionalEncoding, TokenEmbedding
 from tests.grading import assert_caught, assert_full_marks, grade
-from tests.test_checks_stage08 import EncoderClones
-from tests.test_checks_stage09 import DecoderWhile
+from tests.test_checks_stage08 import EncoderCheckpointed, EncoderChildren, EncoderClones
+from tests.test_checks_stage09 import DecoderChildren, DecoderMasksOnce, DecoderWhile
 
 
 def test_reference_gets_full_marks():
@@ -392,3 +392,249 @@ def test_stub_gets_zero_and_says_not_implemented():
             raise NotImplementedError()
     points, text = grade(Transformer)
     assert points == 0 and text.count("not implemented yet") == len(REGISTRY["Transformer"]), text
+
+
+# ---------------------------------------------------------------- second review: more correct styles
+class TransformerSharedEmbeddingModule(nn.Module):
+    """Equal vocabularies: src_embed IS the tgt_embed module; F.linear with the generator's weight; an extra
+    keyword-only argument in forward."""
+
+    def __init__(self, src_vocab_size, tgt_vocab_size, d_model=512, n_heads=8, n_layers=6, d_ff=2048,
+                 dropout=0.1, max_len=5000, norm_first=False, tie_weights=True, *, label="x"):
+        super().__init__()
+        self.tgt_embed = TokenEmbedding(tgt_vocab_size, d_model, padding_idx=PAD)
+        same = tie_weights and src_vocab_size == tgt_vocab_size
+        self.src_embed = self.tgt_embed if same else TokenEmbedding(src_vocab_size, d_model, padding_idx=PAD)
+        self.positional = PositionalEncoding(d_model, max_len, dropout)
+        self.encoder = Encoder(d_model, n_heads, d_ff, n_layers, dropout, norm_first)
+        self.decoder = Decoder(d_model, n_heads, d_ff, n_layers, dropout, norm_first)
+        self.generator = nn.Linear(d_model, tgt_vocab_size)
+        if tie_weights:
+            self.generator.weight = self.tgt_embed.embedding.weight
+
+    def encode(self, src, src_mask):
+        return self.encoder(self.positional(self.src_embed(src)), src_mask)
+
+    def decode(self, tgt_in, memory, src_mask, tgt_mask):
+        return self.decoder(self.positional(self.tgt_embed(tgt_in)), memory, src_mask, tgt_mask)
+
+    def forward(self, src, tgt_in, src_mask, tgt_mask, *, return_memory=False):
+        memory = self.encode(src, src_mask)
+        out = F.linear(self.decode(tgt_in, memory, src_mask, tgt_mask), self.generator.weight, self.generator.bias)
+        return (out, memory) if return_memory else out
+
+
+class TransformerFloat64Projection(solutions.Transformer):
+    """The projection in float64, cast back; masks built when not given."""
+
+    def forward(self, src, tgt_in, src_mask=None, tgt_mask=None):
+        if src_mask is None:
+            src_mask = (src != PAD)[:, None, None, :]
+        if tgt_mask is None:
+            L = tgt_in.size(1)
+            tgt_mask = torch.ones(L, L, dtype=torch.bool).tril() & (tgt_in != PAD)[:, None, None, :]
+        h = self.decode(tgt_in, self.encode(src, src_mask), src_mask, tgt_mask)
+        g = self.generator
+        return F.linear(h.double(), g.weight.double(), g.bias.double()).to(h.dtype)
+
+
+class OneHotEmbedding(nn.Module):
+    """one_hot(ids) @ weight instead of a lookup."""
+
+    def __init__(self, vocab_size, d_model):
+        super().__init__()
+        self.embedding, self.d = nn.Embedding(vocab_size, d_model), d_model
+
+    def forward(self, ids):
+        one_hot = F.one_hot(ids, self.embedding.num_embeddings).to(self.embedding.weight.dtype)
+        return one_hot @ self.embedding.weight * self.d ** 0.5
+
+
+class NumpyPositional(nn.Module):
+    """The table computed with numpy, kept as a (1, max_len, d) buffer; F.dropout."""
+
+    def __init__(self, d_model, max_len=5000, dropout=0.1):
+        super().__init__()
+        import numpy as np
+        angle = np.arange(max_len)[:, None] / np.power(10000.0, np.arange(0, d_model, 2)[None, :] / d_model)
+        table = np.zeros((max_len, d_model))
+        table[:, 0::2], table[:, 1::2] = np.sin(angle), np.cos(angle)
+        self.register_buffer("pe", torch.from_numpy(table).float()[None])
+        self.p = dropout
+
+    def forward(self, x):
+        if x.size(1) > self.pe.size(1):
+            raise ValueError(f"length {x.size(1)} > max_len {self.pe.size(1)}")
+        return F.dropout(x + self.pe[:, : x.size(1)], self.p, self.training)
+
+
+class TransformerOneHot(nn.Module):
+    def __init__(self, src_vocab_size, tgt_vocab_size, d_model=512, n_heads=8, n_layers=6, d_ff=2048,
+                 dropout=0.1, max_len=5000, norm_first=False, tie_weights=True):
+        super().__init__()
+        self.src_embed, self.tgt_embed = OneHotEmbedding(src_vocab_size, d_model), OneHotEmbedding(tgt_vocab_size, d_model)
+        self.positional = NumpyPositional(d_model, max_len, dropout)
+        self.encoder = EncoderChildren(d_model, n_heads, d_ff, n_layers, dropout, norm_first)
+        self.decoder = DecoderChildren(d_model, n_heads, d_ff, n_layers, dropout, norm_first)
+        self.generator = nn.Linear(d_model, tgt_vocab_size)
+        if tie_weights:
+            self.generator.weight = self.tgt_embed.embedding.weight
+            if src_vocab_size == tgt_vocab_size:
+                self.src_embed.embedding.weight = self.generator.weight
+
+    def encode(self, src, src_mask):
+        return self.encoder(self.positional(self.src_embed(src)), src_mask)
+
+    def decode(self, tgt_in, memory, src_mask, tgt_mask):
+        return self.decoder(self.positional(self.tgt_embed(tgt_in)), memory, src_mask, tgt_mask)
+
+    def forward(self, src, tgt_in, src_mask, tgt_mask):
+        return self.generator(self.decode(tgt_in, self.encode(src, src_mask), src_mask, tgt_mask))
+
+
+class TransformerOwnInit(solutions.Transformer):
+    """Xavier for every matrix and zero biases after tying; the stacks called by keyword."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        for name, p in self.named_parameters():
+            if p.dim() > 1:
+                nn.init.xavier_uniform_(p)
+            elif name.endswith("bias"):
+                nn.init.zeros_(p)
+
+    def encode(self, src, src_mask):
+        return self.encoder(self.positional(self.src_embed(src)), src_mask=src_mask)
+
+    def decode(self, tgt_in, memory, src_mask, tgt_mask):
+        return self.decoder(self.positional(self.tgt_embed(tgt_in)), memory=memory, src_mask=src_mask,
+                            tgt_mask=tgt_mask)
+
+
+class TransformerTiedLater(nn.Module):
+    """Tied in a method at the end of __init__; the raw nn.Embedding scaled in encode / decode; checkpointed encoder."""
+
+    def __init__(self, src_vocab_size, tgt_vocab_size, d_model=512, n_heads=8, n_layers=6, d_ff=2048,
+                 dropout=0.1, max_len=5000, norm_first=False, tie_weights=True):
+        super().__init__()
+        self.d_model = d_model
+        self.src_embed, self.tgt_embed = TokenEmbedding(src_vocab_size, d_model), TokenEmbedding(tgt_vocab_size, d_model)
+        self.positional = PositionalEncoding(d_model, max_len=max_len, dropout=dropout)
+        self.encoder = EncoderCheckpointed(d_model, n_heads, d_ff, n_layers, dropout, norm_first)
+        self.decoder = DecoderMasksOnce(d_model, n_heads, d_ff, n_layers, dropout, norm_first)
+        self.generator = nn.Linear(d_model, tgt_vocab_size)
+        if tie_weights:
+            self._tie()
+
+    def _tie(self):
+        w = self.tgt_embed.embedding.weight
+        self.generator.weight = w
+        if self.src_embed.embedding.num_embeddings == w.size(0):
+            self.src_embed.embedding.weight = w
+
+    def encode(self, src, src_mask):
+        return self.encoder(self.positional(self.src_embed.embedding(src) * math.sqrt(self.d_model)), src_mask)
+
+    def decode(self, tgt_in, memory, src_mask, tgt_mask):
+        x = self.positional(self.tgt_embed.embedding(tgt_in) * math.sqrt(self.d_model))
+        return self.decoder(x, memory, src_mask, tgt_mask)
+
+    def forward(self, src, tgt_in, src_mask, tgt_mask):
+        return self.generator(self.decode(tgt_in, self.encode(src, src_mask), src_mask, tgt_mask))
+
+
+class TransformerCopiesAndLogs(solutions.Transformer):
+    """Works on its own copies of the inputs (changed in place), keeps the last logits detached for logging."""
+
+    def forward(self, src, tgt_in, src_mask, tgt_mask):
+        t = tgt_in.clone()
+        t[t < 0] = PAD
+        h = self.decode(t, self.encode(src.clone(), src_mask.clone()), src_mask, tgt_mask)
+        out = torch.matmul(h, self.generator.weight.T) + self.generator.bias
+        self.last_logits = out.detach()
+        return out
+
+
+class TransformerNoGradInEval(solutions.Transformer):
+    """Skips autograd in eval mode (an inference shortcut); gradients flow in train mode, where it is trained."""
+
+    def forward(self, src, tgt_in, src_mask, tgt_mask):
+        with torch.set_grad_enabled(self.training and torch.is_grad_enabled()):
+            return super().forward(src, tgt_in, src_mask, tgt_mask)
+
+
+@pytest.mark.parametrize("cls", [TransformerSharedEmbeddingModule, TransformerFloat64Projection, TransformerOneHot,
+                                 TransformerOwnInit, TransformerTiedLater, TransformerCopiesAndLogs,
+                                 TransformerNoGradInEval])
+def test_second_round_correct_transformers(cls):
+    assert_full_marks(cls, "Transformer")
+
+
+# ---------------------------------------------------------------- second review: more mistakes
+def fwd_no_grad(self, src, tgt_in, src_mask, tgt_mask):
+    with torch.no_grad():
+        return solutions.Transformer.forward(self, src, tgt_in, src_mask, tgt_mask)
+
+
+def fwd_memory_detached(self, src, tgt_in, src_mask, tgt_mask):
+    memory = self.encode(src, src_mask).detach()
+    return self.generator(self.decode(tgt_in, memory, src_mask, tgt_mask))
+
+
+def fwd_eval(self, src, tgt_in, src_mask, tgt_mask):
+    self.eval()
+    return solutions.Transformer.forward(self, src, tgt_in, src_mask, tgt_mask)
+
+
+def fwd_memory_cached(self, src, tgt_in, src_mask, tgt_mask):
+    if getattr(self, "_memory", None) is None:
+        self._memory = self.encode(src, src_mask)
+    return self.generator(self.decode(tgt_in, self._memory, src_mask, tgt_mask))
+
+
+def fwd_without_tgt_mask(self, src, tgt_in, src_mask, tgt_mask):
+    return self.generator(self.decode(tgt_in, self.encode(src, src_mask), src_mask, None))
+
+
+def fwd_padding_mask_as_tgt_mask(self, src, tgt_in, src_mask, tgt_mask):
+    return self.generator(self.decode(tgt_in, self.encode(src, src_mask), src_mask, (tgt_in != PAD)[:, None, None, :]))
+
+
+def enc_src_embed_no_grad(self, src, src_mask):
+    with torch.no_grad():
+        e = self.src_embed(src)
+    return self.encoder(self.positional(e), src_mask)
+
+
+def enc_mask_inverted(self, src, src_mask):
+    return self.encoder(self.positional(self.src_embed(src)), ~src_mask)
+
+
+def enc_positional_twice(self, src, src_mask):
+    return self.encoder(self.positional(self.positional(self.src_embed(src))), src_mask)
+
+
+def dec_memory_through_positional(self, tgt_in, memory, src_mask, tgt_mask):
+    return self.decoder(self.positional(self.tgt_embed(tgt_in)), self.positional(memory), src_mask, tgt_mask)
+
+
+SECOND_ROUND_MISTAKES = [
+    ("forward under torch.no_grad()", variant(forward=fwd_no_grad), ["cut off from autograd"]),
+    ("memory detached", variant(forward=fwd_memory_detached), ["no gradient reaches the encoder"]),
+    ("source embedded under torch.no_grad()", variant(encode=enc_src_embed_no_grad),
+     ["no gradient reaches the source embedding"]),
+    ("self.eval() in forward", variant(forward=fwd_eval), ["switched to eval mode"]),
+    ("memory kept from the first call", variant(forward=fwd_memory_cached), ["second batch", "earlier call"]),
+    ("tgt_mask not passed to decode", variant(forward=fwd_without_tgt_mask), ["tgt_mask not passed on to decode"]),
+    ("padding mask instead of tgt_mask", variant(forward=fwd_padding_mask_as_tgt_mask),
+     ["without the causal part"]),
+    ("src_mask inverted in encode", variant(encode=enc_mask_inverted), ["src_mask inverted"]),
+    ("positional encoding twice", variant(encode=enc_positional_twice), ["positional encoding added twice"]),
+    ("memory through the positional encoding", variant(decode=dec_memory_through_positional),
+     ["memory changed on its way to the decoder"]),
+]
+
+
+@pytest.mark.parametrize("label,cls,keywords", SECOND_ROUND_MISTAKES, ids=[m[0] for m in SECOND_ROUND_MISTAKES])
+def test_second_round_transformer_mistakes_are_caught(label, cls, keywords):
+    assert_caught(cls, "Transformer", *keywords)

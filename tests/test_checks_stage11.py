@@ -1,5 +1,6 @@
 """Stage 11's checks: full marks for the reference and for correct losses written differently; points
 lost, with the mistake named, for each classic mistake of label smoothing."""
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -285,3 +286,177 @@ def test_stub_gets_zero_and_says_not_implemented():
         raise NotImplementedError()
     points, text = grade(label_smoothed_loss)
     assert points == 0 and text.count("not implemented yet") == len(REGISTRY[NAME]), text
+
+
+# ---------------------------------------------------------------- second review: more correct losses
+def ls_numpy_distribution(logits, target, epsilon=0.1, ignore_index=0):
+    """The smoothed distribution built in numpy (it needs no gradient), the log-probabilities in torch."""
+    V = logits.shape[-1]
+    t = target.reshape(-1).cpu().numpy()
+    q = np.full((t.size, V), epsilon / (V - 1))
+    valid = t != ignore_index
+    q[np.arange(t.size)[valid], t[valid]] = 1 - epsilon
+    q[~valid] = 0
+    logp = torch.log_softmax(logits.reshape(-1, V), -1)
+    return -(torch.from_numpy(q).to(logits.dtype) * logp).sum() / max(int(valid.sum()), 1)
+
+
+def ls_float64_masked_select(logits, target, epsilon=0.1, ignore_index=0, *, reduction="mean"):
+    V = logits.size(-1)
+    lp = logits.double().log_softmax(-1).reshape(-1, V)
+    t = target.reshape(-1)
+    keep = t.ne(ignore_index)
+    if keep.sum() == 0:
+        return (logits * 0).sum()
+    lp_t = lp.gather(1, t.clamp(0, V - 1).unsqueeze(1)).squeeze(1)
+    loss = -((1 - epsilon) * lp_t + epsilon / (V - 1) * (lp.sum(1) - lp_t))
+    return torch.masked_select(loss, keep).mean().to(logits.dtype)
+
+
+def ls_nll_loss(logits, target, epsilon=0.1, ignore_index=0):
+    """F.nll_loss for the target's share, the sum of all -log p for the rest."""
+    V = logits.size(-1)
+    lp = F.log_softmax(logits.reshape(-1, V), dim=-1)
+    t = target.reshape(-1)
+    keep = t != ignore_index
+    n = keep.sum()
+    if n == 0:
+        return lp.sum() * 0
+    nll = F.nll_loss(lp, t, ignore_index=ignore_index, reduction="sum")
+    everything = -(lp.sum(-1) * keep).sum()
+    return ((1 - epsilon) * nll + epsilon / (V - 1) * (everything - nll)) / n
+
+
+def ls_in_place_on_its_own(logits, target, epsilon=0.1, ignore_index=0):
+    """fill_, scatter_, masked_fill_ on tensors it made itself; torch.where for the empty case."""
+    V = logits.size(-1)
+    lp = logits.log_softmax(-1)
+    q = torch.empty_like(lp).fill_(epsilon / (V - 1))
+    t = target.clone()
+    t[t == ignore_index] = 0
+    q.scatter_(-1, t.unsqueeze(-1), 1 - epsilon)
+    q.masked_fill_((target == ignore_index).unsqueeze(-1), 0.0)
+    n = (target != ignore_index).sum()
+    total = -(q * lp).sum()
+    return torch.where(n > 0, total / n.clamp(min=1), total * 0)
+
+
+def ls_loop_over_vocabulary(logits, target, epsilon=0.1, ignore_index=0):
+    V = logits.size(-1)
+    lp, t = logits.reshape(-1, V).log_softmax(-1), target.reshape(-1)
+    lp, t = lp[t != ignore_index], t[t != ignore_index]
+    if len(t) == 0:
+        return logits.sum() * 0
+    total = lp.new_zeros(len(t))
+    for v in range(V):
+        w = torch.where(t == v, torch.tensor(1 - epsilon, dtype=lp.dtype), torch.tensor(epsilon / (V - 1), dtype=lp.dtype))
+        total = total - w * lp[:, v]
+    return total.mean()
+
+
+def ls_no_grad_for_the_mask(logits, target, epsilon=0.1, ignore_index=0):
+    """The mask, the count and the one-hot built under torch.no_grad() (they need no gradient)."""
+    V = logits.size(-1)
+    with torch.no_grad():
+        keep = (target != ignore_index).reshape(-1)
+        n = keep.sum().clamp(min=1).item()
+        one_hot = F.one_hot(target.reshape(-1).clamp(0, V - 1), V).bool()
+    lp = logits.reshape(-1, V).log_softmax(-1)
+    per = -(1 - epsilon) * lp.masked_fill(~one_hot, 0).sum(-1) - epsilon / (V - 1) * lp.masked_fill(one_hot, 0).sum(-1)
+    return (per * keep).sum() / n
+
+
+def ls_probability_target(logits, target, epsilon=0.1, ignore_index=0):
+    """F.cross_entropy with a probability target (no label_smoothing argument: allowed)."""
+    V = logits.size(-1)
+    rows, labels = logits.reshape(-1, V), target.reshape(-1)
+    keep = labels != ignore_index
+    if not keep.any():
+        return rows.sum() * 0
+    q = torch.full((int(keep.sum()), V), epsilon / (V - 1), dtype=rows.dtype)
+    q[torch.arange(len(q)), labels[keep]] = 1 - epsilon
+    return F.cross_entropy(rows[keep], q)
+
+
+@pytest.mark.parametrize("fn", [ls_numpy_distribution, ls_float64_masked_select, ls_nll_loss, ls_in_place_on_its_own,
+                                ls_loop_over_vocabulary, ls_no_grad_for_the_mask, ls_probability_target])
+def test_second_round_correct_losses(fn):
+    assert_full_marks(fn, NAME)
+
+
+# ---------------------------------------------------------------- second review: more mistakes
+def smoothed(logits, target, epsilon, ignore_index, q_of, logp_of=lambda z: z.log_softmax(-1), reduce="mean"):
+    """A loss from a distribution q_of(t, V) (N, V) and log-probabilities logp_of(logits) (N, V)."""
+    V = logits.size(-1)
+    lp, t = logp_of(logits.reshape(-1, V)), target.reshape(-1)
+    keep = t != ignore_index
+    per = -(q_of(t.clamp(0, V - 1), V, lp) * lp).sum(-1)
+    if reduce == "all":
+        return -(q_of(t.clamp(0, V - 1), V, lp) * lp)[keep].mean()
+    return (per * keep).sum() / keep.sum().clamp(min=1)
+
+
+def log_of_softmax(logits, target, epsilon=0.1, ignore_index=0):
+    return smoothed(logits, target, epsilon, ignore_index,
+                    lambda t, V, lp: torch.full_like(lp, epsilon / (V - 1)).scatter(1, t[:, None], 1 - epsilon),
+                    logp_of=lambda z: torch.log(z.softmax(-1) + 1e-9))
+
+
+def clamped_log(logits, target, epsilon=0.1, ignore_index=0):
+    return smoothed(logits, target, epsilon, ignore_index,
+                    lambda t, V, lp: torch.full_like(lp, epsilon / (V - 1)).scatter(1, t[:, None], 1 - epsilon),
+                    logp_of=lambda z: z.softmax(-1).clamp(min=1e-12).log())
+
+
+def sign_flipped(logits, target, epsilon=0.1, ignore_index=0):
+    return -solutions.label_smoothed_loss(logits, target, epsilon, ignore_index)
+
+
+def epsilon_swapped(logits, target, epsilon=0.1, ignore_index=0):
+    return smoothed(logits, target, epsilon, ignore_index,
+                    lambda t, V, lp: torch.full_like(lp, (1 - epsilon) / (V - 1)).scatter(1, t[:, None], epsilon))
+
+
+def share_added_to_the_target_too(logits, target, epsilon=0.1, ignore_index=0):
+    return smoothed(logits, target, epsilon, ignore_index,
+                    lambda t, V, lp: (1 - epsilon) * F.one_hot(t, V) + epsilon / (V - 1))
+
+
+def averaged_over_the_vocabulary(logits, target, epsilon=0.1, ignore_index=0):
+    return smoothed(logits, target, epsilon, ignore_index,
+                    lambda t, V, lp: torch.full_like(lp, epsilon / (V - 1)).scatter(1, t[:, None], 1 - epsilon),
+                    reduce="all")
+
+
+def epsilon_to_each(logits, target, epsilon=0.1, ignore_index=0):
+    return smoothed(logits, target, epsilon, ignore_index,
+                    lambda t, V, lp: torch.full_like(lp, epsilon).scatter(1, t[:, None], 1 - epsilon))
+
+
+def probabilities_not_logs(logits, target, epsilon=0.1, ignore_index=0):
+    return smoothed(logits, target, epsilon, ignore_index,
+                    lambda t, V, lp: torch.full_like(lp, epsilon / (V - 1)).scatter(1, t[:, None], 1 - epsilon),
+                    logp_of=lambda z: z.softmax(-1))
+
+
+def integer_division(logits, target, epsilon=0.1, ignore_index=0):
+    return smoothed(logits, target, epsilon, ignore_index,
+                    lambda t, V, lp: torch.full_like(lp, epsilon // (V - 1)).scatter(1, t[:, None], 1 - epsilon))
+
+
+SECOND_ROUND_MISTAKES = [
+    ("log(softmax + 1e-9)", log_of_softmax, ["confident", "F.log_softmax"]),
+    ("log of a clamped softmax", clamped_log, ["confident", "F.log_softmax"]),
+    ("sign flipped", sign_flipped, ["sign is flipped"]),
+    ("epsilon and 1 - epsilon swapped", epsilon_swapped, ["swapped"]),
+    ("the target gets the share on top", share_added_to_the_target_too, ["on top of 1 - epsilon"]),
+    ("averaged over the vocabulary too", averaged_over_the_vocabulary, ["averaged over the vocabulary"]),
+    ("epsilon to each wrong token", epsilon_to_each, ["each wrong token got epsilon:"]),
+    ("probabilities instead of log-probabilities", probabilities_not_logs, ["probabilities used instead"]),
+    ("epsilon // (V - 1)", integer_division, ["integer division"]),
+]
+
+
+@pytest.mark.parametrize("label,fn,keywords", SECOND_ROUND_MISTAKES, ids=[m[0] for m in SECOND_ROUND_MISTAKES])
+def test_second_round_mistakes_are_caught(label, fn, keywords):
+    assert_caught(fn, NAME, *keywords)

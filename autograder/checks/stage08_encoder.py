@@ -6,7 +6,9 @@ missing, extra or misplaced norm and a swapped sublayer show in the numbers. The
 the reference's weights through the contract's attribute names (self_attn.w_q ..., feed_forward.w_1/w_2,
 sublayers[i].norm), so the checks depend on the layout of this stage only. The wrong variants that
 name a mistake come from a small functional reference written out below from the paper (section 3.1).
-Stages 09 and 10 reuse these helpers.
+Beyond the numbers: the gradients (nothing under torch.no_grad or detached), the caller's x and masks left
+unchanged, a second batch through the same module (nothing kept from an earlier call), and, with dropout=1.0,
+no dropout outside the sublayers. Stages 09 and 10 reuse these helpers.
 """
 from __future__ import annotations
 
@@ -14,8 +16,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..core import CheckFailure, forbid, register
-from ._util import build, expect_close, expect_shape, seeded
+from ..core import CheckFailure, _describe_exception, forbid, register
+from ._util import build, close, expect_close, expect_shape, seeded
 
 # the lesson's own work, which PyTorch's Transformer modules must not do for the learner
 TORCH_TRANSFORMER = ("torch.nn.TransformerEncoderLayer", "torch.nn.TransformerEncoder", "torch.nn.TransformerDecoderLayer",
@@ -154,6 +156,8 @@ def sublayer(x, f, norm, mode: str):
         return n + f(n)
     if mode == "norm-inside":          # x + LayerNorm(Sublayer(x))
         return x + norm(f(x))
+    if mode == "no-norm":              # x + Sublayer(x), the LayerNorm forgotten
+        return x + f(x)
     raise ValueError(mode)
 
 
@@ -177,6 +181,8 @@ def layer_mistakes(layer_fn, norm_first: bool) -> dict:
             "x + sublayer(norm(x))"] = layer_fn(mode="pre-normed-residual")
         out["residual connection missing: sublayer(norm(x)) instead of x + sublayer(norm(x))"] = \
             layer_fn(mode="pre-no-residual")
+        out["LayerNorm missing: x + sublayer(x) where pre-norm is x + dropout(sublayer(LayerNorm(x))) (the sublayer "
+            "connection's norm is never applied)"] = layer_fn(mode="no-norm")
     else:
         out["pre-norm computed where post-norm was asked (norm_first=False is the paper's "
             "LayerNorm(x + sublayer(x)))"] = layer_fn(mode="pre")
@@ -184,6 +190,8 @@ def layer_mistakes(layer_fn, norm_first: bool) -> dict:
             layer_fn(mode="post-no-residual")
         out["LayerNorm applied to the sublayer's output only: x + LayerNorm(sublayer(x)) instead of "
             "LayerNorm(x + sublayer(x))"] = layer_fn(mode="norm-inside")
+        out["LayerNorm missing: x + sublayer(x) is never normalized; post-norm is LayerNorm(x + dropout(sublayer(x)))"] = \
+            layer_fn(mode="no-norm")
     return out
 
 
@@ -219,15 +227,74 @@ def inverted(allowed: torch.Tensor) -> torch.Tensor:
     return torch.zeros(allowed.shape).masked_fill(allowed, torch.finfo(torch.float32).min)
 
 
-def keeps_input(fn, x: torch.Tensor, what: str):
-    """fn(), failing when it changed x in place (the caller's tensor: the embeddings, or the previous layer's output)."""
+def keeps_input(fn, x: torch.Tensor, what: str, masks=()):
+    """fn(), failing when it changed x in place (the caller's tensor: the embeddings, or the previous layer's output),
+    or one of `masks` ((name, tensor) pairs: the same mask goes on to every layer, and to the decoder)."""
     before = x.clone()
+    masks_before = [(name, m, m.clone()) for name, m in masks if isinstance(m, torch.Tensor)]
     out = fn()
     if x.shape != before.shape or not torch.equal(x, before):
         raise CheckFailure(f"{what}: the input x after the call", "unchanged", "changed in place",
                            "an in-place operation on x (x += ..., x.copy_(...), x[...] = ...) changes the caller's "
                            "tensor: write x = x + ... (a new tensor)")
+    for name, m, m_before in masks_before:
+        if m.shape != m_before.shape or m.dtype != m_before.dtype or not torch.equal(m, m_before):
+            raise CheckFailure(f"{what}: the caller's {name} after the call", "unchanged", "changed in place",
+                               MASK_CHANGED.format(name=name))
     return out
+
+
+MASK_CHANGED = ("an in-place operation on {name} ({name}.unsqueeze_(...), {name}.logical_not_(), {name} &= ..., "
+                "{name}[...] = ...) changes the caller's mask, which the next layer (and the decoder) gets too: build "
+                "a new tensor ({name} = ~{name}, {name} = {name}.unsqueeze(1), ...)")
+STATE = ("the same module gave a wrong answer on a second batch: something from an earlier call is kept (a mask or a "
+         "tensor saved on self and reused?); use the arguments of each call")
+IN_PLACE_GRAD = ("an in-place operation (x += ..., memory.mul_(...), a `_` method, out=...) on an input or on a tensor "
+                 "autograd still needs breaks the backward pass, so training would crash: compute new tensors instead")
+NO_GRAD = ("the output is cut off from autograd: forward runs under torch.no_grad() (or detaches its result, or rebuilds it "
+           "with .data, torch.tensor(...) or numpy), so no parameter would ever be trained")
+
+
+def same_gradients(mine, ref, inputs, real, what, seed=0):
+    """The gradients of a random weighted sum of the real positions' outputs (B, L, d) with respect to each input
+    ((name, tensor) pairs, handed to mine and ref in that order) agree with the reference's: nothing cut off from
+    autograd (torch.no_grad, .detach(), .data) on the way. loss.backward() on the learner's side (torch.autograd.grad
+    refuses a reentrant torch.utils.checkpoint): the module is the check's own, its parameters' .grad do not matter."""
+    mine_in = [t.detach().clone().requires_grad_(True) for _, t in inputs]
+    try:
+        out = mine(*mine_in)
+    except RuntimeError as e:
+        if "in-place" not in str(e) and "inplace" not in str(e):
+            raise
+        raise CheckFailure(f"{what} with inputs that require a gradient", None, f"an error: {_describe_exception(e)}",
+                           IN_PLACE_GRAD) from None
+    if not isinstance(out, torch.Tensor) or not out.requires_grad:
+        raise CheckFailure(f"{what}: its gradient", "an output connected to autograd (out.requires_grad is True)",
+                           "an output without a gradient (requires_grad is False)", NO_GRAD)
+    ref_in = [t.detach().clone().requires_grad_(True) for _, t in inputs]
+    expected = ref(*ref_in)
+    with seeded(seed):
+        w = torch.randn(expected.shape) * real[..., None]
+    try:
+        (out * w).sum().backward()
+        got = [t.grad for t in mine_in]
+    except RuntimeError as e:
+        if "in-place" not in str(e) and "inplace" not in str(e):
+            raise
+        raise CheckFailure(f"{what}: its backward pass", None, f"an error: {_describe_exception(e)}",
+                           IN_PLACE_GRAD) from None
+    want = torch.autograd.grad((expected * w).sum(), ref_in, allow_unused=True)
+    for (name, _), g, r in zip(inputs, got, want):
+        if g is None or not bool(g.abs().sum() > 0):
+            raise CheckFailure(f"{what}: the gradient with respect to {name}", "a gradient (the output depends on it)",
+                               "none", f"{name} is cut off from autograd on its way ({name}.detach(), {name}.data, "
+                               "torch.no_grad() around the part that uses it): the loss could not train what comes "
+                               "before it")
+        if not close(g, r, atol=1e-4, rtol=1e-3):
+            raise CheckFailure(f"{what}: the gradient with respect to {name}", "the same as PyTorch's",
+                               "a different gradient", f"part of the computation is cut off from autograd (a "
+                               f".detach() or .data on {name} or on the residual path, torch.no_grad() around a "
+                               "sublayer): the values match, the gradients do not")
 
 
 def as_module(obj, what):
@@ -308,6 +375,10 @@ def check_dropout(make, call, what):
     m.train()
     with seeded(11):
         t = call(m)
+    if not all(part.training for part in m.modules()):
+        raise CheckFailure(f"{what}.train(), after a call", "still in train mode", "switched to eval mode",
+                           "forward calls .eval() (or .train(False)) on the module or one of its parts: dropout would "
+                           "never be active in training; leave the mode to the caller")
     if torch.allclose(t, e1):
         raise CheckFailure(f"{what}, dropout=0.5, in train mode", "an output changed by dropout",
                            "the same output as in eval mode",
@@ -337,7 +408,7 @@ def _make_layer(EncoderLayer, norm_first=False, dropout=0.0, seed=0):
     return as_module(layer, what), what
 
 
-def _layer_vs_torch(EncoderLayer, norm_first, seed, lengths):
+def _layer_vs_torch(EncoderLayer, norm_first, seed, lengths, grads=False):
     layer, what = _make_layer(EncoderLayer, norm_first)
     ref = ref_encoder_layer(norm_first, seed)
     copy_layer(layer, ref, what)
@@ -346,7 +417,8 @@ def _layer_vs_torch(EncoderLayer, norm_first, seed, lengths):
     ids = ids_with_lengths(lengths, L, seed)
     with seeded(seed + 100):
         x = torch.randn(len(lengths), L, D)
-    got = keeps_input(lambda: layer(x, key_mask(ids)), x, f"{what}(x, src_mask)")
+    src_mask = key_mask(ids)
+    got = keeps_input(lambda: layer(x, src_mask), x, f"{what}(x, src_mask)", masks=[("src_mask", src_mask)])
     with torch.no_grad():
         expected = ref(x, src_key_padding_mask=ids == PAD)
 
@@ -362,17 +434,27 @@ def _layer_vs_torch(EncoderLayer, norm_first, seed, lengths):
             fn(mode, "af", (0, 0))
         mistakes["one sublayer connection (one LayerNorm) shared by both sublayers: build a new "
                  "SublayerConnection for each"] = fn(mode, "af", (1, 1))
+        mistakes["the feed-forward sublayer is missing: the layer returns after self-attention; then "
+                 "x = sublayers[1](x, feed_forward)"] = fn(mode, "a", (0,))
+        mistakes["the feed-forward sublayer got the layer's input x instead of the self-attention sublayer's output: "
+                 "x = sublayers[0](x, ...); return sublayers[1](x, feed_forward), each step on the previous one's "
+                 "result"] = fn(mode, "f", (1,))
         if norm_first:
             h = x + mha(ref.self_attn, x, x, x, key_mask(ids))
             mistakes["the attention's lambda uses x instead of its argument (lambda y: self.self_attn(x, x, x, mask)): "
                      "in pre-norm the sublayer connection hands it norm(x); use lambda y: self.self_attn(y, y, y, "
                      "mask)"] = h + ffn(ref, ref.norm2(h))
             mistakes[EXTRA_NORM] = ref.norm2(fn(mode))
+            n1 = ref.norm1(x)
+            h = x + mha(ref.self_attn, n1, x, x, key_mask(ids))
+            mistakes["self-attention's keys and values taken from x instead of the lambda's argument (lambda y: "
+                     "self.self_attn(y, x, x, mask)): in pre-norm the sublayer connection hands it norm(x); use "
+                     "lambda y: self.self_attn(y, y, y, mask)"] = h + ffn(ref, ref.norm2(h))
         mistakes["src_mask inverted (~src_mask or src_mask == 0 given to self-attention): True means 'may attend'; "
                  "pass src_mask on as it is"] = fn(mode, allowed=inverted(key_mask(ids)))
         if (ids == PAD).any():
-            mistakes["src_mask not passed to self-attention: the padding positions were attended"] = \
-                fn(mode, allowed=None)
+            mistakes["src_mask not passed to self-attention (or reshaped so that it hides queries instead of keys: "
+                     "keep its (B, 1, 1, L) shape): the padding positions were attended"] = fn(mode, allowed=None)
             mistakes["src_mask not passed to self-attention, and " + (
                 "norm_first ignored" if norm_first else "pre-norm computed")] = \
                 fn("post" if norm_first else "pre", allowed=None)
@@ -381,6 +463,10 @@ def _layer_vs_torch(EncoderLayer, norm_first, seed, lengths):
              hint=("pre-norm: x = x + dropout(self_attn(norm(x))), then x + dropout(ff(norm(x)))" if norm_first else
                    "post-norm (the paper): x = norm(x + dropout(self_attn(x))), then norm(x + dropout(ff(x)))"),
              mistakes=mistakes)
+    if grads:  # in train mode (dropout=0.0: the same numbers), where a model is trained
+        layer.train()
+        same_gradients(lambda t: layer(t, key_mask(ids)), lambda t: ref(t, src_key_padding_mask=ids == PAD),
+                       [("x", x)], ids != PAD, f"{what}(x, src_mask)", seed=seed)
     return layer, ref, x, ids
 
 
@@ -406,7 +492,7 @@ def _el_parts(EncoderLayer):
 
 @register("EncoderLayer", "post-norm equals nn.TransformerEncoderLayer with the same weights")
 def _el_post(EncoderLayer):
-    _layer_vs_torch(EncoderLayer, False, seed=2, lengths=[6, 6])
+    _layer_vs_torch(EncoderLayer, False, seed=2, lengths=[6, 6], grads=True)
 
 
 @register("EncoderLayer", "pre-norm (norm_first=True) equals nn.TransformerEncoderLayer(norm_first=True)")
@@ -424,6 +510,14 @@ def _el_padding(EncoderLayer):
     close_at(layer(x2, key_mask(ids)), layer(x, key_mask(ids)), real,
              "output after changing only the vectors at padding positions",
              hint="src_mask not passed to self-attention: padding positions must not change the real ones")
+    # a second batch with other lengths through the same layer: nothing of the earlier calls may be kept
+    ids2 = ids_with_lengths([3, 7], 7, seed=41)
+    with seeded(42):
+        x3 = torch.randn(2, 7, D)
+    with torch.no_grad():
+        expected = ref(x3, src_key_padding_mask=ids2 == PAD)
+    close_at(layer(x3, key_mask(ids2)), expected, ids2 != PAD,
+             "a second batch (other lengths, another src_mask) through the same layer", hint=STATE)
 
 
 @register("EncoderLayer", "uses the dropout argument: active in train mode, off in eval mode")
@@ -438,11 +532,16 @@ def _el_dropout(EncoderLayer):
         layer, what = _make_layer(EncoderLayer, norm_first, dropout=1.0)
         ref = ref_encoder_layer(norm_first, seed=5)
         copy_layer(layer, ref, what)
+        if not computes_like(layer, lambda: layer(x, None), lambda: ref(x)):
+            continue  # a wrong layer: the post-norm and pre-norm checks say what is wrong with it
         layer.train()
         with torch.no_grad():
             got = keeps_input(lambda: layer(x, None), x, f"{what}.train()(x, None)")
             expected = x if norm_first else ref.norm2(ref.norm1(x))
             zero = torch.zeros_like(x)
+            # only the attention (its weights) and the feed-forward (its hidden units) drop: each leaves its bias
+            b_o, b_2 = ref.self_attn.out_proj.bias, ref.linear2.bias
+            biases_only = x + b_o + b_2 if norm_first else ref.norm2(ref.norm1(x + b_o) + b_2)
             expect_close(got, expected, f"{what}.train()(x, None)",
                          hint="with dropout=1.0 every sublayer's output is dropped and only the residual path is "
                               "left: " + ("x" if norm_first else "norm2(norm1(x))") + "; dropout belongs on each "
@@ -451,6 +550,9 @@ def _el_dropout(EncoderLayer):
                                    "output only: " + ("x + dropout(sublayer(norm(x)))" if norm_first else
                                                       "norm(x + dropout(sublayer(x)))"):
                                    zero if norm_first else ref.norm2.bias.detach().expand_as(x),
+                                   "the sublayer connections do not drop the sublayer's output (only the attention "
+                                   "and the feed-forward drop inside): pass the dropout argument on to "
+                                   "SublayerConnection(d_model, dropout, norm_first), in that order": biases_only,
                                    **({EXTRA_NORM: ref.norm2(x)} if norm_first else {})})
 
 
@@ -530,18 +632,74 @@ def stack_mistakes(layers, run_layer, final, norm_first, default_norm):
         m["norm_first ignored: pre-norm layers were built where post-norm was asked"] = chain("pre")
     m["one layer object repeated n times (nn.ModuleList([layer] * n)): every layer is the same module; build a "
       "new layer each time"] = chain(mode, layers_override=[layers[-1]] * len(layers))
-    m["each layer applied to the stack's input instead of the previous layer's output"] = chain(mode, feed="input")
-    m["only the first layer applied (a return inside the loop?)"] = chain(mode, feed="first-only")
+    m["each layer applied to the stack's input instead of the previous layer's output (or the first layer skipped, "
+      "range(1, n)?): only the last layer's work shows; loop over all the layers, each on the previous output"] = \
+        chain(mode, feed="input")
+    m["the layers applied in reverse order: self.layers[0] first"] = chain(mode, layers_override=list(layers)[::-1])
+    m["only the first layer applied (a return inside the loop, or a loop that stops early: range(n - 1)?)"] = \
+        chain(mode, feed="first-only")
     m["the mask is not passed to the layers"] = chain(mode, masked=lambda i: False)
     m["the mask is passed to the first layer only"] = chain(mode, masked=lambda i: i == 0)
     return m
+
+
+def copies_into(stack, ref, what, n_layers, norm_first, kind) -> bool:
+    """Copy ref's weights into the learner's stack; False when its parts are not named as the contract says (the
+    post-norm and pre-norm checks report that)."""
+    try:
+        layers = stack_layers(stack, what, n_layers)
+        for i in range(n_layers):
+            copy_layer(layers[i], ref.layers[i], f"{what}.layers[{i}]")
+        if norm_first:
+            copy_final_norm(stack, ref.norm, what, kind)
+    except CheckFailure:
+        return False
+    return True
+
+
+def computes_like(module, mine, ref) -> bool:
+    """Whether module, in eval mode, gives the reference's output (then a wrong output in train mode with dropout=1.0 is
+    the dropout's fault alone)."""
+    module.eval()
+    with torch.no_grad():
+        got, expected = mine(), ref()
+    return isinstance(got, torch.Tensor) and close(got, expected)
+
+
+def check_residual_path(got, x, ref_layers, norm_names, final, norm_first, what, stack):
+    """A stack built with dropout=1.0, in train mode: every sublayer's output is dropped, so only the residual path is
+    left: each post-norm layer applies its norms in turn, each pre-norm layer leaves x as it is (then the final norm).
+    Dropout on the stack's input or output (the positional encoding already drops the embeddings) shows here."""
+    h = x
+    if norm_first:
+        h = final(h)
+    else:
+        for lay in ref_layers:
+            for n in norm_names:
+                h = getattr(lay, n)(h)
+    zero = torch.zeros_like(x)
+    expect_close(got, h, what,
+                 hint="with dropout=1.0 every sublayer's output is dropped and only the residual path is left; "
+                      f"dropout belongs inside the layers, not on the {stack}'s input or output",
+                 mistakes={f"dropout applied to the {stack}'s input: the positional encoding already drops the "
+                           f"embeddings, and each sublayer drops its own output; the {stack} itself adds no dropout":
+                           final(zero) if norm_first else _post_path(ref_layers, norm_names, zero),
+                           f"dropout applied to the {stack}'s output: each sublayer drops its own output; the {stack} "
+                           "itself adds no dropout": zero})
+
+
+def _post_path(ref_layers, norm_names, h):
+    for lay in ref_layers:
+        for n in norm_names:
+            h = getattr(lay, n)(h)
+    return h
 
 
 def default_layer_norm(x):
     return F.layer_norm(x, (x.size(-1),))
 
 
-def _encoder_vs_torch(Encoder, norm_first, seed, lengths, n_layers=2):
+def _encoder_vs_torch(Encoder, norm_first, seed, lengths, n_layers=2, grads=False):
     enc, what = _make_encoder(Encoder, n_layers, norm_first)
     ref = ref_encoder(n_layers, norm_first, seed)
     layers = stack_layers(enc, what, n_layers)
@@ -554,18 +712,28 @@ def _encoder_vs_torch(Encoder, norm_first, seed, lengths, n_layers=2):
     ids = ids_with_lengths(lengths, L, seed)
     with seeded(seed + 100):
         x = torch.randn(len(lengths), L, D)
-    got = keeps_input(lambda: enc(x, key_mask(ids)), x, f"{what}(x, src_mask)")
+    src_mask = key_mask(ids)
+    got = keeps_input(lambda: enc(x, src_mask), x, f"{what}(x, src_mask)", masks=[("src_mask", src_mask)])
     with torch.no_grad():
         expected = ref(x, src_key_padding_mask=ids == PAD)
 
-        def run_layer(lay, inp, mode, masked):
-            return enc_layer_ref(lay, x if inp is None else inp, key_mask(ids) if masked else None, mode)
+        def run_layer(lay, inp, mode, masked, allowed=key_mask(ids)):
+            return enc_layer_ref(lay, x if inp is None else inp, allowed if masked else None, mode)
         mistakes = stack_mistakes(list(ref.layers), run_layer, ref.norm, norm_first, default_layer_norm)
+        h = x
+        for lay in ref.layers:
+            h = run_layer(lay, h, "pre" if norm_first else "post", True, allowed=inverted(key_mask(ids)))
+        mistakes["src_mask inverted before it reaches the layers (~src_mask or src_mask == 0): True means 'may "
+                 "attend'; pass src_mask on as it is"] = ref.norm(h) if norm_first else h
     close_at(got, expected, ids != PAD,
              f"{what}(x, src_mask) vs nn.TransformerEncoder({'with' if norm_first else 'without'} a final LayerNorm)",
              hint="x = layer(x, src_mask) for each layer in turn, then self.norm(x) (a LayerNorm in pre-norm, "
                   "the identity in post-norm)", mistakes=mistakes)
-    return enc, x, ids
+    if grads:  # in train mode (dropout=0.0: the same numbers), where a model is trained
+        enc.train()
+        same_gradients(lambda t: enc(t, key_mask(ids)), lambda t: ref(t, src_key_padding_mask=ids == PAD),
+                       [("x", x)], ids != PAD, f"{what}(x, src_mask)", seed=seed)
+    return enc, ref, x, ids
 
 
 @register("Encoder", "has n_layers layers in an nn.ModuleList, `norm` only in pre-norm, and passes dropout on")
@@ -577,6 +745,17 @@ def _enc_parts(Encoder):
     check_dropout(lambda p: _make_encoder(Encoder, 2, dropout=p)[0],
                   lambda m: expect_shape(keeps_input(lambda: m(x, None), x, what), (2, 5, D),
                                          f"{what}(x (2, 5, {D}), src_mask=None)"), what)
+    for norm_first in (False, True):
+        enc, what = _make_encoder(Encoder, 2, norm_first, dropout=1.0)
+        ref = ref_encoder(2, norm_first, seed=14)
+        if not copies_into(enc, ref, what, 2, norm_first, "encoder") or \
+                not computes_like(enc, lambda: enc(x, None), lambda: ref(x)):
+            continue  # a wrong stack: the post-norm and pre-norm checks say what is wrong with it
+        enc.train()
+        with torch.no_grad():
+            got = keeps_input(lambda: enc(x, None), x, f"{what}.train()(x, None)")
+            check_residual_path(got, x, list(ref.layers), ("norm1", "norm2"), ref.norm, norm_first,
+                                f"{what}.train()(x, None)", "encoder")
 
 
 @register("Encoder", "its layers are distinct, each with its own parameters")
@@ -586,7 +765,7 @@ def _enc_distinct(Encoder):
 
 @register("Encoder", "post-norm stack equals nn.TransformerEncoder without a final norm")
 def _enc_post(Encoder):
-    _encoder_vs_torch(Encoder, False, seed=6, lengths=[6, 6])
+    _encoder_vs_torch(Encoder, False, seed=6, lengths=[6, 6], grads=True)
 
 
 @register("Encoder", "pre-norm stack equals nn.TransformerEncoder(norm_first=True) with its final LayerNorm")
@@ -596,10 +775,18 @@ def _enc_pre(Encoder):
 
 @register("Encoder", "src_mask reaches every layer: padding changes nothing at real positions")
 def _enc_padding(Encoder):
-    enc, x, ids = _encoder_vs_torch(Encoder, False, seed=8, lengths=[7, 3])
+    enc, ref, x, ids = _encoder_vs_torch(Encoder, False, seed=8, lengths=[7, 3])
     x2 = x.clone()
     with seeded(88):
         x2[ids == PAD] = torch.randn(int((ids == PAD).sum()), D) * 3
     close_at(enc(x2, key_mask(ids)), enc(x, key_mask(ids)), ids != PAD,
              "output after changing only the vectors at padding positions",
              hint="pass src_mask to every layer: padding positions must not change the real ones")
+    # a second batch with other lengths through the same stack: nothing of the earlier calls may be kept
+    ids2 = ids_with_lengths([4, 7], 7, seed=81)
+    with seeded(82):
+        x3 = torch.randn(2, 7, D)
+    with torch.no_grad():
+        expected = ref(x3, src_key_padding_mask=ids2 == PAD)
+    close_at(enc(x3, key_mask(ids2)), expected, ids2 != PAD,
+             "a second batch (other lengths, another src_mask) through the same encoder", hint=STATE)

@@ -1,6 +1,7 @@
 """Stage 09: the decoder layer and stack, against nn.TransformerDecoderLayer / nn.TransformerDecoder with
 copied weights (all parameters randomized, LayerNorms included), and by properties: a later target token
-never changes an earlier output, source padding never changes anything. Classic mistakes are named."""
+never changes an earlier output, source padding never changes anything; gradients reach x and the memory, and
+nothing is kept from one call to the next. Classic mistakes are named."""
 from __future__ import annotations
 
 import re
@@ -10,10 +11,11 @@ from torch import nn
 
 from ..core import CheckFailure, _describe_exception, forbid, register
 from ._util import build, close, expect_shape, seeded
-from .stage08_encoder import (TORCH_TRANSFORMER, D, FF, H, PAD, as_module, check_dropout, check_layer_parts,
-                              check_stack_distinct, check_stack_parts, close_at, copy_final_norm, copy_layer,
-                              default_layer_norm, ffn, ids_with_lengths, inverted, key_mask, layer_mistakes, mha,
-                              randomize, stack_layers, stack_mistakes, sublayer)
+from .stage08_encoder import (MASK_CHANGED, STATE, TORCH_TRANSFORMER, D, FF, H, PAD, as_module, check_dropout,
+                              check_layer_parts, check_residual_path, check_stack_distinct, check_stack_parts, close_at,
+                              computes_like, copies_into, copy_final_norm, copy_layer, default_layer_norm, ffn, ids_with_lengths,
+                              inverted, key_mask, layer_mistakes, mha, randomize, same_gradients, stack_layers,
+                              stack_mistakes, sublayer)
 
 # the lesson's own work, which PyTorch's Transformer modules must not do for the learner
 forbid(("DecoderLayer", "Decoder"), "PyTorch's nn.Transformer modules (nn.TransformerDecoderLayer, nn.TransformerDecoder, ...)",
@@ -53,6 +55,8 @@ def run(module, x, memory, src_mask, tgt_mask, what):
     """module(x, memory, src_mask, tgt_mask), with the inputs checked unchanged afterwards, and a size mismatch
     between the target (Lt) and the source (Ls) explained: it comes from mixing up the two."""
     x_before, memory_before = x.clone(), memory.clone()
+    masks_before = [(n, m, m.clone()) for n, m in (("src_mask", src_mask), ("tgt_mask", tgt_mask))
+                    if isinstance(m, torch.Tensor)]
     try:
         out = module(x, memory, src_mask, tgt_mask)
     except RuntimeError as e:
@@ -64,6 +68,10 @@ def run(module, x, memory, src_mask, tgt_mask, what):
         if not torch.equal(now, before):
             raise CheckFailure(f"{what}: the caller's `{name}` after the call", f"{name} unchanged",
                                f"{name} changed in place", IN_PLACE)
+    for name, m, m_before in masks_before:
+        if m.shape != m_before.shape or m.dtype != m_before.dtype or not torch.equal(m, m_before):
+            raise CheckFailure(f"{what}: the caller's {name} after the call", "unchanged", "changed in place",
+                               MASK_CHANGED.format(name=name))
     return out
 
 
@@ -83,10 +91,14 @@ def ref_decoder(n_layers: int, norm_first: bool, seed: int) -> nn.TransformerDec
 
 def run_ref_decoder(ref, x, memory, src_ids, tgt_ids):
     """PyTorch's masks are True where attending is NOT allowed."""
-    Lt = x.size(1)
     with torch.no_grad():
-        return ref(x, memory, tgt_mask=~torch.ones(Lt, Lt, dtype=torch.bool).tril(),
-                   tgt_key_padding_mask=tgt_ids == PAD, memory_key_padding_mask=src_ids == PAD)
+        return run_ref_grad(ref, x, memory, src_ids, tgt_ids)
+
+
+def run_ref_grad(ref, x, memory, src_ids, tgt_ids):
+    Lt = x.size(1)
+    return ref(x, memory, tgt_mask=~torch.ones(Lt, Lt, dtype=torch.bool).tril(),
+               tgt_key_padding_mask=tgt_ids == PAD, memory_key_padding_mask=src_ids == PAD)
 
 
 def dec_layer_ref(ref, x, memory, self_allowed, cross_allowed, mode="post", order="scf", norms=(0, 1, 2), kv="memory"):
@@ -129,7 +141,7 @@ def _make_layer(DecoderLayer, norm_first=False, dropout=0.0, seed=0):
     return as_module(layer, what), what
 
 
-def _layer_vs_torch(DecoderLayer, norm_first, seed, tgt_lengths, src_lengths, hole=None):
+def _layer_vs_torch(DecoderLayer, norm_first, seed, tgt_lengths, src_lengths, hole=None, grads=False):
     """hole: a position of the first target made <pad> in the middle of the sentence, so that tgt_mask hides a key
     the causal mask alone would not (a layer that builds its own causal mask and ignores tgt_mask shows)."""
     layer, what = _make_layer(DecoderLayer, norm_first)
@@ -165,7 +177,38 @@ def _layer_vs_torch(DecoderLayer, norm_first, seed, tgt_lengths, src_lengths, ho
             "module with its own projections": fn(kv="self_attn"),
             "tgt_mask ignored: a causal mask built inside the layer hides later tokens but not the target's "
             "padding; pass tgt_mask itself to self-attention": fn(self_allowed=causal(x.size(1))),
+            "sublayer order wrong: the feed-forward ran before cross-attention (self-attention, cross-attention, "
+            "feed-forward, in sublayers[0], [1], [2])": fn(order="sfc"),
+            "the cross-attention sublayer is missing: self-attention, then cross_attn(x, memory, memory, src_mask), "
+            "then the feed-forward, in sublayers[0], [1], [2]": fn(order="sf", norms=(0, 2)),
+            "the cross-attention sublayer is missing (and the feed-forward went through sublayers[1]): self-attention, "
+            "cross-attention, feed-forward, in sublayers[0], [1], [2]": fn(order="sf", norms=(0, 1)),
+            "sublayers[0] used for cross-attention too: each sublayer has its own connection, sublayers[1] for "
+            "cross-attention": fn(norms=(0, 0, 2)),
+            "sublayers[1] used for the feed-forward too: each sublayer has its own connection, sublayers[2] for the "
+            "feed-forward": fn(norms=(0, 1, 1)),
         })
+        if norm_first:
+            L = x.size(1)
+
+            def lambda_x(self_x=False, cross_x=False):
+                """A pre-norm layer whose lambdas use the closure's x (the un-normalized sum) instead of their argument."""
+                h = x
+                n = ref.norm1(h)
+                q = h if self_x else n
+                h = h + mha(ref.self_attn, q, q, q, tgt_mask_of(tgt))
+                n = ref.norm2(h)
+                h = h + mha(ref.multihead_attn, h if cross_x else n, memory, memory, key_mask(src))
+                return h + ffn(ref, ref.norm3(h))
+            mistakes["the attention's lambda uses x instead of its argument (lambda y: self.self_attn(x, x, x, "
+                     "tgt_mask)): in pre-norm the sublayer connection hands it norm(x); use lambda y: "
+                     "self.self_attn(y, y, y, tgt_mask)"] = lambda_x(self_x=True)
+            mistakes["cross-attention's lambda uses x instead of its argument (lambda y: self.cross_attn(x, memory, "
+                     "memory, src_mask)): in pre-norm the sublayer connection hands it norm(x); use lambda y: "
+                     "self.cross_attn(y, memory, memory, src_mask)"] = lambda_x(cross_x=True)
+            mistakes["the lambdas use x instead of their argument: in pre-norm the sublayer connection hands them "
+                     "norm(x); use lambda y: self.self_attn(y, y, y, tgt_mask) and lambda y: self.cross_attn(y, "
+                     "memory, memory, src_mask)"] = lambda_x(True, True)
         if x.size(1) == memory.size(1):
             mistakes.update({
                 "the masks swapped: src_mask given to self-attention and tgt_mask to cross-attention (self_attn(x, "
@@ -190,7 +233,12 @@ def _layer_vs_torch(DecoderLayer, norm_first, seed, tgt_lengths, src_lengths, ho
              f"{what}(x, memory, src_mask, tgt_mask) vs nn.TransformerDecoderLayer(norm_first={norm_first})",
              hint=("self-attention(x, x, x, tgt_mask), then cross-attention(x, memory, memory, src_mask), then the "
                    "feed-forward, each in its sublayer connection"), mistakes=mistakes)
-    return layer, x, memory, src, tgt
+    if grads:  # in train mode (dropout=0.0: the same numbers), where a model is trained
+        layer.train()
+        same_gradients(lambda a, b: layer(a, b, key_mask(src), tgt_mask_of(tgt)),
+                       lambda a, b: run_ref_grad(ref, a, b, src, tgt), [("x", x), ("memory", memory)], tgt != PAD,
+                       f"{what}(x, memory, src_mask, tgt_mask)", seed=seed)
+    return layer, ref, x, memory, src, tgt
 
 
 @register("DecoderLayer", "has self_attn, cross_attn, feed_forward and 3 sublayers, each its own; keeps the shape")
@@ -207,7 +255,7 @@ def _dl_parts(DecoderLayer):
 
 @register("DecoderLayer", "post-norm equals nn.TransformerDecoderLayer with the same weights and masks")
 def _dl_post(DecoderLayer):
-    _layer_vs_torch(DecoderLayer, False, seed=2, tgt_lengths=[5, 3], src_lengths=[7, 4], hole=2)
+    _layer_vs_torch(DecoderLayer, False, seed=2, tgt_lengths=[5, 3], src_lengths=[7, 4], hole=2, grads=True)
 
 
 @register("DecoderLayer", "pre-norm (norm_first=True) equals nn.TransformerDecoderLayer(norm_first=True)")
@@ -252,7 +300,8 @@ def _dl_cross(DecoderLayer):
 
 @register("DecoderLayer", "src_mask hides the source padding in cross-attention")
 def _dl_src_padding(DecoderLayer):
-    layer, x, memory, src, tgt = _layer_vs_torch(DecoderLayer, False, seed=6, tgt_lengths=[4, 4], src_lengths=[6, 2])
+    layer, ref, x, memory, src, tgt = _layer_vs_torch(DecoderLayer, False, seed=6, tgt_lengths=[4, 4],
+                                                      src_lengths=[6, 2])
     m2 = memory.clone()
     with seeded(66):
         m2[src == PAD] = torch.randn(int((src == PAD).sum()), D) * 3
@@ -260,6 +309,12 @@ def _dl_src_padding(DecoderLayer):
     close_at(run(layer, x, m2, key_mask(src), tgt_mask_of(tgt), call),
              run(layer, x, memory, key_mask(src), tgt_mask_of(tgt), call), tgt != PAD, "output after changing only the memory at the source's padding positions",
              hint="cross-attention without the source padding mask: cross_attn(x, memory, memory, src_mask)")
+    # a second batch with other lengths through the same layer: nothing of the earlier calls may be kept
+    x2, memory2, src2, tgt2 = _inputs(61, [4, 3], [3, 6])
+    tgt2[0, 1] = PAD  # a hole: tgt_mask hides a key the causal mask alone would not
+    close_at(run(layer, x2, memory2, key_mask(src2), tgt_mask_of(tgt2), call),
+             run_ref_decoder(ref, x2, memory2, src2, tgt2), tgt2 != PAD,
+             "a second batch (other lengths, other masks) through the same layer", hint=STATE)
 
 
 @register("DecoderLayer", "uses the dropout argument: active in train mode, off in eval mode")
@@ -281,7 +336,7 @@ def _make_decoder(Decoder, n_layers, norm_first=False, dropout=0.0, seed=0):
     return as_module(dec, what), what
 
 
-def _decoder_vs_torch(Decoder, norm_first, seed, tgt_lengths, src_lengths, n_layers=2, hole=None):
+def _decoder_vs_torch(Decoder, norm_first, seed, tgt_lengths, src_lengths, n_layers=2, hole=None, grads=False):
     dec, what = _make_decoder(Decoder, n_layers, norm_first)
     ref = ref_decoder(n_layers, norm_first, seed)
     layers = stack_layers(dec, what, n_layers)
@@ -313,12 +368,21 @@ def _decoder_vs_torch(Decoder, norm_first, seed, tgt_lengths, src_lengths, n_lay
         mistakes["src_mask not passed on: cross-attention attended the source padding"] = chain(cross_allowed=None)
         mistakes["tgt_mask not passed on: the layers were given a causal mask built here, which hides later tokens "
                  "but not the target's padding; pass tgt_mask itself"] = chain(self_allowed=causal(x.size(1)))
+        mistakes["tgt_mask inverted before it reaches the layers (~tgt_mask or tgt_mask == 0): True means 'may "
+                 "attend'; pass tgt_mask on as it is"] = chain(self_allowed=inverted(tgt_mask_of(tgt)))
+        mistakes["src_mask inverted before it reaches the layers (~src_mask or src_mask == 0): True means 'may "
+                 "attend'; pass src_mask on as it is"] = chain(cross_allowed=inverted(key_mask(src)))
     close_at(got, expected, tgt != PAD,
              f"{what}(x, memory, src_mask, tgt_mask) vs nn.TransformerDecoder"
              f"({'with' if norm_first else 'without'} a final LayerNorm)",
              hint="x = layer(x, memory, src_mask, tgt_mask) for each layer in turn (the same memory for all), "
                   "then self.norm(x) (a LayerNorm in pre-norm, the identity in post-norm)", mistakes=mistakes)
-    return dec, x, memory, src, tgt
+    if grads:  # in train mode (dropout=0.0: the same numbers), where a model is trained
+        dec.train()
+        same_gradients(lambda a, b: dec(a, b, key_mask(src), tgt_mask_of(tgt)),
+                       lambda a, b: run_ref_grad(ref, a, b, src, tgt), [("x", x), ("memory", memory)], tgt != PAD,
+                       f"{what}(x, memory, src_mask, tgt_mask)", seed=seed)
+    return dec, ref, x, memory, src, tgt
 
 
 @register("Decoder", "has n_layers layers in an nn.ModuleList, `norm` only in pre-norm, and passes dropout on")
@@ -330,6 +394,19 @@ def _dec_parts(Decoder):
     check_dropout(lambda p: _make_decoder(Decoder, 2, dropout=p)[0],
                   lambda m: expect_shape(run(m, x, memory, everything(2, 6), causal(5), what), (2, 5, D),
                                          f"{what}(x (2, 5, {D}), memory (2, 6, {D}), src_mask, tgt_mask)"), what)
+    src, tgt = torch.full((2, 6), 5), torch.full((2, 5), 5)  # no padding: masks everything(2, 6) and causal(5)
+    for norm_first in (False, True):
+        dec, what = _make_decoder(Decoder, 2, norm_first, dropout=1.0)
+        ref = ref_decoder(2, norm_first, seed=14)
+        call = f"{what}.train()(x, memory, src_mask, tgt_mask)"
+        if not copies_into(dec, ref, what, 2, norm_first, "decoder") or not computes_like(dec, lambda: run(dec, x, memory, everything(2, 6), causal(5), call),
+                             lambda: run_ref_decoder(ref, x, memory, src, tgt)):
+            continue  # a wrong stack: the post-norm and pre-norm checks say what is wrong with it
+        dec.train()
+        with torch.no_grad():
+            got = run(dec, x, memory, everything(2, 6), causal(5), call)
+            check_residual_path(got, x, list(ref.layers), ("norm1", "norm2", "norm3"), ref.norm, norm_first, call,
+                                "decoder")
 
 
 @register("Decoder", "its layers are distinct, each with its own parameters")
@@ -339,7 +416,7 @@ def _dec_distinct(Decoder):
 
 @register("Decoder", "post-norm stack equals nn.TransformerDecoder without a final norm")
 def _dec_post(Decoder):
-    _decoder_vs_torch(Decoder, False, seed=8, tgt_lengths=[5, 3], src_lengths=[6, 4], hole=2)
+    _decoder_vs_torch(Decoder, False, seed=8, tgt_lengths=[5, 3], src_lengths=[6, 4], hole=2, grads=True)
 
 
 @register("Decoder", "pre-norm stack equals nn.TransformerDecoder(norm_first=True) with its final LayerNorm")
@@ -349,7 +426,7 @@ def _dec_pre(Decoder):
 
 @register("Decoder", "masks reach every layer: no future target token, no source padding changes an output")
 def _dec_masks(Decoder):
-    dec, x, memory, src, tgt = _decoder_vs_torch(Decoder, False, seed=10, tgt_lengths=[5, 5], src_lengths=[6, 2])
+    dec, ref, x, memory, src, tgt = _decoder_vs_torch(Decoder, False, seed=10, tgt_lengths=[5, 5], src_lengths=[6, 2])
     sm, tm, what = key_mask(src), tgt_mask_of(tgt), f"Decoder({D}, {H}, {FF}, 2, dropout=0.0)"
     a = run(dec, x, memory, sm, tm, what)
     x2 = x.clone()
@@ -362,3 +439,9 @@ def _dec_masks(Decoder):
         m2[src == PAD] = torch.randn(int((src == PAD).sum()), D) * 3
     close_at(run(dec, x, m2, sm, tm, what), a, tgt != PAD, "output after changing only the memory at source padding positions",
              hint="src_mask not passed to every layer's cross-attention")
+    # a second batch with other lengths through the same stack: nothing of the earlier calls may be kept
+    x2, memory2, src2, tgt2 = _inputs(101, [5, 3], [4, 6])
+    tgt2[0, 2] = PAD  # a hole: tgt_mask hides a key the causal mask alone would not
+    close_at(run(dec, x2, memory2, key_mask(src2), tgt_mask_of(tgt2), what),
+             run_ref_decoder(ref, x2, memory2, src2, tgt2), tgt2 != PAD,
+             "a second batch (other lengths, other masks) through the same decoder", hint=STATE)

@@ -1,7 +1,8 @@
 """Stage 10: the whole model. Its parts and weight tying by identity; what encode and decode feed their
 stacks (embedding * sqrt(d_model) + the sinusoidal table, written out here from the paper's formula);
 the whole model against nn.Transformer with copied weights (post-norm and pre-norm); and forward as
-generator(decode(tgt_in, encode(src))) with unscaled logits. Classic mistakes are named."""
+generator(decode(tgt_in, encode(src))) with unscaled logits, whose gradient reaches every part (nothing detached
+or under torch.no_grad), with forward leaving the train/eval mode alone. Classic mistakes are named."""
 from __future__ import annotations
 
 import math
@@ -12,8 +13,8 @@ from torch import nn
 
 from ..core import CheckFailure, _describe_exception, forbid, register
 from ._util import build, expect_close, expect_shape, seeded
-from .stage08_encoder import (TORCH_TRANSFORMER, D, FF, H, PAD, as_module, close_at, copy_final_norm, copy_layer, default_layer_norm,
-                              get_path, randomize, stack_layers)
+from .stage08_encoder import (NO_GRAD, STATE, TORCH_TRANSFORMER, D, FF, H, PAD, as_module, close_at, copy_final_norm,
+                              copy_layer, default_layer_norm, enc_layer_ref, get_path, inverted, randomize, stack_layers)
 from .stage09_decoder import mentions_both
 
 # the lesson's own work, which PyTorch's Transformer modules must not do for the learner
@@ -108,12 +109,28 @@ def _inputs(model, ids, side, what):
         f"positional encoding not applied to the {stack} input: positional(embed(ids))": e * math.sqrt(D),
         "positional encoding scaled with the embeddings: add it after the sqrt(d_model) scale":
             (e + pe) * math.sqrt(D),
+        f"positional encoding added twice to the {stack} input: positional(embed(ids)) once":
+            e * math.sqrt(D) + 2 * pe,
     }
     if other is not w and int(ids.max()) < other.size(0):
         name = "target" if side == "src" else "source"
         wrong[f"the {name} embedding used for the {'source' if side == 'src' else 'target'}"] = \
             other[ids] * math.sqrt(D) + pe
     return right, wrong
+
+
+def _not_passed(got, value, label, stack):
+    """The likely mistake when the stack got something other than `value` (a mask, or the memory) as `label`."""
+    if got is None:
+        return f"{label} not passed on to the {stack}"
+    if isinstance(got, torch.Tensor) and got.shape == value.shape and value.dtype == torch.bool and \
+            got.dtype == torch.bool and torch.equal(got, ~value):
+        return f"{label} inverted (~{label} or {label} == 0) on its way to the {stack}: True means 'may attend'; pass " \
+               f"{label} on as it is"
+    if label == "memory":
+        return ("memory changed on its way to the decoder (through the positional encoding, a norm, dropout?): the "
+                "decoder gets the encoder's output as it is")
+    return f"{label} not passed on to the {stack} as it is (the {stack} gets the very mask given to it)"
 
 
 class _Recorder(nn.Module):
@@ -188,7 +205,7 @@ def _logit_mistakes(logits):
             torch.softmax(logits, -1)}
 
 
-def _vs_torch(Transformer, norm_first, seed):
+def _vs_torch(Transformer, norm_first, seed, second_batch=False):
     model, what = _make(Transformer, norm_first=norm_first, seed=seed)
     ref = _copy_stacks(model, what, norm_first, seed)
     model.eval()
@@ -203,13 +220,14 @@ def _vs_torch(Transformer, norm_first, seed):
         def encode(s, final=True):
             return ref.encoder(s, src_key_padding_mask=pad_s) if final else _no_final(ref.encoder, s, pad_s)
 
-        def full(s, t, final=True, extra_norm=False, cross_mask=True):
+        def full(s, t, final=True, extra_norm=False, cross_mask=True, tgt="full"):
             memory = encode(s, final)
             if extra_norm:
                 memory = default_layer_norm(memory)
             h = t
             for layer in ref.decoder.layers:
-                h = layer(h, memory, tgt_mask=causal_not, tgt_key_padding_mask=pad_t,
+                h = layer(h, memory, tgt_mask=causal_not if tgt == "full" else None,
+                          tgt_key_padding_mask=None if tgt == "none" else pad_t,
                           memory_key_padding_mask=pad_s if cross_mask else None)
             if final and ref.decoder.norm is not None:
                 h = ref.decoder.norm(h)
@@ -217,6 +235,11 @@ def _vs_torch(Transformer, norm_first, seed):
         memory = encode(s_in)
         enc_mistakes = {k: encode(v) for k, v in s_wrong.items()}
         enc_mistakes["src_mask not passed on to the encoder: the source padding was attended"] = ref.encoder(s_in)
+        h = s_in
+        for layer in ref.encoder.layers:
+            h = enc_layer_ref(layer, h, inverted((src != PAD)[:, None, None, :]), "pre" if norm_first else "post")
+        enc_mistakes["src_mask inverted on its way to the encoder (~src_mask or src_mask == 0): True means 'may "
+                     "attend'; pass src_mask on as it is"] = ref.encoder.norm(h) if norm_first else h
         if not norm_first:
             enc_mistakes["final norm present in the post-norm encoder: norm must be the identity"] = \
                 default_layer_norm(memory)
@@ -237,6 +260,10 @@ def _vs_torch(Transformer, norm_first, seed):
         mistakes[NOT_SCALED + " (source and target)"] = full(s_wrong[NOT_SCALED], t_wrong[NOT_SCALED])
         mistakes["src_mask not passed on to decode: cross-attention attended the source padding"] = \
             full(s_in, t_in, cross_mask=False)
+        mistakes["tgt_mask not passed on to decode: the decoder's self-attention saw later target tokens"] = \
+            full(s_in, t_in, tgt="none")
+        mistakes["the target's padding mask given to decode instead of tgt_mask: without the causal part, the "
+                 "decoder's self-attention saw later target tokens"] = full(s_in, t_in, tgt="pad")
         if norm_first:
             mistakes["final norms missing in the pre-norm encoder and decoder"] = full(s_in, t_in, final=False)
         else:
@@ -245,6 +272,16 @@ def _vs_torch(Transformer, norm_first, seed):
     close_at(call(model, src, tgt, sm, tm, what=f"{what}(src, tgt_in, src_mask, tgt_mask)"), expected, tgt != PAD,
              f"{what}(src, tgt_in, src_mask, tgt_mask) vs generator(nn.Transformer(...)) with the same weights",
              hint="forward = generator(decode(tgt_in, encode(src, src_mask), src_mask, tgt_mask))", mistakes=mistakes)
+    if second_batch:  # other lengths (the same shapes), other masks: nothing of the earlier calls may be kept
+        src2, tgt2, sm2, tm2 = _batch(seed + 50, src_lengths=(3, 6), tgt_lengths=(5, 2))
+        with torch.no_grad():
+            s2, _ = _inputs(model, src2, "src", what)
+            t2, _ = _inputs(model, tgt2, "tgt", what)
+            causal2 = ~torch.ones(tgt2.size(1), tgt2.size(1), dtype=torch.bool).tril()
+            expected2 = gen(ref(s2, t2, tgt_mask=causal2, src_key_padding_mask=src2 == PAD,
+                                tgt_key_padding_mask=tgt2 == PAD, memory_key_padding_mask=src2 == PAD))
+        close_at(call(model, src2, tgt2, sm2, tm2, what=f"{what}(src, tgt_in, src_mask, tgt_mask)"), expected2,
+                 tgt2 != PAD, f"{what} on a second batch (other lengths, other masks)", hint=STATE)
 
 
 def _no_final(enc, s, pad):
@@ -309,6 +346,13 @@ def _check_dropout_used(Transformer, src, tgt, sm, tm):
     """With dropout=0.5, train mode changes what the stacks are given (dropout after the positional encoding) and
     what each stack computes; a dropout argument replaced by 0 somewhere shows."""
     model, what = _make(Transformer, dropout=0.5, seed=8)
+    model.train()
+    with seeded(8):
+        call(model, src, tgt, sm, tm, what=f"{what}.train()(src, tgt_in, src_mask, tgt_mask)")
+    if not all(part.training for part in model.modules()):
+        raise CheckFailure(f"{what}.train(), after a call", "still in train mode", "switched to eval mode",
+                           "forward calls .eval() (or .train(False)) on the model or one of its parts: dropout would "
+                           "never be active in training; leave the mode to the caller")
     encoder, decoder = get_path(model, "encoder", what), get_path(model, "decoder", what)
     with seeded(8):
         memory = torch.randn(src.size(0), src.size(1), D)
@@ -417,7 +461,7 @@ def _encode_input(Transformer):
     mask = _argument(rec.calls[0], 0, ("src_mask", "mask"))
     if not isinstance(mask, torch.Tensor) or mask.shape != sm.shape or not torch.equal(mask, sm):
         raise CheckFailure(f"{what}.encode(src, src_mask): the mask the encoder was given", "src_mask itself",
-                           "None" if mask is None else "something else", "src_mask not passed on to the encoder")
+                           "None" if mask is None else "something else", _not_passed(mask, sm, "src_mask", "encoder"))
     expect_close(out, right, f"{what}.encode(src, src_mask) with an encoder that returns its input",
                  hint="return the encoder's output")
 
@@ -451,14 +495,14 @@ def _decode_input(Transformer):
             raise CheckFailure(f"{what}.decode(tgt_in, memory, src_mask, tgt_mask): the decoder's argument {label}",
                                f"the {label} given to decode", "None" if got is None else "something else",
                                "arguments in the wrong order: decoder(x, memory, src_mask, tgt_mask)" if swapped
-                               else f"{label} not passed on to the decoder")
+                               else _not_passed(got, value, label, "decoder"))
     expect_close(out, right, f"{what}.decode(...) with a decoder that returns its input",
                  hint="return the decoder's output, without the generator")
 
 
 @register("Transformer", "post-norm model equals nn.Transformer with the same weights (encode and forward)")
 def _post(Transformer):
-    _vs_torch(Transformer, False, seed=5)
+    _vs_torch(Transformer, False, seed=5, second_batch=True)
 
 
 @register("Transformer", "pre-norm model (norm_first=True) equals nn.Transformer(norm_first=True)")
@@ -490,3 +534,48 @@ def _forward(Transformer):
                  "encode(src, src_mask), src_mask, tgt_mask))",
                  hint="forward = generator(decode(tgt_in, encode(src, src_mask), src_mask, tgt_mask)), nothing more",
                  mistakes=mistakes)
+    model.train()  # (dropout=0.0: the same numbers) where a model is trained, and its gradients matter
+    logits = call(model, src, tgt, sm, tm, what=f"{what}.train()(src, tgt_in, src_mask, tgt_mask)")
+    _gradient_reaches_every_part(model, logits, tgt, what)
+
+
+def _trainable(part):
+    return [p for p in part.parameters() if p.requires_grad] if isinstance(part, nn.Module) else []
+
+
+def _gradient_reaches_every_part(model, logits, tgt, what):
+    """The logits are connected to autograd, and the gradient of a loss on them reaches the generator, the decoder,
+    the target embedding, the encoder and the source embedding (nothing detached or computed under no_grad)."""
+    run = f"{what}(src, tgt_in, src_mask, tgt_mask)"
+    if not logits.requires_grad:
+        raise CheckFailure(f"{run}: its gradient", "logits connected to autograd (logits.requires_grad is True)",
+                           "logits without a gradient", NO_GRAD)
+    parts = [("generator", [get_path(model, "generator.weight", what)]),
+             ("decoder", _trainable(get_path(model, "decoder", what))),
+             ("tgt_embed", [_embedding_weight(model, "tgt", what)]),
+             ("encoder", _trainable(get_path(model, "encoder", what))),
+             ("src_embed", [_embedding_weight(model, "src", what)])]
+    params = [p for _, ps in parts for p in ps]
+    for p in params:
+        p.grad = None
+    with seeded(7):
+        w = torch.randn(logits.shape) * (tgt != PAD)[..., None]
+    (logits * w).sum().backward()  # (torch.autograd.grad refuses a reentrant torch.utils.checkpoint)
+    grads = [p.grad for p in params]
+    hints = {"generator": "the generator's weight gets no gradient: forward must use self.generator (its weight "
+                          "detached or copied?)",
+             "decoder": "no gradient reaches the decoder: decode's result is detached (or computed under "
+                        "torch.no_grad()) before the generator",
+             "tgt_embed": "no gradient reaches the target embedding: the decoder's input is detached (or embedded "
+                          "under torch.no_grad())",
+             "encoder": "no gradient reaches the encoder: the memory is detached (encode(...).detach(), .data, "
+                        "torch.no_grad() around encode), so the encoder would never learn",
+             "src_embed": "no gradient reaches the source embedding: the encoder's input is detached (or embedded "
+                          "under torch.no_grad())"}
+    i = 0
+    for name, ps in parts:
+        gs = grads[i:i + len(ps)]
+        i += len(ps)
+        if ps and not any(g is not None and bool(g.abs().sum() > 0) for g in gs):
+            raise CheckFailure(f"{run}: the gradient of a loss on the logits with respect to {name}'s parameters",
+                               "a gradient", "none", hints[name])

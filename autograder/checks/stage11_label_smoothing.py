@@ -1,6 +1,7 @@
 """Stage 11: the label-smoothed loss, against F.cross_entropy(label_smoothing=epsilon*V/(V-1),
 ignore_index=...) (the same distribution as the contract's: the target keeps 1 - epsilon, each of the
-other V - 1 tokens gets epsilon / (V - 1)), with the classic mistakes named."""
+other V - 1 tokens gets epsilon / (V - 1)), also for confident logits (every log-probability enters the smoothed
+loss, so log(softmax(...)) underflows where log_softmax does not), with the classic mistakes named."""
 from __future__ import annotations
 
 import math
@@ -55,6 +56,20 @@ BY_BATCH = ("divided by the batch size instead of the number of non-padding posi
             "whose target is not ignore_index")
 PER_SENTENCE = ("averaged within each sentence, then over the sentences: average over all non-padding positions at "
                 "once (sum of their losses / their count), so that a long sentence weighs more")
+SIGN = "the sign is flipped: the loss is -sum q log p (positive), the log-probabilities are negative"
+SWAPPED = ("epsilon and 1 - epsilon swapped: the target keeps 1 - epsilon, the other V - 1 tokens share epsilon "
+           "(epsilon / (V - 1) each)")
+TARGET_EXTRA = ("the target got epsilon / (V - 1) on top of 1 - epsilon (the distribution sums to more than 1): the target "
+                "keeps exactly 1 - epsilon, only the V - 1 other tokens share epsilon")
+MEAN_OVER_V = ("averaged over the vocabulary too (.mean() over positions and tokens): sum q * log p over the V tokens of "
+               "a position, then average over the positions")
+EACH_EPS = "each wrong token got epsilon: the V - 1 wrong tokens share epsilon, epsilon / (V - 1) each"
+PROBS = "probabilities used instead of log-probabilities: the cross-entropy is -sum q * log_softmax(logits)"
+OTHERS_EMPTY = ("the V - 1 other tokens got nothing (only (1 - epsilon) * -log p[target] is left; epsilon // (V - 1) is "
+                "integer division?): each gets epsilon / (V - 1)")
+UNSTABLE = ("log-probabilities from log(softmax(logits)): for confident logits the softmax underflows to 0, so the log "
+            "is -inf (or a clamp / + 1e-9 hides the true value, far below log 1e-9 here); use F.log_softmax(logits, dim=-1) "
+            "(or logits - logsumexp)")
 MUTATED = ("work on copies: target.masked_fill(...) or torch.where(...) (no in-place `_` methods, no `target[...] = ...`, "
            "no `logits -= ...`) so the caller's tensors stay as they were")
 
@@ -106,6 +121,20 @@ def _mistakes(logits, target, epsilon, ignore_index=PAD):
         sums, counts = (per * keep).view(target.size(0), -1).sum(1), rows.sum(1)
         if bool((counts > 0).any()):
             out[PER_SENTENCE] = (sums[counts > 0] / counts[counts > 0]).mean()
+    nll = _per_position(logits, target, 0.0)
+    p = F.softmax(logits.reshape(-1, V).double(), -1)
+    p_t = p.gather(1, flat_t.clamp(0, V - 1)[:, None]).squeeze(1)
+    out[SIGN] = -per[keep].sum() / n
+    out[MEAN_OVER_V] = per[keep].sum() / n / V
+    if epsilon > 0:
+        out[PROBS] = (-(1 - epsilon) * p_t - epsilon / (V - 1) * (1 - p_t))[keep].mean() if keep.any() else per.sum() * 0
+        out[OTHERS_EMPTY] = ((1 - epsilon) * nll)[keep].sum() / n
+        out[TARGET_EXTRA] = (per + epsilon / (V - 1) * nll)[keep].sum() / n
+        if V > 2:
+            out[EACH_EPS] = _per_position(logits, target, epsilon, share=epsilon)[keep].sum() / n
+    if 0 < epsilon < 1 and epsilon != 0.5:
+        others = _per_position(logits, target, 1.0) * (V - 1)  # -sum of log p over the V - 1 other tokens
+        out[SWAPPED] = (epsilon * nll + (1 - epsilon) / (V - 1) * others)[keep].sum() / n
     if 0 < epsilon < 1:
         entropy = -(1 - epsilon) * math.log(1 - epsilon) - epsilon * math.log(epsilon / (V - 1))
         out[KL] = per[keep].mean() - entropy
@@ -164,6 +193,11 @@ def _ls_value(loss_fn):
     expect_close(got, _reference(flat_l, flat_t, 0.1).float(), "label_smoothed_loss(logits (15, 7), target (15,))",
                  hint="work over the last dimension of any shape: reshape logits to (-1, V) and target to (-1,)",
                  atol=1e-5, mistakes=_mistakes(flat_l, flat_t, 0.1))
+    # confident logits (a trained model's): every log-probability enters the smoothed loss, the smallest about -200
+    sure = logits * 40
+    what = "label_smoothed_loss(logits * 40 (a confident model), target)"
+    got = _loss(loss_fn, sure, target, what)
+    expect_close(got, _reference(sure, target, 0.1).float(), what, hint=UNSTABLE, atol=1e-5)
 
 
 @register("label_smoothed_loss", "each wrong token gets epsilon / (V - 1), not epsilon / V")
