@@ -57,6 +57,7 @@ import nbformat
 
 NOTEBOOK_TIMEOUT = 600    # seconds for a whole notebook
 CELL_TIMEOUT = 180        # seconds for one cell
+STOP_GRACE = 20          # seconds the notebook's own process gets, past the time limit, to stop and report
 MEMORY_GB = float(os.environ.get("AUTOGRADER_MEMORY_GB", 4))  # the kernel's address space (RLIMIT_AS)
 FILE_SIZE = 1 << 30       # the largest file the kernel may write (RLIMIT_FSIZE)
 MAX_NOTEBOOK_BYTES = 50 << 20
@@ -240,25 +241,39 @@ def _execute(spec_path: str) -> None:
     and {"error": ...}."""
     from nbclient import NotebookClient
 
+    class Stop(BaseException):
+        pass
+
+    stopped = []  # the reason, once the notebook's time is up
+
+    def time_up() -> bool:
+        if not stopped and time.time() >= spec["deadline"]:
+            stopped.append(f"stopped after {spec['timeout']:g} s (the notebook's time limit)")
+        return bool(stopped)
+
     class Client(NotebookClient):
         current = None
 
         async def async_execute_cell(self, cell, cell_index, *args, **kwargs):
+            if time_up():  # no cell starts after the time limit
+                raise Stop(stopped[0])
             self.current = cell_index
             return await super().async_execute_cell(cell, cell_index, *args, **kwargs)
 
-    class Stop(Exception):
-        pass
-
     def stop(signum, frame):
-        raise Stop(f"stopped after {spec['timeout']:g} s (the notebook's time limit)")
+        # the parent's fallback; an asyncio signal handler installed by the kernel client can replace this
+        # one (seen with IPython 9's stack), which is why the deadline is kept here, by the cells' timeouts
+        stopped.append(f"stopped after {spec['timeout']:g} s (the notebook's time limit)")
+        raise Stop(stopped[0])
 
     spec = json.loads(pathlib.Path(spec_path).read_text())
     signal.signal(signal.SIGTERM, stop)
     nb = nbformat.read(spec["prepared"], as_version=4)
-    client = Client(nb, timeout=spec["cell_timeout"], allow_errors=True, interrupt_on_timeout=True,
-                            kernel_name=KERNEL_NAME, startup_timeout=120,
-                            resources={"metadata": {"path": spec["work"]}})
+    # each cell may run until its own limit or the notebook's, whichever comes first: at the notebook's the
+    # kernel is interrupted, and the next cell does not start
+    client = Client(nb, timeout_func=lambda cell: max(1.0, min(spec["cell_timeout"], spec["deadline"] - time.time())),
+                    allow_errors=True, interrupt_on_timeout=True, kernel_name=KERNEL_NAME, startup_timeout=120,
+                    resources={"metadata": {"path": spec["work"]}})
     status = {"error": None, "cell": None}
     log = open(spec["log"], "wb")
     try:
@@ -266,6 +281,7 @@ def _execute(spec_path: str) -> None:
     except BaseException as e:  # noqa: BLE001  (reported to the parent)
         status["cell"] = client.current
         status["error"] = f"{type(e).__name__}: {str(e).strip().splitlines()[0][:300] if str(e).strip() else ''}"
+        status["stopped"] = isinstance(e, Stop) or bool(stopped)
     finally:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         log.close()
@@ -450,7 +466,8 @@ def grade_notebook(path: str | os.PathLike, timeout: float = NOTEBOOK_TIMEOUT, *
                                                                   if os.environ.get("PYTHONPATH") else []))}}))
         nbformat.write(prepared, str(tmp / "prepared.ipynb"))
         spec = {"prepared": str(tmp / "prepared.ipynb"), "out": str(tmp / "out.ipynb"), "status": str(tmp / "status.json"),
-                "work": str(work), "cell_timeout": cell_timeout, "log": str(tmp / "kernel.log"), "timeout": timeout}
+                "work": str(work), "cell_timeout": cell_timeout, "log": str(tmp / "kernel.log"), "timeout": timeout,
+                "deadline": start + timeout}
         (tmp / "spec.json").write_text(json.dumps(spec))
         env = dict(os.environ, JUPYTER_PATH=str(tmp), AUTOGRADER_TOKEN=token,
                    PYTHONPATH=os.pathsep.join([str(ROOT)] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else [])))
@@ -458,8 +475,8 @@ def grade_notebook(path: str | os.PathLike, timeout: float = NOTEBOOK_TIMEOUT, *
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True, text=True,
                                 env=env, cwd=str(tmp))
         stopped = False
-        try:
-            _, err = proc.communicate(timeout=timeout)
+        try:  # the child keeps the deadline itself; this is the fallback for a child that cannot
+            _, err = proc.communicate(timeout=max(0.0, start + timeout - time.time()) + STOP_GRACE)
         except subprocess.TimeoutExpired:  # the child stops the kernel, then writes what was graded so far
             stopped = True
             try:
@@ -483,7 +500,7 @@ def grade_notebook(path: str | os.PathLike, timeout: float = NOTEBOOK_TIMEOUT, *
         except Exception:  # noqa: BLE001
             executed = None
         key = _start_key(executed, nonce0)
-        if stopped:
+        if stopped or status.get("stopped"):
             result["error"] = f"stopped after {timeout:g} s (the notebook's time limit)"
         elif executed is None:
             last = err.strip().splitlines()[-1] if err and err.strip() else f"exit status {proc.returncode}"
