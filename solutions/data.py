@@ -161,7 +161,7 @@ def load_multi30k(source: str = "multi30k", cache_dir=None, retries: int = 3, ti
     """Multi30k task 1: {"train": (29000 German lines, 29000 English lines), "val": (1014, 1014),
     "test": (1000, 1000)} (test is test_2016_flickr). Raises DataDownloadError on failure.
 
-    Example: load_multi30k("/work/shared/data/multi30k")["val"][1][1] -> "A man sleeping in a green room on a couch."
+    Example: load_multi30k("path/to/multi30k")["val"][1][1] -> "A man sleeping in a green room on a couch."
     """
     splits = {}
     for split, stem in MULTI30K_SPLITS.items():

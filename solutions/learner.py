@@ -66,6 +66,9 @@ def collect(lessons_dir="lessons", verify: bool = True, log=print):
                 chosen[name] = obj
                 ns[name] = obj
                 report[name] = "yours"
+    if not report:
+        log(f"no lesson notebooks with your code in {pathlib.Path(lessons_dir).resolve()}: put your completed "
+            "lessons (01_tokenization.ipynb ...) there, or pass their folder")
     for name in CONTRACT:
         report.setdefault(name, "reference: not found in the lessons")
     impl = types.SimpleNamespace(**{n: chosen.get(n, getattr(solutions, n)) for n in CONTRACT})
