@@ -544,6 +544,17 @@ def grade_notebook(path: str | os.PathLike, timeout: float = NOTEBOOK_TIMEOUT, *
     return result
 
 
+def labels(paths) -> list[str]:
+    """How the report names each notebook: its file name, or, when names repeat (one lesson, many students),
+    its path below the folder they share. Example: [".../alice/03_attention/03_attention.ipynb",
+    ".../bob/03_attention/03_attention.ipynb"] -> ["alice/03_attention/03_attention.ipynb", "bob/..."]"""
+    names = [pathlib.Path(p).name for p in paths]
+    if len(set(names)) < len(names):
+        common = os.path.commonpath([os.path.dirname(os.path.abspath(p)) for p in paths])
+        names = [os.path.relpath(os.path.abspath(p), common) for p in paths]
+    return names
+
+
 def grade(paths, json_path=None, timeout: float = NOTEBOOK_TIMEOUT, stream=sys.stdout, *, jobs: int = 1,
           cell_timeout: float = CELL_TIMEOUT, memory_gb: float = MEMORY_GB) -> dict:
     """Grade every notebook (`jobs` at a time), print a report, and return (and write to json_path)
@@ -583,15 +594,18 @@ def grade(paths, json_path=None, timeout: float = NOTEBOOK_TIMEOUT, stream=sys.s
                                             "at the same time"})
         return r
 
-    def show(r):
-        name = pathlib.Path(r["path"]).name
+    label = dict(zip(paths, labels(paths)))
+    width = max([32] + [len(n) for n in label.values()])
+
+    def show(r, p):
+        name = label[p]
         for c in r["cells"]:
-            print(f"{name:32s} {c['grade_id']:40s} {c['points']:6g} / {c['max_points']:g}", file=stream)
+            print(f"{name:{width}s} {c['grade_id']:40s} {c['points']:6g} / {c['max_points']:g}", file=stream)
         status = f"  ERROR: {r['error']}" if r["error"] else ""
-        print(f"{name:32s} {'TOTAL':40s} {r['points']:6g} / {r['max_points']:g}   ({r['seconds']:.0f} s){status}",
+        print(f"{name:{width}s} {'TOTAL':40s} {r['points']:6g} / {r['max_points']:g}   ({r['seconds']:.0f} s){status}",
               file=stream)
         for problem in r["problems"]:
-            print(f"{name:32s}   note: {problem}", file=stream)
+            print(f"{name:{width}s}   note: {problem}", file=stream)
         stream.flush()
 
     with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
@@ -603,7 +617,7 @@ def grade(paths, json_path=None, timeout: float = NOTEBOOK_TIMEOUT, stream=sys.s
                 r = {"path": p, "points": 0.0, "max_points": 0.0, "error": f"the grader failed: {type(e).__name__}: {e}",
                      "problems": [], "cells": [], "seconds": 0.0, "isolated": False, "lesson": None}
             report["notebooks"].append(r)
-            show(r)
+            show(r, p)
     if json_path:
         pathlib.Path(json_path).write_text(json.dumps(report, indent=2))
     return report

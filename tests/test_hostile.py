@@ -227,3 +227,12 @@ def test_a_notebook_past_its_time_limit_keeps_what_was_graded(tmp_path):
     assert [c["points"] for c in r["cells"]] == [3.0, 0.0], r
     assert "stopped after 45 s" in r["cells"][1]["message"]
     assert not running(b"4242.4243")
+
+
+def test_the_report_tells_students_apart():
+    """One lesson from many students: the console report names each by its folder, not only the file name."""
+    from autograder.grade import labels
+    same = [f"/c/submitted/{s}/03_attention/03_attention.ipynb" for s in ("alice", "bob")]
+    assert labels(same) == ["alice/03_attention/03_attention.ipynb", "bob/03_attention/03_attention.ipynb"]
+    assert labels(["/x/a/01_tokenization.ipynb", "/y/03_attention.ipynb"]) == ["01_tokenization.ipynb",
+                                                                               "03_attention.ipynb"]
