@@ -33,7 +33,12 @@ c.GenerateFeedback.preprocessors = [
 def build_course(directory, lessons=None) -> pathlib.Path:
     root = pathlib.Path(directory).resolve()
     root.mkdir(parents=True, exist_ok=True)
-    (root / "nbgrader_config.py").write_text(CONFIG.format(root=str(root), stub="\n".join(CODE_STUB)))
+    config = root / "nbgrader_config.py"
+    text = CONFIG.format(root=str(root), stub="\n".join(CODE_STUB))
+    if config.exists() and config.read_text() != text:  # "edit freely": a rebuild keeps the instructor's edits
+        print(f"kept your {config} (delete it to get the course's default)")
+    else:
+        config.write_text(text)
     chosen = [p for p in lesson_paths() if not lessons or p.stem in lessons]
     if lessons and len(chosen) != len(lessons):
         known = ", ".join(p.stem for p in lesson_paths())

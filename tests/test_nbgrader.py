@@ -82,3 +82,14 @@ def test_autograde_every_lesson_in_one_call(course):
     nbgrader(course, "export", "--to", "grades.csv")
     after = {r["student_id"]: r["raw_score"] for r in csv.DictReader(open(course / "grades.csv"))}
     assert after == before
+
+
+def test_a_rebuild_keeps_the_instructors_config(tmp_path):
+    """nbgrader_config.py says "edit freely": building the course again (to add a lesson) keeps the edits."""
+    from autograder.course import build_course
+    root = build_course(tmp_path / "course", [LESSON])
+    config = root / "nbgrader_config.py"
+    config.write_text(config.read_text() + "c.Execute.timeout = 1200\n")
+    build_course(root, [LESSON, "04_multi_head_attention"])
+    assert config.read_text().endswith("c.Execute.timeout = 1200\n")
+    assert (root / "source" / "04_multi_head_attention" / "04_multi_head_attention.ipynb").exists()
