@@ -638,3 +638,30 @@ SECOND_ROUND_MISTAKES = [
 @pytest.mark.parametrize("label,cls,keywords", SECOND_ROUND_MISTAKES, ids=[m[0] for m in SECOND_ROUND_MISTAKES])
 def test_second_round_transformer_mistakes_are_caught(label, cls, keywords):
     assert_caught(cls, "Transformer", *keywords)
+
+
+# ---------------------------------------------------------------- masks passed on in an equivalent form
+def enc_mask_expanded(self, src, src_mask):
+    """The padding mask spelled out over the queries: (B, 1, Ls, Ls) says what (B, 1, 1, Ls) says."""
+    L = src.size(1)
+    return self.encoder(self.positional(self.src_embed(src)), src_mask.expand(-1, -1, L, L))
+
+
+def dec_masks_expanded(self, tgt_in, memory, src_mask, tgt_mask):
+    L = tgt_in.size(1)
+    return self.decoder(self.positional(self.tgt_embed(tgt_in)), memory, src_mask.expand(-1, -1, L, -1),
+                        tgt_mask.expand(-1, 1, L, L).contiguous())
+
+
+def test_equivalent_masks_get_full_marks():
+    """A mask broadcast out to its full size hides the same keys from the same queries: not a mistake."""
+    assert_full_marks(variant(encode=enc_mask_expanded, decode=dec_masks_expanded), "Transformer")
+
+
+def enc_mask_expanded_inverted(self, src, src_mask):
+    L = src.size(1)
+    return self.encoder(self.positional(self.src_embed(src)), ~src_mask.expand(-1, -1, L, L))
+
+
+def test_expanded_but_inverted_mask_is_still_caught():
+    assert_caught(variant(encode=enc_mask_expanded_inverted), "Transformer", "src_mask inverted")

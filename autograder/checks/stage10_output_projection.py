@@ -119,12 +119,27 @@ def _inputs(model, ids, side, what):
     return right, wrong
 
 
+def _same(got, value, label):
+    """Whether the stack got `value`: the memory itself, or a mask that says the same for every query and key
+    (an expanded or reshaped-by-broadcasting copy of the bool mask is as good as the mask)."""
+    if not isinstance(got, torch.Tensor):
+        return False
+    if got.shape == value.shape:
+        return torch.equal(got, value)
+    if label == "memory" or got.dtype != torch.bool or got.dim() != value.dim():
+        return False
+    try:
+        shape = torch.broadcast_shapes(got.shape, value.shape)
+    except RuntimeError:
+        return False
+    return torch.equal(got.expand(shape), value.expand(shape))
+
+
 def _not_passed(got, value, label, stack):
     """The likely mistake when the stack got something other than `value` (a mask, or the memory) as `label`."""
     if got is None:
         return f"{label} not passed on to the {stack}"
-    if isinstance(got, torch.Tensor) and got.shape == value.shape and value.dtype == torch.bool and \
-            got.dtype == torch.bool and torch.equal(got, ~value):
+    if value.dtype == torch.bool and label != "memory" and _same(got, ~value, label):
         return f"{label} inverted (~{label} or {label} == 0) on its way to the {stack}: True means 'may attend'; pass " \
                f"{label} on as it is"
     if label == "memory":
@@ -459,7 +474,7 @@ def _encode_input(Transformer):
     expect_close(x, right, f"{what}.encode(src, src_mask): what the encoder was given",
                  hint="positional(src_embed(src)): embedding(src) * sqrt(d_model) + PE[:Ls]", mistakes=wrong)
     mask = _argument(rec.calls[0], 0, ("src_mask", "mask"))
-    if not isinstance(mask, torch.Tensor) or mask.shape != sm.shape or not torch.equal(mask, sm):
+    if not _same(mask, sm, "src_mask"):
         raise CheckFailure(f"{what}.encode(src, src_mask): the mask the encoder was given", "src_mask itself",
                            "None" if mask is None else "something else", _not_passed(mask, sm, "src_mask", "encoder"))
     expect_close(out, right, f"{what}.encode(src, src_mask) with an encoder that returns its input",
@@ -489,7 +504,7 @@ def _decode_input(Transformer):
     for index, names, value, label in ((0, ("memory",), memory, "memory"), (1, ("src_mask",), sm, "src_mask"),
                                        (2, ("tgt_mask",), tm, "tgt_mask")):
         got = _argument(rec.calls[0], index, names)
-        if not isinstance(got, torch.Tensor) or got.shape != value.shape or not torch.equal(got, value):
+        if not _same(got, value, label):
             swapped = isinstance(got, torch.Tensor) and any(
                 got.shape == v.shape and torch.equal(got, v) for v in (memory, sm, tm) if v is not value)
             raise CheckFailure(f"{what}.decode(tgt_in, memory, src_mask, tgt_mask): the decoder's argument {label}",
