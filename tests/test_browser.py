@@ -179,13 +179,25 @@ def test_lesson03_runs_in_jupyterlab_and_shows_check_output(jupyterlab, tmp_path
             assert cell.locator(".jp-InputArea .cm-content").inner_text().strip() == "check(softmax)"
             page.screenshot(path=str(shot))
         except Exception:
+            errors = []
             if page is not None:
                 try:
                     page.screenshot(path=str(shot), timeout=10_000)
+                    # Run All stops at the first cell that raises: its traceback is usually the whole story
+                    # (e.g. "No module named 'autograder'" when the course is not installed for the kernel).
+                    page.keyboard.press("Escape")
+                    page.keyboard.press("Control+Home")     # back to the top: cells off screen are not rendered
+                    page.locator(".jp-Notebook .jp-Cell").first.click(timeout=5_000)
+                    page.locator(".jp-OutputArea-output").first.wait_for(state="attached", timeout=5_000)
+                    errors = [t for t in page.locator(".jp-OutputArea-output").all_inner_texts()
+                              if "Error" in t or "Traceback" in t]
                 except Exception:
                     pass
             with capsys.disabled():
-                print(f"\nbrowser screenshot (at failure): {shot}\nJupyterLab log:\n{_tail(jupyterlab['log'])}")
+                print(f"\nbrowser screenshot (at failure): {shot}")
+                for t in errors[:2]:
+                    print(f"error output in the page (Run All stops there):\n{t[-1500:]}")
+                print(f"JupyterLab log:\n{_tail(jupyterlab['log'])}")
             raise
         finally:
             context.close()
