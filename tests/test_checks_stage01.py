@@ -2056,6 +2056,103 @@ def test_more_mistakes_are_caught(name, label, obj, keywords):
     assert_caught(obj, name, *keywords)
 
 
+# ---------------------------------------------------------------- review C: mistakes the checks missed or misnamed
+def merge_joined_text_compared(symbols, pair):
+    """Compares the joined text of two symbols with the joined pair: ('ab', 'c') taken for ('a', 'bc')."""
+    out, i = [], 0
+    while i < len(symbols):
+        if i + 1 < len(symbols) and symbols[i] + symbols[i + 1] == pair[0] + pair[1]:
+            out.append(symbols[i] + symbols[i + 1])
+            i += 2
+        else:
+            out.append(symbols[i])
+            i += 1
+    return tuple(out)
+
+
+def apply_bpe_lowercased(word, merges):
+    return solutions.apply_bpe(word.lower(), merges)
+
+
+def apply_bpe_ranks_by_joined_text(word, merges):
+    """tiktoken-style ranks keyed by the merged text: (p, qr</w>) found as if it were the merge (pq, r</w>)."""
+    rank = {}
+    for i, (a, b) in enumerate(merges):
+        rank.setdefault(a + b, i)
+    s = list(_word(word))
+    while len(s) > 1:
+        found = [(rank[a + b], i) for i, (a, b) in enumerate(zip(s, s[1:])) if a + b in rank]
+        if not found:
+            break
+        _, i = min(found)
+        s[i:i + 2] = [s[i] + s[i + 1]]
+    return s
+
+
+class TokSharedCache(BPETokenizer):
+    """Encoded words cached in a class attribute: a second tokenizer gets the first one's ids."""
+    ids_of = {}
+
+    def encode(self, text):
+        out = []
+        for w in text.split():
+            if w not in self.ids_of:
+                self.ids_of[w] = [self.stoi.get(s, solutions.UNK) for s in solutions.apply_bpe(w, self.merges)]
+            out += self.ids_of[w]
+        return out
+
+
+class TokUnknownWord(BPETokenizer):
+    """A word with any unknown subword becomes one <unk>."""
+
+    def encode(self, text):
+        out = []
+        for w in text.split():
+            subwords = solutions.apply_bpe(w, self.merges)
+            out += [solutions.UNK] if any(s not in self.stoi for s in subwords) else [self.stoi[s] for s in subwords]
+        return out
+
+
+class TokLoadKeepsLists(BPETokenizer):
+    """load keeps JSON's lists, and encode tests `pair in self.merges`: after loading no merge applies."""
+
+    @classmethod
+    def load(cls, path):
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+        tok = cls()
+        tok.merges, tok.itos = data["merges"], data["itos"]
+        tok.stoi = {s: i for i, s in enumerate(tok.itos)}
+        return tok
+
+    def encode(self, text):
+        out = []
+        for w in text.split():
+            s = _word(w)
+            while True:
+                present = [p for p in zip(s, s[1:]) if p in self.merges]
+                if not present:
+                    break
+                s = solutions.merge_pair(s, min(present, key=self.merges.index))
+            out += [self.stoi.get(x, solutions.UNK) for x in s]
+        return out
+
+
+MISTAKES_C = [
+    ("merge_pair", "the joined text compared", merge_joined_text_compared, ["joined text", "== pair"]),
+    ("apply_bpe", "the word lowercased", apply_bpe_lowercased, ["lowercased"]),
+    ("apply_bpe", "ranks keyed by the joined text", apply_bpe_ranks_by_joined_text, ["PAIR of symbols"]),
+    ("BPETokenizer", "a cache in a class attribute", TokSharedCache, ["cache", "class attribute"]),
+    ("BPETokenizer", "one <unk> for a whole word", TokUnknownWord, ["not the whole word to one <unk>"]),
+    ("BPETokenizer", "load keeps JSON's lists", TokLoadKeepsLists, ["lists", "tuple(m)"]),
+]
+
+
+@pytest.mark.parametrize("name,label,obj,keywords", MISTAKES_C, ids=[f"{m[0]}-{m[1]}" for m in MISTAKES_C])
+def test_mistakes_review_c(name, label, obj, keywords):
+    assert_caught(obj, name, *keywords)
+
+
 def test_targeted_mistakes_lose_little():
     """One mistake costs the checks about it, not the whole stage: e.g. min instead of max for ties keeps
     the checks on weighting, `</w>` and min_frequency."""

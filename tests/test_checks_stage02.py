@@ -741,6 +741,53 @@ def test_more_module_mistakes_are_caught(label, cls, keywords):
     assert_caught(cls, "PositionalEncoding", *keywords)
 
 
+# ---------------------------------------------------------------- review C: mistakes the checks missed or misnamed
+class PEDefaultMaxLen512(PositionalEncoding):
+    def __init__(self, d_model, max_len=512, dropout=0.1):
+        super().__init__(d_model, max_len, dropout)
+
+
+class PEFloat64NotCast(PositionalEncoding):
+    """A float64 table added as it is: float32 x comes out float64, which the next nn.Linear refuses."""
+
+    def __init__(self, d_model, max_len=5000, dropout=0.1):
+        super().__init__(d_model, max_len, dropout)
+        self.register_buffer("pe", self.pe.double(), persistent=False)
+
+    def forward(self, x):
+        if x.size(1) > self.pe.size(0):
+            raise ValueError("too long")
+        return self.dropout(x + self.pe[: x.size(1)])
+
+
+class PEKeepProbability(PositionalEncoding):
+    """TensorFlow 1's keep_prob habit: nn.Dropout(1 - dropout)."""
+
+    def __init__(self, d_model, max_len=5000, dropout=0.1):
+        super().__init__(d_model, max_len, dropout)
+        self.dropout = nn.Dropout(1 - dropout)
+
+
+class PEMultiplies(PositionalEncoding):
+    def forward(self, x):
+        if x.size(1) > self.pe.size(0):
+            raise ValueError("too long")
+        return self.dropout(x * self.pe[: x.size(1)])
+
+
+MODULE_MISTAKES_C = [
+    ("default max_len 512", PEDefaultMaxLen512, ["default max_len=5000", "fewer than 5000 positions"]),
+    ("a float64 table not cast", PEFloat64NotCast, ["torch.float64", "x.dtype"]),
+    ("nn.Dropout(1 - dropout)", PEKeepProbability, ["ZEROING", "1 - dropout"]),
+    ("x multiplied by the table", PEMultiplies, ["multiplied by the table"]),
+]
+
+
+@pytest.mark.parametrize("label,cls,keywords", MODULE_MISTAKES_C, ids=[m[0] for m in MODULE_MISTAKES_C])
+def test_module_mistakes_review_c(label, cls, keywords):
+    assert_caught(cls, "PositionalEncoding", *keywords)
+
+
 def test_checks_leave_the_global_random_state_alone():
     torch.manual_seed(123)
     expected = torch.rand(3)

@@ -227,6 +227,7 @@ def _forward_mistakes(x, max_len):
            "the table was sliced with x.size(0) (the batch) instead of x.size(1) (the length): x is (batch, "
            "length, d_model)": x + pe[:B][:, None, :],
            "the table was not added: return x + PE[:length]": x,
+           "x multiplied by the table: the positional encoding is ADDED, x + PE[:length]": x * pe[:L],
            "the table multiplied by sqrt(d_model): add it as it is (the sqrt(d_model) scaling belongs to "
            "TokenEmbedding, on the embeddings)": x + pe[:L] * math.sqrt(d)}
     for how, text in TABLE_MISTAKES.items():
@@ -244,6 +245,11 @@ def _pe_forward(cls):
     out = _forward(module, x.clone(), what, 20)
     _expect_close_lazy(out, x + _table(20, 8)[:5], what, "x + self.pe[:x.size(1)] (the table broadcasts over the "
                        "batch)", 1e-4, lambda: _forward_mistakes(x, 20))
+    if out.dtype != x.dtype:  # the values are right: the table's dtype promoted the sum
+        raise CheckFailure(f"{what}: dtype", f"{x.dtype}, x's dtype", str(out.dtype),
+                           f"the {out.dtype} table promoted x + PE to {out.dtype}: the layers after it have "
+                           f"{x.dtype} weights and refuse that input. Keep the buffer in float32 (table.float()) or "
+                           "cast the slice, self.pe[:x.size(1)].to(x.dtype)")
     with seeded(6):
         x2 = torch.randn(2, 20, 8)
     _expect_close_lazy(_forward(module, x2.clone(), f"{name}(x) for x of shape (2, 20, 8)", 20), x2 + _table(20, 8),
@@ -389,12 +395,24 @@ def _pe_defaults(cls):
     module, name = _module(cls, 8)
     module.train()
     x = torch.full((2, 5000, 8), 3.0)
-    with seeded(3):
-        out = _forward(module, x.clone(), f"{name}(x) for x of length 5000 in training mode", 5000)
+    what = f"{name}(x) for x of length 5000 in training mode"
+    try:
+        with seeded(3):
+            out = _forward(module, x.clone(), what, 5000)
+    except CheckFailure as e:
+        table = _table_tensor(module)
+        if table is None or table.numel() >= 5000 * 8:
+            raise
+        raise CheckFailure(what, "x + PE (max_len=5000 by default)", e.got,
+                           f"the table of {name} has shape {tuple(table.shape)}, fewer than 5000 positions: keep the "
+                           "signature's default max_len=5000 and build the table with it") from None
     share = (out == 0).double().mean().item()
     if not 0.08 < share < 0.12:
         raise CheckFailure(f"{name}(x) in training mode: share of zeros", "about 0.1 (dropout=0.1 by default)",
-                           f"{share:.3f}", "keep the signature's defaults: dropout=0.1, max_len=5000")
+                           f"{share:.3f}", "nn.Dropout(p) takes the probability of ZEROING a value, not of keeping "
+                           "it: nn.Dropout(dropout), not nn.Dropout(1 - dropout)" if 0.88 < share < 0.92 else
+                           "keep the signature's defaults (dropout=0.1, max_len=5000) and pass dropout on, "
+                           "nn.Dropout(dropout), with no fixed rate")
     expect_raises(lambda: module(torch.full((1, 5001, 8), 3.0)), ValueError, f"{name}(x) for x of length 5001",
                   "a sequence longer than max_len (5000 by default) must raise ValueError")
 
