@@ -1140,6 +1140,23 @@ def test_round2_mistakes_are_caught(name, label, fn, keywords):
     assert_caught(fn, name, *keywords)
 
 
+# ================================================================ review round 3
+ROUND3_MISTAKES = [
+    ("rate held at its peak after warmup (was named 'off by one')",
+     noam_expr(lambda s, d, w, f: f * d ** -0.5 * min(s, w) * w ** -1.5), ["stays at its peak"], ["off by one"]),
+    ("factor on the decay term only (was named 'factor ignored')",
+     noam_expr(lambda s, d, w, f: d ** -0.5 * min(f * s ** -0.5, s * w ** -1.5)), ["only the decay term"],
+     ["factor argument is ignored"]),
+]
+
+
+@pytest.mark.parametrize("label,fn,keywords,absent", ROUND3_MISTAKES, ids=[m[0] for m in ROUND3_MISTAKES])
+def test_round3_noam_mistakes_named_consistently(label, fn, keywords, absent):
+    """A mistake is named only when it matches the learner's values at every step where they are wrong."""
+    _, text = assert_caught(fn, "noam_lr", *keywords)
+    assert not any(a in text for a in absent), text
+
+
 def test_check_runs_write_nothing_to_stderr():
     """check() on correct and wrong training utilities, in a fresh interpreter, leaves stderr empty (SequentialLR
     and a scheduler stepped before the optimizer make PyTorch warn)."""

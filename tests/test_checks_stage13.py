@@ -715,7 +715,7 @@ def beam_lists(accumulate=True, bos_in_length=False, bound=None, steps=0, memory
                             break
                 beams[b] = kept + [(kept[0][0], -math.inf)] * (K - len(kept))
                 top = max(s for _, s in kept)
-                limit = {"current": norm(top, t), "raw": top, None: norm(top, max_len)}[bound]
+                limit = {"current": norm(top, t), "next": norm(top, t + 1), "raw": top, None: norm(top, max_len)}[bound]
                 if done[b] and limit <= max(d[0] for d in done[b]):
                     stopped[b] = True
             if all(stopped):
@@ -1451,6 +1451,95 @@ def test_beam_shrinking_is_named_first_where_it_matters():
     _, text = grade(beam_mistake(walk="step"), "beam_search")
     line = next(l for l in text.splitlines() if "sets finished hypotheses aside" in l)
     assert line.split("Likely: ", 1)[1].startswith("the beam shrank"), line
+
+
+# ================================================================ review round 3
+class _NoGenerator:
+    """The model as a decoder that forgets model.generator sees it: decode's output taken for the logits."""
+
+    def __init__(self, model):
+        self.encode, self.decode = model.encode, model.decode
+
+    @staticmethod
+    def generator(out):
+        return out
+
+
+def greedy_without_generator(model, src, src_mask, max_len, bos_id=BOS, eos_id=EOS):
+    return solutions.greedy_decode(_NoGenerator(model), src, src_mask, max_len, bos_id, eos_id)
+
+
+def beam_without_generator(model, src, src_mask, max_len, beam_size=4, alpha=0.6, bos_id=BOS, eos_id=EOS):
+    return solutions.beam_search(_NoGenerator(model), src, src_mask, max_len, beam_size, alpha, bos_id, eos_id)
+
+
+def bleu_zero_unguarded(hypotheses, references, max_n=4):
+    """No early return for a zero precision: math.log(0) raises (or 0/0 for an order without n-grams)."""
+    m, tot = [0] * max_n, [0] * max_n
+    for h, r in zip(hypotheses, references):
+        for n in range(1, max_n + 1):
+            hc = Counter(tuple(h[i:i + n]) for i in range(len(h) - n + 1))
+            rc = Counter(tuple(r[i:i + n]) for i in range(len(r) - n + 1))
+            m[n - 1], tot[n - 1] = m[n - 1] + sum((hc & rc).values()), tot[n - 1] + sum(hc.values())
+    c, r = sum(map(len, hypotheses)), sum(map(len, references))
+    return 100 * min(1.0, math.exp(1 - r / c)) * math.exp(sum(math.log(a / b) for a, b in zip(m, tot)) / max_n)
+
+
+def bleu_bp(kind):
+    """Corpus BLEU with the brevity penalty written wrong: "ratio" (hyp_len / ref_len) or "uncapped" (above 1 for
+    long hypotheses)."""
+    def corpus_bleu(hypotheses, references, max_n=4):
+        score = solutions.corpus_bleu(hypotheses, references, max_n)
+        c, r = sum(map(len, hypotheses)), sum(map(len, references))
+        right = min(1.0, math.exp(1 - r / c))
+        return score / right * (min(1.0, c / r) if kind == "ratio" else math.exp(1 - r / c))
+    return corpus_bleu
+
+
+def bleu_unique_ngrams(hypotheses, references, max_n=4):
+    """Sets of n-grams: each distinct n-gram counted once, in the matches and in the totals."""
+    m, tot = [0] * max_n, [0] * max_n
+    for h, r in zip(hypotheses, references):
+        for n in range(1, max_n + 1):
+            hs = {tuple(h[i:i + n]) for i in range(len(h) - n + 1)}
+            m[n - 1] += len(hs & {tuple(r[i:i + n]) for i in range(len(r) - n + 1)})
+            tot[n - 1] += len(hs)
+    if 0 in m:
+        return 0.0
+    c, r = sum(map(len, hypotheses)), sum(map(len, references))
+    return 100 * min(1.0, math.exp(1 - r / c)) * math.exp(sum(math.log(a / b) for a, b in zip(m, tot)) / max_n)
+
+
+ROUND3_MISTAKES = [
+    ("greedy_decode", "model.generator not applied (used to get full marks)", greedy_without_generator,
+     ["model.generator was not applied"]),
+    ("beam_search", "model.generator not applied (used to get full marks)", beam_without_generator,
+     ["model.generator was not applied"]),
+    ("beam_search", "early stop with the penalty of length t + 1", beam_lists(bound="next"),
+     ["stopped too early", "t + 1"]),
+    ("corpus_bleu", "log(0) reached", bleu_zero_unguarded, ["math.log(0)", "return 0.0"]),
+    ("corpus_bleu", "BP = hyp_len / ref_len", bleu_bp("ratio"), ["hyp_len / ref_len"]),
+    ("corpus_bleu", "BP not capped at 1", bleu_bp("uncapped"), ["not capped at 1"]),
+    ("corpus_bleu", "distinct n-grams counted once", bleu_unique_ngrams, ["counted once (a set)"]),
+]
+
+
+@pytest.mark.parametrize("name,label,fn,keywords", ROUND3_MISTAKES, ids=[f"{m[0]}: {m[1]}" for m in ROUND3_MISTAKES])
+def test_round3_mistakes_are_caught(name, label, fn, keywords):
+    assert_caught(fn, name, *keywords)
+
+
+def greedy_reads_out_features(model, src, src_mask, max_len, bos_id=BOS, eos_id=EOS):
+    """Reads the vocabulary size from model.generator (an nn.Linear in a real model; it used to get 0/5: the
+    checks' model had an nn.Identity there)."""
+    V = model.generator.out_features
+    assert model.generator.weight.shape[0] == V
+    return solutions.greedy_decode(model, src, src_mask, max_len, bos_id, eos_id)
+
+
+def test_round3_decoder_reading_the_generator_gets_full_marks():
+    """(beam_search runs on the same model: one decoder is enough to test it.)"""
+    assert_full_marks(greedy_reads_out_features, "greedy_decode")
 
 
 def test_check_runs_write_nothing_to_stderr():

@@ -534,24 +534,40 @@ def _noam_mistakes(step, d, w, f):
         "d_model and warmup_steps swapped": f * w ** -0.5 * min(s ** -0.5, s * d ** -1.5),
         "the warmup term is step / warmup_steps: it is step * warmup_steps ** -1.5": f * d ** -0.5 * min(
             s ** -0.5, s / w),
+        "the rate stays at its peak after warmup_steps (min(step, warmup_steps) * warmup_steps ** -1.5): after the "
+        "warmup it decays as step ** -0.5, the min of the two terms": f * d ** -0.5 * min(s, w) * w ** -1.5,
+        "factor multiplies only the decay term: it multiplies the whole rate": d ** -0.5 * min(f * s ** -0.5,
+                                                                                                s * w ** -1.5),
+        "factor multiplies only the warmup term: it multiplies the whole rate": d ** -0.5 * min(s ** -0.5,
+                                                                                                 f * s * w ** -1.5),
     }
 
 
 def _expect_lr(noam_lr, step, d, w=None, f=None, hint=None):
-    kwargs = {}
-    if w is not None:
-        kwargs["warmup_steps"] = w
-    if f is not None:
-        kwargs["factor"] = f
-    w_, f_ = (4000 if w is None else w), (1.0 if f is None else f)
-    args = ", ".join([str(step), str(d)] + [f"{k}={v}" for k, v in kwargs.items()])
-    what = f"noam_lr({args})"
-    got = _number(noam_lr(step, d, **kwargs), what)
-    expected = _noam(step, d, w_, f_)
-    if math.isclose(got, expected, rel_tol=1e-6, abs_tol=1e-15):
+    _expect_lrs(noam_lr, [(step, d, w, f)], hint)
+
+
+def _expect_lrs(noam_lr, cases, hint=None):
+    """noam_lr at each (step, d_model, warmup_steps or None, factor or None) of cases (None: the default left
+    out). A mistake is named only when it gives the learner's value at every case where the learner is wrong
+    (a value that happens to equal a mistake's at one step does not name it)."""
+    rows = []
+    for step, d, w, f in cases:
+        kwargs = {}
+        if w is not None:
+            kwargs["warmup_steps"] = w
+        if f is not None:
+            kwargs["factor"] = f
+        w_, f_ = (4000 if w is None else w), (1.0 if f is None else f)
+        what = f"noam_lr({', '.join([str(step), str(d)] + [f'{k}={v}' for k, v in kwargs.items()])})"
+        rows.append((what, _number(noam_lr(step, d, **kwargs), what), _noam(step, d, w_, f_),
+                     _noam_mistakes(step, d, w_, f_)))
+    wrong = [r for r in rows if not math.isclose(r[1], r[2], rel_tol=1e-6, abs_tol=1e-15)]
+    if not wrong:
         return
-    names = [description for description, wrong in _noam_mistakes(step, d, w_, f_).items()
-             if math.isclose(got, wrong, rel_tol=1e-6, abs_tol=1e-15)]
+    what, got, expected, _ = wrong[0]
+    names = [description for description in wrong[0][3]
+             if all(math.isclose(g, m[description], rel_tol=1e-6, abs_tol=1e-15) for _, g, _, m in wrong)]
     hint = "; or ".join(names) or hint
     raise CheckFailure(what, f"{expected:.6g}", f"{got:.6g}",
                        hint or "factor * d_model ** -0.5 * min(step ** -0.5, step * warmup_steps ** -1.5)")
@@ -559,8 +575,7 @@ def _expect_lr(noam_lr, step, d, w=None, f=None, hint=None):
 
 @register("noam_lr", "equals factor * d_model^-0.5 * min(step^-0.5, step * warmup^-1.5)")
 def _noam_formula(noam_lr):
-    for step in (1, 10, 1000, 3999, 4000, 4001, 10000, 100000):
-        _expect_lr(noam_lr, step, 512)
+    _expect_lrs(noam_lr, [(step, 512, None, None) for step in (1, 10, 1000, 3999, 4000, 4001, 10000, 100000)])
 
 
 @register("noam_lr", "rises linearly until warmup_steps, then decays as step^-0.5")
@@ -589,9 +604,7 @@ def _noam_hint(noam_lr, d, w):
 
 @register("noam_lr", "uses d_model, warmup_steps and factor")
 def _noam_args(noam_lr):
-    for step in (3, 50, 200):
-        _expect_lr(noam_lr, step, 64, w=50, f=2.0)
-    _expect_lr(noam_lr, 7, 128, w=10, f=0.5)
+    _expect_lrs(noam_lr, [(3, 64, 50, 2.0), (50, 64, 50, 2.0), (200, 64, 50, 2.0), (7, 128, 10, 0.5)])
 
 
 @register("noam_lr", "step 0 counts as step 1 (no ZeroDivisionError)")

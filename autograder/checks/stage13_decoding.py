@@ -19,17 +19,46 @@ PAD, BOS, EOS = 0, 1, 2
 
 
 # ------------------------------------------------------------------------------------ fake models
+def _hidden_order(vocab: int) -> list[int]:
+    """The fake decoder's output holds the logits in this order (reversed): hidden[..., j] = logits[..., order[j]],
+    so that a decoder that forgets model.generator picks other tokens."""
+    return list(range(vocab - 1, -1, -1))
+
+
+class _Generator(nn.Linear):
+    """The fake model's model.generator: an nn.Linear(vocab, vocab) (out_features, weight and bias are there for
+    code that reads them) whose weight is the permutation that puts the fake decoder's output back in token
+    order; forward gathers the columns, which is exact."""
+
+    def __init__(self, vocab: int):
+        order = _hidden_order(vocab)
+        self._back = [order.index(k) for k in range(vocab)]  # logits[k] = hidden[back[k]]
+        super().__init__(vocab, vocab)
+        self.register_buffer("back", torch.tensor(self._back), persistent=False)
+
+    def reset_parameters(self):  # (nn.Linear's random init would draw from the learner's torch RNG)
+        with torch.no_grad():
+            self.weight.zero_()
+            self.weight[torch.arange(self.out_features), torch.tensor(self._back)] = 1.0
+            self.bias.zero_()
+
+    def forward(self, x):
+        return x.index_select(-1, self.back.to(x.device))
+
+
 class _FakeModel(nn.Module):
     """A 'translation model' through encode/decode/generator only. memory remembers the source ids, and
     decode puts at each position j the logits next_logits(source ids, prefix[:j + 1]) (a fixed function),
     as a causal decoder would, so that a decoder's choices can be replayed exactly (and reading another
-    position than the last repeats an earlier prediction). It records the first wrong mask it is given."""
+    position than the last repeats an earlier prediction). Like a real decoder's output, decode's output is
+    not the logits: model.generator (an nn.Linear) turns it into them. It records the first wrong mask it
+    is given."""
 
     def __init__(self, vocab: int, next_logits):
         super().__init__()
         self.vocab, self.next_logits = vocab, next_logits
-        self.generator = nn.Identity()  # decode already returns logits
-        self.unused = nn.Parameter(torch.zeros(1))  # so that next(model.parameters()).device works
+        self.generator = _Generator(vocab)  # decode's output (N, t, vocab) -> logits (N, t, vocab)
+        self.unused = nn.Parameter(torch.zeros(1))
         self.problem: str | None = None
 
     def forward(self, *args, **kwargs):
@@ -70,7 +99,8 @@ class _FakeModel(nn.Module):
         self._check_masks(N, t, memory, src_mask, tgt_mask, live)
         sources = [tuple(int(round(v)) for v in row) for row in memory[:, :, 0].tolist()]
         rows = [[self.next_logits(s, p[:j + 1]) for j in range(t)] for s, p in zip(sources, prefixes)]
-        return torch.tensor(rows, dtype=torch.float32).view(N, t, self.vocab)  # (N, t, V)
+        logits = torch.tensor(rows, dtype=torch.float32).view(N, t, self.vocab)  # (N, t, V)
+        return logits[..., _hidden_order(self.vocab)]  # model.generator puts them back in token order
 
     def _check_masks(self, N, t, memory, src_mask, tgt_mask, live):
         if self.problem is not None or not live:
@@ -168,6 +198,18 @@ def _ref_greedy(next_logits, src, max_len, bos=BOS, eos=EOS):
     return list(prefix[1:])
 
 
+NO_GENERATOR = ("model.generator was not applied: model.decode returns the decoder's output (N, t, d_model), not "
+                "logits; the next-token scores are model.generator(out[:, -1]) (then log_softmax for beam search)")
+
+
+def _without_generator(next_logits):
+    """What a decoder that skips model.generator reads as logits: the fake decoder's raw output."""
+    def hidden(src, prefix):
+        row = next_logits(src, prefix)
+        return [row[j] for j in _hidden_order(len(row))]
+    return hidden
+
+
 def _greedy_variants(next_logits, src, max_len, bos=BOS, eos=EOS):
     """What classic greedy mistakes return for one source."""
     prefix = (bos,)
@@ -194,6 +236,7 @@ def _greedy_variants(next_logits, src, max_len, bos=BOS, eos=EOS):
             right if ended and cut < max_len - 1 else run[:max_len - 1],
         "the logits of the first position were used: the next token is predicted at the LAST position, "
         "model.generator(out[:, -1])": [] if first == eos else [first] * max_len,
+        NO_GENERATOR: _ref_greedy(_without_generator(next_logits), src, max_len, bos, eos),
     }
 
 
@@ -202,10 +245,10 @@ def _ref_beam(next_logits, src, max_len, K, alpha, bos=BOS, eos=EOS, penalty=Tru
               accumulate=True, bound=None, shrink=None, all_eos=False, probs=False, open_raw=False,
               first_position=False, stop_at_k=False):
     """Beam search as the contract says it (defaults), or with one classic mistake put in. `bound`: a wrong
-    early stop, the best open log p divided by the penalty of its current length ("current") or by nothing
-    ("raw"), against the best finished score. `penalty`: True, False (none), "mul" (log p multiplied by it) or
-    "power" (length ** alpha). `shrink`: "step" (only the top K extensions are walked, <eos> ones included) or
-    "forever" (the same, and the width drops by one for each finished hypothesis)."""
+    early stop, the best open log p divided by the penalty of its current length ("current"), of the next one
+    ("next") or by nothing ("raw"), against the best finished score. `penalty`: True, False (none), "mul" (log p
+    multiplied by it) or "power" (length ** alpha). `shrink`: "step" (only the top K extensions are walked, <eos>
+    ones included) or "forever" (the same, and the width drops by one for each finished hypothesis)."""
     def lp(length):
         return ((5 + length + (1 if bos_counts else 0)) / 6) ** alpha if penalty else 1.0
 
@@ -272,7 +315,8 @@ def _ref_beam(next_logits, src, max_len, K, alpha, bos=BOS, eos=EOS, penalty=Tru
         if (stop_at_k and len(finished) >= K) or not open_ or width == 0:
             break
         if bound and finished and t < max_len and \
-                max(s for _, s in open_) / (lp(t) if bound == "current" else 1.0) <= max(f[0] for f in finished):
+                max(s for _, s in open_) / {"current": lp(t), "next": lp(t + 1)}.get(bound, 1.0) <= \
+                max(f[0] for f in finished):
             break
     else:
         if opens_count or not finished:
@@ -333,6 +377,9 @@ BEAM_MISTAKES = {
     "the search stopped too early: an open hypothesis can still win while its log p / length_penalty(max_len, "
     "alpha) beats the best finished score (divide by the penalty of max_len, the largest it can reach, not of "
     "its current length)": dict(bound="current"),
+    "the search stopped too early: an open hypothesis can still win while its log p / length_penalty(max_len, "
+    "alpha) beats the best finished score (divide by the penalty of max_len, the largest it can reach, not of the "
+    "next length t + 1)": dict(bound="next"),
     "the search stopped too early: compare the best finished score with the best open log p / "
     "length_penalty(max_len, alpha), not with the open log p itself": dict(bound="raw"),
 }
@@ -347,6 +394,7 @@ def _beam_variants(next_logits, sources, max_len, K, alpha, bos=BOS, eos=EOS):
         out[INIT_COPIES] = [_ref_beam(next_logits, s, max_len, 1, alpha, bos, eos) for s in sources]
     if alpha != 0.6:
         out[ALPHA_IGNORED] = [_ref_beam(next_logits, s, max_len, K, 0.6, bos, eos) for s in sources]
+    out[NO_GENERATOR] = [_ref_beam(_without_generator(next_logits), s, max_len, K, alpha, bos, eos) for s in sources]
     out["<bos> is in the output: return the generated tokens only"] = [[bos] + e for e in expected]
     out["searched max_len + 1 tokens: at most max_len tokens are generated, <eos> included"] = \
         [_ref_beam(next_logits, s, max_len + 1, K, alpha, bos, eos) for s in sources]
@@ -405,10 +453,13 @@ def _as_lists(got, n, what):
 def _expect_lists(got, expected, what, hint, mistakes=None, sources=None, eos=EOS, alone=None, prefer=()):
     """`alone(i)`: the decoder's answer for source i decoded in a batch of its own (to tell a mistake in
     the search from sources of a batch that disturb each other). `prefer`: descriptions of `mistakes` named
-    first when several match (the ones this check is about)."""
+    first when several match (the ones this check is about). `mistakes` may be a function that makes them:
+    it is called only for a wrong answer (they take time to compute)."""
     got = _as_lists(got, len(expected), what)
     if got == expected:
         return
+    if callable(mistakes):
+        mistakes = mistakes()
     i = next(j for j, (a, b) in enumerate(zip(got, expected)) if a != b)
     src = f" for source {i}" + (f" {list(sources[i])}" if sources is not None else "")
     if all([v for v in g if v != PAD] == e for g, e in zip(got, expected)) and \
@@ -489,9 +540,12 @@ def _greedy_case(greedy_decode, next_logits, vocab, rows, max_len, what, bos=BOS
     got = _decode_with(greedy_decode, model, src, mask, max_len, **kwargs)
     keys = _keys(src)
     expected = [_ref_greedy(next_logits, k, max_len, bos, eos) for k in keys]
-    per_source = [_greedy_variants(next_logits, k, max_len, bos, eos) for k in keys]
-    mistakes = {d: [v[d] for v in per_source] for d in per_source[0]}
-    mistakes.update(extra(keys) if extra else {})
+
+    def mistakes():
+        per_source = [_greedy_variants(next_logits, k, max_len, bos, eos) for k in keys]
+        out = {d: [v[d] for v in per_source] for d in per_source[0]}
+        out.update(extra(keys) if extra else {})
+        return out
     _expect_lists(got, expected, what, GREEDY_HINT, mistakes, rows, eos,
                   _alone(greedy_decode, next_logits, vocab, src, mask, max_len, **kwargs))
     return model
@@ -638,8 +692,12 @@ def _beam_case(beam_search, next_logits, vocab, rows, max_len, K, alpha, what, b
         kwargs.update(bos_id=bos, eos_id=eos)
     got = _decode_with(beam_search, model, src, mask, max_len, **kwargs)
     keys = _keys(src)
-    expected, mistakes = _beam_variants(next_logits, keys, max_len, K, alpha, bos, eos)
-    mistakes.update(extra(keys) if extra else {})
+    expected = [_ref_beam(next_logits, k, max_len, K, alpha, bos, eos) for k in keys]
+
+    def mistakes():
+        out = _beam_variants(next_logits, keys, max_len, K, alpha, bos, eos)[1]
+        out.update(extra(keys) if extra else {})
+        return out
     _expect_lists(got, expected, what, BEAM_HINT, mistakes, rows, eos,
                   _alone(beam_search, next_logits, vocab, src, mask, max_len, **kwargs), prefer)
     return model, got
@@ -653,6 +711,12 @@ def _beam_format(beam_search):
     src, mask = _src(rows)
     what = "beam_search(model, 4 sources, max_len=5, beam_size=3, alpha=0.6)"
     got = _as_lists(_decode_with(beam_search, model, src, mask, 5, beam_size=3, alpha=0.6), 4, what)
+    keys = _keys(src)
+    if got == [_ref_beam(_without_generator(fn), k, 5, 3, 0.6) for k in keys] != [_ref_beam(fn, k, 5, 3, 0.6)
+                                                                                   for k in keys]:
+        i = next(j for j, k in enumerate(keys) if got[j] != _ref_beam(fn, k, 5, 3, 0.6))
+        raise CheckFailure(f"{what}: the answer for source {i}", fmt(_ref_beam(fn, keys[i], 5, 3, 0.6)), fmt(got[i]),
+                           NO_GENERATOR)
     for i, ids in enumerate(got):
         if ids[:1] == [BOS]:
             raise CheckFailure(f"{what}: the answer for source {i}", "ids without <bos>", fmt(ids),
@@ -675,11 +739,10 @@ def _beam_greedy(beam_search):
     got = _decode_with(beam_search, model, src, mask, 6, beam_size=1, alpha=0.0)
     keys = _keys(src)
     expected = [_ref_greedy(fn, k, 6) for k in keys]
-    _, mistakes = _beam_variants(fn, keys, 6, 1, 0.0)
     _expect_lists(got, expected, "beam_search(model, 5 sources, max_len=6, beam_size=1, alpha=0)",
                   "with one hypothesis and no length penalty, each step keeps the most probable open extension: "
-                  "greedy decoding", mistakes, rows, alone=_alone(beam_search, fn, 7, src, mask, 6, beam_size=1,
-                                                                  alpha=0.0))
+                  "greedy decoding", lambda: _beam_variants(fn, keys, 6, 1, 0.0)[1], rows,
+                  alone=_alone(beam_search, fn, 7, src, mask, 6, beam_size=1, alpha=0.0))
 
 
 @register("beam_search", "a beam as wide as the search space finds the brute-force best log p / penalty")
@@ -695,9 +758,12 @@ def _beam_exhaustive(beam_search):
         what = f"beam_search(model, 2 sources, max_len=4, beam_size=27, alpha={alpha})"
         got = _decode_with(beam_search, model, src, mask, 4, beam_size=27, alpha=alpha)
         expected = [_brute_force(fn, k, 4, alpha) for k in keys]
-        _, mistakes = _beam_variants(fn, keys, 4, 27, alpha)
-        mistakes[NO_PENALTY] = [_brute_force(fn, k, 4, 0.0) for k in keys]
-        mistakes[EOS_NOT_COUNTED] = [_brute_force(fn, k, 4, alpha, eos_counts=False) for k in keys]
+
+        def mistakes(alpha=alpha):
+            out = _beam_variants(fn, keys, 4, 27, alpha)[1]
+            out[NO_PENALTY] = [_brute_force(fn, k, 4, 0.0) for k in keys]
+            out[EOS_NOT_COUNTED] = [_brute_force(fn, k, 4, alpha, eos_counts=False) for k in keys]
+            return out
         _expect_lists(got, expected, what, "beam_size 27 = 3 ** 3 keeps every hypothesis that can win open "
                                            "(3 tokens besides <eos> can win), so the answer is the best of all "
                                            "sequences: " + BEAM_HINT, mistakes, rows,
@@ -802,12 +868,13 @@ def _ngrams(tokens, n):
 
 def _bleu_formula(hyps, refs, max_n, clip=True, brevity=True, geometric=True, flipped_bp=False, orders=None,
                   skip_empty=False, recall=False, corpus_clip=False, zero_based=False, no_exp=False,
-                  sentence_bp=False, weight=None):
+                  sentence_bp=False, weight=None, unique=False, bp_ratio=False, bp_uncapped=False):
     """BLEU written out, with switches for the classic mistakes (`orders`: only n = 1..orders summed, still
     divided by max_n; `skip_empty`: orders without any n-gram left out of the mean; `recall`: divided by the
     reference n-grams; `corpus_clip`: counts clipped over the whole corpus; `zero_based`: orders 0..max_n - 1;
     `no_exp`: the mean of the logs not exponentiated; `sentence_bp`: the mean of the sentence brevity penalties;
-    `weight`: a fixed weight per order instead of 1 / max_n)."""
+    `weight`: a fixed weight per order instead of 1 / max_n; `unique`: each distinct n-gram counted once (a set);
+    `bp_ratio`: BP = hyp_len / ref_len; `bp_uncapped`: BP = exp(1 - ref_len / hyp_len) also above 1)."""
     matches, totals, hyp_len, ref_len = [0] * max_n, [0] * max_n, 0, 0
     all_h, all_r = [{} for _ in range(max_n)], [{} for _ in range(max_n)]
     for h, r in zip(hyps, refs):
@@ -815,8 +882,10 @@ def _bleu_formula(hyps, refs, max_n, clip=True, brevity=True, geometric=True, fl
         for n in range(1, max_n + 1):
             k = n - 1 if zero_based else n
             hc, rc = _ngrams(h, k), _ngrams(r, k)
+            if unique:
+                hc, rc = dict.fromkeys(hc, 1), dict.fromkeys(rc, 1)
             matches[n - 1] += sum(min(c, rc.get(g, 0)) if clip else (c if g in rc else 0) for g, c in hc.items())
-            totals[n - 1] += max(len(r if recall else h) - k + 1, 0)
+            totals[n - 1] += len(hc) if unique else max(len(r if recall else h) - k + 1, 0)
             for mine, theirs in ((all_h[n - 1], hc), (all_r[n - 1], rc)):
                 for g, c in theirs.items():
                     mine[g] = mine.get(g, 0) + c
@@ -839,8 +908,11 @@ def _bleu_formula(hyps, refs, max_n, clip=True, brevity=True, geometric=True, fl
     bp = 1.0
     if sentence_bp:
         bp = sum(min(1.0, math.exp(1 - len(r) / len(h))) if h else 0.0 for h, r in zip(hyps, refs)) / len(hyps)
+    elif bp_uncapped:
+        bp = math.exp(1 - ref_len / hyp_len)
     elif brevity and hyp_len < ref_len:
-        bp = math.exp(1 - hyp_len / ref_len) if flipped_bp else math.exp(1 - ref_len / hyp_len)
+        bp = math.exp(1 - hyp_len / ref_len) if flipped_bp else hyp_len / ref_len if bp_ratio else \
+            math.exp(1 - ref_len / hyp_len)
     return 100 * bp * precision
 
 
@@ -873,6 +945,12 @@ def _bleu_mistakes(hyps, refs, max_n):
         _bleu_formula(hyps, refs, max_n, no_exp=True)
     out["the brevity penalty was computed per sentence and averaged: BP = min(1, exp(1 - ref_len / hyp_len)) "
         "with the lengths summed over the corpus"] = _bleu_formula(hyps, refs, max_n, sentence_bp=True)
+    out["each distinct n-gram was counted once (a set): count every occurrence (a Counter), and clip each count by "
+        "the reference's"] = _bleu_formula(hyps, refs, max_n, unique=True)
+    out["the brevity penalty is hyp_len / ref_len: it is exp(1 - ref_len / hyp_len) when the hypotheses are "
+        "shorter"] = _bleu_formula(hyps, refs, max_n, bp_ratio=True)
+    out["the brevity penalty is not capped at 1: BP = min(1, exp(1 - ref_len / hyp_len)); hypotheses longer than "
+        "their references get BP = 1, not more"] = _bleu_formula(hyps, refs, max_n, bp_uncapped=True)
     if max_n != 4:
         out["the weights are fixed at 1/4: the mean of the log precisions is over the max_n orders (weight "
             "1 / max_n)"] = _bleu_formula(hyps, refs, max_n, weight=0.25)
@@ -893,7 +971,15 @@ def _bleu_mistakes(hyps, refs, max_n):
 
 def _expect_bleu(corpus_bleu, hyps, refs, max_n, what, hint):
     given_h, given_r = [list(h) for h in hyps], [list(r) for r in refs]
-    got = corpus_bleu(given_h, given_r, max_n=max_n) if max_n != 4 else corpus_bleu(given_h, given_r)
+    try:
+        got = corpus_bleu(given_h, given_r, max_n=max_n) if max_n != 4 else corpus_bleu(given_h, given_r)
+    except (ValueError, ZeroDivisionError) as e:
+        if _sacrebleu(hyps, refs, max_n) != 0.0:
+            raise
+        raise CheckFailure(what, "0.0: some order has no matching n-gram (p_n = 0), and without smoothing BLEU is 0",
+                           f"{type(e).__name__}: {e}",
+                           "math.log(0) (or a division by a zero count) was reached: when some order's clipped "
+                           "matches are 0, return 0.0 before taking the logarithms") from None
     if given_h != hyps or given_r != refs:
         raise CheckFailure(f"{what}: the lists passed in", "unchanged after the call",
                            f"hypotheses {fmt(given_h)}, references {fmt(given_r)}",
