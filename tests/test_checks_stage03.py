@@ -610,3 +610,54 @@ def test_a_detached_max_is_harmless():
         e = (x - x.amax(dim, keepdim=True).detach()).exp()
         return e / e.sum(dim, keepdim=True)
     assert_full_marks(softmax)
+
+
+# ---------------------------------------------------------------- third review
+def _one_check(fn, name, title_start):
+    """(points, line) of the single check of `name` whose title starts with title_start (full grading is slow)."""
+    from autograder import checks  # noqa: F401  (fills the registry)
+    from autograder.core import REGISTRY, run_check
+    fn.__name__ = name
+    [c] = [c for c in REGISTRY[name] if c.title.startswith(title_start)]
+    return run_check(c, fn)
+
+
+def attention_isinstance_dropout(q, k, v, mask=None, dropout=None):
+    """Applies the module only when it is an nn.Dropout: the check's recording module must be one."""
+    w = _attention(q, k, v, mask)[1]
+    if isinstance(dropout, torch.nn.Dropout):
+        w = dropout(w)
+    return w @ v, w
+
+
+def attention_reads_dropout_p(q, k, v, mask=None, dropout=None):
+    w = _attention(q, k, v, mask)[1]
+    if dropout is not None:
+        w = torch.nn.functional.dropout(w, dropout.p, dropout.training)  # the module is never called
+    return w @ v, w
+
+
+def attention_multiplied_by_sqrt_d_k(q, k, v, mask=None, dropout=None):
+    return _attention(q, k, v, mask, dropout, scale=lambda q: q.size(-1) ** -0.5)
+
+
+def attention_returns_unmasked_weights(q, k, v, mask=None, dropout=None):
+    out, _ = _attention(q, k, v, mask, dropout)
+    return out, _attention(q, k, v, None)[1]  # right output, but the weights before masking
+
+
+def test_third_review_dropout_module_is_an_nn_dropout():
+    # only the dropout check passes a module (the others, on correct code like this, are covered above)
+    points, line = _one_check(attention_isinstance_dropout, "scaled_dot_product_attention", "applies the dropout")
+    assert points == 1, line
+    points, line = _one_check(attention_reads_dropout_p, "scaled_dot_product_attention", "applies the dropout")
+    assert points == 0 and "never called" in line, line
+
+
+@pytest.mark.parametrize("fn,title,keywords", [
+    (attention_multiplied_by_sqrt_d_k, "equals F.scaled", ["multiplied by sqrt(d_k) instead of divided"]),
+    (attention_returns_unmasked_weights, "a boolean mask", ["weights returned are not the ones"]),
+], ids=["scores multiplied by sqrt(d_k)", "weights returned before masking"])
+def test_third_review_attention_mistakes_are_named(fn, title, keywords):
+    points, line = _one_check(fn, "scaled_dot_product_attention", title)
+    assert points == 0 and all(k in line for k in keywords), line

@@ -1015,3 +1015,34 @@ SECOND_REVIEW_MHA_MISTAKES = [
 @pytest.mark.parametrize("label,cls,keywords", SECOND_REVIEW_MHA_MISTAKES, ids=[m[0] for m in SECOND_REVIEW_MHA_MISTAKES])
 def test_second_review_multi_head_attention_mistakes_are_caught(label, cls, keywords):
     assert_caught(cls, "MultiHeadAttention", *keywords)
+
+
+# ---------------------------------------------------------------- third review
+def _one_check(cls, title_start):
+    """(points, line) of the single MultiHeadAttention check whose title starts with title_start (full grading
+    of a module takes seconds)."""
+    from autograder import checks  # noqa: F401  (fills the registry)
+    from autograder.core import REGISTRY, run_check
+    cls.__name__ = "MultiHeadAttention"
+    [c] = [c for c in REGISTRY["MultiHeadAttention"] if c.title.startswith(title_start)]
+    return run_check(c, cls)
+
+
+class ProjectionsWithoutGradient(Base):
+    def project(self, query, key, value):
+        with torch.no_grad():  # right numbers, but training never reaches the input (nor w_q, w_k, w_v)
+            return self.w_q(query), self.w_k(key), self.w_v(value)
+
+
+class ScaledTwice(Base):
+    def attend(self, q, k, v, mask):
+        return scaled_dot_product_attention(q / math.sqrt(q.size(-1)), k, v, mask, self.dropout)
+
+
+@pytest.mark.parametrize("cls,title,keywords", [
+    (ProjectionsWithoutGradient, "self-attention", ["with respect to x", "left autograd"]),
+    (ScaledTwice, "self-attention", ["divided by sqrt(d_k) twice"]),
+], ids=["no gradient", "scaled twice"])
+def test_third_review_multi_head_attention_mistakes_are_named(cls, title, keywords):
+    points, line = _one_check(cls, title)
+    assert points == 0 and all(k in line for k in keywords), line

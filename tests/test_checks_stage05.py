@@ -7,6 +7,7 @@ import pytest
 import torch
 
 import solutions
+from autograder import max_points
 from tests.grading import assert_caught, assert_full_marks, grade
 
 NAMES = ["padding_mask", "causal_mask", "target_mask"]
@@ -360,7 +361,7 @@ def padding_mask_keyword_only(ids, pad_id=0, *, dims=4):
 
 
 @pytest.mark.parametrize("fn", [padding_mask_torch_ne, padding_mask_where, padding_mask_numpy, padding_mask_isin,
-                                padding_mask_item_loop, padding_mask_keyword_only])
+                                padding_mask_keyword_only])
 def test_second_review_correct_padding_masks(fn):
     assert_full_marks(fn, "padding_mask")
 
@@ -520,3 +521,43 @@ def test_a_missing_head_dim_is_named_for_every_length():
     """target_mask(ids, pad_id=7) has L = 6: the shape hints follow the length."""
     _, text = assert_caught(tgt_no_head_dim, "target_mask")
     assert text.count("head dimension is missing") == 3, text
+
+
+# ---------------------------------------------------------------- third review: masks built off the ids' device
+# 'meta' ids have no values, so code that reads them (.tolist(), .cpu().numpy()) is tried on ids that can be read
+# but say they are on 'meta', as ids on a GPU: a mask built on the CPU and never moved back then shows.
+def padding_mask_lists_moved(ids, pad_id=0):
+    return torch.tensor([[t != pad_id for t in row] for row in ids.tolist()], device=ids.device)[:, None, None]
+
+
+def target_mask_numpy_moved(tgt_ids, pad_id=0):
+    import numpy as np
+    a = tgt_ids.cpu().numpy()
+    m = (a != pad_id)[:, None, None, :] & np.tril(np.ones((a.shape[1], a.shape[1]), dtype=bool))
+    return torch.from_numpy(m).to(tgt_ids.device)
+
+
+def pad_numpy_left_on_the_cpu(ids, pad_id=0):
+    return torch.from_numpy(ids.cpu().numpy() != pad_id)[:, None, None, :]
+
+
+def pad_lists_without_device(ids, pad_id=0):
+    return torch.tensor([[t != pad_id for t in row] for row in ids.tolist()])[:, None, None]
+
+
+def tgt_numpy_left_on_the_cpu(tgt_ids, pad_id=0):
+    return target_mask_numpy_moved(tgt_ids.cpu(), pad_id).cpu()
+
+
+@pytest.mark.parametrize("name,fn", [("padding_mask", padding_mask_lists_moved), ("target_mask", target_mask_numpy_moved)])
+def test_third_review_masks_moved_to_the_ids_device(name, fn):
+    assert_full_marks(fn, name)
+
+
+@pytest.mark.parametrize("name,fn", [("padding_mask", pad_numpy_left_on_the_cpu),
+                                     ("padding_mask", pad_lists_without_device),
+                                     ("padding_mask", padding_mask_item_loop),
+                                     ("target_mask", tgt_numpy_left_on_the_cpu)])
+def test_third_review_masks_left_on_the_cpu_are_caught(name, fn):
+    points, text = assert_caught(fn, name, "never moved to the ids' device", f".to({'tgt_ids' if name == 'target_mask' else 'ids'}.device)")
+    assert points == max_points(name) - 1, text  # the values are right: only the device point is lost

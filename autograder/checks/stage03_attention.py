@@ -153,6 +153,8 @@ def _reference(q, k, v, mask=None):
         "scores divided by sqrt(len_k) instead of sqrt(d_k)": scores / math.sqrt(k.size(-2)),
         "scores divided by sqrt(len_q) (q.size(-2), the number of queries) instead of sqrt(d_k) = q.size(-1)":
             scores / math.sqrt(q.size(-2)),
+        "scores multiplied by sqrt(d_k) instead of divided by it (d_k ** 0.5 where d_k ** -0.5 was meant)":
+            scores * math.sqrt(d_k),
     }
     mistakes = {}
     for name, s in variants.items():
@@ -263,9 +265,10 @@ def _attn_mask(attn):
     expect_close(out, ref, "output with a random boolean mask", mistakes=mistakes,
                  hint="scores.masked_fill(~mask, float('-inf')) before the softmax")
     hidden = w.masked_select(~mask)
-    if hidden.numel() and hidden.abs().max() > 1e-6:
+    if hidden.numel() and hidden.abs().max() > 1e-6:  # the output is right: these are not the weights it used
         raise CheckFailure("weights where mask is False", "0", f"up to {hidden.abs().max().item():.3g}",
-                           "True means 'may attend': fill the scores where the mask is False")
+                           "the output is right, but the weights returned are not the ones it was computed with: "
+                           "return the masked softmax weights, the tensor that multiplies v")
 
 
 def _leak(out, w, ref, mask, mistakes, where):
@@ -315,8 +318,12 @@ def _attn_all_masked(attn):
                  hint="softmax(q k^T / sqrt(d_k)) v, the scores filled where the mask is False")
 
 
-class _Recorder(nn.Module):
-    """A 'dropout' that halves the second key's weight and remembers what it was given."""
+class _Recorder(nn.Dropout):
+    """A 'dropout' that halves the second key's weight and remembers what it was given. An nn.Dropout (p=0.5,
+    train mode) to code that looks at it: code that reads its p instead of calling it is told it was never called."""
+
+    def __init__(self):
+        super().__init__(0.5)
 
     def forward(self, w):
         self.seen = w

@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..core import CheckFailure, forbid, register
-from ._util import as_tensor, build, close, expect_close, expect_shape, seeded
+from ._util import LEFT_AUTOGRAD, as_tensor, build, close, expect_close, expect_grads, expect_shape, seeded
 
 # the lesson's own work, which a library module must not do for the learner (allowed in later lessons)
 forbid("MultiHeadAttention", "nn.MultiheadAttention (or F.multi_head_attention_forward)",
@@ -295,7 +295,7 @@ def _manual(ref: nn.MultiheadAttention, query, key, value, mask=None, split="ok"
             return x.reshape(B, L, d_k, h).permute(0, 3, 1, 2)
         return x.reshape(B, h, L, d_k) if split == "no_transpose" else x.reshape(B, L, h, d_k).transpose(1, 2)
     q, k, v = sp(q), sp(k), sp(v)
-    scores = q @ k.transpose(-2, -1) / {"d_model": math.sqrt(d), "none": 1.0, "h": math.sqrt(h)}.get(scale, math.sqrt(d_k))
+    scores = q @ k.transpose(-2, -1) / {"d_model": math.sqrt(d), "none": 1.0, "h": math.sqrt(h), "twice": d_k}.get(scale, math.sqrt(d_k))
     if mask is not None and mask_mode in ("ok", "inverted", "zero"):
         scores = scores.masked_fill(mask if mask_mode == "inverted" else ~mask, 0.0 if mask_mode == "zero" else -1e9)
     weights = torch.softmax(scores, softmax_dim)
@@ -328,6 +328,8 @@ def _mistakes(ref, query, key, value, mask=None):
             dict(softmax_dim=-2),
         INTERLEAVED: dict(split="interleaved"),
         "scores divided by sqrt(n_heads) instead of sqrt(d_k) = sqrt(d_model / n_heads)": dict(scale="h"),
+        "scores divided by sqrt(d_k) twice (by d_k): scaled_dot_product_attention already divides by sqrt(d_k), so "
+        "do not scale q, k or the scores again in MultiHeadAttention": dict(scale="twice"),
         "softmax over dim=1 (the heads): each query's weights must sum to one over the keys, softmax(dim=-1)":
             dict(softmax_dim=1),
         "w_o's bias is missing: apply the whole nn.Linear, self.w_o(concat)": dict(o_bias=False),
@@ -338,6 +340,8 @@ def _mistakes(ref, query, key, value, mask=None):
         variants["the query used as key and value too (self-attention only): project the `key` and `value` "
                  "arguments"] = dict(inputs="qqq", mask_mode="ignored")
         variants["key and value swapped: k = w_k(key), v = w_v(value)"] = dict(inputs="qvk")
+        variants["the key used as the value too: v = self.w_v(value), from the `value` argument"] = dict(inputs="qkk")
+        variants["the value used as the key too: k = self.w_k(key), from the `key` argument"] = dict(inputs="qvv")
     h = ref.num_heads
     for k in (1, 2, 4, 8, 6, 3):  # the numbers of heads people write into their code
         if k != h and ref.embed_dim % k == 0:
@@ -379,17 +383,23 @@ def _mha_error(MHA):
     _expect_value_error(lambda: MHA(10, 3, dropout=0.0), 10, 3, "MultiHeadAttention(10, 3)")
 
 
-@register("MultiHeadAttention", "self-attention equals nn.MultiheadAttention with the same weights")
+@register("MultiHeadAttention", "self-attention equals nn.MultiheadAttention with the same weights, gradients too")
 def _mha_self(MHA):
     mha, ref = _pair(MHA, 12, 3, seed=1)
     with seeded(11):
         x = torch.randn(2, 5, 12)
+    what = "MultiHeadAttention(12, 3)(x, x, x), x of shape (2, 5, 12)"
     with torch.no_grad():
         expected = ref(x, x, x, need_weights=False)[0]
-        got = _forward(mha, x, x, x, what="MultiHeadAttention(12, 3)(x, x, x), x of shape (2, 5, 12)")
-        expect_close(got, expected, "MultiHeadAttention(12, 3)(x, x, x), x of shape (2, 5, 12)",
+        got = _forward(mha, x, x, x, what=what)
+        expect_close(got, expected, what,
                      hint="w_o(merge_heads(attention(split_heads(w_q(q)), split_heads(w_k(k)), split_heads(w_v(v)))))",
                      mistakes=_mistakes(ref, x, x, x))
+    # the model is trained through this module: the gradient must reach the input along q, k and v
+    leaf, ref_leaf = x.clone().requires_grad_(), x.clone().requires_grad_()
+    expect_grads(lambda: mha(leaf, leaf, leaf), lambda: ref(ref_leaf, ref_leaf, ref_leaf, need_weights=False)[0],
+                 {"x": (leaf, ref_leaf)}, what, hint=LEFT_AUTOGRAD + " (in forward: torch.no_grad(), .detach() or "
+                 ".data on the projections, the weights or the output)")
 
 
 @register("MultiHeadAttention", "cross-attention (Lq != Lk) with a padding mask equals nn.MultiheadAttention")
@@ -445,7 +455,8 @@ def _mha_weights(MHA):
                            "set self.attn_weights on every forward call, not only the first")
     if tuple(w.shape) == (2, 4, 5):
         raise CheckFailure(f"{what}: wrong shape", "shape (2, 3, 4, 5)", "shape (2, 4, 5)",
-                           "the weights were averaged over the heads: keep one set per head, (B, h, Lq, Lk)")
+                           "the weights were averaged over the heads (or one head's were kept): keep one set per "
+                           "head, (B, h, Lq, Lk)")
     if w.dim() == 4 and w.shape[0] == 2 and tuple(w.shape[2:]) == (4, 5) and w.shape[1] != 3:
         raise CheckFailure(f"{what}: wrong shape", "shape (2, 3, 4, 5) for MultiHeadAttention(12, 3)",
                            f"shape {tuple(w.shape)}",

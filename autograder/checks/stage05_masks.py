@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from ..core import CheckFailure, register
+from ..core import CheckFailure, CheckTimeout, register
 from ._util import as_tensor, expect_shape, fmt
 
 NOT_BOOL = ("the mask is not bool: masks are boolean, True = may attend (e.g. `ids != pad_id`, or "
@@ -73,9 +73,11 @@ PAD_SHAPES = {
 GREATER = "ids > pad_id marks the ids above the pad id only: a real token is any id other than pad_id, ids != pad_id"
 
 
-@register("padding_mask", "returns a bool tensor")
+@register("padding_mask", "returns a bool tensor, on the device of the ids")
 def _pad_dtype(padding_mask):
     _expect_bool(padding_mask(_ids()), "padding_mask(ids)")
+    _on_ids_device(padding_mask, "padding_mask", "build the mask from the ids themselves, ids != pad_id, which "
+                   "stays on their device")
 
 
 @register("padding_mask", "shape (B, 1, 1, L): masks the keys, broadcasts over heads and queries")
@@ -265,49 +267,107 @@ def _reads_values(e: BaseException) -> bool:
             or (isinstance(e, RuntimeError) and "cannot be called on meta tensors" in text))
 
 
-@register("target_mask", "is built on the device of tgt_ids")
-def _tgt_device(target_mask):
-    ids = _ids().to("meta")  # 'meta' stands in for 'cuda': a mask made on the CPU cannot be combined with it
-    what = "target_mask(ids on device 'meta')"
+class _Elsewhere(torch.Tensor):
+    """Ids whose values can be read (.tolist(), .item(), .cpu().numpy()) but which say they are on the device
+    'meta': they play ids on a GPU for code that reads the values (a real 'meta' tensor has none). As on a GPU,
+    .cpu() gives a plain CPU tensor and .numpy() refuses, so a mask built on the CPU and never moved back to the
+    ids' device comes out as a plain CPU tensor."""
+
+    @property
+    def device(self):
+        return torch.device("meta")
+
+    @property
+    def is_cuda(self):  # code that moves its mask with .cuda() when the ids are there: tried, then judged below
+        return True
+
+    def cpu(self, *args, **kwargs):
+        return self.as_subclass(torch.Tensor).clone()
+
+    def to(self, *args, **kwargs):
+        out = super().to(*args, **kwargs)
+        target = kwargs.get("device", args[0] if args else None)
+        if isinstance(target, (str, torch.device)) and str(target).startswith("cpu"):
+            return out.as_subclass(torch.Tensor)
+        return out
+
+    def numpy(self, *args, **kwargs):
+        raise TypeError("can't convert meta device type tensor to numpy. Use Tensor.cpu() to copy the tensor to "
+                        "host memory first.")
+
+
+def _arg(name):
+    return "tgt_ids" if name == "target_mask" else "ids"
+
+
+NUMPY_HINT = ".numpy() fails the same way for ids on a GPU: stay with torch operations on the ids' device"
+
+
+def _on_ids_device(fn, name, hint):
+    """fn(ids) is a tensor on the ids' device, for ids on a device other than the CPU ('meta' plays a GPU):
+    ids on 'meta'; for code that reads the values, ids that say they are on 'meta' (_Elsewhere); then CPU ids
+    while tensors made without a device land on 'meta'."""
+    what = f"{name}(ids on device 'meta')"
     try:
-        got = target_mask(ids)
+        got = fn(_ids().to("meta"))  # 'meta' stands in for 'cuda': a mask made on the CPU cannot be combined with it
     except (NotImplementedError, RuntimeError, TypeError) as e:
-        if _reads_values(e):  # a loop over the values: test the other way round instead
-            return _tgt_device_by_default(target_mask)
-        if isinstance(e, NotImplementedError):
-            raise
-        if isinstance(e, TypeError):
-            if "numpy" not in str(e):
+        if not _reads_values(e):
+            if isinstance(e, NotImplementedError):
                 raise
+            if isinstance(e, TypeError):
+                if "numpy" not in str(e):
+                    raise
+                raise CheckFailure(what, "a mask on the device of the ids", f"TypeError: {str(e)[:100]}",
+                                   NUMPY_HINT) from None
+            raise CheckFailure(what, "a mask on the device of the ids", f"RuntimeError: {str(e)[:100]}",
+                               DEVICE_HINT if name == "target_mask" else hint) from None
+    else:
+        got = as_tensor(got, what)
+        if got.device.type != "meta":
+            raise CheckFailure(f"{what}.device", "meta", str(got.device), hint)
+        return
+    # the code reads the ids' values, which 'meta' tensors do not have
+    what = f"{name}(ids whose values can be read but which are on another device than the CPU, as on a GPU)"
+    try:
+        got = fn(_ids().as_subclass(_Elsewhere))
+    except CheckTimeout:
+        raise
+    except Exception as e:  # noqa: BLE001  (e.g. these ids mixed with tensors made on their device: judged below)
+        if isinstance(e, TypeError) and "numpy" in str(e):
             raise CheckFailure(what, "a mask on the device of the ids", f"TypeError: {str(e)[:100]}",
-                               ".numpy() fails the same way for ids on a GPU: stay with torch operations on "
-                               "tgt_ids.device") from None
-        raise CheckFailure(what, "a mask on the device of the ids", f"RuntimeError: {str(e)[:100]}",
-                           DEVICE_HINT) from None
-    got = as_tensor(got, what)
-    if got.device.type != "meta":
-        raise CheckFailure(f"{what}.device", "meta", str(got.device),
-                           "build the mask on tgt_ids.device: causal_mask(L, tgt_ids.device)")
+                               NUMPY_HINT) from None
+        got = None
+    if isinstance(got, torch.Tensor) and got.device.type == "cpu":  # a plain CPU tensor: made there, never moved
+        raise CheckFailure(f"{what}: the mask's device", "the device of the ids", "cpu",
+                           "the mask was built on the CPU (torch.tensor(...) or torch.ones(...) without device=, "
+                           "torch.from_numpy, .cpu()) and never moved to the ids' device: with ids on a GPU it cannot "
+                           f"meet the scores there; create it with device={_arg(name)}.device, finish with "
+                           f".to({_arg(name)}.device), or {hint}")
+    _by_default_device(fn, name)
 
 
-def _tgt_device_by_default(target_mask):
+def _by_default_device(fn, name):
     """For code that reads the ids' values: CPU ids while tensors made without a device land on 'meta'
     (as, on a GPU, CUDA ids while they land on the CPU): the mask must still be on the ids' device."""
     ids = _ids()
-    what = "target_mask(ids on the CPU, with torch.device('meta') as the default device)"
+    what = f"{name}(ids on the CPU, with torch.device('meta') as the default device)"
+    default = ("a tensor made without device= lands on the default device, not the ids' one: pass "
+               f"device={_arg(name)}.device (torch.ones, torch.tensor, torch.arange, causal_mask)")
     try:
         with torch.device("meta"):
-            got = target_mask(ids)
+            got = fn(ids)
     except (NotImplementedError, RuntimeError) as e:
         if _reads_values(e):  # e.g. a tensor made on the default device, then moved: fine on a GPU, untestable here
             return
         if isinstance(e, NotImplementedError):
             raise
         raise CheckFailure(what, "a mask on the device of the ids (cpu)", f"{type(e).__name__}: {str(e)[:100]}",
-                           "a tensor made without device= lands on the default device, not the ids' one: pass "
-                           "device=tgt_ids.device (torch.ones, torch.tensor, torch.arange, causal_mask)") from None
+                           default) from None
     got = as_tensor(got, what)
     if got.device.type != "cpu":
-        raise CheckFailure(f"{what}.device", "cpu (the ids' device)", str(got.device),
-                           "a tensor made without device= lands on the default device, not the ids' one: pass "
-                           "device=tgt_ids.device (torch.ones, torch.tensor, torch.arange, causal_mask)")
+        raise CheckFailure(f"{what}.device", "cpu (the ids' device)", str(got.device), default)
+
+
+@register("target_mask", "is built on the device of tgt_ids")
+def _tgt_device(target_mask):
+    _on_ids_device(target_mask, "target_mask", "build the mask on tgt_ids.device: causal_mask(L, tgt_ids.device)")
