@@ -1039,3 +1039,56 @@ SECOND_ROUND_ENCODER_MISTAKES = [
                          ids=[m[0] for m in SECOND_ROUND_ENCODER_MISTAKES])
 def test_second_round_encoder_mistakes_are_caught(label, cls, keywords):
     assert_caught(cls, "Encoder", *keywords)
+
+
+# ---------------------------------------------------------------- third review
+def _one_check(cls, name, title_start):
+    """(points, line) of the single check of `name` whose title starts with title_start (full grading takes seconds)."""
+    from autograder import checks  # noqa: F401  (fills the registry)
+    from autograder.core import REGISTRY, run_check
+    cls.__name__ = name
+    [c] = [c for c in REGISTRY[name] if c.title.startswith(title_start)]
+    return run_check(c, cls)
+
+
+class LayerExtraDropoutInLambda(solutions.EncoderLayer):
+    """A dropout of its own on the attention's output, which the sublayer connection drops again (p = 1 cannot tell)."""
+
+    def __init__(self, d_model, n_heads, d_ff, dropout=0.1, norm_first=False):
+        super().__init__(d_model, n_heads, d_ff, dropout, norm_first)
+        self.drop = nn.Dropout(dropout)
+
+    def forward(self, x, src_mask):
+        x = self.sublayers[0](x, lambda y: self.drop(self.self_attn(y, y, y, src_mask)))
+        return self.sublayers[1](x, self.feed_forward)
+
+
+class LayerExtraDropoutOnFeedForward(LayerExtraDropoutInLambda):
+    def forward(self, x, src_mask):
+        x = self.sublayers[0](x, lambda y: self.self_attn(y, y, y, src_mask))
+        return self.sublayers[1](x, lambda y: self.drop(self.feed_forward(y)))
+
+
+class LayerDropoutInLambdaOnly(LayerExtraDropoutInLambda):
+    """Correct: the connections built without dropout, each sublayer's output dropped once in its lambda instead."""
+
+    def __init__(self, d_model, n_heads, d_ff, dropout=0.1, norm_first=False):
+        super().__init__(d_model, n_heads, d_ff, dropout, norm_first)
+        del self.sublayers
+        self.sublayers = nn.ModuleList(SublayerConnection(d_model, 0.0, norm_first) for _ in range(2))
+
+    def forward(self, x, src_mask):
+        x = self.sublayers[0](x, lambda y: self.drop(self.self_attn(y, y, y, src_mask)))
+        return self.sublayers[1](x, lambda y: self.drop(self.feed_forward(y)))
+
+
+@pytest.mark.parametrize("cls,part", [(LayerExtraDropoutInLambda, "self_attn"),
+                                      (LayerExtraDropoutOnFeedForward, "feed_forward")])
+def test_a_second_dropout_on_a_sublayer_output_is_caught(cls, part):
+    points, line = _one_check(cls, "EncoderLayer", "uses the dropout argument")
+    assert points == 0 and f"second dropout on the {part} sublayer" in line and "dropped twice" in line, line
+
+
+def test_one_dropout_in_the_lambda_instead_of_the_connection_is_fine():
+    points, line = _one_check(LayerDropoutInLambdaOnly, "EncoderLayer", "uses the dropout argument")
+    assert points == 1, line

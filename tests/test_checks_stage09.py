@@ -811,3 +811,26 @@ SECOND_ROUND_DECODER_MISTAKES = [
                          ids=[m[0] for m in SECOND_ROUND_DECODER_MISTAKES])
 def test_second_round_decoder_mistakes_are_caught(label, cls, keywords):
     assert_caught(cls, "Decoder", *keywords)
+
+
+# ---------------------------------------------------------------- third review
+class LayerExtraDropoutOnCrossAttention(solutions.DecoderLayer):
+    """A dropout of its own on cross-attention's output, which the sublayer connection drops again."""
+
+    def __init__(self, d_model, n_heads, d_ff, dropout=0.1, norm_first=False):
+        super().__init__(d_model, n_heads, d_ff, dropout, norm_first)
+        self.drop = nn.Dropout(dropout)
+
+    def forward(self, x, memory, src_mask, tgt_mask):
+        x = self.sublayers[0](x, lambda y: self.self_attn(y, y, y, tgt_mask))
+        x = self.sublayers[1](x, lambda y: self.drop(self.cross_attn(y, memory, memory, src_mask)))
+        return self.sublayers[2](x, self.feed_forward)
+
+
+def test_a_second_dropout_on_cross_attention_is_caught():
+    from autograder import checks  # noqa: F401  (fills the registry)
+    from autograder.core import REGISTRY, run_check
+    LayerExtraDropoutOnCrossAttention.__name__ = "DecoderLayer"
+    [c] = [c for c in REGISTRY["DecoderLayer"] if c.title.startswith("uses the dropout argument")]
+    points, line = run_check(c, LayerExtraDropoutOnCrossAttention)
+    assert points == 0 and "second dropout on the cross_attn sublayer" in line, line

@@ -665,3 +665,61 @@ def enc_mask_expanded_inverted(self, src, src_mask):
 
 def test_expanded_but_inverted_mask_is_still_caught():
     assert_caught(variant(encode=enc_mask_expanded_inverted), "Transformer", "src_mask inverted")
+
+
+# ---------------------------------------------------------------- third review
+def _one_check(cls, title_start):
+    """(points, line) of the single Transformer check whose title starts with title_start (full grading takes
+    seconds)."""
+    from autograder import checks  # noqa: F401  (fills the registry)
+    from autograder.core import REGISTRY, run_check
+    cls.__name__ = "Transformer"
+    [c] = [c for c in REGISTRY["Transformer"] if c.title.startswith(title_start)]
+    return run_check(c, cls)
+
+
+def fwd_tied_weight_detached(self, src, tgt_in, src_mask, tgt_mask):
+    """The right logits through a detached copy of the tied weight: the gradient of the embedding path hid it."""
+    h = self.decode(tgt_in, self.encode(src, src_mask), src_mask, tgt_mask)
+    return F.linear(h, self.tgt_embed.embedding.weight.detach(), self.generator.bias)
+
+
+def dec_embedding_detached(self, tgt_in, memory, src_mask, tgt_mask):
+    """The generator's gradient on the tied weight hid that nothing flows back through the target embedding."""
+    return self.decoder(self.positional(self.tgt_embed(tgt_in).detach()), memory, src_mask, tgt_mask)
+
+
+def fwd_without_bias(self, src, tgt_in, src_mask, tgt_mask):
+    return self.decode(tgt_in, self.encode(src, src_mask), src_mask, tgt_mask) @ self.generator.weight.t()
+
+
+THIRD_ROUND_FORWARD = [
+    ("tied weight detached in forward", variant(forward=fwd_tied_weight_detached), ["weight.detach()", "rows of tokens"]),
+    ("target embedding detached in decode", variant(decode=dec_embedding_detached),
+     ["no gradient reaches the target embedding"]),
+    ("generator's bias left out", variant(forward=fwd_without_bias), ["bias left out"]),
+]
+
+
+@pytest.mark.parametrize("label,cls,keywords", THIRD_ROUND_FORWARD, ids=[m[0] for m in THIRD_ROUND_FORWARD])
+def test_third_round_forward_mistakes_are_named(label, cls, keywords):
+    points, line = _one_check(cls, "forward returns unscaled logits")
+    assert points == 0 and all(k.lower() in line.lower() for k in keywords), line
+
+
+def enc_dropout_twice(self, src, src_mask):
+    """PositionalEncoding already drops; a second dropout on top of it."""
+    return self.encoder(self.positional.dropout(self.positional(self.src_embed(src))), src_mask)
+
+
+def enc_dropout_before_positional(self, src, src_mask):
+    x = self.src_embed(src)
+    return self.encoder(self.positional.dropout(x) + self.positional.pe[: x.size(1)], src_mask)
+
+
+@pytest.mark.parametrize("encode,keywords", [(enc_dropout_twice, ["dropout applied twice"]),
+                                             (enc_dropout_before_positional, ["before the positional encoding"])],
+                         ids=["twice", "before the positional encoding"])
+def test_dropout_of_the_embeddings_is_applied_once_to_the_sum(encode, keywords):
+    points, line = _one_check(variant(encode=encode), "has src_embed, tgt_embed")
+    assert points == 0 and all(k in line for k in keywords), line

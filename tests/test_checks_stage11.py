@@ -460,3 +460,17 @@ SECOND_ROUND_MISTAKES = [
 @pytest.mark.parametrize("label,fn,keywords", SECOND_ROUND_MISTAKES, ids=[m[0] for m in SECOND_ROUND_MISTAKES])
 def test_second_round_mistakes_are_caught(label, fn, keywords):
     assert_caught(fn, NAME, *keywords)
+
+
+# ---------------------------------------------------------------- third review
+def log_softmax_over_positions(logits, target, epsilon=0.1, ignore_index=0):
+    """F.log_softmax(logits, dim=1): on (B, L, V) logits a softmax over the positions (dim=0 on flat ones)."""
+    V = logits.size(-1)
+    lp = F.log_softmax(logits, dim=1 if logits.dim() == 3 else 0)
+    q = F.one_hot(target.clamp(0, V - 1), V) * (1 - epsilon - epsilon / (V - 1)) + epsilon / (V - 1)
+    keep = target != ignore_index
+    return (-(q * lp).sum(-1) * keep).sum() / keep.sum().clamp(min=1)
+
+
+def test_log_softmax_over_the_wrong_dimension_is_named():
+    assert_caught(log_softmax_over_positions, NAME, "log_softmax over dim=1", "dim=-1")

@@ -396,6 +396,52 @@ def check_dropout(make, call, what):
                            "the dropout argument is ignored somewhere (a fixed rate such as 0.1 is used instead)")
 
 
+class _Constant(nn.Module):
+    """Stands in for a sublayer's module (attention, feed-forward): `value` everywhere, in its first input's shape."""
+
+    def __init__(self, value: float):
+        super().__init__()
+        self.value, self.calls = value, 0
+
+    def forward(self, *args, **kwargs):
+        self.calls += 1
+        first = args[0] if args else next(iter(kwargs.values()))
+        return torch.full_like(first, self.value)
+
+
+def check_sublayer_dropout(layer, call, x, parts, what):
+    """layer: a pre-norm layer built with dropout=0.5 (one that computes the right numbers); parts: the names of its
+    sublayer modules, in order. Each is replaced by the constant 10^k, so that in train mode out - x is the sum of the
+    sublayers' dropped outputs, each 0 or 2 * 10^k: one decimal digit per sublayer, 0 or 2. A 4 means that sublayer's
+    output went through two dropouts (an extra nn.Dropout in the lambda, or in the layer around the call). Layers that
+    use their parts in another way (their weights directly, one call per sentence) are left alone."""
+    for k, name in enumerate(parts):
+        setattr(layer, name, _Constant(10.0 ** k))
+    layer.train()
+    try:
+        with seeded(15), torch.no_grad():
+            out = call(layer)
+    except NotImplementedError:
+        raise
+    except Exception:  # noqa: BLE001  (the parts are not called as modules of the contract's signature)
+        return
+    if not isinstance(out, torch.Tensor) or out.shape != x.shape or any(getattr(layer, n).calls != 1 for n in parts):
+        return
+    delta = (out - x).double()
+    whole = delta.round()
+    if not torch.allclose(delta, whole, atol=1e-3) or bool((whole < 0).any()):
+        return
+    for k, name in enumerate(parts):
+        digit = (whole // 10 ** k) % 10
+        if bool(((digit == 4) | (digit == 8)).any()):
+            raise CheckFailure(f"{what}.train() with dropout=0.5: the {name} sublayer's output as it reaches the "
+                               "residual sum", "0 or 2 x the output (one dropout of rate 0.5)",
+                               f"{int(digit.max())} x the output at some positions (dropped twice)",
+                               f"a second dropout on the {name} sublayer's output (an nn.Dropout in the lambda or "
+                               f"around self.{name}(...)): the sublayer connection already applies dropout to the "
+                               "sublayer's output; add none of your own")
+
+
 # ==================================================================================== EncoderLayer
 EXTRA_NORM = "the pre-norm layer's output normalized again at its end: a pre-norm layer returns x + dropout(ff(norm(x))) " \
     "unnormalized (the Encoder's final norm normalizes the last layer's output)"
@@ -554,6 +600,9 @@ def _el_dropout(EncoderLayer):
                                    "and the feed-forward drop inside): pass the dropout argument on to "
                                    "SublayerConnection(d_model, dropout, norm_first), in that order": biases_only,
                                    **({EXTRA_NORM: ref.norm2(x)} if norm_first else {})})
+        if norm_first:  # one dropout per sublayer output, not two (p = 1 cannot tell)
+            check_sublayer_dropout(_make_layer(EncoderLayer, True, dropout=0.5)[0], lambda m: m(x, None), x,
+                                   ("self_attn", "feed_forward"), f"EncoderLayer({D}, {H}, {FF}, norm_first=True)")
 
 
 # ========================================================================================= Encoder

@@ -12,7 +12,7 @@ from torch import nn
 from ..core import CheckFailure, _describe_exception, forbid, register
 from ._util import build, close, expect_shape, seeded
 from .stage08_encoder import (MASK_CHANGED, STATE, TORCH_TRANSFORMER, D, FF, H, PAD, as_module, check_dropout,
-                              check_layer_parts, check_residual_path, check_stack_distinct, check_stack_parts, close_at,
+                              check_layer_parts, check_sublayer_dropout, check_residual_path, check_stack_distinct, check_stack_parts, close_at,
                               computes_like, copies_into, copy_final_norm, copy_layer, default_layer_norm, ffn, ids_with_lengths,
                               inverted, key_mask, layer_mistakes, mha, randomize, same_gradients, stack_layers,
                               stack_mistakes, sublayer)
@@ -326,6 +326,19 @@ def _dl_dropout(DecoderLayer):
                                          (2, 5, D), f"DecoderLayer({D}, {H}, {FF})(x (2, 5, {D}), memory (2, 6, {D}), "
                                          "src_mask, tgt_mask)"),
                   f"DecoderLayer({D}, {H}, {FF})")
+    # one dropout per sublayer output, not two: on a pre-norm layer that computes the right numbers
+    layer, what = _make_layer(DecoderLayer, norm_first=True)
+    ref = ref_decoder_layer(True, seed=7)
+    src, tgt = torch.full((2, 6), 5), torch.full((2, 5), 5)  # no padding: masks everything(2, 6) and causal(5)
+    try:
+        copy_layer(layer, ref, what)
+    except CheckFailure:
+        return  # the contract's names are missing: the other checks say so
+    if computes_like(layer, lambda: run(layer, x, memory, everything(2, 6), causal(5), what),
+                     lambda: run_ref_decoder(ref, x, memory, src, tgt)):
+        check_sublayer_dropout(_make_layer(DecoderLayer, True, dropout=0.5)[0],
+                               lambda m: run(m, x, memory, everything(2, 6), causal(5), what), x,
+                               ("self_attn", "cross_attn", "feed_forward"), f"DecoderLayer({D}, {H}, {FF}, norm_first=True)")
 
 
 # ========================================================================================= Decoder

@@ -199,14 +199,21 @@ def _generator(model, what):
     if not isinstance(gen, nn.Linear):
         raise CheckFailure(f"{what}: `generator`", f"nn.Linear({D}, tgt_vocab_size)", type(gen).__name__,
                            GENERATOR_LINEAR)
-    return lambda h: F.linear(h, gen.weight, gen.bias)
+    def project(h):
+        return F.linear(h, gen.weight, gen.bias)
+    project.linear = gen
+    return project
 
 
 def _states_mistakes(gen, states):
-    return {"decoder states multiplied by sqrt(d_model) before the generator: only the embeddings are scaled":
-            gen(states * math.sqrt(D)),
-            "decoder states divided by sqrt(d_model) before the generator: only the embeddings are scaled":
-            gen(states / math.sqrt(D))}
+    out = {"decoder states multiplied by sqrt(d_model) before the generator: only the embeddings are scaled":
+           gen(states * math.sqrt(D)),
+           "decoder states divided by sqrt(d_model) before the generator: only the embeddings are scaled":
+           gen(states / math.sqrt(D))}
+    if getattr(gen.linear, "bias", None) is not None:
+        out["the generator's bias left out (h @ weight.T alone): use self.generator(h), which adds its bias"] = \
+            F.linear(states, gen.linear.weight)
+    return out
 
 
 def _logit_mistakes(logits):
@@ -400,6 +407,29 @@ def _check_dropout_used(Transformer, src, tgt, sm, tm):
                                "embedding * sqrt(d_model) + PE changed by dropout", "the same as in eval mode",
                                "no dropout after the positional encoding: pass the dropout argument on to "
                                "PositionalEncoding(d_model, max_len, dropout) (paper, section 5.4)")
+        _dropped_once(given[0], given[1], 0.5, f"{what}.{name} in train mode: what the {side} was given")
+
+
+def _dropped_once(kept, dropped, p, what):
+    """One dropout of rate p between `kept` (eval mode) and `dropped` (train mode): each value is either 0 or
+    kept / (1 - p). A second dropout on the same tensor shows as values kept / (1 - p)^2."""
+    if not (isinstance(dropped, torch.Tensor) and isinstance(kept, torch.Tensor) and dropped.shape == kept.shape):
+        return
+    kept, dropped = kept.detach().double(), dropped.detach().double()
+    zero = dropped.abs() <= 1e-6
+    once = (dropped - kept / (1 - p)).abs() <= 1e-4 * (1 + kept.abs())
+    if bool((zero | once).all()):
+        return
+    twice = (dropped - kept / (1 - p) ** 2).abs() <= 1e-4 * (1 + kept.abs())
+    if bool((zero | once | twice).all()):
+        raise CheckFailure(what, f"each value 0 or {1 / (1 - p):g} x its eval-mode value (one dropout of rate {p:g})",
+                           f"values {1 / (1 - p) ** 2:g} x their eval-mode value",
+                           "dropout applied twice after the positional encoding: PositionalEncoding already ends "
+                           "with dropout(x + PE); add no dropout of your own on top of it")
+    raise CheckFailure(what, f"each value 0 or {1 / (1 - p):g} x its eval-mode value: dropout(embedding * sqrt(d_model) "
+                       "+ PE), one dropout on the sum", "other values",
+                       "dropout applied before the positional encoding is added (dropout(embedding) + PE) or to part "
+                       "of the sum only: PositionalEncoding returns dropout(x + PE[:L])")
 
 
 @register("Transformer", "tie_weights: generator, target and (same vocabulary size) source embeddings share ONE weight")
@@ -553,6 +583,10 @@ def _forward(Transformer):
     logits = call(model, src, tgt, sm, tm, what=f"{what}.train()(src, tgt_in, src_mask, tgt_mask)")
     _gradient_reaches_every_part(model, logits, tgt, what)
 
+    def train_states():  # the decoder states forward projects, in train mode (dropout=0.0: deterministic)
+        return model.decode(tgt, model.encode(src, sm), sm, tm)
+    _tied_gradient(model, logits, src, tgt, train_states, what)
+
 
 def _trainable(part):
     return [p for p in part.parameters() if p.requires_grad] if isinstance(part, nn.Module) else []
@@ -594,3 +628,46 @@ def _gradient_reaches_every_part(model, logits, tgt, what):
         if ps and not any(g is not None and bool(g.abs().sum() > 0) for g in gs):
             raise CheckFailure(f"{run}: the gradient of a loss on the logits with respect to {name}'s parameters",
                                "a gradient", "none", hints[name])
+
+
+def _tied_gradient(model, logits, src, tgt, states_fn, what):
+    """With tying, the one weight's gradient is the generator's share (sum over positions of dloss/dlogits times the
+    decoder state) plus the embeddings' share, which only reaches the rows of tokens in the input. So the rows of
+    tokens absent from src and tgt_in must hold exactly the generator's share (a generator weight detached in forward
+    leaves them empty), and the rows of the target's tokens something more (an embedding detached in decode leaves
+    them at the generator's share: the tying hides it from the check above). Uses the gradients of that check."""
+    weight = get_path(model, "generator.weight", what)
+    tgt_w = _embedding_weight(model, "tgt", what)
+    if weight is not tgt_w or weight.grad is None:
+        return  # not tied: the check above sees each part's gradient on its own
+    with torch.no_grad():
+        states = states_fn()
+        if not isinstance(states, torch.Tensor) or states.shape != (*logits.shape[:-1], D):
+            return  # decode is wrong: the decode and forward checks say so
+        with seeded(7):  # the same w as _gradient_reaches_every_part
+            w = torch.randn(logits.shape) * (tgt != PAD)[..., None]
+        share = torch.einsum("blv,bld->vd", w.double(), states.double())     # (V_tgt, d_model)
+    grad = weight.grad.double()
+    used = set(tgt.flatten().tolist()) | {PAD}
+    if _embedding_weight(model, "src", what) is weight:
+        used |= set(src.flatten().tolist())
+    run = f"{what}.train()(src, tgt_in, src_mask, tgt_mask)"
+    absent = [v for v in range(weight.size(0)) if v not in used]
+    if absent and not torch.allclose(grad[absent], share[absent], atol=1e-4, rtol=1e-3):
+        empty = bool(grad[absent].abs().max() < 1e-8)
+        raise CheckFailure(f"{run}: the gradient of the tied weight (generator.weight, which is "
+                           "tgt_embed.embedding.weight) at the rows of tokens absent from the batch",
+                           "the generator's share: sum over positions of dloss/dlogits x decoder state",
+                           "none" if empty else "a different gradient",
+                           "the generator's weight is cut off from autograd in forward (F.linear(h, weight.detach()) "
+                           "or weight.data): the logits' gradient never reaches the tied weight through the projection; "
+                           "use self.generator(h) (or the Parameter itself)" if empty else
+                           "forward must be generator(decode(...)) with the tied Parameter itself, nothing detached")
+    real = sorted(set(tgt.flatten().tolist()) - {PAD})
+    if real and torch.allclose(grad[real], share[real], atol=1e-5, rtol=1e-4):  # float32 sums: not exactly equal
+        raise CheckFailure(f"{run}: the gradient of a loss on the logits with respect to tgt_embed's rows of the "
+                           "target's tokens", "the generator's share plus the embedding's",
+                           "the generator's share only (nothing through the embedding)",
+                           "no gradient reaches the target embedding: the decoder's input is detached in decode (or "
+                           "embedded under torch.no_grad()); the tied weight hides it elsewhere, as the generator "
+                           "still trains it")

@@ -70,6 +70,8 @@ OTHERS_EMPTY = ("the V - 1 other tokens got nothing (only (1 - epsilon) * -log p
 UNSTABLE = ("log-probabilities from log(softmax(logits)): for confident logits the softmax underflows to 0, so the log "
             "is -inf (or a clamp / + 1e-9 hides the true value, far below log 1e-9 here); use F.log_softmax(logits, dim=-1) "
             "(or logits - logsumexp)")
+WRONG_DIM = ("log_softmax over dim={d} instead of the vocabulary: the probabilities of a position are over its V "
+             "tokens, the last dimension: F.log_softmax(logits, dim=-1)")
 MUTATED = ("work on copies: target.masked_fill(...) or torch.where(...) (no in-place `_` methods, no `target[...] = ...`, "
            "no `logits -= ...`) so the caller's tensors stay as they were")
 
@@ -144,6 +146,11 @@ def _mistakes(logits, target, epsilon, ignore_index=PAD):
             out[PAD_COLUMN_EMPTY] = _per_position(logits, target, epsilon, pad_column=ignore_index,
                                                   share=epsilon / (V - 1))[keep].mean()
         out[NO_SMOOTHING] = _reference(logits, target, 0.0, ignore_index)
+    if keep.any():
+        for d in range(logits.dim() - 1):  # the softmax over the batch or the positions instead of the vocabulary
+            logp = F.log_softmax(logits.double(), d).reshape(-1, V)
+            nll_d = -logp.gather(1, flat_t.clamp(0, V - 1)[:, None]).squeeze(1)
+            out[WRONG_DIM.format(d=d)] = ((1 - epsilon) * nll_d + epsilon / (V - 1) * (-logp.sum(1) - nll_d))[keep].mean()
     if epsilon != 0.1:
         out[EPS_IGNORED + " (0.1, the default, was used)"] = _reference(logits, target, 0.1, ignore_index)
     if ignore_index != PAD:
