@@ -39,7 +39,11 @@ if importlib.util.find_spec("autograder") is None:
         subprocess.run([sys.executable, "-m", "pip", "install", "-q",
                         "git+https://github.com/{COURSE_REPO}"], check=True)
     elif os.path.isdir(os.path.join("..", "autograder")):
-        sys.path.insert(0, os.path.abspath(".."))'''
+        sys.path.insert(0, os.path.abspath(".."))
+    else:  # JupyterLab started from another Python than the one the course was installed into
+        raise ModuleNotFoundError(f"this kernel's Python, {{sys.executable}}, cannot import the course: run "
+                                  "`python -m pip install -r requirements.txt` in the course's folder with that "
+                                  "Python, or open the lesson from the course's lessons/ folder; then restart the kernel")'''
 
 
 def colab_badge(stem: str) -> str:
@@ -149,6 +153,8 @@ def render(nb, stem: str, solved: bool):
     for cell in nb.cells:
         if cell.cell_type == "code":
             cell.outputs, cell.execution_count = [], None
+            if cell.source.startswith("# Setup: makes `solutions` and `autograder` importable"):
+                cell.source = SETUP_SOURCE  # one setup cell for every lesson, kept in step here
         grading = cell.get("metadata", {}).get("nbgrader", {})
         if grading.get("grade") and grading.get("grade_id", "").startswith("check_"):
             grading["points"] = _points(grading["grade_id"][len("check_"):])  # always the checks' max_points

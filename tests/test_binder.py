@@ -4,6 +4,7 @@ import pathlib
 import re
 import shutil
 import subprocess
+import sys
 
 import nbformat
 import pytest
@@ -59,6 +60,17 @@ def test_first_code_cell_makes_the_course_importable(path):
 def test_setup_cell_is_silent_where_the_course_is_installed():
     proc = subprocess.run(["python", "-c", SETUP_SOURCE], capture_output=True, text=True, cwd=ROOT / "lessons")
     assert proc.returncode == 0 and proc.stdout == "" and proc.stderr == ""
+
+
+def test_setup_cell_says_how_to_install_where_the_course_is_missing(tmp_path):
+    """A kernel whose Python lacks the course (JupyterLab started from another environment), in a folder with no
+    course above it: the setup cell stops with the fix, naming that Python, not with a bare import error later."""
+    proc = subprocess.run([sys.executable, "-S", "-c", SETUP_SOURCE], capture_output=True, text=True,
+                          cwd=tmp_path)  # -S: no site-packages, so no installed course
+    assert proc.returncode == 1, proc
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("ModuleNotFoundError: this kernel's Python, ") and sys.executable in last, last
+    assert "pip install -r requirements.txt" in last and "restart the kernel" in last, last
 
 
 def test_readme_badges_point_at_lessons_that_exist():
