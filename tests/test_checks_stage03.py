@@ -7,7 +7,7 @@ import torch
 
 import solutions
 from autograder import max_points
-from tests.grading import assert_caught, assert_full_marks, grade
+from tests.grading import assert_caught, assert_full_marks, grade, grade_one
 
 
 def test_reference_gets_full_marks():
@@ -613,15 +613,6 @@ def test_a_detached_max_is_harmless():
 
 
 # ---------------------------------------------------------------- third review
-def _one_check(fn, name, title_start):
-    """(points, line) of the single check of `name` whose title starts with title_start (full grading is slow)."""
-    from autograder import checks  # noqa: F401  (fills the registry)
-    from autograder.core import REGISTRY, run_check
-    fn.__name__ = name
-    [c] = [c for c in REGISTRY[name] if c.title.startswith(title_start)]
-    return run_check(c, fn)
-
-
 def attention_isinstance_dropout(q, k, v, mask=None, dropout=None):
     """Applies the module only when it is an nn.Dropout: the check's recording module must be one."""
     w = _attention(q, k, v, mask)[1]
@@ -648,9 +639,9 @@ def attention_returns_unmasked_weights(q, k, v, mask=None, dropout=None):
 
 def test_third_review_dropout_module_is_an_nn_dropout():
     # only the dropout check passes a module (the others, on correct code like this, are covered above)
-    points, line = _one_check(attention_isinstance_dropout, "scaled_dot_product_attention", "applies the dropout")
+    points, line = grade_one(attention_isinstance_dropout, "scaled_dot_product_attention", "applies the dropout")
     assert points == 1, line
-    points, line = _one_check(attention_reads_dropout_p, "scaled_dot_product_attention", "applies the dropout")
+    points, line = grade_one(attention_reads_dropout_p, "scaled_dot_product_attention", "applies the dropout")
     assert points == 0 and "never called" in line, line
 
 
@@ -659,5 +650,5 @@ def test_third_review_dropout_module_is_an_nn_dropout():
     (attention_returns_unmasked_weights, "a boolean mask", ["weights returned are not the ones"]),
 ], ids=["scores multiplied by sqrt(d_k)", "weights returned before masking"])
 def test_third_review_attention_mistakes_are_named(fn, title, keywords):
-    points, line = _one_check(fn, "scaled_dot_product_attention", title)
+    points, line = grade_one(fn, "scaled_dot_product_attention", title)
     assert points == 0 and all(k in line for k in keywords), line

@@ -9,7 +9,7 @@ from torch import nn
 
 import solutions
 from solutions import merge_heads, scaled_dot_product_attention, split_heads
-from tests.grading import assert_caught, assert_full_marks, grade
+from tests.grading import assert_caught, assert_full_marks, grade, grade_one
 
 NAMES = ["split_heads", "merge_heads", "MultiHeadAttention"]
 
@@ -1018,16 +1018,6 @@ def test_second_review_multi_head_attention_mistakes_are_caught(label, cls, keyw
 
 
 # ---------------------------------------------------------------- third review
-def _one_check(cls, title_start):
-    """(points, line) of the single MultiHeadAttention check whose title starts with title_start (full grading
-    of a module takes seconds)."""
-    from autograder import checks  # noqa: F401  (fills the registry)
-    from autograder.core import REGISTRY, run_check
-    cls.__name__ = "MultiHeadAttention"
-    [c] = [c for c in REGISTRY["MultiHeadAttention"] if c.title.startswith(title_start)]
-    return run_check(c, cls)
-
-
 class ProjectionsWithoutGradient(Base):
     def project(self, query, key, value):
         with torch.no_grad():  # right numbers, but training never reaches the input (nor w_q, w_k, w_v)
@@ -1044,5 +1034,5 @@ class ScaledTwice(Base):
     (ScaledTwice, "self-attention", ["divided by sqrt(d_k) twice"]),
 ], ids=["no gradient", "scaled twice"])
 def test_third_review_multi_head_attention_mistakes_are_named(cls, title, keywords):
-    points, line = _one_check(cls, title)
+    points, line = grade_one(cls, "MultiHeadAttention", title)
     assert points == 0 and all(k in line for k in keywords), line

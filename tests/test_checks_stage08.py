@@ -12,7 +12,7 @@ from torch import nn
 
 import solutions
 from solutions import LayerNorm, MultiHeadAttention, PositionwiseFeedForward, SublayerConnection
-from tests.grading import assert_caught, assert_full_marks, grade
+from tests.grading import assert_caught, assert_full_marks, grade, grade_one
 
 
 def test_reference_gets_full_marks():
@@ -1042,15 +1042,6 @@ def test_second_round_encoder_mistakes_are_caught(label, cls, keywords):
 
 
 # ---------------------------------------------------------------- third review
-def _one_check(cls, name, title_start):
-    """(points, line) of the single check of `name` whose title starts with title_start (full grading takes seconds)."""
-    from autograder import checks  # noqa: F401  (fills the registry)
-    from autograder.core import REGISTRY, run_check
-    cls.__name__ = name
-    [c] = [c for c in REGISTRY[name] if c.title.startswith(title_start)]
-    return run_check(c, cls)
-
-
 class LayerExtraDropoutInLambda(solutions.EncoderLayer):
     """A dropout of its own on the attention's output, which the sublayer connection drops again (p = 1 cannot tell)."""
 
@@ -1085,10 +1076,10 @@ class LayerDropoutInLambdaOnly(LayerExtraDropoutInLambda):
 @pytest.mark.parametrize("cls,part", [(LayerExtraDropoutInLambda, "self_attn"),
                                       (LayerExtraDropoutOnFeedForward, "feed_forward")])
 def test_a_second_dropout_on_a_sublayer_output_is_caught(cls, part):
-    points, line = _one_check(cls, "EncoderLayer", "uses the dropout argument")
+    points, line = grade_one(cls, "EncoderLayer", "uses the dropout argument")
     assert points == 0 and f"second dropout on the {part} sublayer" in line and "dropped twice" in line, line
 
 
 def test_one_dropout_in_the_lambda_instead_of_the_connection_is_fine():
-    points, line = _one_check(LayerDropoutInLambdaOnly, "EncoderLayer", "uses the dropout argument")
+    points, line = grade_one(LayerDropoutInLambdaOnly, "EncoderLayer", "uses the dropout argument")
     assert points == 1, line

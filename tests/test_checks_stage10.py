@@ -9,7 +9,7 @@ from torch import nn
 
 import solutions
 from solutions import PAD, Decoder, Encoder, PositionalEncoding, TokenEmbedding
-from tests.grading import assert_caught, assert_full_marks, grade
+from tests.grading import assert_caught, assert_full_marks, grade, grade_one
 from tests.test_checks_stage08 import EncoderCheckpointed, EncoderChildren, EncoderClones
 from tests.test_checks_stage09 import DecoderChildren, DecoderMasksOnce, DecoderWhile
 
@@ -668,16 +668,6 @@ def test_expanded_but_inverted_mask_is_still_caught():
 
 
 # ---------------------------------------------------------------- third review
-def _one_check(cls, title_start):
-    """(points, line) of the single Transformer check whose title starts with title_start (full grading takes
-    seconds)."""
-    from autograder import checks  # noqa: F401  (fills the registry)
-    from autograder.core import REGISTRY, run_check
-    cls.__name__ = "Transformer"
-    [c] = [c for c in REGISTRY["Transformer"] if c.title.startswith(title_start)]
-    return run_check(c, cls)
-
-
 def fwd_tied_weight_detached(self, src, tgt_in, src_mask, tgt_mask):
     """The right logits through a detached copy of the tied weight: the gradient of the embedding path hid it."""
     h = self.decode(tgt_in, self.encode(src, src_mask), src_mask, tgt_mask)
@@ -703,7 +693,7 @@ THIRD_ROUND_FORWARD = [
 
 @pytest.mark.parametrize("label,cls,keywords", THIRD_ROUND_FORWARD, ids=[m[0] for m in THIRD_ROUND_FORWARD])
 def test_third_round_forward_mistakes_are_named(label, cls, keywords):
-    points, line = _one_check(cls, "forward returns unscaled logits")
+    points, line = grade_one(cls, "Transformer", "forward returns unscaled logits")
     assert points == 0 and all(k.lower() in line.lower() for k in keywords), line
 
 
@@ -721,5 +711,5 @@ def enc_dropout_before_positional(self, src, src_mask):
                                              (enc_dropout_before_positional, ["before the positional encoding"])],
                          ids=["twice", "before the positional encoding"])
 def test_dropout_of_the_embeddings_is_applied_once_to_the_sum(encode, keywords):
-    points, line = _one_check(variant(encode=encode), "has src_embed, tgt_embed")
+    points, line = grade_one(variant(encode=encode), "Transformer", "has src_embed, tgt_embed")
     assert points == 0 and all(k in line for k in keywords), line
