@@ -775,7 +775,18 @@ class PEMultiplies(PositionalEncoding):
         return self.dropout(x * self.pe[: x.size(1)])
 
 
+class PEUnsqueezedSlice(PositionalEncoding):
+    """The old tutorial's sequence-first habit on a 2-d table: pe[:L].unsqueeze(1) is (L, 1, d), which meets the
+    batch axis of batch-first x (found by a learner simulation: the message blamed the slice, which was right)."""
+
+    def forward(self, x):
+        if x.size(1) > self.pe.size(0):
+            raise ValueError("too long")
+        return self.dropout(x + self.pe[: x.size(1)].unsqueeze(1))
+
+
 MODULE_MISTAKES_C = [
+    ("the slice unsqueezed on axis 1", PEUnsqueezedSlice, ["shaped (length, 1, d_model)", "sequence-first"]),
     ("default max_len 512", PEDefaultMaxLen512, ["default max_len=5000", "fewer than 5000 positions"]),
     ("a float64 table not cast", PEFloat64NotCast, ["torch.float64", "x.dtype"]),
     ("nn.Dropout(1 - dropout)", PEKeepProbability, ["ZEROING", "1 - dropout"]),

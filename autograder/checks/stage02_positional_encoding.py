@@ -3,6 +3,7 @@ written out here in float64, with the classic mistakes named."""
 from __future__ import annotations
 
 import math
+import re
 
 import torch
 from torch import nn
@@ -195,6 +196,20 @@ def _diagnose(module, x, max_len, refused=False):
     return None
 
 
+def _seq_first_slice(e, x):
+    """The hint when the batch met the length on axis 0: a slice of the right length given a middle axis of size 1,
+    (length, 1, d_model) (unsqueeze(1), [:, None]): the sequence-first layout."""
+    B, L = x.size(0), x.size(1)
+    sizes = re.search(r"tensor a \((\d+)\) must match the size of tensor b \((\d+)\) at non-singleton dimension 0",
+                      str(e))
+    if B == L or sizes is None or {int(sizes.group(1)), int(sizes.group(2))} != {B, L}:
+        return None
+    return ("the slice of the table met x's batch axis with its length axis: it was shaped (length, 1, d_model) "
+            "(unsqueeze(1), [:, None]), the sequence-first layout (length, batch, d_model) of PyTorch's old tutorial; "
+            "x is batch-first (batch, length, d_model): add pe[:x.size(1)] as it is, (length, d_model), or as "
+            "(1, length, d_model) with unsqueeze(0)")
+
+
 def _forward(module, x, what, max_len=None):
     try:
         out = module(x)
@@ -209,7 +224,7 @@ def _forward(module, x, what, max_len=None):
                            f"ValueError: {str(e)[:120]}", hint) from None
     except RuntimeError as e:
         raise CheckFailure(what, f"a tensor of x's shape {tuple(x.shape)}", f"RuntimeError: {str(e)[:160]}",
-                           _diagnose(module, x, max_len) or
+                           _diagnose(module, x, max_len) or _seq_first_slice(e, x) or
                            "x is (batch, length, d_model): slice the table to the length, pe[:x.size(1)] "
                            "(not x.size(0), the batch), and add it; it broadcasts over the batch") from None
     entry = _BUILT.get(id(module))
