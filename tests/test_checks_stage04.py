@@ -1029,10 +1029,18 @@ class ScaledTwice(Base):
         return scaled_dot_product_attention(q / math.sqrt(q.size(-1)), k, v, mask, self.dropout)
 
 
+class KeyProjectionOnValues(Base):
+    """A copy-paste slip found by a learner simulation: the message said only 'pass the mask on'."""
+
+    def project(self, query, key, value):
+        return self.w_q(query), self.w_k(key), self.w_k(value)
+
+
 @pytest.mark.parametrize("cls,title,keywords", [
     (ProjectionsWithoutGradient, "self-attention", ["with respect to x", "left autograd"]),
     (ScaledTwice, "self-attention", ["divided by sqrt(d_k) twice"]),
-], ids=["no gradient", "scaled twice"])
+    (KeyProjectionOnValues, "a causal mask", ["w_k applied to the values"]),
+], ids=["no gradient", "scaled twice", "w_k on the values"])
 def test_third_review_multi_head_attention_mistakes_are_named(cls, title, keywords):
     points, line = grade_one(cls, "MultiHeadAttention", title)
     assert points == 0 and all(k in line for k in keywords), line

@@ -323,6 +323,9 @@ def _mistakes(ref, query, key, value, mask=None):
         "scores divided by sqrt(d_model) instead of sqrt(d_k) = sqrt(d_model / h)": dict(scale="d_model"),
         "one projection used for query, key and value: use w_q, w_k and w_v, one each": dict(proj="qqq"),
         "one projection used for query, key and value (w_v for all three): each needs its own Linear": dict(proj="vvv"),
+        "w_k applied to the values: v = self.w_v(value)": dict(proj="qkk"),
+        "w_v applied to the keys: k = self.w_k(key)": dict(proj="qvv"),
+        "w_q applied to the keys: k = self.w_k(key)": dict(proj="qqv"),
         "scores not scaled: divide q k^T by sqrt(d_k) = sqrt(d_model / h)": dict(scale="none"),
         "softmax over the queries (dim=-2): each query's weights must sum to one over the keys, softmax(dim=-1)":
             dict(softmax_dim=-2),
