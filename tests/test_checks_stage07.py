@@ -826,3 +826,35 @@ NO_GRADIENT = [
 def test_right_values_without_gradients_lose_the_gradient_point(label, cls, name, keywords):
     points, text = assert_caught(cls, name, *keywords)
     assert points == max_points(name) - 1, text  # the values are right: only the gradient point is lost
+
+
+# ---------------------------------------------------------------- messages that name the real mistake
+class RMSNorm(LNBase):
+    """The mean never subtracted, anywhere: x / sqrt(mean(x^2) + eps), RMSNorm."""
+
+    def forward(self, x):
+        return self.weight * x / torch.sqrt((x ** 2).mean(-1, keepdim=True) + self.eps) + self.bias
+
+
+def test_rms_norm_is_named_by_every_check_it_fails():
+    points, text = assert_caught(RMSNorm, "LayerNorm", "mean was not subtracted (RMSNorm)")
+    failed = [line for line in text.splitlines() if line.startswith("✗")]
+    assert len(failed) == 4 and all("RMSNorm" in line for line in failed), text
+    assert "keep eps" not in text and "dim 0" not in text, text
+
+
+class NormTwiceInPreNorm(SCBase):
+    """Post-norm right; pre-norm normalizes the sum as well: the flag is honoured, the norm applied twice."""
+
+    def forward(self, x, sublayer):
+        if self.norm_first:
+            return self.norm(x + self.dropout(sublayer(self.norm(x))))
+        return self.norm(x + self.dropout(sublayer(x)))
+
+
+@pytest.mark.parametrize("cls,named", [(NormTwiceInPreNorm, "norm is applied twice"),
+                                       (PreNormResidualFromNormed, "residual adds norm(x) instead of x")])
+def test_the_dropout_check_names_the_formula_not_the_flag(cls, named):
+    from tests.grading import grade_one
+    points, line = grade_one(cls, "SublayerConnection", "dropout on the sublayer's output only")
+    assert points == 0 and named in line and "norm_first flag" not in line, line

@@ -1083,3 +1083,28 @@ def test_a_second_dropout_on_a_sublayer_output_is_caught(cls, part):
 def test_one_dropout_in_the_lambda_instead_of_the_connection_is_fine():
     points, line = grade_one(LayerDropoutInLambdaOnly, "EncoderLayer", "uses the dropout argument")
     assert points == 1, line
+
+
+# ---------------------------------------------------------------- dropout not passed on: one point, not two
+class LayerAttentionDropoutForgotten(solutions.EncoderLayer):
+    """MultiHeadAttention(d_model, n_heads): its default dropout (0.1) where dropout=0.0 was asked."""
+
+    def __init__(self, d_model, n_heads, d_ff, dropout=0.1, norm_first=False):
+        super().__init__(d_model, n_heads, d_ff, dropout, norm_first)
+        self.self_attn = MultiHeadAttention(d_model, n_heads)
+
+
+class EncoderLayersDropoutForgotten(solutions.Encoder):
+    """Its layers built without the dropout argument (their default 0.1)."""
+
+    def __init__(self, d_model, n_heads, d_ff, n_layers, dropout=0.1, norm_first=False):
+        super().__init__(d_model, n_heads, d_ff, n_layers, dropout, norm_first)
+        self.layers = nn.ModuleList(solutions.EncoderLayer(d_model, n_heads, d_ff, norm_first=norm_first)
+                                    for _ in range(n_layers))
+
+
+@pytest.mark.parametrize("cls,name,title", [(LayerAttentionDropoutForgotten, "EncoderLayer", "post-norm equals"),
+                                            (EncoderLayersDropoutForgotten, "Encoder", "post-norm stack")])
+def test_dropout_not_passed_on_is_not_blamed_on_detach(cls, name, title):
+    points, line = grade_one(cls, name, title)  # the dropout check alone names it
+    assert points == 1, line

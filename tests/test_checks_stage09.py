@@ -834,3 +834,36 @@ def test_a_second_dropout_on_cross_attention_is_caught():
     [c] = [c for c in REGISTRY["DecoderLayer"] if c.title.startswith("uses the dropout argument")]
     points, line = run_check(c, LayerExtraDropoutOnCrossAttention)
     assert points == 0 and "second dropout on the cross_attn sublayer" in line, line
+
+
+# ---------------------------------------------------------------- a mask passed to the first layer only
+def _decoder_masks_to_first_only(tgt_first_only):
+    class DecoderFirstLayerMask(solutions.Decoder):
+        def forward(self, x, memory, src_mask, tgt_mask):
+            for i, layer in enumerate(self.layers):
+                x = layer(x, memory, src_mask if tgt_first_only or i == 0 else None,
+                          tgt_mask if not tgt_first_only or i == 0 else None)
+            return self.norm(x)
+    return DecoderFirstLayerMask
+
+
+@pytest.mark.parametrize("tgt_first_only,named", [(True, "tgt_mask passed to the first layer only"),
+                                                  (False, "src_mask passed to the first layer only")])
+def test_a_mask_passed_to_the_first_layer_only_is_named(tgt_first_only, named):
+    from tests.grading import grade_one
+    points, line = grade_one(_decoder_masks_to_first_only(tgt_first_only), "Decoder", "post-norm stack")
+    assert points == 0 and named in line, line
+
+
+class DecoderLayerAttentionDropoutForgotten(solutions.DecoderLayer):
+    """MultiHeadAttention(d_model, n_heads) for cross-attention: its default dropout where dropout=0.0 was asked."""
+
+    def __init__(self, d_model, n_heads, d_ff, dropout=0.1, norm_first=False):
+        super().__init__(d_model, n_heads, d_ff, dropout, norm_first)
+        self.cross_attn = MultiHeadAttention(d_model, n_heads)
+
+
+def test_dropout_not_passed_on_is_not_blamed_on_detach():
+    from tests.grading import grade_one
+    points, line = grade_one(DecoderLayerAttentionDropoutForgotten, "DecoderLayer", "post-norm")
+    assert points == 1, line  # the dropout check alone names it

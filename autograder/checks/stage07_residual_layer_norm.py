@@ -90,6 +90,9 @@ def _ln_mistakes(x, ref, eps=None):
         "eps ignored: sqrt(var + eps) with the eps argument": mk((x - mean) / var.sqrt()),
         "eps fixed at 1e-5: use the eps argument": mk((x - mean) / torch.sqrt(var + 1e-5)),
         "the mean is not subtracted: (x - mean) / sqrt(var + eps)": mk(x / torch.sqrt(var + eps)),
+        "the mean was not subtracted (RMSNorm): x / sqrt(mean(x^2) + eps) is RMSNorm; layer norm centres x first, "
+        "(x - mean) / sqrt(var + eps), var the mean of (x - mean)^2":
+            mk(x / torch.sqrt((x * x).mean(-1, keepdim=True) + eps)),
         "weight and bias swapped: weight * x_hat + bias": b * ((x - mean) / torch.sqrt(var + eps)) + w,
         "the bias is not added: weight * x_hat + bias": w * ((x - mean) / torch.sqrt(var + eps)),
         "the weight is not applied: weight * x_hat + bias": (x - mean) / torch.sqrt(var + eps) + b,
@@ -195,11 +198,12 @@ def _ln_shapes(LN):
 @register("LayerNorm", "a constant row (zero variance) gives the bias, not NaN")
 def _ln_constant(LN):
     ln, ref = _make_ln(LN, 5, seed=4)
-    x = torch.full((2, 3, 5), 2.5)
-    x[1] = -7.0
+    x = torch.full((3, 3, 5), 2.5)  # three sentences: normalizing over the batch (dim 0) does not give +-1 here,
+    x[1] = -7.0                     # as RMSNorm (no mean subtracted) does, so that the two are told apart
+    x[2] = 0.75
     with torch.no_grad():
         got = _keeps_input(lambda: ln(x), x, "LayerNorm(5)(constant x)")
-        expect_close(as_tensor(got, "LayerNorm(5)(constant x)"), ref.bias.detach().expand(2, 3, 5),
+        expect_close(as_tensor(got, "LayerNorm(5)(constant x)"), ref.bias.detach().expand(3, 3, 5),
                      "LayerNorm(5)(x) where every row is constant", mistakes=_ln_mistakes(x, ref),
                      hint="x - mean is 0 and var is 0: eps inside the sqrt keeps 0 / sqrt(0 + eps) = 0")
 
@@ -367,6 +371,24 @@ def _sc_calls(SC):
                                    "the sublayer was given the doubly normalized x: apply the norm once": N(N(x))})
 
 
+def _formula_mistake(sc, x, N, S, norm_first, what):
+    """The named mistake of the formula itself, seen in eval mode (dropout off), or None. With p=1 the sublayer's
+    output is zero, so several wrong formulas give the same numbers (norm(x) in pre-norm: the flag ignored, the norm
+    applied twice, the residual taken from norm(x)); the eval-mode output, with the sublayer's output kept, tells
+    them apart."""
+    sc.eval()
+    try:
+        got = _call(sc, x, S, what)
+    finally:
+        sc.train()
+    if close(got, x + S(N(x)) if norm_first else N(x + S(x))):
+        return None
+    for description, wrong in _sc_mistakes(x, N, S, norm_first).items():
+        if close(got, wrong):
+            return description + " (in eval mode too, with the sublayer's output kept)"
+    return None
+
+
 @register("SublayerConnection",
           "dropout on the sublayer's output only (train mode, p=1: post-norm gives norm(x), pre-norm x)")
 def _sc_dropout_place(SC):
@@ -388,10 +410,11 @@ def _sc_dropout_place(SC):
                                        "two different outputs",
                                        "the dropout argument is not used (a fixed rate such as 0.1?): "
                                        "self.dropout = nn.Dropout(dropout)")
+            formula = _formula_mistake(sc, x, N, S, norm_first, what) if not close(got, expected) else None
             expect_close(got, expected, what,
                          hint="dropout applies to the sublayer's output, before the residual sum: "
                               + ("x + dropout(sublayer(norm(x)))" if norm_first else "norm(x + dropout(sublayer(x)))"),
-                         mistakes={"dropout applied to the residual sum (or to x itself) instead of the sublayer's "
+                         mistakes={formula: got} if formula is not None else {"dropout applied to the residual sum (or to x itself) instead of the sublayer's "
                                    "output only (or the residual x is missing): "
                                    + ("x + dropout(sublayer(norm(x)))" if norm_first else "norm(x + dropout(sublayer(x)))"):
                                        torch.zeros_like(x) if norm_first else N(torch.zeros_like(x)),

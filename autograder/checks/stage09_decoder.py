@@ -237,7 +237,7 @@ def _layer_vs_torch(DecoderLayer, norm_first, seed, tgt_lengths, src_lengths, ho
         layer.train()
         same_gradients(lambda a, b: layer(a, b, key_mask(src), tgt_mask_of(tgt)),
                        lambda a, b: run_ref_grad(ref, a, b, src, tgt), [("x", x), ("memory", memory)], tgt != PAD,
-                       f"{what}(x, memory, src_mask, tgt_mask)", seed=seed)
+                       f"{what}(x, memory, src_mask, tgt_mask)", seed=seed, module=layer)
     return layer, ref, x, memory, src, tgt
 
 
@@ -377,7 +377,17 @@ def _decoder_vs_torch(Decoder, norm_first, seed, tgt_lengths, src_lengths, n_lay
             for lay in layers_ref:
                 h = run_layer(lay, h, mode, True, **kw)
             return ref.norm(h) if ref.norm is not None else h
+        def first_only(**kw):  # the masks kw (None) from the second layer on
+            h = x
+            for i, lay in enumerate(layers_ref):
+                h = run_layer(lay, h, mode, True, **(kw if i else {}))
+            return ref.norm(h) if ref.norm is not None else h
         mistakes["tgt_mask not passed on: the layers' self-attention is not causal"] = chain(self_allowed=None)
+        mistakes["tgt_mask passed to the first layer only: the later layers' self-attention sees later tokens; pass "
+                 "it to every layer, x = layer(x, memory, src_mask, tgt_mask)"] = first_only(self_allowed=None)
+        mistakes["src_mask passed to the first layer only: the later layers' cross-attention attends the source "
+                 "padding; pass it to every layer, x = layer(x, memory, src_mask, tgt_mask)"] = \
+            first_only(cross_allowed=None)
         mistakes["src_mask not passed on: cross-attention attended the source padding"] = chain(cross_allowed=None)
         mistakes["tgt_mask not passed on: the layers were given a causal mask built here, which hides later tokens "
                  "but not the target's padding; pass tgt_mask itself"] = chain(self_allowed=causal(x.size(1)))
@@ -394,7 +404,7 @@ def _decoder_vs_torch(Decoder, norm_first, seed, tgt_lengths, src_lengths, n_lay
         dec.train()
         same_gradients(lambda a, b: dec(a, b, key_mask(src), tgt_mask_of(tgt)),
                        lambda a, b: run_ref_grad(ref, a, b, src, tgt), [("x", x), ("memory", memory)], tgt != PAD,
-                       f"{what}(x, memory, src_mask, tgt_mask)", seed=seed)
+                       f"{what}(x, memory, src_mask, tgt_mask)", seed=seed, module=dec)
     return dec, ref, x, memory, src, tgt
 
 
