@@ -27,7 +27,7 @@ from torch import nn
 
 import solutions
 from solutions import BPETokenizer, PositionalEncoding, TokenEmbedding  # noqa: F401
-from tests.grading import assert_caught, assert_full_marks, grade
+from tests.grading import assert_caught, assert_full_marks, grade, grade_one
 
 FIXTURE_PATH = "autograder/fixtures/stage01_bpe.json"
 
@@ -2195,6 +2195,72 @@ def test_checks_do_not_use_solutions():
     import autograder.checks.stage01_tokenization as module
     source = open(module.__file__, encoding="utf-8").read()
     assert not re.search(r"^\s*(from|import)\s+\.*solutions", source, re.M)
+
+
+# ---------------------------------------------------------------- fourth review: messages that name the real mistake
+class EmbeddingScaledInInit(nn.Module):
+    """Scaled, but once in __init__: weights copied in (or trained) come out unscaled."""
+
+    def __init__(self, vocab_size, d_model, padding_idx=None):
+        super().__init__()
+        self.embedding = nn.Embedding(vocab_size, d_model, padding_idx=padding_idx)
+        with torch.no_grad():
+            self.embedding.weight.mul_(math.sqrt(d_model))
+
+    def forward(self, ids):
+        return self.embedding(ids)
+
+
+@pytest.mark.parametrize("title", ["forward =", "scales by the exact", "keeps ids' shape"])
+def test_fourth_review_embedding_scaled_in_init_is_named(title):
+    points, line = grade_one(EmbeddingScaledInInit, "TokenEmbedding", title)
+    assert points == 0 and "once in __init__" in line, line
+
+
+def test_fourth_review_embedding_not_scaled_keeps_its_message():
+    points, line = grade_one(make_embedding(lambda d, v: 1.0), "TokenEmbedding", "forward =")
+    assert points == 0 and "not scaled" in line and "__init__" not in line, line
+
+
+class TokStaleStoi(BPETokenizer):
+    """train rebuilds itos but leaves stoi with the specials only: encode gives <unk>; load rebuilds stoi."""
+
+    def train(self, corpus, num_merges, min_frequency=2):
+        super().train(corpus, num_merges, min_frequency)
+        self.stoi = {s: i for i, s in enumerate(self.itos[:4])}
+        return self
+
+
+@pytest.mark.parametrize("title", ["save(path)", "specials take ids"])
+def test_fourth_review_stale_stoi_is_named(title):
+    points, line = grade_one(TokStaleStoi, "BPETokenizer", title)
+    assert points == 0 and "did not rebuild stoi" in line, line
+    assert "save everything" not in line, line
+
+
+def learn_bpe_lines_as_words(corpus, num_merges, min_frequency=2):
+    """Each line taken as one word, its spaces ordinary characters."""
+    counts = collections.Counter(corpus)
+    vocab = {tuple(w[:-1]) + (w[-1] + "</w>",): c for w, c in counts.items() if w}
+    merges = []
+    while len(merges) < num_merges:
+        stats = solutions.get_pair_stats(vocab)
+        if not stats:
+            break
+        best = max(stats, key=lambda p: (stats[p], p))
+        if stats[best] < min_frequency:
+            break
+        merges.append(best)
+        vocab = {solutions.merge_pair(s, best): c for s, c in vocab.items()}
+    return merges
+
+
+def test_fourth_review_lines_as_words_is_named_by_the_first_check():
+    points, line = grade_one(learn_bpe_lines_as_words, "learn_bpe", "learns the docstring example")
+    assert points == 0 and "each line counted as one word" in line and "one of these" not in line, line
+    # the same answer from a missing </w> is still named as such, not as lines taken whole
+    points, line = grade_one(make_learn_bpe(end="missing"), "learn_bpe", "learns the docstring example")
+    assert points == 0 and "`</w>` missing" in line and "each line counted" not in line, line
 
 
 if __name__ == "__main__":

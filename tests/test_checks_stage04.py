@@ -1044,3 +1044,21 @@ class KeyProjectionOnValues(Base):
 def test_third_review_multi_head_attention_mistakes_are_named(cls, title, keywords):
     points, line = grade_one(cls, "MultiHeadAttention", title)
     assert points == 0 and all(k in line for k in keywords), line
+
+
+# ---------------------------------------------------------------- fourth review
+class DropoutBuiltInForward(Base):
+    """nn.Dropout used, but a new one built at every call: always in training mode, .eval() never reaches it."""
+
+    def attend(self, q, k, v, mask):
+        return scaled_dot_product_attention(q, k, v, mask, nn.Dropout(self.dropout.p))
+
+
+@pytest.mark.parametrize("cls,keywords", [
+    (DropoutBuiltInForward, ["built inside forward", "in __init__"]),
+    (DropoutAlwaysOn, ["dropout still acts in eval mode", "not F.dropout"]),
+], ids=["nn.Dropout built in forward", "F.dropout always on"])
+def test_fourth_review_dropout_in_eval_mode_is_named(cls, keywords):
+    points, line = grade_one(cls, "MultiHeadAttention", "dropout acts")
+    assert points == 0 and all(k in line for k in keywords), line
+    assert cls is DropoutAlwaysOn or "not F.dropout" not in line, line

@@ -8,7 +8,7 @@ import torch
 
 import solutions
 from autograder import max_points
-from tests.grading import assert_caught, assert_full_marks, grade
+from tests.grading import assert_caught, assert_full_marks, grade, grade_one
 
 NAMES = ["padding_mask", "causal_mask", "target_mask"]
 
@@ -561,3 +561,29 @@ def test_third_review_masks_moved_to_the_ids_device(name, fn):
 def test_third_review_masks_left_on_the_cpu_are_caught(name, fn):
     points, text = assert_caught(fn, name, "never moved to the ids' device", f".to({'tgt_ids' if name == 'target_mask' else 'ids'}.device)")
     assert points == max_points(name) - 1, text  # the values are right: only the device point is lost
+
+
+# ---------------------------------------------------------------- fourth review: the pad_id check names the real mistake
+def tgt_xor(tgt_ids, pad_id=0):
+    """^ instead of &: pad_id is passed on, but the parts are combined wrongly."""
+    return solutions.padding_mask(tgt_ids, pad_id) ^ solutions.causal_mask(tgt_ids.size(1), tgt_ids.device)
+
+
+def tgt_pads_both_axes_no_causal(tgt_ids, pad_id=0):
+    p = solutions.padding_mask(tgt_ids, pad_id)
+    return p & p.transpose(-1, -2) | solutions.causal_mask(tgt_ids.size(1), tgt_ids.device) & p & p.transpose(-1, -2)
+
+
+def tgt_causal_one_above(tgt_ids, pad_id=0):
+    """A mistake no variant names: the pad_id check must not blame pad_id, which is passed on."""
+    L = tgt_ids.size(1)
+    return solutions.padding_mask(tgt_ids, pad_id) & torch.ones(L, L, dtype=torch.bool).tril(1)[None, None]
+
+
+@pytest.mark.parametrize("fn,keywords", [(tgt_xor, ["exclusive or"]),
+                                         (tgt_pads_both_axes_no_causal, ["causal part is missing", "as well as"]),
+                                         (tgt_causal_one_above, ["pad_id is passed on"])])
+def test_fourth_review_pad_id_check_names_the_real_mistake(fn, keywords):
+    points, line = grade_one(fn, "target_mask", "uses the pad_id argument")
+    assert points == 0 and all(k in line for k in keywords), line
+    assert "pass pad_id on" not in line, line

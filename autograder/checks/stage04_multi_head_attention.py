@@ -8,6 +8,7 @@ import math
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.nn.modules.module import register_module_forward_pre_hook
 
 from ..core import CheckFailure, forbid, register
 from ._util import LEFT_AUTOGRAD, as_tensor, build, close, expect_close, expect_grads, expect_shape, seeded
@@ -492,9 +493,7 @@ def _mha_dropout(MHA):
         first, second = _forward(mha, x, x, x, what=what), _forward(mha, x, x, x, what=what)
         if first.shape == second.shape and not torch.allclose(first, second):
             raise CheckFailure(f"{what}, called twice", "the same output (no dropout in eval mode)",
-                               "two different outputs",
-                               "dropout still acts in eval mode: use an nn.Dropout module (off after .eval()), "
-                               "not F.dropout(..., training=True)")
+                               "two different outputs", _eval_dropout_hint(mha, x))
         expect_close(first, expected, what, hint="in eval mode it must equal nn.MultiheadAttention without dropout",
                      mistakes=_mistakes(ref, x, x, x))
     # train mode with p = 1: every attention weight is dropped, so each head's output is 0 and only w_o's bias is left
@@ -527,6 +526,28 @@ def _mha_dropout(MHA):
                                "apply it to the softmax's weights":
                                    F.linear(_merge_ref(uniform), ref.out_proj.weight, ref.out_proj.bias).detach()})
     _dropout_half(MHA)
+
+
+def _eval_dropout_hint(mha, x) -> str:
+    """Why dropout acts in eval mode: the nn.Dropout modules one more forward call runs say whether one is built
+    inside forward (a new module each call, in training mode, which mha.eval() never reaches)."""
+    called = []
+    handle = register_module_forward_pre_hook(
+        lambda m, args: called.append(m) if "Dropout" in type(m).__name__ else None)
+    try:
+        with torch.no_grad():
+            mha(x, x, x)
+    except Exception:
+        pass
+    finally:
+        handle.remove()
+    own = {id(m) for m in mha.modules()}
+    if any(id(m) not in own for m in called):
+        return ("the nn.Dropout is built inside forward: a new module at every call, always in training mode, that "
+                ".eval() never reaches; build it once in __init__, self.dropout = nn.Dropout(dropout), and use "
+                "self.dropout in forward")
+    return ("dropout still acts in eval mode: use an nn.Dropout module built in __init__ (off after .eval()), "
+            "not F.dropout(..., training=True)")
 
 
 def _merge_ref(x: torch.Tensor) -> torch.Tensor:

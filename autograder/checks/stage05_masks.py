@@ -196,6 +196,11 @@ def _target_mistakes(ids, pad_id=0):
         "hidden, and a padded query keeps its causal row": queries & keys & causal,
         "the pad_id argument is ignored (compared with 0 = PAD)": (ids != 0)[:, None, None, :] & causal,
         "or instead of and: the mask must be causal AND not padding": keys | causal,
+        "^ (exclusive or) instead of &: it keeps a position where exactly one part is True; the mask must be "
+        "causal AND not padding, padding_mask(tgt_ids, pad_id) & causal_mask(L, device)": keys ^ causal,
+        "the causal part is missing, and the padding is applied to the queries (rows) as well as the keys: "
+        "padding_mask(tgt_ids, pad_id) & causal_mask(L, device), padding on the keys (columns) only":
+            (queries & keys).expand(B, 1, L, L),
         "the causal part is inverted (True above the diagonal)": keys & ~causal,
         "the causal part has no diagonal": keys & torch.ones(L, L, dtype=torch.bool).tril(-1)[None, None],
         "the causal part is transposed (True on and above the diagonal): tril, not triu":
@@ -252,8 +257,26 @@ def _tgt_pad_id(target_mask):
     ids = torch.tensor([[1, 0, 4, 7, 7, 7], [1, 5, 6, 2, 3, 7]])  # 7 plays <pad>; 0 is an ordinary token here
     got = _expect_shape(_tgt_call(target_mask, ids, "target_mask(ids of shape (2, 6), pad_id=7)", pad_id=7),
                         (2, 1, 6, 6), "target_mask(ids of shape (2, 6), pad_id=7)", _tgt_shapes(2, 6))
-    _expect_mask(got, _target(ids, 7), "target_mask([[1, 0, 4, 7, 7, 7], [1, 5, 6, 2, 3, 7]], pad_id=7)",
-                 "pass pad_id on to the padding part", _target_mistakes(ids, 7))
+    expected = _target(ids, 7)
+    _expect_mask(got, expected, "target_mask([[1, 0, 4, 7, 7, 7], [1, 5, 6, 2, 3, 7]], pad_id=7)",
+                 "pad_id is passed on (these ids with 0 as <pad> give the same mask by default): the mask itself "
+                 "is wrong; see the check 'causal AND not padding'" if _same_as_default_pad(target_mask, got, expected)
+                 else "pass pad_id on to the padding part", _target_mistakes(ids, 7))
+
+
+def _same_as_default_pad(target_mask, got, expected) -> bool:
+    """Whether a wrong target_mask(ids, pad_id=7) is what the same ids with 0 and 7 swapped give with the default
+    pad_id: then pad_id is used as <pad>, and the mask is wrong for another reason."""
+    if not isinstance(got, torch.Tensor) or got.shape != expected.shape or torch.equal(got.detach().cpu() != 0,
+                                                                                        expected):
+        return False
+    swapped = torch.tensor([[1, 7, 4, 0, 0, 0], [1, 5, 6, 2, 3, 0]])  # the pad_id check's ids, 0 and 7 swapped
+    try:
+        again = target_mask(swapped)
+        return (isinstance(again, torch.Tensor) and got.shape == again.shape
+                and torch.equal(got.detach().cpu() != 0, again.detach().cpu() != 0))
+    except Exception:
+        return False
 
 
 DEVICE_HINT = ("make the causal part on the ids' device: causal_mask(L, tgt_ids.device) (on a GPU, a CPU mask "
