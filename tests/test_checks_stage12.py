@@ -11,7 +11,7 @@ import torch.nn.functional as F
 import solutions
 from autograder import REGISTRY
 from solutions import BOS, EOS, PAD
-from tests.grading import assert_caught, assert_full_marks, grade
+from tests.grading import assert_caught, assert_full_marks, grade, grade_one
 
 NAMES = ["shift_right", "make_batch", "batch_by_tokens", "noam_lr", "make_optimizer"]
 
@@ -1171,3 +1171,60 @@ def test_check_runs_write_nothing_to_stderr():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
                           cwd=Path(__file__).resolve().parents[1])
     assert done.returncode == 0 and done.stderr == "", done.stderr
+
+
+# ================================================================ review round 4: messages that named the wrong mistake
+def bbt_longest_before_adding(lengths, max_tokens):
+    """Limits longest x count, but with the longest length from before the new example joins."""
+    order = sorted(range(len(lengths)), key=lambda i: lengths[i])
+    batches, current, longest = [], [], 0
+    for i in order:
+        if current and longest * (len(current) + 1) > max_tokens:
+            batches.append(current)
+            current, longest = [], 0
+        current.append(i)
+        longest = max(longest, lengths[i])
+    return batches + [current]
+
+
+def test_bbt_longest_before_adding_is_named():
+    """It was told that the sum of the lengths ignores the padding."""
+    points, line = grade_one(bbt_longest_before_adding, "batch_by_tokens", "each batch's padded size")
+    assert points == 0 and "BEFORE the new example" in line and "ignores the padding" not in line, line
+
+
+def noam_integer_division(step, d_model, warmup_steps=4000, factor=1.0):
+    step = max(1, step)
+    return factor * d_model ** -0.5 * min(step ** -0.5, (step // warmup_steps) * warmup_steps ** -0.5)
+
+
+def test_noam_integer_division_step_zero_is_not_told_to_count_step_one():
+    """step 0 is counted as step 1 here; the formula itself gives 0 (it was told 'count it as step 1')."""
+    points, line = grade_one(noam_integer_division, "noam_lr", "step 0 counts as step 1")
+    assert points == 0 and "formula itself gives 0" in line and "integer division" in line, line
+    assert "step 0 gave 0" not in line, line
+
+
+def batch_in_out_swapped(src_seqs, tgt_seqs, pad_id=PAD, bos_id=BOS, eos_id=EOS):
+    b = solutions.make_batch(src_seqs, tgt_seqs, pad_id, bos_id, eos_id)
+    return solutions.Batch(b.src, b.tgt_out, b.tgt_in, b.src_mask, b.tgt_mask, b.n_tokens)
+
+
+def batch_tgt_in_shifted_from_tgt_out(src_seqs, tgt_seqs, pad_id=PAD, bos_id=BOS, eos_id=EOS):
+    """tgt_in = shift_right(tgt_out): the <eos> of the shorter targets stays in tgt_in; the mask is built from it."""
+    b = solutions.make_batch(src_seqs, tgt_seqs, pad_id, bos_id, eos_id)
+    tgt_in = solutions.shift_right(b.tgt_out, bos_id)
+    return solutions.Batch(b.src, tgt_in, b.tgt_out, b.src_mask, solutions.target_mask(tgt_in, pad_id), b.n_tokens)
+
+
+@pytest.mark.parametrize("title", ["tgt_in:", "tgt_out:", "uses pad_id"])
+def test_make_batch_swapped_fields_are_named_swapped(title):
+    """They were told 'tgt_in equals tgt_out' and '<bos> in tgt_out instead of <eos>'."""
+    points, line = grade_one(batch_in_out_swapped, "make_batch", title)
+    assert points == 0 and "tgt_in and tgt_out are swapped" in line, line
+
+
+def test_make_batch_mask_from_a_wrong_tgt_in_points_at_tgt_in():
+    """The mask is target_mask(tgt_in) of a wrong tgt_in: it was told to use target_mask(tgt_in)."""
+    points, line = grade_one(batch_tgt_in_shifted_from_tgt_out, "make_batch", "tgt_mask:")
+    assert points == 0 and "fix tgt_in" in line, line

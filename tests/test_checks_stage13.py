@@ -12,7 +12,7 @@ import torch.nn.functional as F
 import solutions
 from autograder import REGISTRY
 from solutions import BOS, EOS, PAD
-from tests.grading import assert_caught, assert_full_marks, grade
+from tests.grading import assert_caught, assert_full_marks, grade, grade_one
 
 NAMES = ["greedy_decode", "length_penalty", "beam_search", "corpus_bleu"]
 
@@ -777,7 +777,7 @@ REVIEW_MISTAKES = [
     ("corpus_bleu", "the token lists edited in place", bleu_appends_in_place, ["edited in place"]),
     ("greedy_decode", "the first position's logits", greedy_first_position, ["first position"]),
     ("greedy_decode", "stops when one source ends", greedy_stops_at_first_eos_of_batch,
-     ["decoded alone", "until EVERY source has finished"]),
+     ["as soon as ONE source produced <eos>", "until EVERY source has finished"]),
     ("length_penalty", "(5 + length) / 6 ** alpha", lambda length, alpha: (5 + length) / 6 ** alpha,
      ["only 6 is raised"]),
     ("length_penalty", "times alpha", lambda length, alpha: (5 + length) / 6 * alpha, ["multiplied by alpha"]),
@@ -1555,3 +1555,32 @@ def test_check_runs_write_nothing_to_stderr():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
                           cwd=Path(__file__).resolve().parents[1])
     assert done.returncode == 0 and done.stderr == "", done.stderr
+
+
+# ================================================================ review round 4: the likeliest causes first, at most 3
+def _hint(line):
+    return line.split("Likely: ", 1)[1]
+
+
+def test_greedy_stopping_at_the_first_finished_source_is_named_alone():
+    """It was told a long catch-all about repeat_interleave, ranking and dropped rows (beam search's concepts)."""
+    points, line = grade_one(greedy_stops_at_first_eos_of_batch, "greedy_decode", "stops each source")
+    assert points == 0 and _hint(line).startswith("the loop stopped as soon as ONE source"), line
+    assert "repeat_interleave" not in line, line
+
+
+@pytest.mark.parametrize("fn,title,first", [
+    (beam_lists(bound="current"), "divides by length_penalty", "the search stopped too early"),
+    (beam_mistake(copies=True), "equals a reference beam search", "the search started with beam_size copies"),
+], ids=["bound by the current length's penalty (was 'no length penalty')",
+        "copies of <bos> (was 'the penalty is length ** alpha')"])
+def test_beam_names_the_best_supported_cause_first(fn, title, first):
+    points, line = grade_one(fn, "beam_search", title)
+    assert points == 0 and _hint(line).startswith(first), line
+
+
+def test_beam_names_at_most_three_causes():
+    """One wrong answer used to come with about 15 'or ...' alternatives."""
+    points, line = grade_one(beam_lists(bound="current"), "beam_search", "sets finished hypotheses aside")
+    assert points == 0 and _hint(line).count("; or ") <= 2, line
+    assert _hint(line).startswith("the search stopped too early"), line

@@ -216,19 +216,37 @@ def _mb_src(make_batch):
                  "<eos> added to the source: the source is used as it is, only padded": _pad([s + [EOS] for s in SRC])})
 
 
+SWAPPED = ("tgt_in and tgt_out are swapped: tgt_in (the decoder input) is <bos> y, tgt_out (what the decoder must "
+           "predict) is y <eos>; check the order of the fields, Batch(src, tgt_in, tgt_out, src_mask, tgt_mask, "
+           "n_tokens)")
+
+
+def _same_ids(t, expected: torch.Tensor) -> bool:
+    return isinstance(t, torch.Tensor) and tuple(t.shape) == tuple(expected.shape) and torch.equal(t.long(), expected)
+
+
+def _swapped(b, e) -> dict[str, torch.Tensor]:
+    """SWAPPED, as a mistake of tgt_in, when the batch's tgt_in and tgt_out are each what the other should be."""
+    if _same_ids(b.tgt_in, e["tgt_out"]) and _same_ids(b.tgt_out, e["tgt_in"]):
+        return {SWAPPED: e["tgt_out"]}
+    return {}
+
+
 @register("make_batch", "tgt_in: <bos> y, padded (the decoder input, shifted right)")
 def _mb_tgt_in(make_batch):
     e = _expected_batch()
     b = _batch(make_batch)
     _expect_ids(b.tgt_in, e["tgt_in"], "batch.tgt_in for targets [[11, 12], [13, 14, 15], [16]]",
-                "tgt_in = [bos_id] + y, then right-padded", _tgt_mistakes(TGT, PAD, BOS, EOS, e)[0])
+                "tgt_in = [bos_id] + y, then right-padded",
+                {**_swapped(b, e), **_tgt_mistakes(TGT, PAD, BOS, EOS, e)[0]})
 
 
 @register("make_batch", "tgt_out: y <eos>, padded (what the decoder must predict)")
 def _mb_tgt_out(make_batch):
     e = _expected_batch()
     b, (src, tgt) = _batch_and_inputs(make_batch)
-    mistakes = _tgt_mistakes(TGT, PAD, BOS, EOS, e)[1]
+    mistakes = {SWAPPED: e["tgt_in"]} if _swapped(b, e) else {}
+    mistakes.update(_tgt_mistakes(TGT, PAD, BOS, EOS, e)[1])
     mistakes["tgt_out was padded with <eos>: pad it with pad_id (the loss ignores only pad_id)"] = _pad(
         [t + [EOS] for t in TGT], EOS)
     _expect_ids(b.tgt_out, e["tgt_out"], "batch.tgt_out for targets [[11, 12], [13, 14, 15], [16]]",
@@ -252,6 +270,25 @@ def _mb_src_mask(make_batch):
                   "all True: the padding of the source is not masked": torch.ones_like(full)})
 
 
+FROM_WRONG_TGT_IN = ("the mask is target_mask of the batch's own tgt_in, which is wrong (see the tgt_in item): the "
+                     "mask is built right, fix tgt_in and the mask follows")
+
+
+def _own_target_mask(b, e):
+    """target_mask of the learner's tgt_in (None when that tgt_in is right, or not a (B, L) tensor of ids)."""
+    tin = b.tgt_in
+    if not isinstance(tin, torch.Tensor) or tin.dim() != 2 or tin.size(0) != e["tgt_in"].size(0) or \
+            tin.dtype.is_floating_point or tin.dtype == torch.bool or _same_ids(tin, e["tgt_in"]):
+        return None
+    return _lower(tin.size(1))[None, None] & (tin != PAD)[:, None, None, :]
+
+
+def _mask_equals(mask, full: torch.Tensor) -> bool:
+    """Whether mask is a bool tensor that broadcasts to full's shape and equals it there."""
+    return isinstance(mask, torch.Tensor) and mask.dtype == torch.bool and mask.dim() == 4 and \
+        all(s in (1, f) for s, f in zip(mask.shape, full.shape)) and torch.equal(mask.expand(full.shape), full)
+
+
 @register("make_batch", "tgt_mask: (B, 1, Lt, Lt), causal and padding combined, from tgt_in")
 def _mb_tgt_mask(make_batch):
     e = _expected_batch()
@@ -260,9 +297,15 @@ def _mb_tgt_mask(make_batch):
     B, L = e["tgt_in"].shape
     causal = e["causal"].expand(B, 1, L, L)
     pad = e["pad_keys"].expand(B, 1, L, L)
-    _expect_mask(b.tgt_mask, full, "batch.tgt_mask for targets [[11, 12], [13, 14, 15], [16]]",
+    what = "batch.tgt_mask for targets [[11, 12], [13, 14, 15], [16]]"
+    own = _own_target_mask(b, e)
+    if own is not None and tuple(own.shape) != tuple(full.shape) and _mask_equals(b.tgt_mask, own):
+        raise CheckFailure(f"{what}: wrong shape", f"shape {tuple(full.shape)} (or one that broadcasts to it)",
+                           f"shape {tuple(b.tgt_mask.shape)}", FROM_WRONG_TGT_IN)
+    _expect_mask(b.tgt_mask, full, what,
                  "tgt_mask = target_mask(tgt_in): (tgt_in != pad)[:, None, None, :] & causal_mask(Lt)",
-                 {"only the causal part: the padding keys of tgt_in are not masked (combine with & the padding mask)":
+                 {**({FROM_WRONG_TGT_IN: own} if own is not None else {}),
+                  "only the causal part: the padding keys of tgt_in are not masked (combine with & the padding mask)":
                       causal,
                   "only the padding part: without the causal mask the decoder sees the future tokens it must predict":
                       pad,
@@ -313,7 +356,8 @@ def _mb_ids(make_batch):
     _expect_ids(b.tgt_in, e["tgt_in"], what + ": tgt_in", "tgt_in = [bos_id] + y, padded with pad_id",
                 {ignored.format("bos_id", "<bos> = 1"): _pad([[BOS] + t for t in TGT], 30),
                  ignored.format("pad_id", "<pad> = 0"): _pad([[31] + t for t in TGT], PAD),
-                 ignored.format("bos_id and pad_id", "ids"): _pad([[BOS] + t for t in TGT], PAD)})
+                 ignored.format("bos_id and pad_id", "ids"): _pad([[BOS] + t for t in TGT], PAD),
+                 **_swapped(b, e), **_tgt_mistakes(TGT, 30, 31, 32, e)[0]})
     _expect_ids(b.tgt_out, e["tgt_out"], what + ": tgt_out", "tgt_out = y + [eos_id], padded with pad_id",
                 {ignored.format("eos_id", "<eos> = 2"): _pad([t + [EOS] for t in TGT], 30),
                  ignored.format("pad_id", "<pad> = 0"): _pad([t + [32] for t in TGT], PAD),
@@ -387,6 +431,18 @@ def _expect_partition(batches, n, what):
                            "fit was dropped instead of starting the next batch")
 
 
+OLD_LONGEST = ("the size test used the longest length from BEFORE the new example joined: in length order the new "
+               "example is the longest, so test max(longest, lengths[i]) * (count + 1) > max_tokens before adding "
+               "example i")
+
+
+def _old_longest(batches, lengths, max_tokens) -> bool:
+    """Whether every batch is what a size test with the longest length before the last addition lets through:
+    its second-longest length x its count is within max_tokens (each batch stays within the limit until its
+    longest example joins it)."""
+    return all(sorted(lengths[i] for i in b)[-2] * len(b) <= max_tokens for b in batches if len(b) > 1)
+
+
 @register("batch_by_tokens", "returns every index exactly once")
 def _bbt_partition(fn):
     lengths = _random_lengths(0)
@@ -412,6 +468,7 @@ def _bbt_limit(fn):
             raise CheckFailure(f"{what}: a batch of {len(b)} examples, the longest {longest} tokens",
                                "padded size = longest x count <= 400", f"{longest} x {len(b)} = {longest * len(b)}",
                                SORTED_POSITIONS if _sorted_positions(batches, lengths, 400) else
+                               OLD_LONGEST if _old_longest(batches, lengths, 400) else
                                "the padded size was not what was limited: the sum of the lengths "
                                f"({real}) ignores the padding; limit max(length) * count" if real <= 400 else
                                "check the size before adding an example: would max(longest, new) * (count + 1) "
@@ -543,6 +600,10 @@ def _noam_mistakes(step, d, w, f):
     }
 
 
+ZERO_RATE = ("the warmup term rounds down to 0, as an integer division does (step // warmup_steps, or int(...)): "
+             "use true division (/) or powers, step * warmup_steps ** -1.5")
+
+
 def _expect_lr(noam_lr, step, d, w=None, f=None, hint=None):
     _expect_lrs(noam_lr, [(step, d, w, f)], hint)
 
@@ -568,7 +629,7 @@ def _expect_lrs(noam_lr, cases, hint=None):
     what, got, expected, _ = wrong[0]
     names = [description for description in wrong[0][3]
              if all(math.isclose(g, m[description], rel_tol=1e-6, abs_tol=1e-15) for _, g, _, m in wrong)]
-    hint = "; or ".join(names) or hint
+    hint = "; or ".join(names) or (ZERO_RATE if all(r[1] == 0 for r in wrong) else hint)
     raise CheckFailure(what, f"{expected:.6g}", f"{got:.6g}",
                        hint or "factor * d_model ** -0.5 * min(step ** -0.5, step * warmup_steps ** -1.5)")
 
@@ -599,6 +660,8 @@ def _noam_hint(noam_lr, d, w):
              if all(math.isclose(got[s], wrong[s][description], rel_tol=1e-6) for s in got)]
     if names:
         return "; or ".join(names)
+    if got[w // 2] == 0:
+        return "noam_lr is 0 during the warmup: " + ZERO_RATE
     return "min(step ** -0.5, step * warmup_steps ** -1.5): the two meet at step = warmup_steps"
 
 
@@ -619,6 +682,8 @@ def _noam_zero(noam_lr):
     if not math.isclose(got, _noam(1, 512), rel_tol=1e-6):
         one = _number(noam_lr(1, 512), "noam_lr(1, 512)")
         hint = ("step 0 gave infinity: count step 0 as step 1 (step = max(step, 1))" if not math.isfinite(got)
+                else "step 0 is counted as step 1, but the formula itself gives 0 at step 1 (noam_lr(1, 512) is 0 "
+                "too): " + ZERO_RATE if got == 0 and one == 0
                 else "step 0 gave 0: count it as step 1 (step = max(step, 1)), as the contract says" if got == 0
                 else "step 0 is counted as step 1, but the formula itself is wrong at step 1: see the other checks"
                 if math.isclose(got, one, rel_tol=1e-9) else "count step 0 as step 1 (step = max(step, 1))")

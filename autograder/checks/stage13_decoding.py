@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import math
 import random
+import time
+import weakref
 
 import torch
 from torch import nn
@@ -196,6 +198,11 @@ def _ref_greedy(next_logits, src, max_len, bos=BOS, eos=EOS):
         if tok == eos:
             return list(prefix[1:-1])
     return list(prefix[1:])
+
+
+ANY_FINISHED = ("the loop stopped as soon as ONE source produced <eos>: the other sources were cut short; go on "
+                "until EVERY source has finished (e.g. finished |= next_token == eos_id, stop when finished.all()) "
+                "or max_len tokens were generated")
 
 
 NO_GENERATOR = ("model.generator was not applied: model.decode returns the decoder's output (N, t, d_model), not "
@@ -450,11 +457,12 @@ def _as_lists(got, n, what):
     return out
 
 
-def _expect_lists(got, expected, what, hint, mistakes=None, sources=None, eos=EOS, alone=None, prefer=()):
+def _expect_lists(got, expected, what, hint, mistakes=None, sources=None, eos=EOS, alone=None, prefer=(), rank=None):
     """`alone(i)`: the decoder's answer for source i decoded in a batch of its own (to tell a mistake in
     the search from sources of a batch that disturb each other). `prefer`: descriptions of `mistakes` named
     first when several match (the ones this check is about). `mistakes` may be a function that makes them:
-    it is called only for a wrong answer (they take time to compute)."""
+    it is called only for a wrong answer (they take time to compute). `rank(names)`: the matching descriptions
+    reordered, the best supported first (see _beam_ranker); at most MAX_NAMED are named."""
     got = _as_lists(got, len(expected), what)
     if got == expected:
         return
@@ -468,17 +476,28 @@ def _expect_lists(got, expected, what, hint, mistakes=None, sources=None, eos=EO
                            f"the answer holds <pad> ({PAD}) tokens: the rows of a batch that finished early were "
                            "padded, and the padding was returned; each answer is the generated tokens before its "
                            "<eos>, nothing after it")
+    names = [d for d, wrong in (mistakes or {}).items() if wrong == got]
+    batch_level = [d for d in names if d in BATCH_MISTAKES]
+    if batch_level:  # a mistake that shows only in a batch: named as it is, not as 'sources disturb each other'
+        names = batch_level + [d for d in names if d not in batch_level]
+        raise CheckFailure(f"{what}: the answer{src}", fmt(expected[i]), fmt(got[i]),
+                           "; or ".join(names[:MAX_NAMED]))
     if alone is not None and len(expected) > 1 and _right_alone(alone, expected):
         raise CheckFailure(f"{what}: the answer{src}", fmt(expected[i]), fmt(got[i]),
                            "every source decoded alone (a batch of one) gets the right answer, but not in a batch: "
                            "the sources of a batch disturb each other. " + BATCH_HINT)
-    names = [d for d, wrong in (mistakes or {}).items() if wrong == got]
     names.sort(key=lambda d: prefer.index(d) if d in prefer else len(prefer))
+    if rank is not None and len(names) > 1:
+        names = rank(names)
     if not names and eos in got[i]:
         names = [f"the answer holds <eos> ({eos}): a hypothesis is finished at its <eos>; cut the answer before it, "
                  "and never extend a finished hypothesis"]
     raise CheckFailure(f"{what}: the answer{src}", fmt(expected[i]), fmt(got[i]),
-                       "; or ".join(names) if names else hint)
+                       "; or ".join(names[:MAX_NAMED]) if names else hint)
+
+
+MAX_NAMED = 3  # the causes named for one wrong answer, the likeliest first: a longer list hides the real one
+BATCH_MISTAKES = {ANY_FINISHED}
 
 
 BATCH_HINT = ("Keep each source's rows apart: decode until EVERY source has finished (not until the first one "
@@ -533,6 +552,14 @@ GREEDY_HINT = ("memory = model.encode(src, src_mask); ys = <bos> column; repeat 
                "argmax; a source is done at its <eos>; return each row's tokens after <bos>, cut before <eos>")
 
 
+def _stopped_at_first(next_logits, keys, max_len, bos=BOS, eos=EOS):
+    """What a batch greedy decoder that stops once any source has produced <eos> returns."""
+    runs = [_ref_greedy(next_logits, k, max_len, bos, eos) for k in keys]
+    # an answer shorter than max_len ended with <eos>, generated at step len(answer) + 1
+    steps = min((len(r) + 1 for r in runs if len(r) < max_len), default=max_len)
+    return [r[:steps] for r in runs]
+
+
 def _greedy_case(greedy_decode, next_logits, vocab, rows, max_len, what, bos=BOS, eos=EOS, extra=None):
     model = _FakeModel(vocab, next_logits)
     src, mask = _src(rows)
@@ -544,6 +571,7 @@ def _greedy_case(greedy_decode, next_logits, vocab, rows, max_len, what, bos=BOS
     def mistakes():
         per_source = [_greedy_variants(next_logits, k, max_len, bos, eos) for k in keys]
         out = {d: [v[d] for v in per_source] for d in per_source[0]}
+        out[ANY_FINISHED] = _stopped_at_first(next_logits, keys, max_len, bos, eos)
         out.update(extra(keys) if extra else {})
         return out
     _expect_lists(got, expected, what, GREEDY_HINT, mistakes, rows, eos,
@@ -699,12 +727,105 @@ def _beam_case(beam_search, next_logits, vocab, rows, max_len, K, alpha, what, b
         out.update(extra(keys) if extra else {})
         return out
     _expect_lists(got, expected, what, BEAM_HINT, mistakes, rows, eos,
-                  _alone(beam_search, next_logits, vocab, src, mask, max_len, **kwargs), prefer)
+                  _alone(beam_search, next_logits, vocab, src, mask, max_len, **kwargs), prefer,
+                  _beam_ranker(beam_search))
     return model, got
+
+
+# the spec of _beam_aside: source 7, <eos> first (p 0.5), but 5 6 3 <eos> (p 0.18) wins with alpha 3; source 8,
+# <eos> first (p 0.3), then 4 <eos> (p 0.65 x 0.95) is more probable (alpha 0)
+ASIDE_SPEC = {((7,), ()): {EOS: 0.5, 4: 0.3, 5: 0.18}, ((7,), (4,)): {EOS: 0.99}, ((7,), (5,)): {6: 0.99},
+              ((7,), (5, 6)): {3: 0.99}, ((7,), (5, 6, 3)): {EOS: 0.99},
+              ((8,), ()): {EOS: 0.3, 4: 0.65}, ((8,), (4,)): {EOS: 0.95}}
+# the specs of _beam_penalty: [<eos>] log p -1 against [4, 5, <eos>] log p -1.25, -1.6, -1.5 (sources 9, 10, 11);
+# and for beam_size=1, [<eos>] log p -0.8 against [4, 5, <eos>] log p -0.92 (source 12)
+PENALTY_SPEC = {key: probs for s, logp in ((9, -1.25), (10, -1.6), (11, -1.5))
+                for key, probs in ((((s,), ()), {EOS: math.exp(-1.0), 4: math.exp(logp)}),
+                                   (((s,), (4,)), {5: 0.9999}), (((s,), (4, 5)), {EOS: 0.9999}))}
+K1_SPEC = {((12,), ()): {EOS: 0.45, 4: 0.4}, ((12,), (4,)): {5: 0.9999}, ((12,), (4, 5)): {EOS: 0.9999}}
+K1_GREEDY = ("beam_size=1 was run as greedy decoding: with alpha > 0 the search must set [<eos>] aside and go on "
+             "with the best open hypothesis, which can win after the penalty")
+
+
+def _beam_probes():
+    """(next_logits, vocab, sources, max_len, beam_size, alpha) of small searches that tell the classic beam
+    mistakes apart (each mistake of BEAM_MISTAKES gives other answers than the others on them, but for a few
+    that always give the same)."""
+    return [(_spec(7, ASIDE_SPEC), 7, [[7]], 4, 2, 3.0), (_spec(7, ASIDE_SPEC), 7, [[8]], 4, 2, 0.0),
+            (_spec(9, PENALTY_SPEC), 9, [[9], [10], [11]], 4, 4, 1.5), (_spec(9, K1_SPEC), 9, [[12]], 4, 1, 1.5),
+            (_table(7, seed=35), 7, [[7, 8, 9], [10], [11, 12], [13, 14, 15], [16, 17], [18, 19]], 6, 3, 0.6),
+            (_table(7, seed=71, eos_bias=0.5), 7, [[7, 8], [9], [10, 11], [12, 13]], 5, 3, 1.2),
+            (_table(7, seed=85), 7, [[7, 8], [9], [10, 11], [12, 13]], 5, 2, 2.0),
+            (_table(7, seed=5, eos_bias=1.0), 7, [[7, 8, 9], [10], [11, 12], [13, 14, 15], [16, 17]], 6, 1, 0.0)]
+
+
+PROBE_SECONDS = 3.0  # the most time the probes of one wrong answer may take
+_PROBE_CACHE: list = []  # [(probe, the expected answers, {mistake: its answers})], made once
+_LEARNER_ANSWERS = weakref.WeakKeyDictionary()  # beam_search -> {probe index: its answers, or None if it failed}
+
+
+def _probe_variants():
+    if not _PROBE_CACHE:
+        for probe in _beam_probes():
+            fn, _, rows, max_len, K, alpha = probe
+            keys = _keys(_src(rows)[0])
+            expected, out = _beam_variants(fn, keys, max_len, K, alpha)
+            out.setdefault(INIT_COPIES, expected)  # (beam_size 1: copies change nothing)
+            out.setdefault(ALPHA_IGNORED, expected)  # (alpha 0.6)
+            if K == 1:
+                out[K1_GREEDY] = [_ref_greedy(fn, k, max_len) for k in keys]
+            _PROBE_CACHE.append((probe, expected, out))
+    return _PROBE_CACHE
+
+
+def _learner_answers(beam_search) -> dict:
+    """The learner's answers to the probes run so far, kept for the other checks of the same check() run
+    (_beam_format, the first check of beam_search, forgets them)."""
+    try:
+        return _LEARNER_ANSWERS.setdefault(beam_search, {})
+    except TypeError:  # (an object that takes no weak reference: nothing kept)
+        return {}
+
+
+def _beam_ranker(beam_search):
+    """rank(names) for _expect_lists: several mistakes often give the same wrong answer on one search. The
+    learner's beam_search is run on the probes, and the mistakes are ordered by how many probe answers they
+    contradict (fewest first), then by how many wrong answers they explain; those contradicted are left out
+    when some mistake contradicts none. A description that a probe cannot replay (an extra of one check) is
+    neither contradicted nor confirmed there."""
+    def rank(names):
+        contradicted, confirmed = dict.fromkeys(names, 0), dict.fromkeys(names, 0)
+        answers = _learner_answers(beam_search)
+        start = time.monotonic()
+        for index, ((fn, vocab, rows, max_len, K, alpha), expected, out) in enumerate(_probe_variants()):
+            if index not in answers:
+                if time.monotonic() - start > PROBE_SECONDS:
+                    break
+                src, mask = _src(rows)
+                try:
+                    answers[index] = _as_lists(beam_search(_FakeModel(vocab, fn), src, mask, max_len, beam_size=K,
+                                                           alpha=alpha), len(rows), "")
+                except CheckTimeout:  # out of time: rank by the probes run so far
+                    break
+                except Exception:  # noqa: BLE001  (a probe the learner's code fails on tells nothing)
+                    answers[index] = None
+            got = answers[index]
+            if got is None:
+                continue
+            for n in names:
+                if n in out:
+                    if out[n] != got:
+                        contradicted[n] += 1
+                    elif got != expected:
+                        confirmed[n] += 1
+        ranked = sorted(names, key=lambda n: (contradicted[n], -confirmed[n]))  # (stable: `prefer` on ties)
+        return [n for n in ranked if contradicted[n] == 0] or ranked
+    return rank
 
 
 @register("beam_search", "returns one list per source: no <bos>, no <eos>, at most max_len ids")
 def _beam_format(beam_search):
+    _learner_answers(beam_search).clear()  # (a new check() run: the code it calls may have changed)
     rows = [[7, 8], [9], [10, 11], [12, 13]]
     fn = _table(7, seed=4)
     model = _FakeModel(7, fn)
@@ -742,7 +863,8 @@ def _beam_greedy(beam_search):
     _expect_lists(got, expected, "beam_search(model, 5 sources, max_len=6, beam_size=1, alpha=0)",
                   "with one hypothesis and no length penalty, each step keeps the most probable open extension: "
                   "greedy decoding", lambda: _beam_variants(fn, keys, 6, 1, 0.0)[1], rows,
-                  alone=_alone(beam_search, fn, 7, src, mask, 6, beam_size=1, alpha=0.0))
+                  alone=_alone(beam_search, fn, 7, src, mask, 6, beam_size=1, alpha=0.0),
+                  rank=_beam_ranker(beam_search))
 
 
 @register("beam_search", "a beam as wide as the search space finds the brute-force best log p / penalty")
@@ -767,7 +889,8 @@ def _beam_exhaustive(beam_search):
         _expect_lists(got, expected, what, "beam_size 27 = 3 ** 3 keeps every hypothesis that can win open "
                                            "(3 tokens besides <eos> can win), so the answer is the best of all "
                                            "sequences: " + BEAM_HINT, mistakes, rows,
-                      alone=_alone(beam_search, fn, 60, src, mask, 4, beam_size=27, alpha=alpha))
+                      alone=_alone(beam_search, fn, 60, src, mask, 4, beam_size=27, alpha=alpha),
+                      rank=_beam_ranker(beam_search))
 
 
 @register("beam_search", "equals a reference beam search on a batch (beam 3, alpha 0.6)")
@@ -782,10 +905,7 @@ def _beam_aside(beam_search):
     # source 7: <eos> first (p 0.5), but 5 6 3 <eos> (p 0.18) wins with alpha 3: it needs both beam slots
     # for the open 4 and 5 at step 1, and the search must go on after [<eos>] finished.
     # source 8: <eos> first (p 0.3), then 4 <eos> (p 0.65 x 0.95) is more probable (alpha 0).
-    spec = {((7,), ()): {EOS: 0.5, 4: 0.3, 5: 0.18}, ((7,), (4,)): {EOS: 0.99}, ((7,), (5,)): {6: 0.99},
-            ((7,), (5, 6)): {3: 0.99}, ((7,), (5, 6, 3)): {EOS: 0.99},
-            ((8,), ()): {EOS: 0.3, 4: 0.65}, ((8,), (4,)): {EOS: 0.95}}
-    fn = _spec(7, spec)
+    fn = _spec(7, ASIDE_SPEC)
     prefer = (SHRANK, SHRANK_FOREVER, SLOTS, STOP_FIRST, STOP_AT_K, ALL_EOS, INIT_COPIES)
     _beam_case(beam_search, fn, 7, [[7]], 4, 2, 3.0,
                "beam_search(model, [[7]], max_len=4, beam_size=2, alpha=3.0) where [<eos>] finishes first "
@@ -803,22 +923,14 @@ def _beam_penalty(beam_search):
     #   short one wins, but a length without <eos> would give -1 / (5/6) ** 1.5 = -1.31 < -1.6 / (7/6) ** 1.5 = -1.27.
     # source 11: [<eos>] log p -1 against [4, 5, <eos>] log p -1.5: -1.5 / (8/6) ** 1.5 = -0.974 > -1, the long
     #   one wins, but a length counting <bos> gives -1 / (7/6) ** 1.5 = -0.794 > -1.5 / (9/6) ** 1.5 = -0.816.
-    spec = {((9,), ()): {EOS: math.exp(-1.0), 4: math.exp(-1.25)}, ((9,), (4,)): {5: 0.9999},
-            ((9,), (4, 5)): {EOS: 0.9999},
-            ((10,), ()): {EOS: math.exp(-1.0), 4: math.exp(-1.6)}, ((10,), (4,)): {5: 0.9999},
-            ((10,), (4, 5)): {EOS: 0.9999},
-            ((11,), ()): {EOS: math.exp(-1.0), 4: math.exp(-1.5)}, ((11,), (4,)): {5: 0.9999},
-            ((11,), (4, 5)): {EOS: 0.9999}}
-    _beam_case(beam_search, _spec(9, spec), 9, [[9], [10], [11]], 4, 4, 1.5,
+    _beam_case(beam_search, _spec(9, PENALTY_SPEC), 9, [[9], [10], [11]], 4, 4, 1.5,
                "beam_search(model, [[9], [10], [11]], max_len=4, beam_size=4, alpha=1.5) choosing between [<eos>] "
                "(log p -1) and [4, 5, <eos>] (log p -1.25, -1.6, -1.5)",
                prefer=(NO_PENALTY, EOS_NOT_COUNTED, BOS_COUNTED, PENALTY_MUL, PENALTY_POWER, PROBS, ALPHA_IGNORED))
     # beam_size=1 with a penalty is not greedy decoding: [<eos>] (log p -0.8) is set aside, and [4, 5, <eos>]
     # (log p -0.92) wins, -0.92 / (8/6) ** 1.5 = -0.6 > -0.8
-    spec = {((12,), ()): {EOS: 0.45, 4: 0.4}, ((12,), (4,)): {5: 0.9999}, ((12,), (4, 5)): {EOS: 0.9999}}
-    fn = _spec(9, spec)
-    greedy = ("beam_size=1 was run as greedy decoding: with alpha > 0 the search must set [<eos>] aside and go on "
-              "with the best open hypothesis, which can win after the penalty")
+    fn = _spec(9, K1_SPEC)
+    greedy = K1_GREEDY
     _beam_case(beam_search, fn, 9, [[12]], 4, 1, 1.5,
                "beam_search(model, [[12]], max_len=4, beam_size=1, alpha=1.5) choosing between [<eos>] (log p -0.8) "
                "and [4, 5, <eos>] (log p -0.92): with a penalty, beam_size=1 is not greedy decoding",
