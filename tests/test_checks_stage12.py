@@ -1228,3 +1228,17 @@ def test_make_batch_mask_from_a_wrong_tgt_in_points_at_tgt_in():
     """The mask is target_mask(tgt_in) of a wrong tgt_in: it was told to use target_mask(tgt_in)."""
     points, line = grade_one(batch_tgt_in_shifted_from_tgt_out, "make_batch", "tgt_mask:")
     assert points == 0 and "fix tgt_in" in line, line
+
+
+def _src_with_eos(b, a):
+    return solutions.pad_sequences([[*s, a.eos] for s in a.src], a.pad)
+
+
+batch_src_with_eos = with_fields(src=_src_with_eos,
+                                 src_mask=lambda b, a: solutions.padding_mask(_src_with_eos(b, a), a.pad))
+
+
+def test_make_batch_mask_from_a_wrong_src_points_at_src():
+    """An <eos> added to the sources, the mask built right from them: it was told only that the sizes do not fit."""
+    points, line = grade_one(batch_src_with_eos, "make_batch", "src_mask:")
+    assert points == 0 and "fix src" in line, line

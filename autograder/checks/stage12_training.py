@@ -264,6 +264,14 @@ def _mb_src_mask(make_batch):
     e = _expected_batch()
     b = _batch(make_batch)
     full = e["src_mask"]
+    src = b.src
+    if isinstance(src, torch.Tensor) and src.dim() == 2 and not src.dtype.is_floating_point and \
+            src.dtype != torch.bool and not _same_ids(src, e["src"]) and not _mask_equals(b.src_mask, full) and \
+            _mask_equals(b.src_mask, (src != PAD)[:, None, None, :]):
+        raise CheckFailure(f"batch.src_mask for sources {SRC}", f"padding_mask of the right src, shape {tuple(full.shape)}",
+                           f"padding_mask of the batch's own src, shape {tuple(b.src_mask.shape)}",
+                           "the mask is the padding mask of the batch's own src, which is wrong (see the src item): "
+                           "the mask is built right, fix src and the mask follows")
     _expect_mask(b.src_mask, full, f"batch.src_mask for sources {SRC}",
                  "src_mask = (src != pad_id)[:, None, None, :], the padding mask of src",
                  {"mask polarity inverted: True must mean 'may attend', i.e. a real token": ~full,
