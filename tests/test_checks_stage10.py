@@ -49,8 +49,8 @@ class LoopPositional(nn.Module):
 
 
 class TransformerOwnParts(nn.Module):
-    """Its own embedding and positional modules, a generator without bias, tied the other way round
-    (the embedding takes the generator's Parameter), keyword calls."""
+    """Its own embedding and positional modules, the logits written out with the generator's weight and bias, tied
+    the other way round (the embedding takes the generator's Parameter), keyword calls."""
 
     def __init__(self, src_vocab_size, tgt_vocab_size, d_model=512, n_heads=8, n_layers=6, d_ff=2048,
                  dropout=0.1, max_len=5000, norm_first=False, tie_weights=True):
@@ -59,7 +59,7 @@ class TransformerOwnParts(nn.Module):
         self.positional = LoopPositional(d_model, max_len, dropout)
         self.encoder = Encoder(d_model, n_heads, d_ff, n_layers, dropout=dropout, norm_first=norm_first)
         self.decoder = Decoder(d_model, n_heads, d_ff, n_layers, dropout=dropout, norm_first=norm_first)
-        self.generator = nn.Linear(d_model, tgt_vocab_size, bias=False)
+        self.generator = nn.Linear(d_model, tgt_vocab_size)
         if tie_weights:
             self.tgt_embed.embedding.weight = self.generator.weight
             if src_vocab_size == tgt_vocab_size:
@@ -74,7 +74,7 @@ class TransformerOwnParts(nn.Module):
 
     def forward(self, src, tgt_in, src_mask, tgt_mask):
         states = self.decode(tgt_in, self.encode(src, src_mask), src_mask, tgt_mask)
-        return states @ self.generator.weight.t()
+        return states @ self.generator.weight.t() + self.generator.bias
 
 
 class TransformerOtherStacks(nn.Module):
@@ -133,7 +133,7 @@ class TransformerSharedParameter(nn.Module):
                  dropout=0.1, max_len=5000, norm_first=False, tie_weights=True, activation="relu"):
         super().__init__()
         self.src_embed, self.tgt_embed = Embed(src_vocab_size, d_model), Embed(tgt_vocab_size, d_model)
-        self.generator = nn.Linear(d_model, tgt_vocab_size, bias=False)
+        self.generator = nn.Linear(d_model, tgt_vocab_size)
         if tie_weights:
             shared = nn.Parameter(torch.randn(tgt_vocab_size, d_model) * d_model ** -0.5)
             self.generator.weight = self.tgt_embed.embedding.weight = shared
@@ -713,3 +713,15 @@ def enc_dropout_before_positional(self, src, src_mask):
 def test_dropout_of_the_embeddings_is_applied_once_to_the_sum(encode, keywords):
     points, line = grade_one(variant(encode=encode), "Transformer", "has src_embed, tgt_embed")
     assert points == 0 and all(k in line for k in keywords), line
+
+
+def generator_without_bias(self, V_src, V_tgt, d, args):
+    """nn.Linear(d_model, V, bias=False), tied as usual (the GPT-2 / Hugging Face habit): lesson 10 gives the generator
+    a bias, generator.bias (V_tgt,); two learner simulations found it earned full marks."""
+    weight = self.generator.weight
+    self.generator = nn.Linear(d, V_tgt, bias=False)
+    self.generator.weight = weight
+
+
+def test_a_generator_without_bias_is_caught():
+    assert_caught(variant(after_init=generator_without_bias), "Transformer", "generator.bias", "bias=False")

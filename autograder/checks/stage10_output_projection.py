@@ -335,6 +335,10 @@ def _parts(Transformer):
                            else type(gen).__name__,
                            "the projection maps each decoder state to one score per TARGET token"
                            if isinstance(gen, nn.Linear) else GENERATOR_LINEAR)
+    if gen.bias is None:
+        raise CheckFailure(f"{what}: generator.bias", f"a bias of shape ({V_TGT},): logits = h W^T + b", "None",
+                           "nn.Linear(d_model, tgt_vocab_size, bias=False) drops b: keep nn.Linear's bias (the "
+                           "default), the lesson's generator.bias; with tied weights it stays the generator's own")
     deeper, what3 = _make(Transformer, n_layers=3)
     for stack in ("encoder", "decoder"):
         stack_layers(get_path(deeper, stack, what3), f"{what3}.{stack}", 3)
