@@ -9,6 +9,7 @@ from torch import nn
 
 import solutions
 from solutions import PAD, Decoder, Encoder, PositionalEncoding, TokenEmbedding
+from autograder import max_points
 from tests.grading import assert_caught, assert_full_marks, grade, grade_one
 from tests.test_checks_stage08 import EncoderCheckpointed, EncoderChildren, EncoderClones
 from tests.test_checks_stage09 import DecoderChildren, DecoderMasksOnce, DecoderWhile
@@ -725,3 +726,16 @@ def generator_without_bias(self, V_src, V_tgt, d, args):
 
 def test_a_generator_without_bias_is_caught():
     assert_caught(variant(after_init=generator_without_bias), "Transformer", "generator.bias", "bias=False")
+
+
+def dec_with_src_embedding(self, tgt_in, memory, src_mask, tgt_mask):
+    """A copy-paste slip: the target embedded with the source embedding (found by a learner simulation: one of its
+    four failing checks blamed a detached decoder input)."""
+    return self.decoder(self.positional(self.src_embed(tgt_in)), memory, src_mask, tgt_mask)
+
+
+def test_the_source_embedding_in_decode_is_not_called_detached():
+    points, text = grade(variant(decode=dec_with_src_embedding), "Transformer")
+    assert points < max_points("Transformer"), text
+    assert "detached in decode" not in text, text
+    assert "source embedding used for the target" in text, text

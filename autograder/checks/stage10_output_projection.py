@@ -669,6 +669,13 @@ def _tied_gradient(model, logits, src, tgt, states_fn, what):
                            "forward must be generator(decode(...)) with the tied Parameter itself, nothing detached")
     real = sorted(set(tgt.flatten().tolist()) - {PAD})
     if real and torch.allclose(grad[real], share[real], atol=1e-5, rtol=1e-4):  # float32 sums: not exactly equal
+        src_w = _embedding_weight(model, "src", what)
+        only_tgt = [v for v in sorted(set(real) - set(src.flatten().tolist())) if v < src_w.size(0)]
+        if src_w is not weight and src_w.grad is not None and only_tgt and bool(src_w.grad[only_tgt].abs().sum() > 0):
+            raise CheckFailure(f"{run}: the gradient with respect to src_embed's rows of tokens only the target has",
+                               "none: decode embeds tgt_in with tgt_embed", "a gradient",
+                               "the source embedding used for the target: decode must embed tgt_in with "
+                               "self.tgt_embed, not self.src_embed")
         raise CheckFailure(f"{run}: the gradient of a loss on the logits with respect to tgt_embed's rows of the "
                            "target's tokens", "the generator's share plus the embedding's",
                            "the generator's share only (nothing through the embedding)",
