@@ -1108,3 +1108,16 @@ class EncoderLayersDropoutForgotten(solutions.Encoder):
 def test_dropout_not_passed_on_is_not_blamed_on_detach(cls, name, title):
     points, line = grade_one(cls, name, title)  # the dropout check alone names it
     assert points == 1, line
+
+
+class LayerUnsqueezesTheMask(solutions.EncoderLayer):
+    """The Annotated Transformer's habit, mask.unsqueeze(1), with the course's 4-d masks: it raised deep inside
+    multi-head attention and the message had no 'Likely' (found by a learner simulation)."""
+
+    def forward(self, x, src_mask=None):
+        return super().forward(x, None if src_mask is None else src_mask.unsqueeze(1))
+
+
+def test_a_mask_unsqueezed_on_the_way_is_named():
+    assert_caught(LayerUnsqueezesTheMask, "EncoderLayer", "works without the mask and fails with it",
+                  "no mask.unsqueeze(1)")

@@ -227,12 +227,29 @@ def inverted(allowed: torch.Tensor) -> torch.Tensor:
     return torch.zeros(allowed.shape).masked_fill(allowed, torch.finfo(torch.float32).min)
 
 
-def keeps_input(fn, x: torch.Tensor, what: str, masks=()):
+MASK_RESHAPED = ("it works without the mask and fails with it: the course's masks are already 4-d, (B, 1, 1, L) or "
+                 "(B, 1, L, L), and broadcast over the heads as they are; pass the mask on unchanged (no "
+                 "mask.unsqueeze(1), no view or reshape: that habit belongs to code whose masks are 3-d)")
+
+
+def keeps_input(fn, x: torch.Tensor, what: str, masks=(), without=None):
     """fn(), failing when it changed x in place (the caller's tensor: the embeddings, or the previous layer's output),
-    or one of `masks` ((name, tensor) pairs: the same mask goes on to every layer, and to the decoder)."""
+    or one of `masks` ((name, tensor) pairs: the same mask goes on to every layer, and to the decoder). When fn()
+    raises and `without` (the same call with no mask) works, the mask's shape was changed on the way: say so."""
     before = x.clone()
     masks_before = [(name, m, m.clone()) for name, m in masks if isinstance(m, torch.Tensor)]
-    out = fn()
+    try:
+        out = fn()
+    except (RuntimeError, ValueError, IndexError) as e:
+        if without is None or not masks_before:
+            raise
+        try:
+            without()
+        except Exception:  # noqa: BLE001  (it fails without the mask too: the mask is not the cause)
+            raise e from None
+        shapes = ", ".join(f"{name} of shape {tuple(m.shape)}" for name, m, _ in masks_before)
+        raise CheckFailure(f"{what}: with {shapes}", "it to work", f"{type(e).__name__}: {str(e)[:90]}",
+                           MASK_RESHAPED) from None
     if x.shape != before.shape or not torch.equal(x, before):
         raise CheckFailure(f"{what}: the input x after the call", "unchanged", "changed in place",
                            "an in-place operation on x (x += ..., x.copy_(...), x[...] = ...) changes the caller's "
@@ -475,7 +492,8 @@ def _layer_vs_torch(EncoderLayer, norm_first, seed, lengths, grads=False):
     with seeded(seed + 100):
         x = torch.randn(len(lengths), L, D)
     src_mask = key_mask(ids)
-    got = keeps_input(lambda: layer(x, src_mask), x, f"{what}(x, src_mask)", masks=[("src_mask", src_mask)])
+    got = keeps_input(lambda: layer(x, src_mask), x, f"{what}(x, src_mask)", masks=[("src_mask", src_mask)],
+                      without=lambda: layer(x, None))
     with torch.no_grad():
         expected = ref(x, src_key_padding_mask=ids == PAD)
 
@@ -773,7 +791,8 @@ def _encoder_vs_torch(Encoder, norm_first, seed, lengths, n_layers=2, grads=Fals
     with seeded(seed + 100):
         x = torch.randn(len(lengths), L, D)
     src_mask = key_mask(ids)
-    got = keeps_input(lambda: enc(x, src_mask), x, f"{what}(x, src_mask)", masks=[("src_mask", src_mask)])
+    got = keeps_input(lambda: enc(x, src_mask), x, f"{what}(x, src_mask)", masks=[("src_mask", src_mask)],
+                      without=lambda: enc(x, None))
     with torch.no_grad():
         expected = ref(x, src_key_padding_mask=ids == PAD)
 
