@@ -587,3 +587,15 @@ def test_fourth_review_pad_id_check_names_the_real_mistake(fn, keywords):
     points, line = grade_one(fn, "target_mask", "uses the pad_id argument")
     assert points == 0 and all(k in line for k in keywords), line
     assert "pass pad_id on" not in line, line
+
+
+def padding_mask_additive_large_negative(ids, pad_id=solutions.PAD):
+    """The Hugging Face habit, an additive mask of 0 and -1e9 (not -inf): it was told 'polarity inverted' (found by
+    a learner simulation)."""
+    return ((ids == pad_id).float() * -1e9)[:, None, None, :]
+
+
+def test_an_additive_large_negative_mask_is_named():
+    points, text = assert_caught(padding_mask_additive_large_negative, "padding_mask", "additive float mask",
+                                 "0 / -1e+09")
+    assert "polarity" not in text, text
