@@ -1,0 +1,121 @@
+"""CI runs every test it can: under CI=true, tests/conftest.py turns a skip into a failure that names the test and
+its reason, unless the reason is on CI_ALLOWED_SKIPS. Each case runs pytest on a tiny test file in a temporary
+folder, with this suite's conftest hooks and an allow-list of its own."""
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from tests import conftest
+
+ROOT = conftest.ROOT
+
+TINY_CONFTEST = """
+import tests.conftest as course
+course.CI_ALLOWED_SKIPS = {r"^no GPU here": "the CI machine has no GPU (an example)"}
+from tests.conftest import (pytest_collectreport, pytest_runtest_makereport, pytest_sessionfinish,
+                            pytest_terminal_summary)
+"""
+
+WIDGET_TESTS = """
+import pytest
+
+def test_runs():
+    assert True
+
+@pytest.mark.skipif(True, reason="widget is not installed")
+def test_widget_marked():
+    pass
+
+def test_widget_in_body():
+    pytest.skip("the widget tool is missing")
+
+@pytest.fixture
+def widget():
+    pytest.skip("no widget for the fixture")
+
+def test_widget_fixture(widget):
+    pass
+"""
+
+# what CI lets through: a skip whose reason is on the allow-list, and an expected failure (not a skip)
+ALLOWED_TESTS = """
+import pytest
+
+@pytest.mark.skipif(True, reason="no GPU here (CUDA)")
+def test_gpu():
+    pass
+
+@pytest.mark.xfail(reason="a known bug, not a skip")
+def test_known_bug():
+    assert False
+"""
+
+# a whole module skipped while collecting
+MODULE_SKIP = """
+import pytest
+pytest.importorskip("no_such_module_here_23", reason="gadget is not installed")
+
+def test_gadget():
+    pass
+"""
+
+DISALLOWED = {"test_widget.py::test_widget_marked": "widget is not installed",
+              "test_widget.py::test_widget_in_body": "the widget tool is missing",
+              "test_widget.py::test_widget_fixture": "no widget for the fixture",
+              "test_module_skip.py": "gadget is not installed"}
+
+
+def run_tiny(tmp_path, ci, files):
+    """pytest -q on `files` ({name: source}) in tmp_path, with CI set to `ci` (None: unset)."""
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")
+    (tmp_path / "conftest.py").write_text(TINY_CONFTEST)
+    for name, source in files.items():
+        (tmp_path / name).write_text(source)
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    env.pop("CI", None)
+    if ci is not None:
+        env["CI"] = ci
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider", *files],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    return proc.returncode, proc.stdout + proc.stderr
+
+
+EVERYTHING = {"test_widget.py": WIDGET_TESTS, "test_allowed.py": ALLOWED_TESTS, "test_module_skip.py": MODULE_SKIP}
+
+
+def test_under_ci_a_skip_fails_and_names_the_test_and_its_reason(tmp_path):
+    code, out = run_tiny(tmp_path, "true", EVERYTHING)
+    assert code == 1, out
+    for nodeid, reason in DISALLOWED.items():
+        assert f"{nodeid} skipped under CI=true: {reason!r}" in out, f"{nodeid} is not named as a failure:\n{out}"
+    assert "CI_ALLOWED_SKIPS in tests/conftest.py" in out, out
+    named = "\n".join(line for line in out.splitlines() if "skipped under CI" in line)
+    assert "test_gpu" not in named and "test_known_bug" not in named, named
+    # the marked skip and the fixture's fail in setup (errors), the body's skip fails in the call
+    summary = out.strip().splitlines()[-1]
+    assert re.search(r"1 failed, 1 passed, 2 skipped, 1 xfailed, 2 errors", summary), summary
+
+
+def test_under_ci_an_allowed_skip_and_an_xfail_pass(tmp_path):
+    code, out = run_tiny(tmp_path, "true", {"test_allowed.py": ALLOWED_TESTS})
+    assert code == 0, out
+    assert "SKIPPED [1] test_allowed.py" in out and "no GPU here (CUDA)" in out, out
+    assert "skipped under CI" not in out, out
+    assert re.search(r"1 skipped, 1 xfailed", out), out
+
+
+@pytest.mark.parametrize("ci", [None, "false", "0"])
+def test_outside_ci_a_skip_is_only_a_skip(tmp_path, ci):
+    code, out = run_tiny(tmp_path, ci, EVERYTHING)
+    assert code == 0, out
+    assert "skipped under CI" not in out, out
+    assert re.search(r"1 passed, 5 skipped, 1 xfailed", out), out
+
+
+def test_the_allow_list_says_why_for_each_entry():
+    for pattern, why in conftest.CI_ALLOWED_SKIPS.items():
+        re.compile(pattern)
+        assert isinstance(why, str) and len(why.split()) >= 3, (pattern, why)
