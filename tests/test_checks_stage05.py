@@ -599,3 +599,64 @@ def test_an_additive_large_negative_mask_is_named():
     points, text = assert_caught(padding_mask_additive_large_negative, "padding_mask", "additive float mask",
                                  "0 / -1e+09")
     assert "polarity" not in text, text
+
+
+# ---------------------------------------------------------------- issue 17: a result moved to the CPU at the end
+# On a GPU each of these returns a mask on the CPU, which cannot meet the scores on the GPU. A .cpu() of a 'meta'
+# tensor raises as reading its values does; the checks must not take it for that (and then let it pass).
+def pad_trailing_cpu(ids, pad_id=0):
+    return (ids != pad_id)[:, None, None, :].cpu()
+
+
+def pad_trailing_to_cpu(ids, pad_id=0):
+    return (ids != pad_id).unsqueeze(1).unsqueeze(2).to("cpu")
+
+
+def tgt_trailing_to_cpu(tgt_ids, pad_id=0):
+    return (solutions.padding_mask(tgt_ids, pad_id) & solutions.causal_mask(tgt_ids.size(1), tgt_ids.device)).to("cpu")
+
+
+def tgt_padding_part_to_cpu(tgt_ids, pad_id=0):
+    pad = solutions.padding_mask(tgt_ids, pad_id).cpu()
+    return pad & torch.ones(tgt_ids.size(1), tgt_ids.size(1), dtype=torch.bool).tril()
+
+
+MOVED = "sends the mask to the CPU: on a GPU it comes back there and cannot meet the scores; leave it out"
+
+
+@pytest.mark.parametrize("name,fn", [("padding_mask", pad_trailing_cpu), ("padding_mask", pad_trailing_to_cpu),
+                                     ("target_mask", tgt_trailing_to_cpu), ("target_mask", tgt_padding_part_to_cpu)])
+def test_a_mask_sent_to_the_cpu_loses_the_device_point(name, fn):
+    points, text = grade(fn, name)
+    assert points == max_points(name) - 1, text  # the values are right: only the device point is lost
+    assert f"the mask's device; expected the device of the ids; got cpu. Likely: a .cpu() or .to('cpu')" in text, text
+    assert MOVED in text, text
+
+
+def causal_trailing_cpu(size, device=None):
+    return torch.ones(size, size, dtype=torch.bool, device=device).tril()[None, None].cpu()
+
+
+def causal_to_cpu(size, device=None):
+    return torch.ones(size, size, dtype=torch.bool, device=device).tril().to("cpu").unsqueeze(0).unsqueeze(0)
+
+
+@pytest.mark.parametrize("fn", [causal_trailing_cpu, causal_to_cpu])
+def test_a_causal_mask_sent_to_the_cpu_loses_the_device_point(fn):
+    points, text = grade(fn, "causal_mask")
+    assert points == max_points("causal_mask") - 1, text
+    assert "not implemented" not in text, text  # the NotImplementedError of a 'meta' copy is not a stub's
+    assert ("Likely: a .cpu(), .to('cpu') or .tolist() of the mask made on `device` sends it to the CPU: on a GPU it "
+            "comes back there and cannot meet the scores") in text, text
+
+
+def pad_ids_copied_then_built_on_the_cpu(ids, pad_id=0):
+    """Reads the ids on the CPU and never moves the mask back: the older message (built on the CPU) still names it."""
+    return (ids.cpu() != pad_id)[:, None, None, :]
+
+
+def test_ids_copied_to_the_cpu_are_told_the_mask_was_built_there():
+    points, text = grade(pad_ids_copied_then_built_on_the_cpu, "padding_mask")
+    assert points == max_points("padding_mask") - 1, text
+    assert "Likely: the mask was built on the CPU" in text and "never moved to the ids' device" in text, text
+    assert MOVED not in text, text

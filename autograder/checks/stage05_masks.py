@@ -160,7 +160,16 @@ def _causal_values(causal_mask):
 @register("causal_mask", "is built on the requested device")
 def _causal_device(causal_mask):
     # 'meta' is PyTorch's data-less device: it stands in for 'cuda' on a machine without a GPU
-    got = as_tensor(causal_mask(3, device=torch.device("meta")), "causal_mask(3, device=torch.device('meta'))")
+    try:
+        got = as_tensor(causal_mask(3, device=torch.device("meta")), "causal_mask(3, device=torch.device('meta'))")
+    except NotImplementedError as e:
+        if not _copied_off_meta(e):
+            raise
+        raise CheckFailure("causal_mask(3, device=torch.device('meta'))", "a mask on the requested device",
+                           f"NotImplementedError: {str(e)[:60]}",
+                           "a .cpu(), .to('cpu') or .tolist() of the mask made on `device` sends it to the CPU: on a GPU "
+                           "it comes back there and cannot meet the scores; return the tensor made with device=device "
+                           "as it is") from None
     if got.device.type != "meta":
         raise CheckFailure("causal_mask(3, device=torch.device('meta')).device", "meta", str(got.device),
                            "causal_mask ignores `device`: create the tensor on it, "
@@ -285,11 +294,24 @@ DEVICE_HINT = ("make the causal part on the ids' device: causal_mask(L, tgt_ids.
                "combined with CUDA ids fails the same way)")
 
 
+MOVED_TO_CPU = ("a .cpu() or .to('cpu') (of the result, or of a part of the mask) sends the mask to the "
+                "CPU: on a GPU it comes back there and cannot meet the scores; leave it out, and return the tensor "
+                "made with {made} as it is")
+
+
+def _copied_off_meta(e: BaseException) -> bool:
+    """Whether e is what .cpu(), .to('cpu') or .tolist() of a 'meta' tensor raises (there is no data to copy)."""
+    return isinstance(e, NotImplementedError) and "copy out of meta" in str(e).lower()
+
+
 def _reads_values(e: BaseException) -> bool:
     """Whether e says the code looked at the values of a 'meta' tensor, which has none."""
     text = str(e).lower()
     return ((isinstance(e, NotImplementedError) and "meta" in text)
             or (isinstance(e, RuntimeError) and "cannot be called on meta tensors" in text))
+
+
+_COPIED: list[str] = []  # what data-less _Elsewhere tensors were copied to the CPU during a probe: "ids" or "computed"
 
 
 class _Elsewhere(torch.Tensor):
@@ -307,12 +329,19 @@ class _Elsewhere(torch.Tensor):
         return True
 
     def cpu(self, *args, **kwargs):
-        return self.as_subclass(torch.Tensor).clone()
+        plain = self.as_subclass(torch.Tensor)
+        if plain.is_meta:  # ids (or a mask) with no values: what a copy to the CPU would give, values aside
+            _COPIED.append("ids" if getattr(self, "_the_ids", False) else "computed")
+            return torch.zeros(plain.shape, dtype=plain.dtype)
+        return plain.clone()
 
     def to(self, *args, **kwargs):
-        out = super().to(*args, **kwargs)
         target = kwargs.get("device", args[0] if args else None)
-        if isinstance(target, (str, torch.device)) and str(target).startswith("cpu"):
+        to_cpu = isinstance(target, (str, torch.device)) and str(target).startswith("cpu")
+        if to_cpu and self.as_subclass(torch.Tensor).is_meta:
+            return self.cpu()
+        out = super().to(*args, **kwargs)
+        if to_cpu:
             return out.as_subclass(torch.Tensor)
         return out
 
@@ -336,6 +365,7 @@ def _on_ids_device(fn, name, hint):
     try:
         got = fn(_ids().to("meta"))  # 'meta' stands in for 'cuda': a mask made on the CPU cannot be combined with it
     except (NotImplementedError, RuntimeError, TypeError) as e:
+        e_meta = e
         if not _reads_values(e):
             if isinstance(e, NotImplementedError):
                 raise
@@ -351,6 +381,8 @@ def _on_ids_device(fn, name, hint):
         if got.device.type != "meta":
             raise CheckFailure(f"{what}.device", "meta", str(got.device), hint)
         return
+    if _copied_off_meta(e_meta):  # a copy to the CPU: reading the values, or a result moved there at the end
+        _moved_to_cpu(fn, name)
     # the code reads the ids' values, which 'meta' tensors do not have
     what = f"{name}(ids whose values can be read but which are on another device than the CPU, as on a GPU)"
     try:
@@ -369,6 +401,26 @@ def _on_ids_device(fn, name, hint):
                            f"meet the scores there; create it with device={_arg(name)}.device, finish with "
                            f".to({_arg(name)}.device), or {hint}")
     _by_default_device(fn, name)
+
+
+def _moved_to_cpu(fn, name):
+    """For code that copied a 'meta' tensor to the CPU: the same ids on 'meta' once more, with .cpu() and .to('cpu')
+    giving a CPU tensor of the right shape (values aside). A mask that comes back as a plain CPU tensor after a tensor
+    computed on the ids' device was copied was moved off that device (a trailing .cpu()); a copy of the ids alone is
+    reading their values (numpy, lists), which the probes after this one judge."""
+    ids = _ids().to("meta").as_subclass(_Elsewhere)
+    ids._the_ids = True
+    _COPIED.clear()
+    try:
+        got = fn(ids)
+    except CheckTimeout:
+        raise
+    except Exception:  # noqa: BLE001  (the values are read: .tolist(), .item(); judged by the probes that follow)
+        return
+    copied, _COPIED[:] = list(_COPIED), []
+    if "computed" in copied and isinstance(got, torch.Tensor) and type(got) is torch.Tensor and got.device.type == "cpu":
+        raise CheckFailure(f"{name}(ids on device 'meta'): the mask's device", "the device of the ids", "cpu",
+                           MOVED_TO_CPU.format(made=f"device={_arg(name)}.device (or from {_arg(name)} itself)"))
 
 
 def _by_default_device(fn, name):
