@@ -36,7 +36,8 @@ def test_binder_post_build_installs_the_course():
     assert os.access(post, os.X_OK) and "pip install" in post.read_text() and "-e ." in post.read_text()
 
 
-@pytest.mark.skipif(shutil.which("repo2docker") is None, reason="repo2docker is not installed (pip install jupyter-repo2docker)")
+@pytest.mark.skipif(shutil.which("repo2docker") is None,
+                    reason="repo2docker is not installed (pip install -r requirements-ci.txt)")
 def test_repo2docker_renders_a_build_plan_from_binder(tmp_path):
     proc = subprocess.run(["repo2docker", "--no-build", "--debug", "--user-id", "1000", "--user-name", "jovyan",
                            str(ROOT)], capture_output=True, text=True, timeout=120)

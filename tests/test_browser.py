@@ -2,7 +2,8 @@
 check's output (the failing checks of the released stubs, then the points) appears in the page.
 
 Needs Debian's Chromium (apt-get install chromium: /usr/bin/chromium) and Playwright for Python
-(pip install playwright; its own browser download, `playwright install`, is never used); skips without them.
+(pip install -r requirements-ci.txt; its own browser download, `playwright install`, is never used); skips without
+them, except under CI=true, where .ci/run installs both and a skip fails the run (tests/conftest.py).
 The screenshot goes to $BROWSER_SCREENSHOT when set, else to pytest's tmp dir; the test prints its path.
 """
 import hashlib
@@ -34,7 +35,8 @@ ACTION_S = 20           # one click
 
 pytestmark = pytest.mark.skipif(not os.access(CHROMIUM, os.X_OK),
                                 reason=f"no Chromium at {CHROMIUM} (apt-get install chromium)")
-sync_api = pytest.importorskip("playwright.sync_api", reason="Playwright is not installed (pip install playwright)")
+sync_api = pytest.importorskip("playwright.sync_api",
+                               reason="Playwright is not installed (pip install -r requirements-ci.txt)")
 
 
 def _free_port():
