@@ -1,10 +1,10 @@
 """Train a German-to-English Transformer and translate with it: the code of the final lesson and of
 the command line `python -m solutions.translate train --data multi30k --minutes 15 --out runs/x`.
 
-Every function that builds, trains or decodes takes `impl`, the module (or namespace) that supplies
-Transformer, make_optimizer, label_smoothed_loss, greedy_decode, beam_search, batch_by_tokens and
-make_batch: the reference `solutions` by default, or the learner's own code. A name that `impl`
-lacks is taken from `solutions`.
+Every function that tokenizes, builds, trains, decodes or scores takes `impl`, the module (or namespace)
+that supplies BPETokenizer, Transformer, make_optimizer, label_smoothed_loss, batch_by_tokens, make_batch,
+greedy_decode, beam_search, corpus_bleu and the masks: the reference `solutions` by default, or the
+learner's own code (`autograder.learner.collect`). A name that `impl` lacks is taken from `solutions`.
 
 Example: name, splits = load_data("synthetic"); cfg = config_for("cpu")
          data = prepare_data(cfg, splits); model, history = train(cfg, data, minutes=5)
@@ -20,6 +20,7 @@ import pathlib
 import random
 import resource
 import sys
+import tempfile
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass, field
@@ -43,6 +44,8 @@ class Config:
     n_layers: int = 3           # 3 encoder + 3 decoder layers: half the paper's depth, enough for Multi30k
     d_ff: int = 1024            # 4 x d_model, the paper's ratio
     dropout: float = 0.1        # the paper's P_drop; Multi30k is small, so regularization matters
+    attention_dropout: float = 0.1  # dropout on the attention weights too (tensor2tensor's and the Annotated
+                                # Transformer's habit; the paper has residual and embedding dropout only: 0.0)
     norm_first: bool = True     # pre-norm: takes twice the rate; measured 28.4 vs 21.6 BLEU (greedy) after 900
                                 # steps against the paper's post-norm (False) at its best rate, 1e-3
     label_smoothing: float = 0.1  # the paper's epsilon_ls
@@ -53,13 +56,18 @@ class Config:
     max_tokens: int = 1500      # padded tokens per batch (~100 sentences): small batches, many steps on a CPU
     lr_peak: float = 2e-3       # the warmup schedule's top, for pre-norm; post-norm wants 1e-3 (3.6e-3 collapsed)
     warmup_steps: int = 300     # one epoch of Multi30k at 1500 tokens per batch, then 1/sqrt(step) decay
-    clip_norm: float = 1.0      # gradient-norm clipping: guards against early spikes (the paper does not clip)
+    clip_norm: float = 1.0      # gradient-norm clipping: guards against early spikes (the paper does not clip: 0)
+    average_last: int = 0       # 0: keep the last weights; k: average the last k snapshots (the paper: 5, taken
+                                # every 10 minutes; a 15-minute run has one or two, so it is off here)
+    snapshot_minutes: float = 10.0  # how often a snapshot for average_last is taken, in training minutes
     max_epochs: int = 30        # an upper bound; the time budget usually stops first
     max_steps: int = 0          # 0: no limit; else stop after that many optimizer steps (a budget that no load changes)
     minutes: float = 15.0       # training time budget (TRAIN_MINUTES in the lesson)
     # decoding
     beam_size: int = 4          # the paper's beam
     alpha: float = 0.6          # the paper's length penalty
+    max_output_ratio: float = 1.5   # at most ratio * source length + extra tokens are generated: captions are
+    max_output_extra: int = 10      # short, so this stops a looping model early (the paper: 1.0 and 50)
     eval_batch_tokens: int = 6000  # source tokens per decoding batch: big batches decode fastest
     # run
     device: str = "cpu"         # "cuda" for a GPU (mixed precision on), "cpu" otherwise
@@ -96,6 +104,99 @@ def _use(impl, name: str):
     return getattr(impl, name, None) or getattr(solutions, name)
 
 
+# ---------------------------------------------------------------- the paper, and where this run departs from it
+LR_PAPER_BASE = (512 * 4000) ** -0.5  # the paper's peak rate for the base model: d_model^-0.5 * warmup^-0.5 = 7.0e-4
+
+#: Config fields for the paper's base model and its training (sections 5.1-5.4, 6.1). What no field can
+#: change stays different (see `departures`): the data, the hardware and hours, how BLEU is measured.
+PAPER_BASE = dict(d_model=512, n_heads=8, n_layers=6, d_ff=2048, dropout=0.1, attention_dropout=0.0,
+                  norm_first=False, label_smoothing=0.1, bpe_merges=37000, max_tokens=25000, lr_peak=LR_PAPER_BASE,
+                  warmup_steps=4000, clip_norm=0.0, max_steps=100000, max_epochs=1_000_000, average_last=5,
+                  snapshot_minutes=10.0, beam_size=4, alpha=0.6, max_output_ratio=1.0, max_output_extra=50)
+
+
+def paper_config(device: str | torch.device | None = None, **overrides) -> Config:
+    """The paper's base model and training settings on `device`, as far as a Config can hold them.
+    Example: paper_config("cpu").n_layers -> 6; departures(paper_config("cpu")) -> data, training time, BLEU"""
+    return dataclasses.replace(config_for(device), **{**PAPER_BASE, **overrides})
+
+
+def departures(config: Config, data_name: str = "multi30k") -> list[tuple[str, str, str, str]]:
+    """Every way a run with `config` departs from the paper's base model: (what, the paper, this run, why).
+
+    Example: departures(config_for("cpu"))[0] -> ("layer normalization", "post-norm: ...", "pre-norm: ...", "...")
+    """
+    c, rows = config, []
+
+    def row(differs, what, paper, here, why):
+        if differs:
+            rows.append((what, paper, here, why))
+
+    row(c.norm_first, "layer normalization", "post-norm: LayerNorm(x + Sublayer(x))",
+        "pre-norm: x + Sublayer(LayerNorm(x)), a final LayerNorm after each stack",
+        "trains at twice the peak rate without diverging: 31.2 against 20.8 BLEU (greedy) after 15 minutes on "
+        "2 CPU cores (benchmarks/translate_cpu.md)")
+    row(c.clip_norm, "gradient clipping", "none", f"gradient norm clipped at {c.clip_norm:g}",
+        "small batches give noisy gradients; clipping guards against the early loss spikes")
+    row((c.d_model, c.n_heads, c.n_layers, c.d_ff) != (512, 8, 6, 2048), "model size",
+        "base: d_model 512, 8 heads, 6+6 layers, d_ff 2048 (65M parameters)",
+        f"d_model {c.d_model}, {c.n_heads} heads, {c.n_layers}+{c.n_layers} layers, d_ff {c.d_ff}",
+        "minutes instead of 12 hours on 8 GPUs, and 29,000 short sentences instead of 4.5 million: a smaller "
+        f"model takes more steps in the time and overfits less (d_k = {c.d_model // c.n_heads}"
+        + (", as in the paper)" if c.d_model == 64 * c.n_heads else ")"))
+    row(c.max_tokens != 25000, "batch size", "about 25,000 source and 25,000 target tokens",
+        f"at most {c.max_tokens:,} padded tokens (sentences of similar length together)",
+        f"many small steps: Multi30k's ~400,000 target tokens would make only ~17 steps an epoch at 25,000")
+    row((c.warmup_steps, round(c.lr_peak, 7)) != (4000, round(LR_PAPER_BASE, 7)), "warmup and peak rate",
+        f"4,000 warmup steps to a peak of {LR_PAPER_BASE:.1e} (factor 1)",
+        f"{c.warmup_steps:,} warmup steps to a peak of {c.lr_peak:.1e}",
+        "a run of about a thousand steps would still be warming up at 4,000; pre-norm takes a higher peak")
+    row(c.bpe_merges != 37000, "BPE vocabulary", "about 37,000 shared tokens (WMT 2014 English-German)",
+        f"{c.bpe_merges:,} merges of one joint German-English BPE",
+        "Multi30k's words fit in 1-2 pieces with 8,000 merges, and a smaller output layer is faster")
+    row((c.max_output_ratio, c.max_output_extra) != (1.0, 50), "maximum output length",
+        "input length + 50, stopping early when possible",
+        f"{c.max_output_ratio:g} x input length + {c.max_output_extra}, stopping early when possible",
+        "captions are short: a model that loops stops sooner, and decoding the test set is faster")
+    row(c.attention_dropout != 0.0, "attention dropout",
+        "none: dropout (0.1) on each sublayer's output and on the embeddings plus positions",
+        f"also {c.attention_dropout:g} on the attention weights",
+        "the course's MultiHeadAttention follows tensor2tensor and the Annotated Transformer here "
+        "(not measured against 0 on this data)")
+    row(c.average_last != 5, "checkpoint averaging", "the average of the last 5 checkpoints, 10 minutes apart",
+        "the last weights" if not c.average_last else f"the average of the last {c.average_last} snapshots, "
+        + (f"{c.snapshot_minutes:g} minutes apart" if c.snapshot_minutes else "one step apart"),
+        "a 15-minute run has one or two 10-minute checkpoints to average")
+    row(c.dropout != 0.1 or c.label_smoothing != 0.1, "dropout, label smoothing", "0.1 and 0.1",
+        f"{c.dropout:g} and {c.label_smoothing:g}", "changed by hand")
+    row((c.beam_size, c.alpha) != (4, 0.6), "beam search", "beam 4, length penalty alpha 0.6",
+        f"beam {c.beam_size}, alpha {c.alpha:g}", "changed by hand")
+    # what no Config field changes
+    multi30k = data_name == "multi30k"
+    rows.append(("data", "WMT 2014 English-German, 4.5 million sentence pairs",
+                 "Multi30k: German to English, 29,000 image captions" if multi30k else
+                 f"{data_name} corpus: German to English", "downloads in seconds and trains in minutes on a laptop"))
+    rows.append(("training time", "100,000 steps, 12 hours on 8 P100 GPUs",
+                 (f"at most {c.max_steps:,} steps and " if c.max_steps else "")
+                 + "the notebook's time budget, on one " + ("GPU" if c.device.startswith("cuda") else "CPU"),
+                 "a course's budget"))
+    if c.device.startswith("cuda"):
+        rows.append(("number format", "not stated (32-bit floats were the default then)",
+                     "mixed precision: bfloat16, or float16 with loss scaling", "twice as fast on a GPU"))
+    rows.append(("BLEU", "on newstest2014; how it was tokenized is not stated (tensor2tensor's script splits "
+                 "hyphenated compounds)", "sacreBLEU (cased, 13a tokenization, on detokenized text) on "
+                 + ("Multi30k's test_2016_flickr" if multi30k else f"the {data_name} test split"),
+                 "a number anyone can reproduce (Post 2018)"))
+    return rows
+
+
+def departures_markdown(config: Config, data_name: str = "multi30k") -> str:
+    """departures() as a Markdown table."""
+    lines = ["| | the paper (base model) | this run | why |", "|---|---|---|---|"]
+    lines += [f"| {what} | {paper} | {here} | {why} |" for what, paper, here, why in departures(config, data_name)]
+    return "\n".join(lines)
+
+
 # ---------------------------------------------------------------- data
 @dataclass
 class PreparedData:
@@ -108,20 +209,21 @@ class PreparedData:
 
 
 def prepare_data(config: Config, splits: dict, tokenizer: BPETokenizer | None = None,
-                 progress: bool = True) -> PreparedData:
-    """Learn one joint BPE over the German and English training lines (one vocabulary, so the embeddings
-    and the output projection can share one matrix), encode train and val, and drop training pairs
-    with a side longer than config.max_sentence_tokens.
+                 progress: bool = True, impl=solutions) -> PreparedData:
+    """Learn one joint BPE over the German and English training lines with impl's BPETokenizer (one
+    vocabulary, so the embeddings and the output projection can share one matrix), encode train and val,
+    and drop training pairs with a side longer than config.max_sentence_tokens.
 
     Example: prepare_data(config, load_synthetic(100, 10, 10)).train[0] -> ([ids of German], [ids of English])
     """
     de, en = splits["train"]
     if tokenizer is None:
         t0 = time.time()
-        tokenizer = BPETokenizer().train(de + en, config.bpe_merges)
+        tokenizer = _use(impl, "BPETokenizer")().train(de + en, config.bpe_merges)
         if progress:
-            print(f"joint BPE: {len(tokenizer.merges)} merges, vocabulary {tokenizer.vocab_size}, "
-                  f"{time.time() - t0:.0f} s", flush=True)
+            merges = getattr(tokenizer, "merges", None)
+            print(f"joint BPE: " + (f"{len(merges)} merges, " if merges is not None else "")
+                  + f"vocabulary {tokenizer.vocab_size}, {time.time() - t0:.0f} s", flush=True)
 
     def encode(split):
         return [(tokenizer.encode(s), tokenizer.encode(t)) for s, t in zip(*splits[split])]
@@ -140,7 +242,25 @@ def build_model(config: Config, vocab_size: int, impl=solutions) -> torch.nn.Mod
     model = _use(impl, "Transformer")(vocab_size, vocab_size, d_model=config.d_model, n_heads=config.n_heads,
                                       n_layers=config.n_layers, d_ff=config.d_ff, dropout=config.dropout,
                                       norm_first=config.norm_first, tie_weights=True)
+    if config.attention_dropout != config.dropout:
+        set_attention_dropout(model, config.attention_dropout)
     return model.to(config.device)
+
+
+def set_attention_dropout(model: torch.nn.Module, p: float) -> int:
+    """Set the rate of the dropout on the attention weights: the nn.Dropout held by each MultiHeadAttention
+    (a module with w_q, w_k, w_v, w_o). Returns how many it set; 0 means none was found (a dropout called
+    as a function inside forward is out of reach), and says so. Example: set_attention_dropout(model, 0.0) -> 12"""
+    found = 0
+    for module in model.modules():
+        if all(hasattr(module, w) for w in ("w_q", "w_k", "w_v", "w_o")):
+            for child in module.children():
+                if isinstance(child, torch.nn.Dropout):
+                    child.p = p
+                    found += 1
+    if not found:
+        print(f"attention dropout: no nn.Dropout inside the MultiHeadAttention modules, left as it is (not {p:g})")
+    return found
 
 
 # ---------------------------------------------------------------- training
@@ -194,6 +314,7 @@ def train(config: Config, data: PreparedData, minutes: float | None = None, mode
     rng = random.Random(config.seed)
     history = {"step_loss": [], "lr": [], "tokens_per_s": [], "val_loss": [], "val_step": [], "epochs": 0.0}
     start, step, n_target_tokens, stop = time.time(), 0, 0, False
+    snapshots, next_snapshot = [], 60 * config.snapshot_minutes  # for average_last: CPU copies of the weights
     model.train()
     for epoch in range(config.max_epochs):
         rng.shuffle(batches)  # similar lengths within a batch, random order between batches
@@ -227,6 +348,9 @@ def train(config: Config, data: PreparedData, minutes: float | None = None, mode
             elapsed = time.time() - start
             bar.set_postfix(loss=f"{history['step_loss'][-1]:.3f}", lr=f"{lr:.2e}",
                             tok_s=f"{n_target_tokens / elapsed:.0f}", refresh=False)
+            if config.average_last and elapsed >= next_snapshot:
+                snapshots = (snapshots + [_cpu_state(model)])[-config.average_last:]
+                next_snapshot += 60 * config.snapshot_minutes
             if elapsed > 60 * minutes or step == config.max_steps:
                 stop = True
                 history["epochs"] = epoch + (i + 1) / len(batches)
@@ -241,6 +365,12 @@ def train(config: Config, data: PreparedData, minutes: float | None = None, mode
                   f"{time.time() - start:.0f} s", flush=True)
         if stop:
             break
+    if config.average_last and snapshots:  # the final weights are the last checkpoint of the average
+        states = (snapshots + [_cpu_state(model)])[-config.average_last:]
+        model.load_state_dict(average_states(states))
+        history.update(averaged=len(states), val_loss_averaged=validation_loss(model, data.val, config, impl))
+        if progress:
+            print(f"averaged the last {len(states)} snapshots: val loss {history['val_loss_averaged']:.3f}", flush=True)
     model.eval()
     history.update(steps=step, seconds=time.time() - start, target_tokens=n_target_tokens,
                    mean_tokens_per_s=n_target_tokens / max(time.time() - start, 1e-9))
@@ -248,39 +378,97 @@ def train(config: Config, data: PreparedData, minutes: float | None = None, mode
 
 
 # ---------------------------------------------------------------- checkpoints
+def _cpu_state(model) -> dict:
+    return {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
+
+
+def average_states(states: list[dict]) -> dict:
+    """The element-wise mean of state dicts (the paper's checkpoint averaging); integer tensors keep the last.
+    Example: average_states([{"w": tensor([0., 2.])}, {"w": tensor([2., 4.])}]) -> {"w": tensor([1., 3.])}"""
+    out = {}
+    for key, last in states[-1].items():
+        if last.is_floating_point():
+            out[key] = torch.stack([s[key].float() for s in states]).mean(0).to(last.dtype)
+        else:
+            out[key] = last
+    return out
+
+
+def _tokenizer_text(tokenizer) -> str:
+    """What tokenizer.save writes (the contract's way to store any BPETokenizer, the learner's included)."""
+    with tempfile.TemporaryDirectory() as folder:
+        path = pathlib.Path(folder) / "tokenizer.json"
+        tokenizer.save(path)
+        return path.read_text(encoding="utf-8")
+
+
+def _tokenizer_from_text(text: str, impl=solutions):
+    with tempfile.TemporaryDirectory() as folder:
+        path = pathlib.Path(folder) / "tokenizer.json"
+        path.write_text(text, encoding="utf-8")
+        return _use(impl, "BPETokenizer").load(path)
+
+
 def save_checkpoint(path, model, tokenizer: BPETokenizer, config: Config, history: dict | None = None) -> None:
-    """One file with the config, the tokenizer (merges and vocabulary) and the weights."""
+    """One file with the config, the tokenizer (what its save() writes) and the weights."""
     path = pathlib.Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     torch.save({"config": dataclasses.asdict(config),
-                "tokenizer": {"merges": [list(m) for m in tokenizer.merges], "itos": tokenizer.itos},
+                "tokenizer": {"saved": _tokenizer_text(tokenizer)},
                 "model": {k: v.detach().cpu() for k, v in model.state_dict().items()},
                 "history": history or {}}, path)
 
 
 def load_checkpoint(path, device: str = "cpu", impl=solutions):
-    """(model in eval mode on `device`, tokenizer, config) from save_checkpoint's file; a GPU checkpoint
-    loads on a CPU. Example: model, tokenizer, config = load_checkpoint("runs/x/model.pt")"""
+    """(model in eval mode on `device`, tokenizer, config) from save_checkpoint's file, both built with impl's
+    classes; a GPU checkpoint loads on a CPU. Example: model, tokenizer, config = load_checkpoint("runs/x/model.pt")"""
     saved = torch.load(path, map_location=device, weights_only=True)
-    config = dataclasses.replace(Config(**saved["config"]), device=str(device))
-    tokenizer = BPETokenizer()
-    tokenizer.merges = [tuple(m) for m in saved["tokenizer"]["merges"]]
-    tokenizer.itos = list(saved["tokenizer"]["itos"])
-    tokenizer.stoi = {s: i for i, s in enumerate(tokenizer.itos)}
+    known = {f.name for f in dataclasses.fields(Config)}  # a checkpoint from before a field was added loads too
+    config = dataclasses.replace(Config(**{k: v for k, v in saved["config"].items() if k in known}), device=str(device))
+    if "saved" in saved["tokenizer"]:
+        tokenizer = _tokenizer_from_text(saved["tokenizer"]["saved"], impl)
+    else:  # the older format: the reference tokenizer's merges and vocabulary
+        tokenizer = BPETokenizer()
+        tokenizer.merges = [tuple(m) for m in saved["tokenizer"]["merges"]]
+        tokenizer.itos = list(saved["tokenizer"]["itos"])
+        tokenizer.stoi = {s: i for i, s in enumerate(tokenizer.itos)}
     model = build_model(config, tokenizer.vocab_size, impl)
     model.load_state_dict(saved["model"])
     return model.eval(), tokenizer, config
 
 
 # ---------------------------------------------------------------- translating and scoring
-def _max_len(source_length: int) -> int:
-    """Most tokens to generate: a translation is rarely 1.5 times longer than its source. Example: 10 -> 25"""
-    return int(1.5 * source_length) + 10
+def _max_len(source_length: int, max_output=(1.5, 10)) -> int:
+    """Most tokens to generate: ratio * source length + extra (Config.max_output_ratio, max_output_extra).
+    Example: 10 -> 25 (captions: a translation is rarely 1.5 times longer than its source); the paper's (1.0, 50): 60"""
+    ratio, extra = max_output
+    return int(ratio * source_length) + extra
+
+
+def decoding_args(config: Config) -> dict:
+    """The decoding settings of a Config, as keyword arguments of translate_batch / evaluate_bleu / translate."""
+    return dict(beam_size=config.beam_size, alpha=config.alpha, batch_tokens=config.eval_batch_tokens,
+                max_output=(config.max_output_ratio, config.max_output_extra))
+
+
+def _decode_ids(model, ids: list[list[int]], method: str, beam_size: int, alpha: float, max_output, impl):
+    """Token ids of the translations of one batch of source ids, by impl's greedy_decode or beam_search."""
+    device = next(model.parameters()).device
+    batch = _use(impl, "make_batch")(ids, [[] for _ in ids]).to(device)  # only src and src_mask are used
+    max_len = _max_len(batch.src.size(1), max_output)
+    amp, _ = _autocast(device)
+    with amp:
+        if method == "greedy":
+            hyps = _use(impl, "greedy_decode")(model, batch.src, batch.src_mask, max_len)
+        else:
+            hyps = _use(impl, "beam_search")(model, batch.src, batch.src_mask, max_len, beam_size, alpha)
+    return [hyp[:_max_len(len(s), max_output)] for s, hyp in zip(ids, hyps)]  # each source's own limit, as if alone
 
 
 @torch.no_grad()
 def translate_batch(model, tokenizer: BPETokenizer, sentences: list[str], method: str = "greedy",
-                    beam_size: int = 4, alpha: float = 0.6, batch_tokens: int = 6000, impl=solutions) -> list[str]:
+                    beam_size: int = 4, alpha: float = 0.6, batch_tokens: int = 6000, impl=solutions,
+                    max_output=(1.5, 10)) -> list[str]:
     """Translate many sentences: sorted by length into batches of about batch_tokens source tokens
     (little padding), decoded with greedy_decode or beam_search, returned in the input order.
 
@@ -288,23 +476,14 @@ def translate_batch(model, tokenizer: BPETokenizer, sentences: list[str], method
     """
     if method not in ("greedy", "beam"):
         raise ValueError(f"method must be 'greedy' or 'beam', got {method!r}")
-    make_batch = _use(impl, "make_batch")
-    device = next(model.parameters()).device
-    amp, _ = _autocast(device)
     model.eval()
     ids = [tokenizer.encode(s) or [UNK] for s in sentences]  # an empty line becomes one <unk>
     budget = batch_tokens // (beam_size if method == "beam" else 1)  # a beam multiplies the rows
     out: list[str] = [""] * len(sentences)
     for idx in _use(impl, "batch_by_tokens")([len(s) for s in ids], budget):
-        batch = make_batch([ids[i] for i in idx], [[] for _ in idx]).to(device)  # only src and src_mask are used
-        with amp:
-            if method == "greedy":
-                hyps = _use(impl, "greedy_decode")(model, batch.src, batch.src_mask, _max_len(batch.src.size(1)))
-            else:
-                hyps = _use(impl, "beam_search")(model, batch.src, batch.src_mask, _max_len(batch.src.size(1)),
-                                                 beam_size, alpha)
+        hyps = _decode_ids(model, [ids[i] for i in idx], method, beam_size, alpha, max_output, impl)
         for i, hyp in zip(idx, hyps):
-            out[i] = tokenizer.decode(hyp[:_max_len(len(ids[i]))])  # each source's own limit, as if alone
+            out[i] = tokenizer.decode(hyp)
     return out
 
 
@@ -315,7 +494,7 @@ def translate(model, tokenizer: BPETokenizer, sentence: str, method: str = "beam
 
 def evaluate_bleu(model, tokenizer: BPETokenizer, src_lines: list[str], ref_lines: list[str],
                   method: str = "greedy", beam_size: int = 4, alpha: float = 0.6, batch_tokens: int = 6000,
-                  impl=solutions, return_hypotheses: bool = False):
+                  impl=solutions, return_hypotheses: bool = False, max_output=(1.5, 10)):
     """sacreBLEU (cased, 13a tokenization, on detokenized text) of the model's translations of src_lines
     against ref_lines, in 0..100; with return_hypotheses, (bleu, translations).
 
@@ -323,9 +502,108 @@ def evaluate_bleu(model, tokenizer: BPETokenizer, src_lines: list[str], ref_line
     """
     if len(src_lines) != len(ref_lines):
         raise ValueError(f"{len(src_lines)} source lines but {len(ref_lines)} references")
-    hyps = translate_batch(model, tokenizer, src_lines, method, beam_size, alpha, batch_tokens, impl)
+    hyps = translate_batch(model, tokenizer, src_lines, method, beam_size, alpha, batch_tokens, impl, max_output)
     bleu = sacrebleu.corpus_bleu(hyps, [ref_lines]).score
     return (bleu, hyps) if return_hypotheses else bleu
+
+
+def bleu_scores(hypotheses: list[str], references: list[str], impl=solutions) -> dict:
+    """impl's corpus_bleu beside sacreBLEU's, on the same tokens: both texts split by sacreBLEU's own 13a
+    tokenizer, then scored. Returns {"sacrebleu", "corpus_bleu", "no_smoothing", "note"}: sacreBLEU's
+    standard score, impl's, sacreBLEU's without smoothing on those tokens, and a sentence on how they differ.
+
+    They are the same number unless some n-gram order has no match at all: sacreBLEU then smooths
+    (its default, "exp") where the contract's corpus_bleu, like Papineni et al., gives 0.
+    Example: bleu_scores(["A dog runs ."], ["A dog runs ."]) -> {"sacrebleu": 100.0, "corpus_bleu": 100.0, ...}
+    """
+    from sacrebleu.tokenizers.tokenizer_13a import Tokenizer13a
+
+    if len(hypotheses) != len(references):
+        raise ValueError(f"{len(hypotheses)} hypotheses but {len(references)} references")
+    split = Tokenizer13a()
+    hyp_tokens = [split(h).split() for h in hypotheses]  # "A dog." -> ["A", "dog", "."]
+    ref_tokens = [split(r).split() for r in references]
+    standard = sacrebleu.corpus_bleu(hypotheses, [references]).score
+    plain = sacrebleu.corpus_bleu([" ".join(t) for t in hyp_tokens], [[" ".join(t) for t in ref_tokens]],
+                                  tokenize="none", smooth_method="none").score
+    own = float(_use(impl, "corpus_bleu")(hyp_tokens, ref_tokens))
+
+    def same(a, b):
+        return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-9)
+
+    if same(own, standard):
+        note = "the same number"
+    elif same(own, plain):
+        note = ("sacreBLEU smooths an n-gram order with no match at all (its default, 'exp'); corpus_bleu gives 0 "
+                f"then, as Papineni et al. do: without smoothing sacreBLEU gives {plain:.2f} too")
+    else:
+        note = (f"corpus_bleu differs from sacreBLEU without smoothing on the same tokens ({plain:.2f}): "
+                "check the clipping of n-gram counts, the brevity penalty and max_n")
+    return {"sacrebleu": standard, "corpus_bleu": own, "no_smoothing": plain, "note": note}
+
+
+# ---------------------------------------------------------------- attention maps
+def pieces(tokenizer, ids: list[int]) -> list[str]:
+    """Readable subwords: a word's last piece without </w>, the others with subword-nmt's "@@".
+    Example: ids of "Mädchen spielt" -> ["Mäd@@", "chen", "spielt"]"""
+    itos = getattr(tokenizer, "itos", None)
+    if itos is None:  # a tokenizer without a vocabulary list: each id decoded alone
+        return [tokenizer.decode([i]) for i in ids]
+    return [itos[i][:-4] if itos[i].endswith("</w>") else itos[i] + ("@@" if i > 3 else "") for i in ids]
+
+
+@torch.no_grad()
+def attention_maps(model, tokenizer, sentence: str, method: str = "beam", impl=solutions, **decoding) -> dict:
+    """Translate `sentence`, run the model once on (the source, its translation) and read the weights that
+    every MultiHeadAttention keeps (`attn_weights`, lesson 04). Returns {"source": subwords, "target":
+    <bos> and the translation's subwords, "translation": text, "encoder self-attention": (N, h, Ls, Ls),
+    "decoder self-attention": (N, h, Lt, Lt), "cross-attention": (N, h, Lt, Ls)}, N layers, h heads.
+
+    Example: attention_maps(model, tok, "Ein Hund läuft.")["cross-attention"].shape -> (3, 4, 5, 5)
+    """
+    decoding.pop("batch_tokens", None)
+    beam_size, alpha = decoding.get("beam_size", 4), decoding.get("alpha", 0.6)
+    src_ids = tokenizer.encode(sentence) or [UNK]
+    model.eval()
+    tgt_ids = _decode_ids(model, [src_ids], method, beam_size, alpha, decoding.get("max_output", (1.5, 10)), impl)[0]
+    device = next(model.parameters()).device
+    src = torch.tensor([src_ids], device=device)                            # (1, Ls)
+    tgt_in = torch.tensor([[solutions.BOS] + tgt_ids], device=device)      # (1, Lt)
+    model(src, tgt_in, _use(impl, "padding_mask")(src), _use(impl, "target_mask")(tgt_in))  # fills attn_weights
+
+    def stack(attns):  # each (1, h, Lq, Lk) -> (N, h, Lq, Lk)
+        return torch.stack([a.attn_weights[0].float().cpu() for a in attns])
+
+    return {"source": pieces(tokenizer, src_ids), "target": ["<bos>"] + pieces(tokenizer, tgt_ids),
+            "translation": tokenizer.decode(tgt_ids),
+            "encoder self-attention": stack([layer.self_attn for layer in model.encoder.layers]),
+            "decoder self-attention": stack([layer.self_attn for layer in model.decoder.layers]),
+            "cross-attention": stack([layer.cross_attn for layer in model.decoder.layers])}
+
+
+def plot_attention(maps: dict, kind: str, size: float = 1.8):
+    """One figure for `kind` of attention_maps: a row per layer, a column per head, as the Annotated
+    Transformer draws them (rows: queries, columns: keys; brighter: more weight)."""
+    import matplotlib.pyplot as plt
+
+    weights = maps[kind]                                                  # (N, h, Lq, Lk)
+    n_layers, n_heads = weights.shape[:2]
+    queries = maps["source"] if kind.startswith("encoder") else maps["target"]
+    keys = maps["target"] if kind.startswith("decoder") else maps["source"]
+    fig, axes = plt.subplots(n_layers, n_heads, figsize=(size * n_heads + 1, size * n_layers + 0.8), squeeze=False,
+                             layout="constrained")
+    for layer in range(n_layers):
+        for head in range(n_heads):
+            ax = axes[layer][head]
+            ax.imshow(weights[layer, head], cmap="viridis", vmin=0.0, vmax=1.0)
+            ax.set_xticks(range(len(keys)), keys if layer == n_layers - 1 else [], rotation=90, fontsize=6)
+            ax.set_yticks(range(len(queries)), queries if head == 0 else [], fontsize=6)
+            if layer == 0:
+                ax.set_title(f"head {head + 1}", fontsize=8)
+            if head == 0:
+                ax.set_ylabel(f"layer {layer + 1}", fontsize=8)
+    fig.suptitle(f"{kind}: {maps['translation']}", fontsize=9)
+    return fig
 
 
 # ---------------------------------------------------------------- command line
@@ -359,8 +637,8 @@ def run_training(args) -> dict:
                "test_sentences": len(test_de)}
     for method in ("greedy", "beam"):
         t0 = time.time()
-        bleu, hyps = evaluate_bleu(model, data.tokenizer, test_de, test_en, method, config.beam_size, config.alpha,
-                                   config.eval_batch_tokens, return_hypotheses=True)
+        bleu, hyps = evaluate_bleu(model, data.tokenizer, test_de, test_en, method, return_hypotheses=True,
+                                   **decoding_args(config))
         results[f"{method}_bleu"], results[f"{method}_seconds"] = bleu, time.time() - t0
         (out / f"test.{method}.en").write_text("\n".join(hyps) + "\n", encoding="utf-8")
     results["peak_memory_mb"] = peak_memory_mb()
