@@ -1,5 +1,5 @@
 """Command line: `python -m autograder grade NOTEBOOK... [--json FILE] [--jobs N] [--timeout S] [--cell-timeout S]
-[--memory GB]`,
+[--memory GB] [--lesson STEM]`,
 `python -m autograder lessons [--write]`, `python -m autograder nbgrader-course DIR`."""
 from __future__ import annotations
 
@@ -20,6 +20,8 @@ def main(argv=None) -> int:
                    help="notebooks graded at the same time (default: one per CPU core, at most 4)")
     g.add_argument("--memory", type=float, default=None,
                    help="GB of address space for each kernel (default 4, or $AUTOGRADER_MEMORY_GB)")
+    g.add_argument("--lesson", help="the lesson every notebook is graded as, e.g. 03_attention (default: each "
+                   "notebook's file or folder name)")
     les = sub.add_parser("lessons", help="check (or --write) that the lessons' stubs match solutions/")
     les.add_argument("--write", action="store_true")
     course = sub.add_parser("nbgrader-course", help="build an nbgrader course directory from the lessons")
@@ -31,7 +33,7 @@ def main(argv=None) -> int:
         from .grade import MEMORY_GB, grade
         jobs = args.jobs or min(4, os.cpu_count() or 1)
         report = grade(args.notebooks, args.json, args.timeout, jobs=jobs, cell_timeout=args.cell_timeout,
-                       memory_gb=args.memory if args.memory is not None else MEMORY_GB)
+                       memory_gb=args.memory if args.memory is not None else MEMORY_GB, lesson=args.lesson)
         return 0 if all(n["error"] is None for n in report["notebooks"]) else 1
     if args.command == "lessons":
         from .notebooks import sync

@@ -174,16 +174,25 @@ def run_checks(obj) -> tuple[str | None, float, float, list[str]]:
 
 
 def run_registered(obj) -> tuple[str | None, float, float, list[str]]:
-    """run_checks without importing the checks (the grade command loads its own private copy)."""
+    """run_checks without importing the checks."""
     name = getattr(obj, "__name__", None)
     if not isinstance(name, str) or name not in REGISTRY:
         return None, 0.0, 0.0, []
+    return run_named(name, obj)
+
+
+def run_named(name: str, obj, run: Callable | None = None) -> tuple[str | None, float, float, list[str]]:
+    """The checks of the contract name `name` (not obj's own __name__) against obj. `run(check, obj)` runs
+    one check, run_check by default (the grade command's runs it across to the notebook's kernel)."""
+    if name not in REGISTRY:
+        return None, 0.0, 0.0, []
+    run = run or run_check
     total, earned, lines, timed_out = 0.0, 0.0, [], False
     for c in REGISTRY[name]:
         if timed_out:  # the code hangs: do not make the learner (or nbgrader's cell timeout) wait for each check
             points, line = 0.0, f"✗ {c.title} [0/{c.points:g}]: skipped, an earlier check ran out of time"
         else:
-            points, line = run_check(c, obj)
+            points, line = run(c, obj)
             timed_out = "took longer than" in line
         earned += points
         total += c.points
@@ -293,6 +302,14 @@ def _resolve(path: str):
 
 def _watched(fn: Callable, obj, rules: list[Forbidden], used: list[str]):
     """fn(obj), recording in `used` the labels of the forbidden calls made by the learner's code."""
+    with watching(rules, obj, used):
+        return fn(obj)
+
+
+@contextlib.contextmanager
+def watching(rules: list[Forbidden], obj, used: list[str]):
+    """While inside, record in `used` the labels of the forbidden calls (`rules`) made by the learner's code;
+    `obj`, the graded object, counts when it is the library's own class or function."""
     from torch.overrides import TorchFunctionMode
 
     by_name: dict[str, list[Forbidden]] = {}
@@ -347,8 +364,9 @@ def _watched(fn: Callable, obj, rules: list[Forbidden], used: list[str]):
                         wrap(cls, attr, rule)
         if by_name:
             with Watch():
-                return fn(obj)
-        return fn(obj)
+                yield
+        else:
+            yield
     finally:
         for cls, attr, original in reversed(patched):
             setattr(cls, attr, original)

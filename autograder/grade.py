@@ -1,41 +1,27 @@
 """`python -m autograder grade NOTEBOOK... [--json FILE] [--jobs N] [--timeout S] [--cell-timeout S]
-[--memory GB]`: grade notebooks, each in a fresh kernel, and report the points of every graded cell.
-A broken, slow or hostile notebook costs only its own grade, with the reason in the report.
+[--memory GB] [--lesson STEM]`: grade notebooks, each in a fresh kernel, and report the points of every graded
+cell. A broken, slow or hostile notebook costs only its own grade, with the reason in the report. What this
+protects and what it does not is in autograder/GRADING.md.
 
 How one notebook is graded
-1. Read without running anything: valid JSON, a Jupyter notebook (nbformat 4, valid), and its graded
-   cells (nbgrader metadata `grade: true`, grade_id `check_<name>`). The course lesson it comes from is
-   recognised by its grade_ids, and the lesson, not the submission's metadata, says which graded cells
-   there are and what each is worth (the checks' max_points). A graded cell that was deleted is graded
-   at the end of the notebook, one that was copied (a duplicate grade_id) is graded once, an edited one
-   is graded as if untouched; each is reported under "problems".
-2. Run in a fresh kernel started by autograder.jail (a scratch folder as its working directory and
-   HOME, a memory limit, and where the machine allows it read-only file systems and its own PID
-   namespace), with a time limit per cell and per notebook. A hidden first cell runs
-   autograder/sandbox.py's `startup` before any of the notebook's code; each graded cell is replaced by
-   a call to the grader, which grades the name with a private copy of the checks and writes a verdict
-   signed with a key that only the grade command and the grader know (see autograder/sandbox.py).
-3. Points come only from those signed verdicts: the outputs stored in the submission, what its cells
-   print, and the points its metadata claims count for nothing.
+1. Read without running anything, in a process of its own with a memory limit: a regular file (no symlink,
+   no second hard link), at most MAX_NOTEBOOK_BYTES, valid JSON, a Jupyter notebook (nbformat 4, valid), at
+   most MAX_CELLS cells; its outputs are dropped. Its lesson is the assignment's (--lesson, else the file's
+   name, else its folder's name), not guessed from its contents; graded cells of another lesson are reported.
+   The lesson says which graded cells there are and what each is worth (the checks' max_points). A graded
+   cell that was deleted is graded at the end of the notebook, one that was copied is graded once, an edited
+   one as if untouched; each is reported under "problems".
+2. Run in a fresh kernel started by autograder.jail (its own namespaces, as `nobody`, on a read-only file
+   system with its scratch and connection folders only, the lesson's own stage of `solutions` cleared),
+   with a time limit per cell and per notebook. Each graded cell is replaced by a call to
+   autograder/serve.py, which connects to the checker (autograder/checker.py), a process started before the
+   kernel that holds the checks and never runs the notebook's code: it calls the learner's objects across
+   the socket (autograder/remote.py) and keeps its verdicts in a file that only this command reads.
+3. Points come only from the checker's file: the outputs stored in the submission, what its cells print,
+   and the points its metadata claims count for nothing.
 Afterwards every process the notebook started is killed, and the course's files and the submissions are
 hashed again; a change is reported in the report's "tampering" (and, when the kernels are not isolated,
 on the notebook, which then earns nothing).
-
-What is protected, and what is not
-* Protected: other notebooks' grades (each has its own kernel, scratch folder, and processes, all
-  killed when it ends; its own time and memory limits); the course's files, solutions/, the other
-  submissions, and everything outside the scratch folder, which are read-only for the kernel where mount
-  namespaces are available (root with util-linux's unshare and setpriv: `isolation` in the report), and
-  otherwise checked by hashing before and after; the grader's verdicts (signed); the checks themselves
-  (compiled from the sources read before the run, not from the notebook's modules); the libraries the
-  checks use (their functions' identities compared with those recorded before the notebook ran);
-  delegating the graded work to solutions/, to the autograder's code, or to a library call that does the
-  lesson's work (see core.forbid).
-* Not protected: a graded function that replaces a library function (torch.allclose, say) and restores
-  it before it returns can still fool a check, since module attributes are not audited; code that
-  reaches the grader's memory by a way Python does not audit; the number of processes and threads, CPU
-  use (only time limits), and the network. Without namespaces (not root, or no unshare), a submission can
-  write wherever the grading user can: the damage is reported, not prevented.
 """
 from __future__ import annotations
 
@@ -44,9 +30,11 @@ import hashlib
 import json
 import os
 import pathlib
+import resource
 import secrets
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -60,24 +48,20 @@ CELL_TIMEOUT = 180        # seconds for one cell
 STOP_GRACE = 20          # seconds the notebook's own process gets, past the time limit, to stop and report
 MEMORY_GB = float(os.environ.get("AUTOGRADER_MEMORY_GB", 4))  # the kernel's address space (RLIMIT_AS)
 FILE_SIZE = 1 << 30       # the largest file the kernel may write (RLIMIT_FSIZE)
-MAX_NOTEBOOK_BYTES = 50 << 20
-MARK, START = "AUTOGRADER-RESULT", "AUTOGRADER-START"
+MAX_NOTEBOOK_BYTES = 20 << 20   # a lesson with its outputs is well under 5 MB
+MAX_CELLS = 2000
+READ_MEMORY = 1 << 30     # the address space of the process that reads a submission
 HERE = pathlib.Path(__file__).resolve().parent
 ROOT = HERE.parent
 KERNEL_NAME = "autograder-jail"
+UNSAFE = ("the kernels are not isolated on this machine (not root, or no util-linux unshare/setpriv, or the "
+          "probe failed): a notebook can read and change what the grading user can, so these grades are not "
+          "safe against a determined student")
 
 
 # ------------------------------------------------------------------------- reading, no code run
 def graded_cells(nb) -> list:
     return [c for c in nb.cells if c.cell_type == "code" and c.get("metadata", {}).get("nbgrader", {}).get("grade")]
-
-
-def restore_check_cells(nb) -> None:
-    """Put back `check(<name>)` in every graded cell (what nbgrader's locked cells hold)."""
-    for cell in graded_cells(nb):
-        grade_id = cell.metadata["nbgrader"].get("grade_id", "")
-        if grade_id.startswith("check_"):
-            cell.source = f"check({grade_id[len('check_'):]})"
 
 
 def _grade_id(cell) -> str | None:
@@ -105,7 +89,8 @@ def _lessons() -> list[tuple[str, set, list]]:
                 ids = [_grade_id(c) for c in nb.cells]
                 checks = [c.metadata["nbgrader"]["grade_id"] for c in graded_cells(nb)
                           if c.metadata["nbgrader"].get("grade_id", "").startswith("check_")]
-                found.append((path.stem, {i for i in ids if i}, checks))
+                if checks:
+                    found.append((path.stem, {i for i in ids if i}, checks))
             _LESSONS.append(found)
         return _LESSONS[0]
 
@@ -116,34 +101,118 @@ def _max_points(name: str) -> float | None:
     return max_points(name) if name in REGISTRY else None
 
 
-def read_submission(path) -> tuple[object, list, list, str | None, str | None]:
-    """(notebook or None, expected graded cells [(grade_id, name, points)], problems, lesson stem, error)."""
-    path = pathlib.Path(path)
-    problems: list[str] = []
+def _open_regular(path: pathlib.Path) -> tuple[bytes | None, str | None]:
+    """The bytes of a submission that is a regular file of its own (not a symlink, not a second hard link
+    to someone else's file, not a FIFO or a device), at most MAX_NOTEBOOK_BYTES; else why not."""
     try:
-        size = path.stat().st_size
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except OSError as e:
-        return None, [], problems, None, f"cannot read the file: {e.strerror or e}"
-    if size > MAX_NOTEBOOK_BYTES:
-        return None, [], problems, None, f"not graded: the file is {size >> 20} MB, more than {MAX_NOTEBOOK_BYTES >> 20} MB"
+        if path.is_symlink():
+            return None, "not graded: the submission is a symbolic link, not a file of its own"
+        return None, f"cannot read the file: {e.strerror or e}"
     try:
-        text = path.read_bytes().decode("utf-8")
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return None, "not graded: the submission is not a regular file"
+        if st.st_nlink > 1:
+            return None, "not graded: the submission is a hard link shared with another file"
+        if st.st_size > MAX_NOTEBOOK_BYTES:
+            return None, f"not graded: the file is {st.st_size >> 20} MB, more than {MAX_NOTEBOOK_BYTES >> 20} MB"
+        chunks, total = [], 0
+        while True:
+            chunk = os.read(fd, 1 << 20)
+            if not chunk:
+                break
+            total += len(chunk)
+            if total > MAX_NOTEBOOK_BYTES:
+                return None, f"not graded: the file is more than {MAX_NOTEBOOK_BYTES >> 20} MB"
+            chunks.append(chunk)
+        return b"".join(chunks), None
+    finally:
+        os.close(fd)
+
+
+def _parse(data: bytes) -> dict:
+    """In the reading process: {"cells": [{cell_type, source, metadata: {nbgrader}}]} or {"error"}."""
+    try:
+        text = data.decode("utf-8")
     except UnicodeDecodeError as e:
-        return None, [], problems, None, f"not a notebook: the file is not UTF-8 text ({e.reason} at byte {e.start})"
-    except OSError as e:
-        return None, [], problems, None, f"cannot read the file: {e.strerror or e}"
+        return {"error": f"not a notebook: the file is not UTF-8 text ({e.reason} at byte {e.start})"}
     try:
         raw = json.loads(text)
     except json.JSONDecodeError as e:
-        return None, [], problems, None, f"not valid JSON: {e.msg} (line {e.lineno}, column {e.colno})"
+        return {"error": f"not valid JSON: {e.msg} (line {e.lineno}, column {e.colno})"}
     if not isinstance(raw, dict) or not isinstance(raw.get("cells"), list) or "nbformat" not in raw:
-        return None, [], problems, None, "not a Jupyter notebook: the JSON has no \"cells\" list or no \"nbformat\""
+        return {"error": "not a Jupyter notebook: the JSON has no \"cells\" list or no \"nbformat\""}
+    if len(raw["cells"]) > MAX_CELLS:
+        return {"error": f"not graded: {len(raw['cells'])} cells, more than {MAX_CELLS}"}
+    del raw
     try:
         nb = nbformat.reads(text, as_version=4)
         nbformat.validate(nb)
     except Exception as e:  # noqa: BLE001  (nbformat's ValidationError and anything it trips on)
         msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        return None, [], problems, None, f"not a valid notebook (nbformat): {msg[:300]}"
+        return {"error": f"not a valid notebook (nbformat): {msg[:300]}"}
+    cells = []
+    for c in nb.cells:
+        meta = c.get("metadata", {})
+        nbg = meta.get("nbgrader") if isinstance(meta.get("nbgrader"), dict) else None
+        cells.append({"cell_type": c.cell_type, "source": c.source, "metadata": {"nbgrader": nbg} if nbg else {}})
+    return {"cells": cells}
+
+
+def _read_limited(data: bytes) -> dict:
+    """_parse(data) in a process of its own with READ_MEMORY of address space and a minute: a notebook
+    built to exhaust the reader costs only its own grade."""
+    def limit():
+        resource.setrlimit(resource.RLIMIT_AS, (READ_MEMORY, READ_MEMORY))
+    try:
+        out = subprocess.run([sys.executable, "-m", "autograder.grade", "--read"], input=data, capture_output=True,
+                             timeout=60, preexec_fn=limit, cwd=str(ROOT),
+                             env=dict(os.environ, PYTHONPATH=os.pathsep.join(
+                                 [str(ROOT)] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else []))))
+    except subprocess.TimeoutExpired:
+        return {"error": "not graded: reading the notebook took more than a minute"}
+    if out.returncode != 0:
+        why = "it needs more memory than a notebook may" if b"MemoryError" in out.stderr else \
+            (out.stderr.decode(errors="replace").strip().splitlines() or ["no reason"])[-1][:200]
+        return {"error": f"not graded: the notebook could not be read ({why})"}
+    try:
+        return json.loads(out.stdout)
+    except ValueError:
+        return {"error": "not graded: the notebook could not be read"}
+
+
+def lesson_of(path, lesson: str | None = None) -> tuple[str | None, str | None]:
+    """(the lesson a submission is graded as, how that was decided): --lesson, else a file or folder named
+    after a lesson (nbgrader's submitted/<student>/<lesson>/<lesson>.ipynb)."""
+    stems = {stem for stem, _, _ in _lessons()}
+    if lesson:
+        return (lesson, "the assignment") if lesson in stems else (None, f"--lesson {lesson} is not a lesson")
+    path = pathlib.Path(path)
+    for candidate, how in ((path.stem, "its file name"), (path.parent.name, "its folder's name")):
+        if candidate in stems:
+            return candidate, how
+    return None, None
+
+
+def read_submission(path, lesson: str | None = None) -> tuple[object, list, list, str | None, str | None]:
+    """(notebook or None, expected graded cells [(grade_id, name, points)], problems, lesson stem, error)."""
+    path = pathlib.Path(path)
+    problems: list[str] = []
+    data, error = _open_regular(path)
+    if error:
+        return None, [], problems, None, error
+    parsed = _read_limited(data)
+    del data
+    if parsed.get("error") or not isinstance(parsed.get("cells"), list):
+        return None, [], problems, None, str(parsed.get("error") or "not graded: the notebook could not be read")
+    nb = nbformat.v4.new_notebook()
+    for c in parsed["cells"]:
+        cell = (nbformat.v4.new_code_cell if c.get("cell_type") == "code" else nbformat.v4.new_markdown_cell)(
+            str(c.get("source", "")))
+        cell.metadata = c.get("metadata") or {}
+        nb.cells.append(cell)
 
     ids = [_grade_id(c) for c in nb.cells]
     counts: dict[str, int] = {}
@@ -153,72 +222,61 @@ def read_submission(path) -> tuple[object, list, list, str | None, str | None]:
     for gid, n in counts.items():
         if n > 1:
             problems.append(f"grade_id {gid} appears {n} times (a cell was copied): graded once")
-    lesson, best = None, 0
+    found = {stem: checks for stem, _, checks in _lessons()}
+    by_content, best = None, 0
     for stem, lesson_ids, checks in _lessons():
-        overlap = len(lesson_ids & set(counts)) + (0.5 if stem == path.stem else 0)
-        if overlap > best and lesson_ids & set(counts):
-            lesson, best = (stem, checks), overlap
+        overlap = len(lesson_ids & set(counts))
+        if overlap > best:
+            by_content, best = stem, overlap
+    stem, how = lesson_of(path, lesson)
+    if lesson and stem is None:
+        return nb, [], problems, None, how
+    if stem is None and by_content is not None:
+        stem = by_content
+        problems.append(f"graded as lesson {stem}, recognised by its graded cells (no assignment given: use --lesson)")
+    elif stem is not None and by_content is not None and by_content != stem:
+        problems.append(f"this notebook's graded cells are lesson {by_content}'s, but it is graded as lesson {stem} "
+                        f"({how}): another lesson's notebook under this lesson's name?")
     expected: list[tuple[str, str, float]] = []
-    if lesson is not None:
-        for gid in lesson[1]:
+    if stem is not None:
+        for gid in found[stem]:
             name = gid[len("check_"):]
             expected.append((gid, name, _max_points(name) or 0.0))
-        extra = [gid for gid in counts if gid.startswith("check_") and gid not in lesson[1]]
+        extra = [gid for gid in counts if gid.startswith("check_") and gid not in found[stem]]
         if extra:
-            problems.append(f"graded cells not in lesson {lesson[0]}, not graded: {', '.join(extra)}")
-    else:
-        for cell in graded_cells(nb):
-            gid = _grade_id(cell) or ""
-            name = gid[len("check_"):]
-            if not gid.startswith("check_") or _max_points(name) is None:
-                problems.append(f"graded cell {gid or '(no grade_id)'} has no checks: not graded")
-            elif gid not in [e[0] for e in expected]:
-                expected.append((gid, name, _max_points(name)))
+            problems.append(f"graded cells not in lesson {stem}, not graded: {', '.join(extra)}")
     if not expected:
-        return nb, [], problems, None, "no graded cells (nbgrader metadata grade: true) in this notebook"
-    return nb, expected, problems, lesson[0] if lesson else None, None
+        return nb, [], problems, None, "no graded cells of a course lesson in this notebook"
+    return nb, expected, problems, stem, None
 
 
 # -------------------------------------------------------------------------- the notebook to run
-def _sources() -> dict[str, str]:
-    """The checks' sources, read once per grade command, before any notebook runs."""
-    out = {"core.py": (HERE / "core.py").read_text(encoding="utf-8")}
-    for p in sorted((HERE / "checks").glob("*.py")):
-        if p.name != "__init__.py":
-            out[f"checks/{p.name}"] = p.read_text(encoding="utf-8")
-    return out
-
-
-def prepare(nb, expected, problems, nonce0: str, sources: dict) -> tuple[object, dict[str, str], list]:
-    """The notebook to execute: the startup cell, the submission's cells with each graded cell replaced
-    by a call to the grader (other copies of graded cells dropped), and the graded cells it lacks at
-    the end. Returns it, {grade_id: cell nonce}, and for each of its cells the submission's cell number
-    (1-based; None for the cells the grader added)."""
-    sandbox = (HERE / "sandbox.py").read_text(encoding="utf-8")
-    cfg = {"nonce": nonce0, "root": str(HERE), "course": str(ROOT), "sources": sources}
-    startup = (f"_g = {{'__name__': '__autograder_sandbox__', '__builtins__': dict(vars(__import__('builtins')))}}\n"
-               f"exec(compile({sandbox!r}, {str(HERE / 'sandbox.py')!r}, 'exec'), _g)\n"
-               f"_g['startup']({cfg!r})\n"
-               "del _g")
+def prepare(nb, expected, problems, socket_path: str) -> tuple[object, dict[str, str], list]:
+    """The notebook to execute: the submission's code cells with each graded cell replaced by a call to
+    the checker (other copies of graded cells dropped), and the graded cells it lacks at the end. Returns
+    it, {cell nonce: contract name}, and for each of its cells the submission's cell number (1-based; None
+    for the cells the grader added)."""
     out = nbformat.v4.new_notebook()
     out.metadata = {"kernelspec": {"name": KERNEL_NAME, "display_name": "autograder", "language": "python"},
                     "language_info": {"name": "python"}}
-    out.cells.append(nbformat.v4.new_code_cell(startup))
-    origin: list = [None]
+    origin: list = []
     names = {gid: (name, points) for gid, name, points in expected}
     nonces: dict[str, str] = {}
+    done: set = set()
 
     def grader(gid):
-        nonces[gid] = secrets.token_hex(16)
-        call = {"name": names[gid][0], "cell": nonces[gid]}
-        return nbformat.v4.new_code_cell(f"# the autograder grades {names[gid][0]} here\n"
-                                         f"__import__('sys').audit('autograder.grade', {nonce0!r}, {call!r});")
+        nonce = secrets.token_hex(16)
+        nonces[nonce] = names[gid][0]
+        done.add(gid)
+        return nbformat.v4.new_code_cell(f"# the autograder grades {names[gid][0]} here, from outside this kernel\n"
+                                         f"__import__('autograder.serve', fromlist=['grade']).grade("
+                                         f"{names[gid][0]!r}, {nonce!r}, {socket_path!r})")
     for number, cell in enumerate(nb.cells, 1):
         gid = _grade_id(cell)
         is_check = bool(gid and (gid in names or (gid.startswith("check_") and
                                                    cell.get("metadata", {}).get("nbgrader", {}).get("grade"))))
         if is_check:
-            if gid in names and gid not in nonces and cell.cell_type == "code":
+            if gid in names and gid not in done and cell.cell_type == "code":
                 if cell.source.strip() != f"check({names[gid][0]})":
                     problems.append(f"graded cell {gid} was edited: graded as in the lesson")
                 out.cells.append(grader(gid))
@@ -228,17 +286,35 @@ def prepare(nb, expected, problems, nonce0: str, sources: dict) -> tuple[object,
             out.cells.append(nbformat.v4.new_code_cell(cell.source))
             origin.append(number)
     for gid, name, _ in expected:
-        if gid not in nonces:
+        if gid not in done:
             problems.append(f"graded cell {gid} is missing (deleted, or not a code cell): graded at the end")
             out.cells.append(grader(gid))
             origin.append(None)
     return out, nonces, origin
 
 
+def solutions_view(lesson: str | None, dest: pathlib.Path) -> pathlib.Path:
+    """A copy of solutions/ in which the modules of `lesson`'s stage and of every later stage have their
+    solutions cleared (nbgrader's stubs: `raise NotImplementedError()`), and that the kernel sees in place
+    of solutions/: earlier stages stay usable, the graded one and those built on it cannot be borrowed."""
+    from .notebooks import MODULES, clear_solutions
+    stage = int(lesson[:2]) if lesson and lesson[:2].isdigit() else 0
+    cleared = {module for stem, module in MODULES.items() if int(stem[:2]) >= stage}
+    dest.mkdir(parents=True, exist_ok=True)
+    for src in (ROOT / "solutions").glob("*.py"):
+        text = src.read_text(encoding="utf-8")
+        if src.stem in cleared:
+            text = clear_solutions(text)
+        (dest / src.name).write_text(text, encoding="utf-8")
+    os.chmod(dest, 0o755)
+    return dest
+
+
 # ----------------------------------------------------------------------- the child that runs it
 def _execute(spec_path: str) -> None:
-    """Child process: execute the prepared notebook with the jailed kernel; write the executed notebook
-    and {"error": ...}."""
+    """Child process: start the checker, then execute the prepared notebook with the jailed kernel; write
+    {"error": ...}. Outputs are dropped as they come (nothing is read from them)."""
+    from jupyter_client.manager import KernelManager
     from nbclient import NotebookClient
 
     class Stop(BaseException):
@@ -253,12 +329,25 @@ def _execute(spec_path: str) -> None:
 
     class Client(NotebookClient):
         current = None
+        interrupted: list = []
+
+        def create_kernel_manager(self):
+            self.km = KernelManager(kernel_name=KERNEL_NAME, transport="ipc", ip=spec["ipc"],
+                                    connection_file=spec["connection_file"])
+            return self.km
 
         async def async_execute_cell(self, cell, cell_index, *args, **kwargs):
             if time_up():  # no cell starts after the time limit
                 raise Stop(stopped[0])
             self.current = cell_index
             return await super().async_execute_cell(cell, cell_index, *args, **kwargs)
+
+        def output(self, outs, msg, display_id, cell_index):
+            return None
+
+        async def _async_handle_timeout(self, timeout, cell=None):
+            self.interrupted.append(self.current)
+            return await super()._async_handle_timeout(timeout, cell)
 
     def stop(signum, frame):
         # the parent's fallback; an asyncio signal handler installed by the kernel client can replace this
@@ -268,27 +357,33 @@ def _execute(spec_path: str) -> None:
 
     spec = json.loads(pathlib.Path(spec_path).read_text())
     signal.signal(signal.SIGTERM, stop)
-    nb = nbformat.read(spec["prepared"], as_version=4)
-    # each cell may run until its own limit or the notebook's, whichever comes first: at the notebook's the
-    # kernel is interrupted, and the next cell does not start
-    client = Client(nb, timeout_func=lambda cell: max(1.0, min(spec["cell_timeout"], spec["deadline"] - time.time())),
-                    allow_errors=True, interrupt_on_timeout=True, kernel_name=KERNEL_NAME, startup_timeout=120,
-                    resources={"metadata": {"path": spec["work"]}})
-    status = {"error": None, "cell": None}
+    status = {"error": None, "cell": None, "interrupted": []}
     log = open(spec["log"], "wb")
+    checker = subprocess.Popen([sys.executable, "-m", "autograder.checker", spec["checker"]], stdout=subprocess.PIPE,
+                               stderr=log, cwd=spec["private"], text=True)
     try:
-        client.execute(cwd=spec["work"], stdout=subprocess.DEVNULL, stderr=log)
+        if (checker.stdout.readline() or "").strip() != "ready":
+            raise RuntimeError("the checker did not start")
+        nb = nbformat.read(spec["prepared"], as_version=4)
+        # each cell may run until its own limit or the notebook's, whichever comes first: at the notebook's the
+        # kernel is interrupted, and the next cell does not start
+        client = Client(nb, timeout_func=lambda cell: max(1.0, min(spec["cell_timeout"], spec["deadline"] - time.time())),
+                        allow_errors=True, interrupt_on_timeout=True, kernel_name=KERNEL_NAME, startup_timeout=120,
+                        resources={"metadata": {"path": spec["work"]}})
+        try:
+            client.execute(cwd=spec["work"], stdout=subprocess.DEVNULL, stderr=log)
+        finally:
+            status["interrupted"] = [i for i in client.interrupted if isinstance(i, int)]
     except BaseException as e:  # noqa: BLE001  (reported to the parent)
-        status["cell"] = client.current
+        status["cell"] = getattr(locals().get("client"), "current", None)
         status["error"] = f"{type(e).__name__}: {str(e).strip().splitlines()[0][:300] if str(e).strip() else ''}"
         status["stopped"] = isinstance(e, Stop) or bool(stopped)
     finally:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        log.close()
-        # the kernel and all it started are dead before the executed notebook (with the grader's key in
-        # its first cell's output) is written
         _kill_token(os.environ.get("AUTOGRADER_TOKEN", ""))
-        nbformat.write(nb, spec["out"])
+        checker.kill()
+        checker.wait()
+        log.close()
         pathlib.Path(spec["status"]).write_text(json.dumps(status))
 
 
@@ -350,134 +445,107 @@ def isolation() -> bool:
 
 
 # ------------------------------------------------------------------------------------- grading
-def _verdicts(executed, nonces: dict[str, str], key: str | None) -> dict[str, tuple[dict | None, str]]:
-    """{grade_id: (verdict or None, why none)} from the executed notebook's grader cells."""
+def _private_dirs(tmp: pathlib.Path, isolated: bool) -> dict[str, pathlib.Path]:
+    """The folders of one notebook: `private` (the grade command's and the checker's, never shown to the
+    kernel), and the kernel's `work`, `home` and `conn` (its connection folder: the kernel's sockets and
+    the checker's), which are the kernel user's."""
+    dirs = {name: tmp / name for name in ("private", "work", "home", "conn")}
+    for d in dirs.values():
+        d.mkdir(parents=True)
+    for sub in ("tmp", ".cache", ".config", ".ipython", ".local"):
+        (dirs["home"] / sub).mkdir()
+    os.chmod(dirs["private"], 0o700)
+    if isolated:
+        from .jail import NOBODY
+        for name in ("work", "home", "conn"):
+            for p in [dirs[name], *dirs[name].rglob("*")]:
+                os.chown(p, NOBODY, NOBODY)
+    return dirs
+
+
+def _results(path: pathlib.Path) -> dict[str, dict]:
+    """{cell nonce: verdict} from the checker's results file."""
     out = {}
-    cells = {}
-    for cell in executed.cells if executed is not None else []:
-        for gid, nonce in nonces.items():
-            if nonce in cell.source and "autograder.grade" in cell.source:
-                cells[gid] = cell
-    for gid, nonce in nonces.items():
-        cell = cells.get(gid)
-        if cell is None or (not cell.get("outputs") and cell.get("execution_count") is None):
-            out[gid] = (None, "not run")
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return out
+    for line in lines:
+        try:
+            r = json.loads(line)
+        except ValueError:
             continue
-        valid, other, error = [], 0, None
-        for o in cell.get("outputs", []):
-            if o.get("output_type") == "error":
-                error = f"{o.get('ename')}: {o.get('evalue')}"[:300]
-            if o.get("output_type") != "stream" or o.get("name") != "stdout":
-                continue
-            for line in "".join(o.get("text", "")).splitlines():
-                if not line.startswith(MARK + " "):
-                    continue
-                parts = line.split(" ", 3)
-                if len(parts) != 4 or parts[1] != nonce:
-                    other += 1
-                    continue
-                sig, text = parts[2], parts[3]
-                if key is None or sig == "unsigned":
-                    try:
-                        why = "; ".join(json.loads(text).get("flags") or []) or "unsigned"
-                    except (ValueError, AttributeError):
-                        why = "unsigned"
-                    out.setdefault(gid, (None, f"the grader refused to sign its verdict: {why}"))
-                    other += 1
-                    continue
-                expected = _hmac(key, nonce + " " + text)
-                if not secrets.compare_digest(sig, expected):
-                    other += 1
-                    continue
-                try:
-                    valid.append(json.loads(text))
-                except ValueError:
-                    other += 1
-        if gid in out:
-            continue
-        if len(valid) == 1 and valid[0].get("cell") == nonce and not other:
-            out[gid] = (valid[0], "")
-        elif len(valid) > 1 or other:
-            out[gid] = (None, "more than one verdict, or a forged one, in the grader's cell: refused")
-        elif error:
-            out[gid] = (None, f"the grader's cell failed: {error}")
-        else:
-            out[gid] = (None, "the grader did not report (the notebook may have replaced sys.audit or "
-                              "__import__, rewritten the cell, or hidden its output)")
+        if isinstance(r, dict) and isinstance(r.get("cell"), str):
+            out.setdefault(r["cell"], r)
     return out
 
 
-def _hmac(key: str, text: str) -> str:
-    import hmac
-    return hmac.new(bytes.fromhex(key), text.encode(), hashlib.sha256).hexdigest()
-
-
-def _start_key(executed, nonce0: str) -> str | None:
-    if executed is None or not executed.cells:
-        return None
-    for o in executed.cells[0].get("outputs", []):
-        if o.get("output_type") == "stream" and o.get("name") == "stdout":
-            for line in "".join(o.get("text", "")).splitlines():
-                parts = line.split()
-                if len(parts) == 3 and parts[0] == START and parts[1] == nonce0:
-                    return parts[2]
-    return None
-
-
 def grade_notebook(path: str | os.PathLike, timeout: float = NOTEBOOK_TIMEOUT, *, cell_timeout: float = CELL_TIMEOUT,
-                   memory_gb: float = MEMORY_GB, threads: int | None = None, sources: dict | None = None,
-                   protected: list | None = None) -> dict:
+                   memory_gb: float = MEMORY_GB, threads: int | None = None, protected: list | None = None,
+                   lesson: str | None = None, batch: str | os.PathLike | None = None) -> dict:
     """Grade one notebook: {"path", "points", "max_points", "error", "problems", "cells": [{"grade_id",
-    "points", "max_points", "message"}], "seconds", "isolated", "lesson"}."""
+    "points", "max_points", "message"}], "seconds", "isolated", "lesson"}. `lesson`: the assignment (else
+    taken from the file's or folder's name); `batch`: the folder of the batch's working files (a new one
+    by default), which the kernel never sees."""
     start = time.time()
     path = pathlib.Path(path)
+    isolated = isolation()
     result = {"path": str(path), "points": 0.0, "max_points": 0.0, "error": None, "problems": [], "cells": [],
-              "seconds": 0.0, "isolated": False, "lesson": None}
-    nb, expected, problems, lesson, error = read_submission(path)
-    result["problems"], result["lesson"] = problems, lesson
+              "seconds": 0.0, "isolated": isolated, "lesson": None}
+    nb, expected, problems, stem, error = read_submission(path, lesson)
+    result["problems"], result["lesson"] = problems, stem
     result["max_points"] = float(sum(p for _, _, p in expected))
     if error:
         result["error"] = error
         result["cells"] = [{"grade_id": g, "points": 0.0, "max_points": p, "message": error} for g, _, p in expected]
         result["seconds"] = round(time.time() - start, 1)
         return result
-    nonce0 = secrets.token_hex(16)
-    prepared, nonces, origin = prepare(nb, expected, problems, nonce0, sources or _sources())
     token = secrets.token_hex(16)
-    isolated = isolation()
-    result["isolated"] = isolated
+    own = batch is None
+    batch = pathlib.Path(tempfile.mkdtemp(prefix="autograder-")) if own else pathlib.Path(batch)
+    tmp = pathlib.Path(tempfile.mkdtemp(prefix="nb-", dir=batch)).resolve()
+    os.chmod(tmp, 0o711)
     verdicts: dict = {}
-    with tempfile.TemporaryDirectory(prefix="grade-") as tmp:
-        tmp = pathlib.Path(tmp).resolve()
-        work, home, kernels = tmp / "work", tmp / "home", tmp / "kernels" / KERNEL_NAME
-        for d in (work, home, kernels):
-            d.mkdir(parents=True)
-        os.chmod(tmp, 0o700)
-        jail_cfg = {"work": str(work), "home": str(home), "writable": [str(work), str(home)], "token": token,
-                    "memory": int(memory_gb * (1 << 30)) if memory_gb else None, "file_size": FILE_SIZE,
-                    "isolate": isolated, "threads": threads or 1,
-                    "protected": [str(p) for p in (protected or [])][:50]}
-        (tmp / "jail.json").write_text(json.dumps(jail_cfg))
+    try:
+        dirs = _private_dirs(tmp, isolated)
+        private, work, home, conn = dirs["private"], dirs["work"], dirs["home"], dirs["conn"]
+        socket_path = str(conn / "grader.sock")
+        prepared, nonces, origin = prepare(nb, expected, problems, socket_path)
+        view = solutions_view(stem, tmp / "solutions")
+        from .jail import NOBODY, python_paths
+        threads = threads or 1
+        (private / "checker.json").write_text(json.dumps({
+            "socket": socket_path, "results": str(private / "results.jsonl"), "cells": nonces,
+            "uid": NOBODY if isolated else None, "threads": threads, "exchange": str(home / "tmp"),
+            "memory": int(memory_gb * (1 << 30)) if memory_gb else None}))
+        (private / "jail.json").write_text(json.dumps({
+            "work": str(work), "home": str(home), "conn": str(conn), "writable": [str(work), str(home), str(conn)],
+            "token": token, "memory": int(memory_gb * (1 << 30)) if memory_gb else None, "file_size": FILE_SIZE,
+            "isolate": isolated, "threads": threads, "protected": [str(p) for p in (protected or [])][:50],
+            "hide": [str(batch.resolve())], "show": python_paths() + [str(ROOT)],
+            "solutions_view": str(view), "solutions": str(ROOT / "solutions")}))
+        kernels = private / "kernels" / KERNEL_NAME
+        kernels.mkdir(parents=True)
+        pythonpath = os.pathsep.join([str(ROOT)] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else []))
         (kernels / "kernel.json").write_text(json.dumps({
-            "argv": [sys.executable, "-m", "autograder.jail", str(tmp / "jail.json"), "--",
+            "argv": [sys.executable, "-m", "autograder.jail", str(private / "jail.json"), "--",
                      sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
             "display_name": "autograder", "language": "python", "interrupt_mode": "signal",
-            "env": {"PYTHONPATH": os.pathsep.join([str(ROOT)] + ([os.environ["PYTHONPATH"]]
-                                                                  if os.environ.get("PYTHONPATH") else []))}}))
-        nbformat.write(prepared, str(tmp / "prepared.ipynb"))
-        spec = {"prepared": str(tmp / "prepared.ipynb"), "out": str(tmp / "out.ipynb"), "status": str(tmp / "status.json"),
-                "work": str(work), "cell_timeout": cell_timeout, "log": str(tmp / "kernel.log"), "timeout": timeout,
-                "deadline": start + timeout}
-        (tmp / "spec.json").write_text(json.dumps(spec))
-        env = dict(os.environ, JUPYTER_PATH=str(tmp), AUTOGRADER_TOKEN=token,
-                   PYTHONPATH=os.pathsep.join([str(ROOT)] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else [])))
-        proc = subprocess.Popen([sys.executable, "-m", "autograder.grade", "--execute", str(tmp / "spec.json")],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True, text=True,
-                                env=env, cwd=str(tmp))
+            "env": {"PYTHONPATH": pythonpath}}))
+        nbformat.write(prepared, str(private / "prepared.ipynb"))
+        spec = {"prepared": str(private / "prepared.ipynb"), "status": str(private / "status.json"),
+                "work": str(work), "cell_timeout": cell_timeout, "log": str(private / "kernel.log"), "timeout": timeout,
+                "deadline": start + timeout, "checker": str(private / "checker.json"), "private": str(private),
+                "ipc": str(conn / "kernel"), "connection_file": str(conn / "kernel.json")}
+        (private / "spec.json").write_text(json.dumps(spec))
+        env = dict(os.environ, JUPYTER_PATH=str(private), AUTOGRADER_TOKEN=token, PYTHONPATH=pythonpath)
+        proc = subprocess.Popen([sys.executable, "-m", "autograder.grade", "--execute", str(private / "spec.json")],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True, text=True,
+                                env=env, cwd=str(private))
         stopped = False
         try:  # the child keeps the deadline itself; this is the fallback for a child that cannot
             _, err = proc.communicate(timeout=max(0.0, start + timeout - time.time()) + STOP_GRACE)
-        except subprocess.TimeoutExpired:  # the child stops the kernel, then writes what was graded so far
+        except subprocess.TimeoutExpired:  # the child stops the kernel, then reports
             stopped = True
             try:
                 os.killpg(proc.pid, signal.SIGTERM)
@@ -490,51 +558,55 @@ def grade_notebook(path: str | os.PathLike, timeout: float = NOTEBOOK_TIMEOUT, *
                 _, err = proc.communicate()
         finally:
             _kill_token(token)
-        status = {}
+        err = (err or "")[-20000:]
         try:
-            status = json.loads((tmp / "status.json").read_text())
+            status = json.loads((private / "status.json").read_text())
         except (OSError, ValueError):
-            pass
-        try:
-            executed = nbformat.read(str(tmp / "out.ipynb"), as_version=4)
-        except Exception:  # noqa: BLE001
-            executed = None
-        key = _start_key(executed, nonce0)
+            status = {"error": f"the grader's runner failed: {(err.strip().splitlines() or ['no report'])[-1][:300]}"}
+        verdicts = _results(private / "results.jsonl")
         if stopped or status.get("stopped"):
             result["error"] = f"stopped after {timeout:g} s (the notebook's time limit)"
-        elif executed is None:
-            last = err.strip().splitlines()[-1] if err and err.strip() else f"exit status {proc.returncode}"
-            result["error"] = f"the notebook could not run: {last[:300]}"
-        elif key is None:
-            try:
-                log = (tmp / "kernel.log").read_text(errors="replace").strip().splitlines()
-            except OSError:
-                log = []
-            result["error"] = ("the kernel did not start the grader (it could not start, or died at once): "
-                               + (status.get("error") or "no report") + (f" ({log[-1][:200]})" if log else ""))
         elif status.get("error"):
             cell = status.get("cell")
             number = origin[cell] if isinstance(cell, int) and 0 <= cell < len(origin) else None
             where = f" while running the notebook's cell {number}" if number else \
-                " while grading" if isinstance(cell, int) and cell > 0 else ""
+                " while grading" if isinstance(cell, int) else ""
             e = status["error"]
             if "DeadKernel" in e or "died" in e.lower():
                 result["error"] = (f"the kernel died{where} (the notebook's code exited, was killed, or crashed): "
                                    "the cells after it did not run")
+            elif "checker did not start" in e or cell is None:
+                try:
+                    log = (private / "kernel.log").read_text(errors="replace").strip().splitlines()
+                except OSError:
+                    log = []
+                result["error"] = f"the kernel could not start: {e}" + (f" ({log[-1][:200]})" if log else "")
             elif "Timeout" in e:
                 result["error"] = f"a cell{where} ran past {cell_timeout:g} s and could not be interrupted"
             else:
                 result["error"] = f"the run stopped{where}: {e}"
-        verdicts = _verdicts(executed, nonces, key)
+        for index in status.get("interrupted") or []:
+            number = origin[index] if isinstance(index, int) and 0 <= index < len(origin) else None
+            if number:
+                problems.append(f"cell {number} ran past the cell time limit ({cell_timeout:g} s) and was interrupted; "
+                                "the cells after it still ran")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if own:
+            shutil.rmtree(batch, ignore_errors=True)
+    by_name = {}
+    for nonce, name in (nonces if "nonces" in locals() else {}).items():
+        if nonce in verdicts:
+            by_name.setdefault(name, verdicts[nonce])
     for gid, name, top in expected:
-        verdict, why = verdicts.get(gid, (None, "not run"))
+        verdict = by_name.get(name)
         if verdict is None:
-            if why == "not run" and result["error"]:
-                why = f"not run: {result['error']}"
+            why = f"not run: {result['error']}" if result["error"] else \
+                "not graded: the graded cell did not reach the grader (the notebook's code stopped it)"
             result["cells"].append({"grade_id": gid, "points": 0.0, "max_points": top, "message": why})
             continue
-        lines = list(verdict.get("lines") or [])
-        flags = list(dict.fromkeys(verdict.get("flags") or []))
+        lines = [str(x) for x in verdict.get("lines") or []]
+        flags = list(dict.fromkeys(str(f) for f in verdict.get("flags") or []))
         message = "\n".join(lines + [f"✗ refused: {f}" for f in flags] +
                             ([f"✗ {verdict['error']}"] if verdict.get("error") else []))
         points = 0.0 if flags or verdict.get("error") else max(0.0, min(float(verdict.get("points") or 0.0), top))
@@ -556,22 +628,27 @@ def labels(paths) -> list[str]:
 
 
 def grade(paths, json_path=None, timeout: float = NOTEBOOK_TIMEOUT, stream=sys.stdout, *, jobs: int = 1,
-          cell_timeout: float = CELL_TIMEOUT, memory_gb: float = MEMORY_GB) -> dict:
+          cell_timeout: float = CELL_TIMEOUT, memory_gb: float = MEMORY_GB, lesson: str | None = None) -> dict:
     """Grade every notebook (`jobs` at a time), print a report, and return (and write to json_path)
-    {"notebooks": [...], "isolation", "tampering": [...]}."""
+    {"notebooks": [...], "isolation", "safe", "tampering": [...]}. `lesson`: the assignment every notebook is
+    graded as (else each one's file or folder name says)."""
     paths = [str(p) for p in paths]
     jobs = max(1, int(jobs or 1))
-    sources = _sources()
     protected = _protected_paths(paths)
     baseline = _hash_files(protected)
     threads = max(1, (os.cpu_count() or 1) // jobs)
-    report = {"notebooks": [], "isolation": isolation(), "tampering": []}
+    isolated = isolation()
+    report = {"notebooks": [], "isolation": isolated, "safe": isolated, "tampering": []}
+    if not isolated:
+        report["warning"] = UNSAFE
+        print(f"WARNING: {UNSAFE} (see autograder/GRADING.md)", file=stream)
     seen_changes: set = set()
     lock = threading.Lock()
+    batch = tempfile.mkdtemp(prefix="autograder-")
 
     def one(p):
         r = grade_notebook(p, timeout, cell_timeout=cell_timeout, memory_gb=memory_gb, threads=threads,
-                           sources=sources, protected=[q for q in protected if q.is_dir()])
+                           protected=[q for q in protected if q.is_dir()], lesson=lesson, batch=batch)
         now = _hash_files(protected)
         with lock:
             changed = sorted(k for k in set(baseline) | set(now) if baseline.get(k) != now.get(k)
@@ -608,16 +685,19 @@ def grade(paths, json_path=None, timeout: float = NOTEBOOK_TIMEOUT, stream=sys.s
             print(f"{name:{width}s}   note: {problem}", file=stream)
         stream.flush()
 
-    with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
-        futures = [pool.submit(one, p) for p in paths]
-        for p, f in zip(paths, futures):
-            try:
-                r = f.result()
-            except Exception as e:  # noqa: BLE001  (a bug here must not stop the batch)
-                r = {"path": p, "points": 0.0, "max_points": 0.0, "error": f"the grader failed: {type(e).__name__}: {e}",
-                     "problems": [], "cells": [], "seconds": 0.0, "isolated": False, "lesson": None}
-            report["notebooks"].append(r)
-            show(r, p)
+    try:
+        with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
+            futures = [pool.submit(one, p) for p in paths]
+            for p, f in zip(paths, futures):
+                try:
+                    r = f.result()
+                except Exception as e:  # noqa: BLE001  (a bug here must not stop the batch)
+                    r = {"path": p, "points": 0.0, "max_points": 0.0, "error": f"the grader failed: {type(e).__name__}: "
+                         f"{e}", "problems": [], "cells": [], "seconds": 0.0, "isolated": False, "lesson": None}
+                report["notebooks"].append(r)
+                show(r, p)
+    finally:
+        shutil.rmtree(batch, ignore_errors=True)
     if json_path:
         pathlib.Path(json_path).write_text(json.dumps(report, indent=2))
     return report
@@ -625,3 +705,5 @@ def grade(paths, json_path=None, timeout: float = NOTEBOOK_TIMEOUT, stream=sys.s
 
 if __name__ == "__main__" and len(sys.argv) == 3 and sys.argv[1] == "--execute":
     _execute(sys.argv[2])
+elif __name__ == "__main__" and sys.argv[1:] == ["--read"]:
+    sys.stdout.write(json.dumps(_parse(sys.stdin.buffer.read())))

@@ -1,18 +1,24 @@
 """The kernel launcher of `python -m autograder grade`: `python -m autograder.jail CONFIG -- KERNEL ARGV`.
 
 It puts the kernel in its scratch folder with HOME (and TMPDIR, caches) inside it, limits its memory
-(RLIMIT_AS, inherited by everything it starts), the size of the files it writes and core dumps, and
-marks its environment with the notebook's token (so that the grade command can find and kill every
-process it left behind). When the machine allows it (root with CAP_SYS_ADMIN, util-linux's unshare
-and setpriv), the kernel also runs in its own mount and PID namespaces:
+(RLIMIT_AS, inherited by everything it starts), the size of the files it writes and core dumps, and marks
+its environment with the notebook's token (so that the grade command can find and kill what it left
+behind). Where the machine allows it (root, util-linux's unshare and setpriv; `isolation_available`), the
+kernel also runs:
 
-* every file system is read-only for it except its scratch folder (the course, solutions/, the other
-  submissions and the grade command's own files included), /dev/shm is a private tmpfs;
-* it sees and can signal only its own processes; when it dies, every process it forked dies with it;
-* it keeps no capability (it cannot remount anything writable).
+* in its own mount, PID, network, IPC and UTS namespaces: it sees and can signal only its own processes,
+  which all die with it; it has no network (it talks to the grader over Unix sockets in its connection
+  folder); its System V and POSIX shared memory is its own;
+* as the unprivileged user `nobody` (uid 65534), with no capability and no_new_privs;
+* on a file system where everything is read-only but its scratch folders, /tmp, /var/tmp, the batch's
+  folder and every folder that `nobody` could not enter (/root) are hidden behind empty tmpfs mounts, with
+  only what the kernel needs shown again at the same paths (Python, its packages, the course, its own
+  scratch and connection folders), /proc/sys, /sys and /dev read-only, /dev/shm private;
+* with the course's `solutions/` replaced by a view in which the graded lesson's own stage and the later
+  ones have their solutions cleared (nbgrader's stubs), so that no answer can be borrowed from them.
 
-Nothing here limits the number of processes or threads, the CPU time (the grade command's timeouts
-do), or the network.
+Nothing here limits the number of processes or threads, or the CPU time (the grade command's time limits do).
+The threat model is in autograder/GRADING.md.
 """
 from __future__ import annotations
 
@@ -22,8 +28,11 @@ import resource
 import shutil
 import subprocess
 import sys
+import sysconfig
 
-SKIP_PREFIXES = ("/proc", "/sys", "/dev")
+NOBODY = 65534
+HIDDEN_ALWAYS = ("/tmp", "/var/tmp")
+READ_ONLY_PROC = ("/proc/sys", "/proc/sysrq-trigger", "/proc/irq", "/proc/bus", "/proc/fs")
 
 
 def _env(cfg) -> None:
@@ -36,7 +45,7 @@ def _env(cfg) -> None:
         "XDG_CONFIG_HOME": os.path.join(home, ".config"), "IPYTHONDIR": os.path.join(home, ".ipython"),
         "MPLCONFIGDIR": os.path.join(home, ".config", "matplotlib"), "MPLBACKEND": "agg",
         "PYTHONDONTWRITEBYTECODE": "1", "AUTOGRADER_TOKEN": cfg["token"], "OMP_NUM_THREADS": threads,
-        "MKL_NUM_THREADS": threads, "PYTHONNOUSERSITE": "1",
+        "MKL_NUM_THREADS": threads, "PYTHONNOUSERSITE": "1", "JUPYTER_RUNTIME_DIR": cfg.get("conn", home),
     })
     os.environ.pop("JPY_PARENT_PID", None)
 
@@ -56,18 +65,52 @@ def _limits(cfg) -> None:
     set_limit(resource.RLIMIT_CORE, 0)
 
 
+def python_paths() -> list[str]:
+    """The folders the kernel's Python needs: its prefixes and its package folders."""
+    paths = {sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(os.path.realpath(sys.executable))}
+    for key in ("stdlib", "platstdlib", "purelib", "platlib"):
+        p = sysconfig.get_paths().get(key)
+        if p:
+            paths.add(p)
+    for p in sys.path:
+        if p and os.path.isdir(p) and not p.startswith(("/tmp", "/var/tmp")):
+            paths.add(p)
+    return sorted({os.path.realpath(p) for p in paths if os.path.isdir(p)})
+
+
 def isolation_available() -> bool:
-    """Whether mount and PID namespaces can be made here (a quick probe, about 20 ms)."""
+    """Whether the kernels can be jailed here: root, unshare and setpriv, and a probe that starts this
+    Python as `nobody` inside the namespaces with the file system arranged as for a kernel (about 1 s)."""
     if not hasattr(os, "geteuid") or os.geteuid() != 0 or not shutil.which("unshare") or not shutil.which("setpriv"):
         return False
+    import tempfile
+    root = tempfile.mkdtemp(prefix="autograder-probe-")
     try:
-        probe = subprocess.run(["unshare", "--mount", "--pid", "--fork", "--mount-proc", "--kill-child",
-                                "sh", "-c", "mount --bind / / 2>/dev/null; mount -o remount,bind,ro / && "
-                                "! touch /.autograder-probe 2>/dev/null"],
-                               capture_output=True, timeout=20)
-        return probe.returncode == 0
+        work = os.path.join(root, "work")
+        os.makedirs(work)
+        os.chown(work, NOBODY, NOBODY)
+        course = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        cfg = {"work": work, "home": work, "conn": work, "writable": [work], "token": "probe", "isolate": True,
+               "hide": [root], "show": python_paths() + [course], "threads": 1}
+        path = os.path.join(root, "jail.json")
+        with open(path, "w") as f:
+            json.dump(cfg, f)
+        probe = ("import os, socket, sys, torch\n"
+                 "assert os.getuid() == 65534, os.getuid()\n"
+                 "assert not os.path.exists(sys.argv[1])\n"
+                 "try:\n    open('/etc/autograder-probe', 'w')\nexcept OSError:\n    pass\nelse:\n    sys.exit(3)\n"
+                 "try:\n    socket.create_connection(('127.0.0.1', 22), timeout=0.5)\nexcept OSError:\n    pass\n"
+                 "open(os.path.join(os.getcwd(), 'ok'), 'w').write('ok')\n")
+        out = subprocess.run([sys.executable, "-m", "autograder.jail", path, "--", sys.executable, "-c", probe,
+                              os.path.join(root, "jail.json")], capture_output=True, timeout=120, cwd=course,
+                             env=dict(os.environ, PYTHONPATH=course))
+        if os.environ.get("AUTOGRADER_DEBUG"):
+            sys.stderr.write(out.stdout.decode(errors="replace") + out.stderr.decode(errors="replace"))
+        return out.returncode == 0 and os.path.exists(os.path.join(work, "ok"))
     except (OSError, subprocess.SubprocessError):
         return False
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
 
 
 def _mount_points() -> list[str]:
@@ -80,38 +123,88 @@ def _mount_points() -> list[str]:
     return points
 
 
+def _mount(*args, fds=()) -> None:
+    subprocess.run(["mount", *args], check=True, capture_output=True, pass_fds=fds)
+
+
+def _under(path: str, top: str) -> bool:
+    return path == top or path.startswith(top.rstrip("/") + "/")
+
+
+def _hidden_tops(cfg, shown: list[str]) -> list[str]:
+    """The folders to hide behind a tmpfs: /tmp, /var/tmp, the batch's folder, and every folder above
+    something shown that `nobody` may not enter."""
+    tops = {p for p in HIDDEN_ALWAYS if os.path.isdir(p)}
+    tops |= {os.path.realpath(p) for p in cfg.get("hide", []) if os.path.isdir(p)}
+    for path in shown:
+        parts = path.strip("/").split("/")
+        for i in range(1, len(parts) + 1):
+            above = "/" + "/".join(parts[:i])
+            try:
+                if not os.stat(above).st_mode & 0o001:
+                    tops.add(above)
+                    break
+            except OSError:
+                break
+    # the outermost only: what lies below a hidden folder is hidden with it
+    return sorted(t for t in tops if not any(t != o and _under(t, o) for o in tops))
+
+
 def _inside(cfg, argv) -> None:
-    """PID 1 of the new namespaces: make everything but the scratch folder read-only, drop every
-    capability, become the kernel."""
-    def mount(*args):
-        subprocess.run(["mount", *args], check=True, capture_output=True)
+    """PID 1 of the new namespaces: arrange the file system, drop to nobody, become the kernel."""
     writable = [os.path.realpath(p) for p in cfg["writable"]]
+    shown = sorted({os.path.realpath(p) for p in cfg.get("show", [])} | set(writable), key=len)
+    fds = {p: os.open(p, os.O_PATH | os.O_DIRECTORY) for p in shown if os.path.isdir(p)}
+    view = cfg.get("solutions_view")
+    view_fd = os.open(view, os.O_PATH | os.O_DIRECTORY) if view else None
+    tops = _hidden_tops(cfg, shown)
+    for top in tops:
+        _mount("-t", "tmpfs", "-o", "mode=0755,size=64m,nosuid,nodev", "tmpfs", top)
+    for path, fd in fds.items():  # shown again at the same path, now that what was around it is hidden
+        if any(_under(path, t) for t in tops):
+            os.makedirs(path, exist_ok=True)
+            _mount("--no-canonicalize", "--rbind", f"/proc/self/fd/{fd}", path, fds=(fd,))
+    if view_fd is not None and cfg.get("solutions"):
+        _mount("--no-canonicalize", "--bind", f"/proc/self/fd/{view_fd}", cfg["solutions"], fds=(view_fd,))
     for p in writable:
-        mount("--bind", p, p)
+        _mount("--bind", p, p)
+    for p in READ_ONLY_PROC:
+        if os.path.exists(p):
+            try:
+                _mount("--bind", p, p)
+            except subprocess.CalledProcessError:
+                pass
     for point in sorted(set(_mount_points()), key=len, reverse=True):
-        if point.startswith(SKIP_PREFIXES) or point in writable:
+        if point in writable or point == "/proc" or point in tops and point in HIDDEN_ALWAYS:
             continue
         try:
-            mount("-o", "remount,bind,ro", point)
+            _mount("-o", "remount,bind,ro,nosuid", point)
         except subprocess.CalledProcessError:
             pass
     try:
-        mount("-t", "tmpfs", "-o", "size=256m,mode=1777", "tmpfs", "/dev/shm")
+        _mount("-t", "tmpfs", "-o", "size=64m,mode=1777,nosuid,nodev", "tmpfs", "/dev/shm")
     except subprocess.CalledProcessError:
         pass
-    for p in cfg.get("protected", []):
-        if os.path.exists(p) and os.access(p, os.W_OK):
-            probe = os.path.join(p, ".autograder-write-probe")
+    for p in cfg.get("protected", []):  # a last look: nothing of the course or the submissions is writable
+        if os.path.isdir(p):
             try:
+                probe = os.path.join(p, ".autograder-write-probe")
                 open(probe, "w").close()
                 os.unlink(probe)
                 sys.stderr.write(f"autograder.jail: {p} is still writable\n")
                 os._exit(70)
             except OSError:
                 pass
+    if "-f" in argv:  # the kernel's connection file, written by the grade command as root
+        conn = argv[argv.index("-f") + 1]
+        if os.path.exists(conn):
+            os.chown(conn, NOBODY, NOBODY)
+    for fd in list(fds.values()) + ([view_fd] if view_fd is not None else []):
+        os.close(fd)
     _limits(cfg)
     os.chdir(cfg["work"])
-    os.execvp("setpriv", ["setpriv", "--bounding-set=-all", "--inh-caps=-all", "--no-new-privs", "--", *argv])
+    os.execvp("setpriv", ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups",
+                          "--bounding-set=-all", "--inh-caps=-all", "--no-new-privs", "--", *argv])
 
 
 def main(args) -> None:
@@ -129,7 +222,8 @@ def main(args) -> None:
     _env(cfg)
     os.chdir(cfg["work"])
     if cfg.get("isolate"):
-        os.execvp("unshare", ["unshare", "--mount", "--pid", "--fork", "--kill-child", "--mount-proc",
+        os.execvp("unshare", ["unshare", "--mount", "--pid", "--net", "--ipc", "--uts", "--fork", "--kill-child",
+                              "--mount-proc", "--propagation", "private",
                               sys.executable, "-m", "autograder.jail", cfg_path, "--inside", "--", *rest])
     _limits(cfg)
     os.execvp(rest[0], rest)

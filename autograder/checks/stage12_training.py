@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from ..core import CheckFailure, register
-from ._util import fmt, seeded
+from ._util import fmt, learner_side, seeded
 
 PAD, BOS, EOS = 0, 1, 2
 
@@ -700,6 +700,7 @@ def _noam_zero(noam_lr):
 
 
 # ---------------------------------------------------------------------------------- make_optimizer
+@learner_side
 def _tiny_model(seed=0):
     with seeded(seed):
         return nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Linear(4, 2))

@@ -1,0 +1,198 @@
+"""The grader's side of `python -m autograder grade`: `python -m autograder.checker CONFIG`, one process per
+notebook, started before the notebook's kernel and never running any of the notebook's code.
+
+It imports the checks, listens on a Unix socket in the kernel's connection folder, and prints "ready".
+Each graded cell of the notebook (autograder/serve.py) connects and names its cell; the checker grades the
+contract name that the lesson gives that cell (never a name the notebook chooses), with the learner's
+object reached through autograder/remote.py, and appends the verdict to its results file, which only the
+grade command reads. A check that runs past its time limit interrupts the kernel (SIGINT to the process on
+the other end of the socket) and the name's other checks are skipped.
+
+CONFIG (JSON): {"socket", "results", "cells": {cell nonce: name}, "uid": the kernel's uid or null,
+"threads", "memory"}.
+"""
+from __future__ import annotations
+
+import json
+import os
+import resource
+import signal
+import socket
+import struct
+import sys
+import time
+
+NAME_BUDGET = 240.0   # seconds for all the checks of one name, on top of each check's own limit
+HELLO_TIMEOUT = 20.0
+
+
+def _peer(conn) -> tuple[int, int]:
+    pid, uid, _ = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))
+    return pid, uid
+
+
+class Grader:
+    def __init__(self, cfg):
+        from . import checks  # noqa: F401  (fills the registry)
+        from . import core
+        self.core, self.cfg = core, cfg
+        self.cells = {str(k): str(v) for k, v in cfg["cells"].items()}
+        self.graded: set[str] = set()
+        self.results = open(cfg["results"], "a", encoding="utf-8")
+
+    def record(self, result: dict) -> None:
+        self.results.write(json.dumps(result) + "\n")
+        self.results.flush()
+        os.fsync(self.results.fileno())
+
+    def handle(self, conn) -> None:
+        from .remote import ChannelError, Endpoint
+        core = self.core
+        pid, uid = _peer(conn)
+        if self.cfg.get("uid") is not None and uid != self.cfg["uid"]:
+            conn.close()
+            return
+        ep = Endpoint(conn, trusted=True)
+        ep.passthrough = (core.CheckTimeout,)
+        from .checks import _util
+        _util.BUILD_ELSEWHERE = ep.build
+        try:
+            hello, _ = core._run_limited(ep.ch.recv, HELLO_TIMEOUT)
+        except BaseException:  # noqa: BLE001  (a connection that says nothing)
+            conn.close()
+            return
+        cell = str(hello.get("cell", ""))[:64]
+        name = self.cells.get(cell)
+        result = {"cell": cell, "name": name, "points": 0.0, "max_points": 0.0, "lines": [], "flags": [],
+                  "error": None}
+        if name is None or cell in self.graded:
+            why = "an unknown graded cell" if name is None else "a graded cell that was already graded"
+            result["flags"].append(f"the notebook asked to grade {why}")
+            self._finish(ep, result, record=False)
+            return
+        self.graded.add(cell)
+        result["max_points"] = core.max_points(name)
+        broken: list = []
+
+        def interrupt():
+            try:
+                os.kill(pid, signal.SIGINT)
+            except OSError:
+                pass
+
+        def run(check, obj):
+            if broken:
+                return 0.0, f"✗ {check.title} [0/{check.points:g}]: skipped: {broken[0]}"
+            saved = core.FORBIDDEN.pop(check.name, None)  # the shortcuts are watched where the learner's code runs
+            try:
+                core._run_limited(lambda: ep.request("watch", name=check.name), 20)
+                points, line = core.run_check(check, obj)
+            except BaseException as e:  # noqa: BLE001
+                broken.append(f"the kernel stopped answering ({type(e).__name__})")
+                return 0.0, f"✗ {check.title} [0/{check.points:g}]: {broken[0]}"
+            finally:
+                if saved is not None:
+                    core.FORBIDDEN[check.name] = saved
+            if "took longer than" in line:
+                interrupt()
+                broken.append("an earlier check ran out of time")
+                return points, line
+            if "ChannelError" in line or "the other side closed" in line:
+                broken.append("the kernel stopped answering")
+                return 0.0, f"✗ {check.title} [0/{check.points:g}]: the kernel stopped answering"
+            try:
+                used = core._run_limited(lambda: ep.request("watched"), 20)
+            except BaseException:  # noqa: BLE001
+                broken.append("the kernel stopped answering")
+                return 0.0, f"✗ {check.title} [0/{check.points:g}]: the kernel stopped answering"
+            used = [str(u)[:200] for u in used] if isinstance(used, list) else []
+            if used:
+                return 0.0, (f"✗ {check.title} [0/{check.points:g}]: your code calls {', '.join(used)}, which does "
+                             "this lesson's work for you: write it yourself")
+            return points, line
+
+        start = time.time()
+        try:
+            obj = core._run_limited(lambda: ep.request("resolve", name=name), 30)
+        except NameError:
+            result["lines"] = [f"✗ {name} is not defined: run the cell that defines it"]
+            self._finish(ep, result)
+            return
+        except BaseException as e:  # noqa: BLE001
+            result["error"] = f"the kernel did not hand over {name}: {type(e).__name__}: {str(e)[:200]}"
+            self._finish(ep, result)
+            return
+        try:
+            _, earned, total, lines = core.run_named(name, obj, run=run)
+        except BaseException as e:  # noqa: BLE001  (a bug of the grader's: the name earns nothing, said so)
+            result["error"] = f"the grader failed: {type(e).__name__}: {str(e)[:200]}"
+        else:
+            result["points"], result["lines"] = float(earned), list(lines)
+        result["seconds"] = round(time.time() - start, 2)
+        self._finish(ep, result)
+
+    def _finish(self, ep, result, record=True) -> None:
+        if record:
+            self.record(result)
+        shown = list(result["lines"]) + [f"✗ refused: {f}" for f in result["flags"]] + \
+            ([f"✗ {result['error']}"] if result["error"] else [])
+        shown.append(f"{result['name']}: {result['points']:g}/{result['max_points']:g} points (graded outside "
+                     "the notebook)")
+        try:
+            ep.ch.send({"k": "done", "lines": shown, "points": result["points"]})
+        except OSError:
+            pass
+        try:
+            ep.ch.sock.close()
+        except OSError:
+            pass
+
+
+def _share_temp(folder, uid) -> None:
+    """Temporary files and folders the checks make (a path handed to the learner's save()) go to `folder`,
+    which the kernel sees at the same path, and are the kernel's user's, so that its code can write there."""
+    if not folder:
+        return
+    import tempfile
+    tempfile.tempdir = folder
+    original = tempfile.mkdtemp
+
+    def mkdtemp(*args, **kwargs):
+        path = original(*args, **kwargs)
+        if uid is not None:
+            os.chown(path, uid, uid)
+        return path
+    tempfile.mkdtemp = mkdtemp
+
+
+def main(cfg_path: str) -> None:
+    with open(cfg_path) as f:
+        cfg = json.load(f)
+    if cfg.get("memory"):
+        try:
+            resource.setrlimit(resource.RLIMIT_AS, (int(cfg["memory"]), int(cfg["memory"])))
+        except (ValueError, OSError):
+            pass
+    import torch
+    torch.set_num_threads(int(cfg.get("threads") or 1))
+    _share_temp(cfg.get("exchange"), cfg.get("uid"))
+    grader = Grader(cfg)
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(cfg["socket"])
+    os.chmod(cfg["socket"], 0o666)
+    server.listen(8)
+    print("ready", flush=True)
+    while True:
+        conn, _ = server.accept()
+        try:
+            grader.handle(conn)
+        except BaseException as e:  # noqa: BLE001  (one bad connection does not stop the grading)
+            sys.stderr.write(f"autograder.checker: {type(e).__name__}: {e}\n")
+            try:
+                conn.close()
+            except OSError:
+                pass
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
