@@ -293,18 +293,34 @@ def prepare(nb, expected, problems, socket_path: str) -> tuple[object, dict[str,
     return out, nonces, origin
 
 
+def _cleared(text: str, begin: str, end: str, stub: list[str]) -> str:
+    """A module's text with each marked region (a line that is only the BEGIN marker, to a line that is
+    only the END marker) replaced by the stub, indented like its marker; a solution left unclosed is cut."""
+    out, inside = [], False
+    for line in text.split("\n"):
+        if line.strip() == begin and not inside:
+            inside = True
+            indent = line[:len(line) - len(line.lstrip())]
+            out.extend(indent + s for s in stub)
+        elif line.strip() == end and inside:
+            inside = False
+        elif not inside:
+            out.append(line)
+    return "\n".join(out)
+
+
 def solutions_view(lesson: str | None, dest: pathlib.Path) -> pathlib.Path:
     """A copy of solutions/ in which the modules of `lesson`'s stage and of every later stage have their
     solutions cleared (nbgrader's stubs: `raise NotImplementedError()`), and that the kernel sees in place
     of solutions/: earlier stages stay usable, the graded one and those built on it cannot be borrowed."""
-    from .notebooks import MODULES, clear_solutions
+    from .notebooks import BEGIN, CODE_STUB, END, MODULES
     stage = int(lesson[:2]) if lesson and lesson[:2].isdigit() else 0
     cleared = {module for stem, module in MODULES.items() if int(stem[:2]) >= stage}
     dest.mkdir(parents=True, exist_ok=True)
     for src in (ROOT / "solutions").glob("*.py"):
         text = src.read_text(encoding="utf-8")
         if src.stem in cleared:
-            text = clear_solutions(text)
+            text = _cleared(text, BEGIN, END, CODE_STUB)
         (dest / src.name).write_text(text, encoding="utf-8")
     os.chmod(dest, 0o755)
     return dest
@@ -522,7 +538,7 @@ def grade_notebook(path: str | os.PathLike, timeout: float = NOTEBOOK_TIMEOUT, *
             "work": str(work), "home": str(home), "conn": str(conn), "writable": [str(work), str(home), str(conn)],
             "token": token, "memory": int(memory_gb * (1 << 30)) if memory_gb else None, "file_size": FILE_SIZE,
             "isolate": isolated, "threads": threads, "protected": [str(p) for p in (protected or [])][:50],
-            "hide": [str(batch.resolve())], "show": python_paths() + [str(ROOT)],
+            "hide": [str(batch.resolve()), str(ROOT)], "show": python_paths() + [str(ROOT / "autograder")],
             "solutions_view": str(view), "solutions": str(ROOT / "solutions")}))
         kernels = private / "kernels" / KERNEL_NAME
         kernels.mkdir(parents=True)

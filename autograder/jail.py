@@ -11,9 +11,10 @@ kernel also runs:
   folder); its System V and POSIX shared memory is its own;
 * as the unprivileged user `nobody` (uid 65534), with no capability and no_new_privs;
 * on a file system where everything is read-only but its scratch folders, /tmp, /var/tmp, the batch's
-  folder and every folder that `nobody` could not enter (/root) are hidden behind empty tmpfs mounts, with
-  only what the kernel needs shown again at the same paths (Python, its packages, the course, its own
-  scratch and connection folders), /proc/sys, /sys and /dev read-only, /dev/shm private;
+  folder, the course's folder and every folder that `nobody` could not enter (/root) are hidden behind
+  empty tmpfs mounts, with only what the kernel needs shown again at the same paths (Python, its packages,
+  the course's autograder/, its own scratch and connection folders): the course's .git, tests and lessons
+  are not there; /proc/sys, /sys and /dev read-only, /dev/shm private;
 * with the course's `solutions/` replaced by a view in which the graded lesson's own stage and the later
   ones have their solutions cleared (nbgrader's stubs), so that no answer can be borrowed from them.
 
@@ -165,6 +166,7 @@ def _inside(cfg, argv) -> None:
             os.makedirs(path, exist_ok=True)
             _mount("--no-canonicalize", "--rbind", f"/proc/self/fd/{fd}", path, fds=(fd,))
     if view_fd is not None and cfg.get("solutions"):
+        os.makedirs(cfg["solutions"], exist_ok=True)
         _mount("--no-canonicalize", "--bind", f"/proc/self/fd/{view_fd}", cfg["solutions"], fds=(view_fd,))
     for p in writable:
         _mount("--bind", p, p)
