@@ -146,7 +146,7 @@ def departures(config: Config, data_name: str = "multi30k") -> list[tuple[str, s
         + (", as in the paper)" if c.d_model == 64 * c.n_heads else ")"))
     row(c.max_tokens != 25000, "batch size", "about 25,000 source and 25,000 target tokens",
         f"at most {c.max_tokens:,} padded tokens (sentences of similar length together)",
-        f"many small steps: Multi30k's ~400,000 target tokens would make only ~17 steps an epoch at 25,000")
+        "many small steps: Multi30k's 425,000 target tokens make only 19 batches an epoch at 25,000")
     row((c.warmup_steps, round(c.lr_peak, 7)) != (4000, round(LR_PAPER_BASE, 7)), "warmup and peak rate",
         f"4,000 warmup steps to a peak of {LR_PAPER_BASE:.1e} (factor 1)",
         f"{c.warmup_steps:,} warmup steps to a peak of {c.lr_peak:.1e}",

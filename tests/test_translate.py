@@ -10,8 +10,10 @@ import torch
 
 import solutions
 from solutions.data import load_synthetic
-from solutions.translate import (Config, build_model, config_for, evaluate_bleu, load_checkpoint, prepare_data,
-                                 save_checkpoint, train, translate, translate_batch, validation_loss)
+from solutions.translate import (PAPER_BASE, Config, attention_maps, average_states, bleu_scores, build_model,
+                                 config_for, decoding_args, departures, evaluate_bleu, load_checkpoint, paper_config,
+                                 prepare_data, save_checkpoint, set_attention_dropout, train, translate,
+                                 translate_batch, validation_loss)
 
 from .conftest import ROOT
 
@@ -113,6 +115,63 @@ def test_learner_implementation_is_used():
     impl = types.SimpleNamespace(Transformer=MyTransformer)  # the rest comes from solutions
     model = build_model(TINY, 50, impl=impl)
     assert isinstance(model, MyTransformer) and built == [64]
+
+
+def test_departures_name_every_difference_from_the_paper():
+    """Issue 16: the default run's table lists every departure; the paper's setting leaves only what no
+    setting changes (so "to train the paper's exact model" is true of what it says)."""
+    default = [what for what, *_ in departures(config_for("cpu"))]
+    assert default == ["layer normalization", "gradient clipping", "model size", "batch size", "warmup and peak rate",
+                       "BPE vocabulary", "maximum output length", "attention dropout", "checkpoint averaging",
+                       "data", "training time", "BLEU"]
+    assert [what for what, *_ in departures(paper_config("cpu"))] == ["data", "training time", "BLEU"]
+    assert [what for what, *_ in departures(paper_config("cuda"))] == ["data", "training time", "number format", "BLEU"]
+    paper = paper_config("cpu")
+    # equation 3 with factor 1: the peak is d_model^-0.5 * warmup^-0.5
+    assert paper.noam_factor == pytest.approx(1.0) and PAPER_BASE["lr_peak"] == pytest.approx(6.99e-4, rel=1e-3)
+    assert decoding_args(paper)["max_output"] == (1.0, 50)  # input length + 50
+    why = {what: reason for what, _, _, reason in departures(config_for("cpu"))}
+    assert "31.2 against 20.8" in why["layer normalization"]  # benchmarks/translate_cpu.md: 31.16 and 20.79
+
+
+def test_bleu_scores_put_corpus_bleu_beside_sacrebleu():
+    hyps, refs = ["A dog runs in the park.", "Two men laugh."], ["A dog runs in a park.", "Two men are laughing."]
+    s = bleu_scores(hyps, refs)
+    assert s["corpus_bleu"] == pytest.approx(s["sacrebleu"]) and s["note"] == "the same number"
+    # no 4-gram in common: sacreBLEU smooths, corpus_bleu (no smoothing, as Papineni et al.) gives 0, and says why
+    s = bleu_scores(["a dog runs in the park"], ["a dog sleeps in the garden"])  # 3- and 4-grams: none match
+    assert s["corpus_bleu"] == 0.0 < s["sacrebleu"] and "smooths" in s["note"]
+    wrong = types.SimpleNamespace(corpus_bleu=lambda h, r, max_n=4: 50.0)
+    assert "differs from sacreBLEU without smoothing" in bleu_scores(hyps, refs, wrong)["note"]
+
+
+def test_checkpoint_averaging_and_attention_dropout():
+    # the paper's averaging: the element-wise mean of the last snapshots
+    avg = average_states([{"w": torch.tensor([0.0, 2.0]), "n": torch.tensor(1)},
+                          {"w": torch.tensor([2.0, 4.0]), "n": torch.tensor(2)}])
+    assert torch.equal(avg["w"], torch.tensor([1.0, 3.0])) and avg["n"] == 2
+    config = Config(d_model=32, n_heads=4, n_layers=1, d_ff=64, bpe_merges=60, max_tokens=400, warmup_steps=10,
+                    max_steps=6, average_last=3, snapshot_minutes=0.0, attention_dropout=0.0)  # a snapshot each step
+    data = prepare_data(config, load_synthetic(150, 10, 10), progress=False)
+    model = build_model(config, data.tokenizer.vocab_size)
+    rates = [m.dropout.p for m in model.modules() if isinstance(m, solutions.MultiHeadAttention)]
+    assert rates == [0.0, 0.0, 0.0]  # encoder self, decoder self, cross: the paper has no attention dropout
+    assert model.encoder.layers[0].feed_forward.dropout.p == 0.1  # the residual dropouts stay
+    _, history = train(config, data, model=model, progress=False)
+    assert history["averaged"] == 3 and history["val_loss_averaged"] > 0
+    assert set_attention_dropout(torch.nn.Linear(2, 2), 0.0) == 0  # nothing to set: says so, does not fail
+
+
+def test_attention_maps_cover_every_layer_and_head(trained):
+    data, _, model, _ = trained
+    maps = attention_maps(model, data.tokenizer, data.text["test"][0][0], impl=solutions, **decoding_args(TINY))
+    Ls, Lt = len(maps["source"]), len(maps["target"])
+    assert maps["target"][0] == "<bos>" and Lt == len(data.tokenizer.encode(maps["translation"])) + 1
+    assert maps["encoder self-attention"].shape == (TINY.n_layers, TINY.n_heads, Ls, Ls)
+    assert maps["decoder self-attention"].shape == (TINY.n_layers, TINY.n_heads, Lt, Lt)
+    assert maps["cross-attention"].shape == (TINY.n_layers, TINY.n_heads, Lt, Ls)
+    assert torch.allclose(maps["cross-attention"].sum(-1), torch.ones(TINY.n_layers, TINY.n_heads, Lt))
+    assert maps["decoder self-attention"].triu(1).abs().max() == 0  # the causal mask: no look ahead
 
 
 def test_command_line(tmp_path):

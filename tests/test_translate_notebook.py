@@ -1,11 +1,15 @@
-"""The final notebook runs top to bottom, offline, scripted with papermill: synthetic data, a tiny model."""
-import json
+"""The final notebook runs top to bottom, offline, scripted with papermill: synthetic data, a tiny model;
+once with no lessons of the learner's (the reference trains), once beside a completed lesson set (the
+learner's code trains, decodes and scores, and the notebook says that all of it ran)."""
+import os
 import pathlib
 import subprocess
 import sys
 
 import nbformat
 import pytest
+
+from tests.submissions import independent
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 NOTEBOOK = ROOT / "lessons" / "14_translate.ipynb"
@@ -15,24 +19,50 @@ def test_parameters_cell_is_tagged_and_holds_the_settings():
     nb = nbformat.read(str(NOTEBOOK), as_version=4)
     params = [c for c in nb.cells if "parameters" in c.metadata.get("tags", [])]
     assert len(params) == 1
-    for name in ("DATA", "TRAIN_MINUTES", "USE_MY_CODE", "TEST_SENTENCES"):
+    for name in ("DATA", "TRAIN_MINUTES", "USE_MY_CODE", "LESSONS", "SIZE", "TEST_SENTENCES"):
         assert f"\n{name} = " in "\n" + params[0].source, name
-    assert not any(c.get("outputs") for c in nb.cells if c.cell_type == "code")
+    assert '\nUSE_MY_CODE = "auto"' in "\n" + params[0].source  # the learner's code when their lessons are found
+    assert not any(c.get("outputs") or c.get("execution_count") for c in nb.cells if c.cell_type == "code")
+    assert "solutions.learner" not in nbformat.writes(nb)  # the collection lives in autograder.learner (issue 20)
+
+
+def _run(tmp_path, *params):
+    """Run the notebook in tmp_path with papermill; its outputs as (stream text, markdown shown, figures)."""
+    pytest.importorskip("papermill")
+    out = tmp_path / "out.ipynb"
+    args = ["-p", "DATA", "synthetic", "-p", "SIZE", "tiny", "-p", "TEST_SENTENCES", "30",
+            "-p", "CHECKPOINT", str(tmp_path / "model.pt"), *params]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}  # this checkout
+    proc = subprocess.run([sys.executable, "-m", "papermill", str(NOTEBOOK), str(out), *args, "--cwd", str(tmp_path)],
+                          capture_output=True, text=True, timeout=600, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert (tmp_path / "model.pt").exists()
+    outputs = [o for c in nbformat.read(str(out), as_version=4).cells if c.cell_type == "code" for o in c.outputs]
+    text = "".join(o.get("text", "") for o in outputs if o.output_type == "stream")
+    shown = "".join(o.data.get("text/markdown", "") for o in outputs if o.output_type == "display_data")
+    figures = sum(1 for o in outputs if o.output_type == "display_data" and "image/png" in o.data)
+    return text, shown, figures
 
 
 def test_notebook_runs_offline_on_the_synthetic_corpus(tmp_path):
-    pytest.importorskip("papermill")
-    out = tmp_path / "out.ipynb"
-    proc = subprocess.run(
-        [sys.executable, "-m", "papermill", str(NOTEBOOK), str(out), "-p", "DATA", "synthetic",
-         "-p", "TRAIN_MINUTES", "0.3", "-p", "SIZE", "tiny", "-p", "TEST_SENTENCES", "40",
-         "-p", "CHECKPOINT", str(tmp_path / "model.pt"), "--cwd", str(tmp_path)],
-        capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    nb = nbformat.read(str(out), as_version=4)
-    text = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.outputs
-                   if o.output_type == "stream")
-    assert "data: synthetic" in text and "BLEU" in text and "translates identically: True" in text
-    figures = sum(1 for c in nb.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "display_data")
-    assert figures >= 2, "the loss curves and the cross-attention map"
-    assert (tmp_path / "model.pt").exists()
+    text, shown, figures = _run(tmp_path, "-p", "TRAIN_MINUTES", "0.1")
+    assert "no lessons 01-13 found" in text and "the reference code trains" in text  # auto, and none to find
+    assert "data: synthetic" in text and "sacreBLEU" in text and "translates identically: True" in text
+    assert "the reference's corpus_bleu" in text and "the reference ran everything" in text
+    for what in ("layer normalization", "gradient clipping", "model size", "batch size", "warmup and peak rate",
+                 "BPE vocabulary", "maximum output length", "attention dropout", "checkpoint averaging"):
+        assert f"| {what} |" in shown, what  # every departure from the paper, in the table
+    assert figures == 4, "the loss curves, then encoder self-, decoder self- and cross-attention maps"
+
+
+def test_notebook_trains_decodes_and_scores_with_the_learners_code(tmp_path):
+    """Issue 16's done-when: beside a completed lesson set (solved apart from solutions/), lesson 14 uses the
+    learner's tokenizer, model, loss, schedule, batching, decoders and BLEU, and every name is seen to run."""
+    independent.write(tmp_path)  # in the notebook's own folder, where "auto" looks first
+    text, shown, figures = _run(tmp_path, "-p", "TRAIN_MINUTES", "0.1")
+    assert f"your lessons: {tmp_path.resolve()}" in text and "your code: 35 of 35 names" in text
+    assert "your BPETokenizer learns the joint vocabulary" in text
+    assert "learner_10_output_projection.Transformer" in text
+    assert "decoders: your greedy_decode, your beam_search" in text and "your corpus_bleu" in text
+    assert "your code that ran: 35 of your 35 names" in text and "never called" not in text
+    assert "translates identically: True" in text and figures == 4

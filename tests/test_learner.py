@@ -1,0 +1,132 @@
+"""Lesson 14 with a learner's completed lessons: their code is collected (autograder.learner), and the final
+lesson's code tokenizes, trains, decodes and scores with it. The lessons are solved by code written apart
+from solutions/ (tests/submissions/independent.py), so a reference object slipping in is seen: every
+object below must come from a lesson cell, and every name must be recorded as having run."""
+import ast
+
+import nbformat
+import pytest
+import torch
+
+import solutions
+from autograder.learner import collect, contract_names, find_lessons
+from solutions.data import load_synthetic
+from solutions.translate import (Config, bleu_scores, build_model, decoding_args, load_checkpoint, prepare_data,
+                                 save_checkpoint, train, translate_batch)
+from tests.submissions import independent
+
+from .conftest import ROOT
+
+# a few seconds of training: the point is which code runs, not how well it translates
+TINY = Config(d_model=32, n_heads=4, n_layers=1, d_ff=64, bpe_merges=120, max_tokens=500, lr_peak=2e-3,
+              warmup_steps=20, max_epochs=2, minutes=2, eval_batch_tokens=2000)
+
+
+@pytest.fixture(scope="module")
+def lessons(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("independent_lessons")
+    independent.write(folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def impl(lessons):
+    """The independent lesson set collected once (its 186 checks run here)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    lines = []
+    yield collect(lessons, fallback=solutions, log=lines.append)
+    torch.set_num_threads(threads)
+
+
+def _lesson_of(obj) -> str:
+    """The lesson whose cell defined obj: collect runs lesson NN_x in a namespace named learner_NN_x."""
+    return obj.__module__
+
+
+def test_every_name_of_the_independent_lessons_is_theirs(impl):
+    names = contract_names()
+    assert len(names) == 35 and impl.mine == names, impl.report
+    for name in names:
+        obj = getattr(impl, name)
+        assert obj is not getattr(solutions, name) and _lesson_of(obj).startswith("learner_"), name
+    assert _lesson_of(impl.BPETokenizer) == "learner_01_tokenization"
+    assert _lesson_of(impl.Transformer) == "learner_10_output_projection"
+    assert _lesson_of(impl.corpus_bleu) == "learner_13_decoding"
+
+
+def test_lesson14_trains_decodes_and_scores_with_the_learners_code(impl, tmp_path):
+    impl.forget_runs()  # count from here: what lesson 14's code runs
+    splits = load_synthetic(600, 40, 30, seed=0)
+    data = prepare_data(TINY, splits, progress=False, impl=impl)
+    assert type(data.tokenizer) is impl.BPETokenizer  # their tokenizer learned the joint vocabulary
+    model, history = train(TINY, data, progress=False, impl=impl)
+    assert type(model) is impl.Transformer and history["steps"] > 0
+    # the model is theirs all the way down: their stacks, layers, attention, feed-forward, norms, embeddings
+    kinds = {type(m).__name__: _lesson_of(type(m)) for m in model.modules() if _lesson_of(type(m)).startswith("learner_")}
+    assert kinds == {"Transformer": "learner_10_output_projection", "TokenEmbedding": "learner_01_tokenization",
+                     "PositionalEncoding": "learner_02_positional_encoding", "Encoder": "learner_08_encoder",
+                     "EncoderLayer": "learner_08_encoder", "Decoder": "learner_09_decoder",
+                     "DecoderLayer": "learner_09_decoder", "MultiHeadAttention": "learner_04_multi_head_attention",
+                     "PositionwiseFeedForward": "learner_06_feed_forward",
+                     "SublayerConnection": "learner_07_residual_layer_norm",
+                     "LayerNorm": "learner_07_residual_layer_norm"}, kinds
+    de, en = splits["test"]
+    for method in ("greedy", "beam"):
+        hyps = translate_batch(model, data.tokenizer, de, method, impl=impl, **decoding_args(TINY))
+        scores = bleu_scores(hyps, en, impl)
+        assert scores["corpus_bleu"] == pytest.approx(scores["no_smoothing"], abs=1e-9), scores
+    save_checkpoint(tmp_path / "model.pt", model, data.tokenizer, TINY, history)
+    again, tokenizer, _ = load_checkpoint(tmp_path / "model.pt", impl=impl)
+    assert type(again) is impl.Transformer and type(tokenizer) is impl.BPETokenizer
+    assert tokenizer.encode(de[0]) == data.tokenizer.encode(de[0])
+    # seen in use: every one of the 35 names ran, from get_pair_stats (inside their learn_bpe) to corpus_bleu
+    assert impl.ran() == impl.mine, sorted(set(impl.mine) - set(impl.ran()))
+    assert "ran: 35 of your 35 names" in impl.usage_report()
+
+
+def test_a_name_that_did_not_run_is_never_reported_as_run(impl):
+    impl.forget_runs()
+    impl.softmax(torch.zeros(2, 3))
+    assert impl.ran() == ["softmax"]
+    report = impl.usage_report()
+    assert "ran: 1 of your 35 names (softmax)" in report and "never called in this run" in report
+    assert "corpus_bleu" in report.split("never called")[1]
+
+
+def test_a_name_short_of_full_points_falls_back_to_the_reference(tmp_path):
+    nb = independent.solved_lessons()["13_decoding.ipynb"]
+    cell = next(c for c in nb.cells if c.get("metadata", {}).get("course", {}).get("names", [None])[0] == "corpus_bleu")
+    assert "(h_grams & r_grams)" in cell.source
+    cell.source = cell.source.replace("(h_grams & r_grams)", "h_grams")  # n-grams not clipped by the reference
+    nbformat.write(nb, str(tmp_path / "13_decoding.ipynb"))
+    lines = []
+    impl = collect(tmp_path, fallback=solutions, log=lines.append)
+    assert impl.corpus_bleu is solutions.corpus_bleu and "corpus_bleu" not in impl.mine
+    assert impl.report["corpus_bleu"].startswith("reference: yours scores ")
+    assert impl.mine == ["greedy_decode", "length_penalty", "beam_search"]
+    assert impl.report["Transformer"] == "reference: not found in the lessons" and impl.Transformer is solutions.Transformer
+    text = "\n".join(lines)
+    assert "your code: 3 of 35 names" in text and "corpus_bleu: reference: yours scores" in text
+
+
+def test_find_lessons(tmp_path):
+    assert find_lessons(tmp_path) is None
+    (tmp_path / "14_translate.ipynb").write_text("{}")
+    assert find_lessons(tmp_path) is None  # lesson 14 alone is not a completed lesson set
+    (tmp_path / "lessons").mkdir()
+    (tmp_path / "lessons" / "03_attention.ipynb").write_text("{}")
+    assert find_lessons(tmp_path, tmp_path / "lessons") == tmp_path / "lessons"
+
+
+def test_solutions_import_nothing_of_the_grader():
+    """solutions/ is the reference: it depends on no other part of the course (issue 20)."""
+    for path in sorted((ROOT / "solutions").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                modules = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                modules = [node.module or ""]
+            else:
+                continue
+            assert not any(m.split(".")[0] in ("autograder", "tests") for m in modules), (path.name, modules)
