@@ -163,6 +163,11 @@ def test_lesson03_runs_in_jupyterlab_and_shows_check_output(jupyterlab, tmp_path
             notebook = page.locator(".jp-NotebookPanel .jp-Notebook").first
             notebook.wait_for(state="visible", timeout=left_ms())
             page.locator(".jp-Notebook .jp-Cell").first.wait_for(state="visible", timeout=left_ms())
+            # The kernel connected and idle, as a learner waits for it: the cells show seconds before it (the
+            # status bar says "No Kernel | Initializing"; the toolbar's indicator already says idle), and Run All
+            # then runs nothing (two runs in three failed so on a loaded 2-core machine).
+            page.locator(".jp-StatusBar-TextItem", has_text=re.compile(r"\(ipykernel\) \| Idle")).first.wait_for(
+                state="visible", timeout=left_ms())
             page.locator(".jp-Notebook .jp-Cell").first.click()   # the notebook has focus, as after a learner's click
 
             # Run > Run All Cells, from the menu bar as a learner would
