@@ -3,6 +3,7 @@ lesson's code tokenizes, trains, decodes and scores with it. The lessons are sol
 from solutions/ (tests/submissions/independent.py), so a reference object slipping in is seen: every
 object below must come from a lesson cell, and every name must be recorded as having run."""
 import ast
+import inspect
 
 import nbformat
 import pytest
@@ -108,6 +109,11 @@ def test_a_name_short_of_full_points_falls_back_to_the_reference(tmp_path):
     assert impl.report["Transformer"] == "reference: not found in the lessons" and impl.Transformer is solutions.Transformer
     text = "\n".join(lines)
     assert "your code: 3 of 35 names" in text and "corpus_bleu: reference: yours scores" in text
+    # a name the learner keeps from the reference (KEEP_REFERENCE in lesson 14), also inside their own code
+    impl = collect(tmp_path, fallback=solutions, log=lines.append, exclude=["length_penalty"])
+    assert impl.mine == ["greedy_decode", "beam_search"] and impl.length_penalty is solutions.length_penalty
+    assert impl.report["length_penalty"] == "reference: you chose it (exclude)"
+    assert inspect.unwrap(impl.beam_search).__globals__["length_penalty"] is solutions.length_penalty
 
 
 def test_find_lessons(tmp_path):
