@@ -11,6 +11,7 @@ from torch import nn
 
 import solutions
 from solutions import LayerNorm, MultiHeadAttention, PositionwiseFeedForward, SublayerConnection
+from autograder import max_points
 from tests.grading import assert_caught, assert_full_marks, grade
 from tests.test_checks_stage08 import (AdditiveAttention, EinsumAttention, FeedForward, Float64Attention,
                                        InPlaceConnection, Residual, SDPAAttention, SequentialFeedForward,
@@ -867,3 +868,51 @@ def test_dropout_not_passed_on_is_not_blamed_on_detach():
     from tests.grading import grade_one
     points, line = grade_one(DecoderLayerAttentionDropoutForgotten, "DecoderLayer", "post-norm")
     assert points == 1, line  # the dropout check alone names it
+
+
+# ---------------------------------------------------------------- issue 17: a dropout on the memory
+# Eval mode cannot see it; in train mode with dropout=0.5, cross-attention's keys and values are the memory with half
+# its entries zeroed and the others doubled.
+class DecoderLayerDropsTheMemory(solutions.DecoderLayer):
+    def __init__(self, d_model, n_heads, d_ff, dropout=0.1, norm_first=False):
+        super().__init__(d_model, n_heads, d_ff, dropout, norm_first)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x, memory, src_mask, tgt_mask):
+        return super().forward(x, self.dropout(memory), src_mask, tgt_mask)
+
+
+class DecoderLayerDropsTheMemoryInTheLambda(solutions.DecoderLayer):
+    def forward(self, x, memory, src_mask, tgt_mask):
+        drop = self.sublayers[1].dropout
+        x = self.sublayers[0](x, lambda y: self.self_attn(y, y, y, tgt_mask))
+        x = self.sublayers[1](x, lambda y: self.cross_attn(y, drop(memory), drop(memory), src_mask))
+        return self.sublayers[2](x, self.feed_forward)
+
+
+class DecoderDropsTheMemory(solutions.Decoder):
+    def __init__(self, d_model, n_heads, d_ff, n_layers, dropout=0.1, norm_first=False):
+        super().__init__(d_model, n_heads, d_ff, n_layers, dropout, norm_first)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x, memory, src_mask, tgt_mask):
+        memory = self.dropout(memory)
+        for layer in self.layers:
+            x = layer(x, memory, src_mask, tgt_mask)
+        return self.norm(x)
+
+
+MEMORY_DROPPED = ("a dropout on the memory: the encoder's output is dropped nowhere in the decoder; dropout belongs on "
+                  "each sublayer's output, the attention weights and the feed-forward's hidden units only. Pass memory "
+                  "to cross-attention as it is")
+
+
+@pytest.mark.parametrize("name,cls,where", [("DecoderLayer", DecoderLayerDropsTheMemory, "the key given to cross_attn"),
+                                            ("DecoderLayer", DecoderLayerDropsTheMemoryInTheLambda,
+                                             "the key given to cross_attn"),
+                                            ("Decoder", DecoderDropsTheMemory, "the key given to layers[0].cross_attn")])
+def test_a_dropout_on_the_memory_loses_the_dropout_point(name, cls, where):
+    points, text = grade(cls, name)
+    assert points == max_points(name) - 1, text
+    assert f".train(): {where}; expected the memory itself; got the memory with" in text, text
+    assert "(a dropout of rate 0.5). Likely: " + MEMORY_DROPPED in text, text

@@ -739,3 +739,79 @@ def test_the_source_embedding_in_decode_is_not_called_detached():
     assert points < max_points("Transformer"), text
     assert "detached in decode" not in text, text
     assert "source embedding used for the target" in text, text
+
+
+# ---------------------------------------------------------------- issue 17: dropout the model adds of its own
+# The model's dropout lives in self.positional and inside the layers. A dropout added elsewhere acts only in train mode
+# (the checks in eval mode cannot see it); with dropout=0.5 and stand-ins for the stacks it zeroes half the entries.
+class ModelDropsTheMemory(solutions.Transformer):
+    def __init__(self, *args, dropout=0.1, **kwargs):
+        super().__init__(*args, dropout=dropout, **kwargs)
+        self.dropout = nn.Dropout(dropout)
+
+    def decode(self, tgt_in, memory, src_mask, tgt_mask):
+        memory = self.dropout(memory)  # "regularize the encoder's output too"
+        return self.decoder(self.positional(self.tgt_embed(tgt_in)), memory, src_mask, tgt_mask)
+
+
+class ModelDropsTheEncoderOutput(solutions.Transformer):
+    def __init__(self, *args, dropout=0.1, **kwargs):
+        super().__init__(*args, dropout=dropout, **kwargs)
+        self.p = dropout
+
+    def encode(self, src, src_mask):
+        return F.dropout(self.encoder(self.positional(self.src_embed(src)), src_mask), self.p, self.training)
+
+
+class ModelDropsTheDecoderOutput(solutions.Transformer):
+    def __init__(self, *args, dropout=0.1, **kwargs):
+        super().__init__(*args, dropout=dropout, **kwargs)
+        self.out_dropout = nn.Dropout(dropout)
+
+    def decode(self, tgt_in, memory, src_mask, tgt_mask):
+        return self.out_dropout(super().decode(tgt_in, memory, src_mask, tgt_mask))
+
+
+class ModelDropsTheMemoryInForward(solutions.Transformer):
+    def __init__(self, *args, dropout=0.1, **kwargs):
+        super().__init__(*args, dropout=dropout, **kwargs)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, src, tgt_in, src_mask, tgt_mask):
+        memory = self.dropout(self.encode(src, src_mask))
+        return self.generator(self.decode(tgt_in, memory, src_mask, tgt_mask))
+
+
+class ModelDropsTheLogits(solutions.Transformer):
+    def __init__(self, *args, dropout=0.1, **kwargs):
+        super().__init__(*args, dropout=dropout, **kwargs)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, src, tgt_in, src_mask, tgt_mask):
+        return self.dropout(self.generator(self.decode(tgt_in, self.encode(src, src_mask), src_mask, tgt_mask)))
+
+
+EXTRA_DROPOUT = ("the model's dropout is on the embeddings + PE (self.positional) and inside the layers (each sublayer's "
+                 "output, the attention weights, the feed-forward's hidden units) only; add none of your own")
+
+
+@pytest.mark.parametrize("cls,check,got,place", [
+    (ModelDropsTheMemory, "decode feeds", "the memory the decoder was given; expected memory itself", "the memory"),
+    (ModelDropsTheEncoderOutput, "encode feeds", "with an encoder that returns its input; expected the encoder's "
+     "output as it is", "the encoder's output"),
+    (ModelDropsTheDecoderOutput, "decode feeds", "with a decoder that returns its input; expected the decoder's "
+     "output as it is", "the decoder's output"),
+    (ModelDropsTheMemoryInForward, "forward returns", "the memory the decoder was given; expected the encoder's output "
+     "as it is", "the memory (the encoder's output)"),
+    (ModelDropsTheLogits, "forward returns", "with a decoder that returns its input; expected generator(the decoder's "
+     "output)", "the decoder's output or the logits")])
+def test_a_dropout_of_the_models_own_loses_one_point(cls, check, got, place):
+    line = grade_one(cls, "Transformer", check)[1]
+    assert line.startswith("✗") and got in line and "(a dropout of rate 0.5)" in line, line
+    assert f"Likely: a dropout on {place}: {EXTRA_DROPOUT}" in line, line
+
+
+@pytest.mark.parametrize("cls", [ModelDropsTheMemory, ModelDropsTheEncoderOutput, ModelDropsTheMemoryInForward])
+def test_a_dropout_of_the_models_own_costs_one_point_only(cls):
+    points, text = grade(cls, "Transformer")
+    assert points == max_points("Transformer") - 1, text

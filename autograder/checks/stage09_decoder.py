@@ -326,6 +326,9 @@ def _dl_dropout(DecoderLayer):
                                          (2, 5, D), f"DecoderLayer({D}, {H}, {FF})(x (2, 5, {D}), memory (2, 6, {D}), "
                                          "src_mask, tgt_mask)"),
                   f"DecoderLayer({D}, {H}, {FF})")
+    layer = _make_layer(DecoderLayer, dropout=0.5)[0]
+    check_memory_untouched(layer, [layer], lambda m: m(x, memory, everything(2, 6), causal(5)), memory,
+                           f"DecoderLayer({D}, {H}, {FF}, dropout=0.5)")
     # one dropout per sublayer output, not two: on a pre-norm layer that computes the right numbers
     layer, what = _make_layer(DecoderLayer, norm_first=True)
     ref = ref_decoder_layer(True, seed=7)
@@ -339,6 +342,60 @@ def _dl_dropout(DecoderLayer):
         check_sublayer_dropout(_make_layer(DecoderLayer, True, dropout=0.5)[0],
                                lambda m: run(m, x, memory, everything(2, 6), causal(5), what), x,
                                ("self_attn", "cross_attn", "feed_forward"), f"DecoderLayer({D}, {H}, {FF}, norm_first=True)")
+
+
+class _KeysSeen(nn.Module):
+    """Stands in for a layer's cross-attention: remembers the keys and values it is given, returns zeros."""
+
+    def __init__(self):
+        super().__init__()
+        self.seen = []
+
+    def forward(self, query, key=None, value=None, mask=None, **kwargs):
+        self.seen.append((key, value))
+        return torch.zeros_like(query)
+
+
+def check_memory_untouched(module, layers, call, memory, what):
+    """In train mode with dropout=0.5, every layer's cross-attention gets the memory itself as keys and values (a
+    dropout of the module's own on the memory shows as zeroed entries). Layers whose cross_attn cannot be replaced or
+    is not called once as cross_attn(query, key, value, mask) are left alone."""
+    stand_ins = []
+    for layer in layers:
+        stand_in = _KeysSeen()
+        try:
+            layer.cross_attn = stand_in
+        except Exception:  # noqa: BLE001  (not a module attribute: another design, judged by the other checks)
+            return
+        stand_ins.append(stand_in)
+    module.train()
+    try:
+        with seeded(16), torch.no_grad():
+            call(module)
+    except NotImplementedError:
+        raise
+    except Exception:  # noqa: BLE001  (its parts are not used as the contract's modules)
+        return
+    for i, stand_in in enumerate(stand_ins):
+        if len(stand_in.seen) != 1:
+            return
+        for name, got in zip(("key", "value"), stand_in.seen[0]):
+            if not isinstance(got, torch.Tensor) or got.shape != memory.shape or torch.equal(got, memory):
+                continue
+            g = got.detach().double()
+            dropped = torch.isclose(g, memory.double() * 2, atol=1e-5, rtol=1e-4) | (g == 0)
+            where = f"{what}.train(): the {name} given to " + \
+                (f"layers[{i}].cross_attn" if len(layers) > 1 or layers[0] is not module else "cross_attn")
+            if bool(dropped.all()) and bool((g == 0).any()):
+                raise CheckFailure(where, "the memory itself",
+                                   f"the memory with {float((g == 0).double().mean()) * 100:.0f}% of its entries "
+                                   "zeroed and the others x 2 (a dropout of rate 0.5)",
+                                   "a dropout on the memory: the encoder's output is dropped nowhere in the decoder; "
+                                   "dropout belongs on each sublayer's output, the attention weights and the "
+                                   "feed-forward's hidden units only. Pass memory to cross-attention as it is")
+            raise CheckFailure(where, "the memory itself", "something else in train mode",
+                               "cross-attention takes its keys and values from the memory as it is: "
+                               "cross_attn(y, memory, memory, src_mask)")
 
 
 # ========================================================================================= Decoder
@@ -417,6 +474,9 @@ def _dec_parts(Decoder):
     check_dropout(lambda p: _make_decoder(Decoder, 2, dropout=p)[0],
                   lambda m: expect_shape(run(m, x, memory, everything(2, 6), causal(5), what), (2, 5, D),
                                          f"{what}(x (2, 5, {D}), memory (2, 6, {D}), src_mask, tgt_mask)"), what)
+    dec = _make_decoder(Decoder, 2, dropout=0.5)[0]
+    check_memory_untouched(dec, list(stack_layers(dec, what, 2)), lambda m: m(x, memory, everything(2, 6), causal(5)),
+                           memory, f"{what[:-1]}, dropout=0.5)")
     src, tgt = torch.full((2, 6), 5), torch.full((2, 5), 5)  # no padding: masks everything(2, 6) and causal(5)
     for norm_first in (False, True):
         dec, what = _make_decoder(Decoder, 2, norm_first, dropout=1.0)

@@ -513,6 +513,7 @@ def _encode_input(Transformer):
                            "None" if mask is None else "something else", _not_passed(mask, sm, "src_mask", "encoder"))
     expect_close(out, right, f"{what}.encode(src, src_mask) with an encoder that returns its input",
                  hint="return the encoder's output")
+    _no_dropout_elsewhere(Transformer, 3, "encode")
 
 
 @register("Transformer", "decode feeds the decoder embedding * sqrt(d_model) + PE and returns d_model states")
@@ -547,6 +548,108 @@ def _decode_input(Transformer):
                                else _not_passed(got, value, label, "decoder"))
     expect_close(out, right, f"{what}.decode(...) with a decoder that returns its input",
                  hint="return the decoder's output, without the generator")
+    _no_dropout_elsewhere(Transformer, 4, "decode")
+
+
+def _dropped_like(got, given, p):
+    """Whether `got` is `given` through a dropout of rate p: each entry 0, or the entry / (1 - p); some zeroed."""
+    if not isinstance(got, torch.Tensor) or got.shape != given.shape or not torch.isfinite(got).all():
+        return False
+    g = got.detach().double()
+    kept = torch.isclose(g, given.detach().double() / (1 - p), atol=1e-5, rtol=1e-4)
+    return bool(((g == 0) | kept).all()) and bool((g == 0).any())
+
+
+def _as_given(got, given, what, expected, p, place):
+    """got must be `given` exactly (train mode, dropout=p: no dropout of the model's own on that path)."""
+    if isinstance(got, torch.Tensor) and got.shape == given.shape and torch.equal(got, given):
+        return
+    if _dropped_like(got, given, p):
+        zeroed = float((got.detach() == 0)[given != 0].double().mean()) * 100
+        raise CheckFailure(what, expected, f"{zeroed:.0f}% of the entries zeroed and the others x {1 / (1 - p):g} "
+                           f"(a dropout of rate {p:g})",
+                           f"a dropout on {place}: the model's dropout is on the embeddings + PE (self.positional) and "
+                           "inside the layers (each sublayer's output, the attention weights, the feed-forward's "
+                           "hidden units) only; add none of your own")
+    raise CheckFailure(what, expected, "something else in train mode (and the right thing in eval mode)",
+                       "something that acts only in train mode changes it: dropout belongs on the embeddings + PE and "
+                       "inside the layers only")
+
+
+def _no_dropout_elsewhere(Transformer, seed, part):
+    """With dropout=0.5 in train mode, and the encoder and decoder replaced by stand-ins that return their input x:
+    encode returns the encoder's output, decode hands the decoder the memory and returns its output, forward hands
+    the decoder the encoder's output and projects the decoder's, all as they are (dropout acts only in
+    self.positional and inside the layers). Checked only where eval mode gets these right (the checks in eval mode
+    say what is wrong otherwise)."""
+    p = 0.5
+    model, what = _make(Transformer, seed=seed, dropout=p)
+    src, tgt, sm, tm = _batch(seed)
+    with seeded(seed):
+        memory = torch.randn(src.size(0), src.size(1), D)
+
+    def run(train):
+        enc, dec = _Recorder(), _Recorder()
+        model.encoder, model.decoder = enc, dec
+        model.train(train)
+        with seeded(seed + 1), torch.no_grad():
+            if part == "encode":
+                out = model.encode(src, sm)
+            elif part == "decode":
+                out = model.decode(tgt, memory, sm, tm)
+            else:
+                out = model(src, tgt, sm, tm)
+        return out, enc, dec
+
+    def paths(out, enc, dec):
+        """(got, given, what, expected, place) for each path, or None when a stand-in was not called as expected."""
+        if part == "encode":
+            if len(enc.calls) != 1:
+                return None
+            return [(out, enc.calls[0][0], f"{what}.train().encode(src, src_mask) with an encoder that returns its "
+                     "input", "the encoder's output as it is", "the encoder's output")]
+        if len(dec.calls) != 1:
+            return None
+        mem = _argument(dec.calls[0], 0, ("memory",))
+        if part == "decode":
+            return [(mem, memory, f"{what}.train().decode(tgt_in, memory, src_mask, tgt_mask): the memory the "
+                     "decoder was given", "memory itself", "the memory"),
+                    (out, dec.calls[0][0], f"{what}.train().decode(...) with a decoder that returns its input",
+                     "the decoder's output as it is", "the decoder's output")]
+        if len(enc.calls) != 1 or not isinstance(mem, torch.Tensor):
+            return None
+        gen = model.generator
+        with torch.no_grad():
+            logits = gen(dec.calls[0][0]) if isinstance(gen, nn.Module) else None
+        found = []
+        try:  # a dropout inside encode is the encode check's: not counted twice
+            _no_dropout_elsewhere(Transformer, seed, "encode")
+        except CheckFailure:
+            pass
+        else:
+            found.append((mem, enc.calls[0][0], f"{what}.train()(src, tgt_in, src_mask, tgt_mask): the memory the "
+                          "decoder was given", "the encoder's output as it is", "the memory (the encoder's output)"))
+        try:  # a dropout inside decode is the decode check's: not counted twice
+            _no_dropout_elsewhere(Transformer, seed, "decode")
+        except CheckFailure:
+            logits = None
+        if logits is not None:
+            found.append((out, logits, f"{what}.train()(src, tgt_in, src_mask, tgt_mask) with a decoder that returns "
+                          "its input", "generator(the decoder's output)", "the decoder's output or the logits"))
+        return found
+
+    try:
+        eval_paths = paths(*run(False))
+    except NotImplementedError:
+        raise
+    except Exception:  # noqa: BLE001  (wrong in eval mode too: the other checks say how)
+        return
+    if eval_paths is None or any(not (isinstance(got, torch.Tensor) and got.shape == given.shape
+                                      and torch.equal(got, given)) for got, given, *_ in eval_paths):
+        return
+    train_paths = paths(*run(True))
+    for got, given, where, expected, place in train_paths or ():
+        _as_given(got, given, where, expected, p, place)
 
 
 @register("Transformer", "post-norm model equals nn.Transformer with the same weights (encode and forward)")
@@ -590,6 +693,7 @@ def _forward(Transformer):
     def train_states():  # the decoder states forward projects, in train mode (dropout=0.0: deterministic)
         return model.decode(tgt, model.encode(src, sm), sm, tm)
     _tied_gradient(model, logits, src, tgt, train_states, what)
+    _no_dropout_elsewhere(Transformer, 7, "forward")
 
 
 def _trainable(part):
