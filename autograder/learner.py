@@ -134,6 +134,18 @@ def collect(lessons_dir="lessons", fallback=None, verify: bool = True, log=print
     would earn full points, also inside their later stages (e.g. ["BPETokenizer"] when theirs is too slow).
     Prints one line per name that is not theirs, and why.
     """
+    import torch
+
+    # the lessons' imports cells set the seed and (lesson 13) one thread: the caller's kernel keeps its own
+    threads, rng = torch.get_num_threads(), torch.get_rng_state()
+    try:
+        return _collect(lessons_dir, fallback, verify, log, exclude)
+    finally:
+        torch.set_num_threads(threads)
+        torch.set_rng_state(rng)
+
+
+def _collect(lessons_dir, fallback, verify, log, exclude) -> Implementation:
     import nbformat
 
     from .core import check, max_points

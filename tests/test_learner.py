@@ -101,8 +101,13 @@ def test_a_name_short_of_full_points_falls_back_to_the_reference(tmp_path):
     assert "(h_grams & r_grams)" in cell.source
     cell.source = cell.source.replace("(h_grams & r_grams)", "h_grams")  # n-grams not clipped by the reference
     nbformat.write(nb, str(tmp_path / "13_decoding.ipynb"))
-    lines = []
-    impl = collect(tmp_path, fallback=solutions, log=lines.append)
+    lines, threads = [], torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        impl = collect(tmp_path, fallback=solutions, log=lines.append)
+        assert torch.get_num_threads() == 2  # lesson 13's imports cell asks for one thread: lesson 14 keeps its own
+    finally:
+        torch.set_num_threads(threads)
     assert impl.corpus_bleu is solutions.corpus_bleu and "corpus_bleu" not in impl.mine
     assert impl.report["corpus_bleu"].startswith("reference: yours scores ")
     assert impl.mine == ["greedy_decode", "length_penalty", "beam_search"]
