@@ -35,7 +35,14 @@ class DecoderLayer(nn.Module):
 
 
 class Decoder(nn.Module):
-    """n_layers distinct DecoderLayers, then `norm` (LayerNorm when pre-norm, else nn.Identity)."""
+    """n_layers distinct DecoderLayers, then `norm` (LayerNorm when pre-norm, else nn.Identity).
+
+    x (B, Lt, d_model), memory (B, Ls, d_model), src_mask (B, 1, 1, Ls), tgt_mask (B, 1, Lt, Lt)
+    -> (B, Lt, d_model). Every layer reads the same memory (the encoder's last output) and both masks.
+    Example: dec = Decoder(8, 2, 16, n_layers=3)
+             dec(torch.randn(1, 5, 8), torch.randn(1, 7, 8), None, None).shape -> (1, 5, 8)
+             len(dec.layers) -> 3, three DecoderLayers with weights of their own
+    """
 
     def __init__(self, d_model: int, n_heads: int, d_ff: int, n_layers: int, dropout: float = 0.1,
                  norm_first: bool = False):
