@@ -62,11 +62,20 @@ def beam_search(model, src, src_mask, max_len: int, beam_size: int = 4, alpha: f
                 bos_id: int = BOS, eos_id: int = EOS) -> list[list[int]]:
     """Beam search: one answer per source, ids without <bos> and without the final <eos>.
 
-    Each step ranks all one-token extensions of a source's open hypotheses by log-probability and
-    walks down the ranking: an extension ending in <eos> is finished and set aside, any other stays
-    open, until beam_size are open. Open hypotheses count as finished after max_len tokens. The answer
-    maximizes log p / length_penalty(length, alpha), length counting <eos>. A source stops once no open
-    hypothesis can beat its best finished one. Example: beam_size=1, alpha=0 gives greedy_decode's answer.
+    src (B, Ls), src_mask (B, 1, 1, Ls) -> B lists of ids. For one source with k open hypotheses:
+    prefixes (k, t), their log p (k,); log_softmax(model.generator(states[:, -1])) (k, V); their sum
+    scores[:, None] + log_probs (k, V), flattened to the k * V one-token extensions, ranked.
+    Each step walks down that ranking: an extension ending in <eos> is finished and set aside, any other
+    stays open, until beam_size are open. Open hypotheses count as finished after max_len tokens. The
+    answer maximizes log p / length_penalty(length, alpha), length counting <eos>. A source stops once no
+    open hypothesis can beat its best finished one (bound: log p / length_penalty(max_len, alpha)).
+
+    Example, by hand: three tokens <eos>, a, b; beam_size=2, alpha=0 (scores are plain log p).
+      p(. | <bos>) = a 0.5, b 0.4, <eos> 0.1;  p(. | a) = a 0.45, b 0.35, <eos> 0.2;  p(. | b) = <eos> 0.9
+      step 1: a -0.69, b -0.92 open (<eos> -2.30 is not reached: the beam is full)
+      step 2: "b <eos>" ln 0.36 = -1.02 finished; "a a" -1.49, "a b" -1.74 open
+              the best open, -1.49, cannot beat -1.02: stop -> [b]   (greedy: a a a ...)
+    With beam_size=1 and alpha=0 it gives greedy_decode's answer.
     """
     _check_batch(src)
     if beam_size < 1:
