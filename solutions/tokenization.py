@@ -65,8 +65,7 @@ def merge_pair(symbols: tuple[str, ...], pair: tuple[str, str]) -> tuple[str, ..
 def learn_bpe(corpus: Iterable[str], num_merges: int, min_frequency: int = 2) -> list[tuple[str, str]]:
     """Learn up to `num_merges` BPE merges from the words of `corpus` (lines of text).
 
-    Words are what lies between spaces, as in subword-nmt: a tab or a no-break space (U+00A0) stays
-    inside its word. (BPETokenizer turns every kind of whitespace into a plain space first.)
+    Words are what lies between single spaces, as in subword-nmt: line.split(" "), empty strings skipped.
 
     Each step merges the most frequent adjacent pair (weighted by word counts); ties go to the
     lexicographically greatest pair, i.e. max(stats, key=lambda p: (stats[p], p)). Stops early when
