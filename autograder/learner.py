@@ -220,7 +220,8 @@ def _collect(lessons_dir, fallback, verify, log, exclude) -> Implementation:
     objects = {n: chosen[n] if n in chosen else getattr(fallback, n) for n in names
                if n in chosen or hasattr(fallback, n)}
     mine = [n for n in names if n in chosen]
-    log(f"your code: {len(mine)} of {len(names)} names" + (f" ({', '.join(mine)})" if mine else ""))
+    log(f"full points, so yours from here on: {len(mine)} of {len(names)} names" + (f" ({', '.join(mine)})" if mine else "")
+        + " (what actually runs is recorded: impl.ran())")
     unwritten = [n for n in names if re.fullmatch(r"reference: yours scores 0/.*", report[n])]
     if unwritten:
         log(f"  the reference for {', '.join(unwritten)}: yours scores 0 (not written yet?)")

@@ -113,7 +113,7 @@ def test_a_name_short_of_full_points_falls_back_to_the_reference(tmp_path):
     assert impl.mine == ["greedy_decode", "length_penalty", "beam_search"]
     assert impl.report["Transformer"] == "reference: not found in the lessons" and impl.Transformer is solutions.Transformer
     text = "\n".join(lines)
-    assert "your code: 3 of 35 names" in text and "corpus_bleu: reference: yours scores" in text
+    assert "yours from here on: 3 of 35 names" in text and "corpus_bleu: reference: yours scores" in text
     # a name the learner keeps from the reference (KEEP_REFERENCE in lesson 14), also inside their own code
     impl = collect(tmp_path, fallback=solutions, log=lines.append, exclude=["length_penalty"])
     assert impl.mine == ["greedy_decode", "beam_search"] and impl.length_penalty is solutions.length_penalty

@@ -32,7 +32,8 @@ def _run(tmp_path, *params):
     out = tmp_path / "out.ipynb"
     args = ["-p", "DATA", "synthetic", "-p", "SIZE", "tiny", "-p", "TEST_SENTENCES", "30",
             "-p", "CHECKPOINT", str(tmp_path / "model.pt"), *params]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}  # this checkout
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),  # this checkout
+           "OMP_NUM_THREADS": "1"}  # a tiny model gains nothing from a second thread, and loses much on a busy machine
     proc = subprocess.run([sys.executable, "-m", "papermill", str(NOTEBOOK), str(out), *args, "--cwd", str(tmp_path)],
                           capture_output=True, text=True, timeout=600, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -60,7 +61,7 @@ def test_notebook_trains_decodes_and_scores_with_the_learners_code(tmp_path):
     learner's tokenizer, model, loss, schedule, batching, decoders and BLEU, and every name is seen to run."""
     independent.write(tmp_path)  # in the notebook's own folder, where "auto" looks first
     text, shown, figures = _run(tmp_path, "-p", "TRAIN_MINUTES", "0.1")
-    assert f"your lessons: {tmp_path.resolve()}" in text and "your code: 35 of 35 names" in text
+    assert f"your lessons: {tmp_path.resolve()}" in text and "yours from here on: 35 of 35 names" in text
     assert "your BPETokenizer learns the joint vocabulary" in text
     assert "learner_10_output_projection.Transformer" in text
     assert "decoders: your greedy_decode, your beam_search" in text and "your corpus_bleu" in text
