@@ -1,0 +1,258 @@
+"""What a lesson's prose says about its own output is true of a run of the solved lesson.
+
+Each claim is (quote, expression, test):
+- quote: words of the lesson's markdown (compared with whitespace collapsed). Rewording the sentence breaks the
+  test on purpose: whoever changes a claim looks at its check again;
+- expression: Python evaluated in the namespace of the executed lesson (its variables, after its last cell);
+- test: a function of the expression's value (lists and numbers: tensors arrive as lists) that must return True.
+
+Each solved lesson runs once per test session (a session fixture), in a fresh kernel that imports this
+repository's solutions and autograder; a per-lesson SETUP runs after the lesson's last cell, before the
+expressions, for claims that need a few lines (it defines names the expressions use, prefixed with `_`).
+"""
+from __future__ import annotations
+
+import json
+import math
+import pathlib
+import re
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+from autograder.notebooks import LESSONS, ROOT, solved
+
+MARK = "LESSON-CLAIMS-JSON:"
+
+
+def close(value, target, tol):
+    return value is not None and abs(value - target) <= tol
+
+
+# ------------------------------------------------------------------------------------------------ claims
+SETUP = {
+    "03_attention": """
+_d = {d_k: curve for d_k, curve in zip(D_KS, sharpness["scaled"]["max_weight"])}
+_u = {d_k: curve for d_k, curve in zip(D_KS, sharpness["unscaled"]["max_weight"])}
+""",
+    "12_training": """
+import statistics as _st
+from solutions.toy_tasks import accuracy as _accuracy, spikes as _spikes
+_copy_spikes = _spikes(copy_losses)
+_ratios = [copy_losses[k] / _st.median(copy_losses[k - 50:k]) for k in range(50, len(copy_losses))]
+_largest = 51 + max(range(len(_ratios)), key=_ratios.__getitem__)           # the step of the largest spike
+
+def _argmax_rows(model, task, src):
+    b = solutions.make_batch([src], [task(src)])
+    with torch.no_grad():
+        model(b.src, b.tgt_in, b.src_mask, b.tgt_mask)
+    return model.decoder.layers[0].cross_attn.attn_weights[0].mean(0).argmax(-1).tolist()   # one per row
+_copy_rows, _reverse_rows = _argmax_rows(copy_model, copy, source), _argmax_rows(reverse_model, reverse, source)
+""",
+    "13_decoding": """
+_bleu = {name: reference.corpus_bleu(outputs, references) for name, outputs in results.items()}
+_logp = {name: mean_log_prob(model, sources, outputs) for name, outputs in results.items()}
+_ambiguous = {"Haus", "Weg", "Auto", "Stuhl"}
+_src = pad_sequences([[SRC_ID[w] for w in e] for e in examples])               # the greedy cell's sentences
+_greedy = reference.greedy_decode(model, _src, padding_mask(_src), max_len=13)
+_greedy_firsts = [words(out).split()[2 * i] for e, out in zip(examples, _greedy) for i, w in enumerate(e)
+                  if w in _ambiguous]
+""",
+}
+
+CLAIMS = {
+    "01_tokenization": [
+        ("`s + t</w>` and `e + s` are both seen 9 times",
+         "[get_pair_stats(toy)[p] for p in [('s', 't</w>'), ('e', 's')]]", lambda v: v == [9, 9]),
+        ("*lowest* comes out as `lo + west</w>`, not `low + est</w>`",
+         "apply_bpe('lowest', toy_merges)", lambda v: v == ["lo", "west</w>"]),
+        ("merge 4, `w + est</w>` (from *newest*, 6 times), was learned before merge 7, `lo + w</w>`",
+         "[toy_merges.index(('w', 'est</w>')) + 1, toy_merges.index(('lo', 'w</w>')) + 1]", lambda v: v == [4, 7]),
+        ("*slow* ends in `low</w>`", "apply_bpe('slow', toy_merges)", lambda v: v[-1] == "low</w>"),
+        ("*newer* keeps only `ne` of *new*, because *newest* became one symbol before `new` was ever a piece",
+         "[apply_bpe('newer', toy_merges)[:2], ('ne', 'w') in toy_merges, ('ne', 'west</w>') in toy_merges]",
+         lambda v: v == [["ne", "w"], False, True]),
+        ("in the tokenizer below, trained on six sentences, *lowest* is `low + est</w>`",
+         "[len(train_text), tok.tokenize('lowest')]", lambda v: v == [6, ["low", "est</w>"]]),
+        ("they build pieces that are frequent everywhere (`th`, `er</w>`, `the</w>`, `ed</w>`)",
+         "[a + b for a, b in merges[:8]]", lambda v: {"th", "er</w>", "the</w>", "ed</w>"} <= set(v)),
+        ("Every string is a sequence of bytes, so every string can be spelled: `<unk>` disappears",
+         "from_bytes([p for w in to_bytes('a naïve zoo near 東京').split() for p in apply_bpe(w, byte_merges)])",
+         lambda v: v == "a naïve zoo near 東京"),
+        ("a character outside ASCII costs 2 to 4 tokens until merges glue its bytes together",
+         "[len(apply_bpe(to_bytes(c), byte_merges)) for c in 'ï東']", lambda v: v == [2, 3]),
+        ("16 for $d_{model} = 512$", "[d_model, round(pe.norm(dim=-1).mean().item(), 2), raw.item()]",
+         lambda v: v[0] == 512 and close(v[1], 16.0, 0.01) and close(v[2], 1.0, 0.05)),
+    ],
+    "03_attention": [
+        ("With $d_k = 64$ the scores spread over roughly $\\pm 8$",
+         "(torch.randn(20000, 64) * torch.randn(20000, 64)).sum(-1).std().item()", lambda v: close(v, 8.0, 0.4)),
+        ("rows sum to 1, and the padded column is empty",
+         "[weights[0].sum(-1).tolist(), weights[0][:, 5].abs().max().item()]",
+         lambda v: all(close(s, 1.0, 1e-5) for s in v[0]) and v[1] == 0.0),
+        ("Unscaled, the largest weight climbs toward 1 as $d_k$ grows",
+         "[_u[4], _u[64], _u[1024]]", lambda v: v[0] < v[1] < v[2] and v[2] > 0.9),
+        ("it stays where it was at $d_k = 4$",
+         "[_d[4], _d[64], _d[1024]]", lambda v: max(v) - min(v) < 0.1),
+        ("the entropy of an unscaled row falls toward 0",
+         "[sharpness['unscaled']['entropy'][-1], sharpness['scaled']['entropy'][-1], math.log(L_K)]",
+         lambda v: v[0] < 0.3 and v[1] > 0.5 * v[2]),
+        ("`-inf` gives `nan` in the forward pass",
+         "[math.isnan(x) for x in filled_inf['forward']]", lambda v: v == [False] * 4 + [True] * 4),
+        ("zeroing those rows after the softmax makes the forward pass finite, but the gradient is still `nan`",
+         "[any(math.isnan(x) for x in zeroed['forward']), zeroed['grad_nan']]", lambda v: v == [False, True]),
+        ("your function: finite in both directions",
+         "[any(math.isnan(x) for x in yours['forward']), yours['grad_nan']]", lambda v: v == [False, False]),
+    ],
+    "07_residual_layer_norm": [
+        ("Every position comes out with mean 0 and standard deviation 1, whatever its scale, except the first",
+         "plain[0].std(-1, unbiased=False).tolist()",
+         lambda v: v[0] < 0.97 and all(close(s, 1.0, 1e-3) for s in v[1:])),
+        ("the stream is reset to variance 1 each time, at every depth",
+         "stds[False]", lambda v: all(close(s, 1.0, 0.01) for s in v[1:])),
+        ("the stream grows with depth", "[stds[True][1], stds[True][12], stds[True][24], stds[True][48], final]",
+         lambda v: v[0] < v[1] < v[2] < v[3] and v[3] > 3 and close(v[4], 1.0, 0.01)),
+        ("the two layers next to the output get the largest gradients",
+         "runs['post-norm (the paper)'][0]", lambda v: min(v[4:]) > max(v[:4])),
+        ("the gradient even halves from the first layer to the last",
+         "runs['pre-norm'][0]", lambda v: v[-1] < 0.65 * v[0] and max(v[1:]) < v[0]),
+        ("every position ends up with nearly the same vector (the cosine between positions is about 1)",
+         "[runs['post-norm, no residual'][2], runs['post-norm (the paper)'][2]]",
+         lambda v: v[0] > 0.99 and v[1] < 0.95),
+        ("it grows layer after layer, and the gradients are dozens of times larger than with the norm, largest in the "
+         "first layers",
+         "[runs['post-norm, no LayerNorm'], runs['post-norm (the paper)'][0]]",
+         lambda v: v[0][1] > 5 and all(a > 20 * b for a, b in zip(v[0][0], v[1])) and v[0][0][0] == max(v[0][0])),
+    ],
+    "09_decoder": [
+        ("the two `<pad>` columns stay empty",
+         "layer.cross_attn.attn_weights[0, :, :, 6:].abs().max().item()", lambda v: v == 0.0),
+        ("lower-triangular, nothing above the diagonal",
+         "layer.self_attn.attn_weights[0].triu(1).abs().max().item()", lambda v: v == 0.0),
+        ("With `target_mask` the outputs at the earlier positions are identical; only the last position changes",
+         "causal.tolist()", lambda v: all(x == 0.0 for x in v[:4]) and v[4] > 0.1),
+        ("the change at the end leaks into every earlier position",
+         "leaky.tolist()", lambda v: all(x > 0.01 for x in v)),
+        ("each target position looks at the source position it must reverse",
+         "[trained_rows, list(range(len(toy_source) - 1, -1, -1))]", lambda v: v[0][:len(v[1])] == v[1]),
+    ],
+    "12_training": [
+        ("the target mask of the first sentence, whose target is the shorter one",
+         "[[len(t) for t in tgt_seqs], batch.tgt_in[0, -1].item(), batch.tgt_mask[0, 0, :, -1].any().item()]",
+         lambda v: v == [[2, 3], 0, False]),
+        ("in a minute or so each", "[copy_seconds, reverse_seconds]", lambda v: max(v) < 120),
+        ("Within 300 steps the loss falls from above 4",
+         "[copy_losses[0], _st.median(copy_losses[250:300])]", lambda v: v[0] > 4 and v[1] < 0.03),
+        ("the model copies more than 90 % of new sequences exactly",
+         "_accuracy(copy_model, copy)[0]", lambda v: v > 0.9),
+        ("jumps of ten times the recent loss keep coming long after the peak rate at step 100",
+         "[copy_rates.index(max(copy_rates)) + 1, [s for s in _copy_spikes if s > 300]]",
+         lambda v: v[0] == 100 and len(v[1]) >= 3),
+        ("the largest near the end, when the rate has decayed to less than half its peak",
+         "[_largest, copy_rates[_largest - 1] / max(copy_rates)]", lambda v: v[0] > 500 and v[1] < 0.5),
+        ("copies and reverses more than 90 % of new sequences exactly",
+         "[_accuracy(copy_model, copy)[0], _accuracy(reverse_model, reverse)[0]]", lambda v: min(v) > 0.9),
+        ("The copy model has learned a diagonal, the reverse model an anti-diagonal",
+         "[_copy_rows, _reverse_rows, len(source)]",
+         lambda v: v[0][:v[2]] == list(range(v[2])) and v[1][:v[2]] == list(range(v[2] - 1, -1, -1))),
+    ],
+    "13_decoding": [
+        ("It puts about 0.55 on \"a\" and 0.35 on \"the\"",
+         "[first[TGT_ID['a']].exp().item(), first[TGT_ID['the']].exp().item()]",
+         lambda v: close(v[0], 0.55, 0.07) and close(v[1], 0.35, 0.07)),
+        ("after \"the\" it is sure of \"house\"", "after_the[TGT_ID['house']].exp().item()", lambda v: v > 0.8),
+        ("After \"a\" it spreads its probability over the four nouns, more evenly than the data",
+         "sorted(after_a[[TGT_ID[w] for w in ('home', 'building', 'cottage', 'shed')]].exp().tolist())",
+         lambda v: sum(v) > 0.8 and v[-1] / sum(v) < 0.2 / 0.6),
+        ("So \"a\" comes first, but \"the house\" is the more probable phrase",
+         "[first[TGT_ID['a']].item() > first[TGT_ID['the']].item(), p_the_house.item() > p_a_home.item()]",
+         lambda v: v == [True, True]),
+        ("Every ambiguous noun should come out as an \"a\" phrase.", "_greedy_firsts",
+         lambda v: len(v) >= 4 and set(v) == {"a"}),
+        ("from $\\alpha \\approx 0.53$ on it wins",
+         "[s / length_penalty(4, a) > l / length_penalty(12, a) for a in (0.52, 0.54) for s, l in [(-2.0, -2.8)]]",
+         lambda v: v == [True, False]),
+        ("After step 1, \"a\" leads \"the\". After step 2, \"the house\" has overtaken every \"a\" phrase",
+         "[words(steps[0][0][0][1:]), words(steps[1][0][0][1:])]", lambda v: v == ["a", "the house"]),
+        ("so the search stops. It does not run all `max_len` steps", "[len(steps), MAX_LEN]", lambda v: v[0] < v[1]),
+        ("The 3-token perfect match scores 0", "reference.corpus_bleu(*corpora['perfect, but only 3 tokens'])",
+         lambda v: v == 0.0),
+        ("they agree at only about 34 BLEU", "reference.corpus_bleu(*corpora['two translators of the toy task'])",
+         lambda v: close(v, 34, 3)),
+        ("Clipped, it is $2/7 = 0.286$, so BLEU is 28.6", "reference.corpus_bleu(*corpora[\"clipping: 'the' x7 (max_n=1)\"])",
+         lambda v: close(v, 28.57, 0.01)),
+        ("Beam search finds translations the model itself considers more probable, and here they also score higher BLEU",
+         "[_logp['beam 4'] - _logp['greedy'], _bleu['beam 4'] - _bleu['greedy']]", lambda v: v[0] > 0.5 and v[1] > 3),
+        ("A beam of 2 is already enough here", "[_bleu['beam 2'], _bleu['beam 4'], _bleu['beam 8']]",
+         lambda v: max(v) - min(v) < 0.5),
+        ("BLEU stays far below 100 even for the best decoder", "max(_bleu.values())", lambda v: v < 70),
+    ],
+}
+
+
+# ------------------------------------------------------------------------------------------- machinery
+def lesson_path(stem):
+    return LESSONS / f"{stem}.ipynb"
+
+
+def markdown_text(nb):
+    return " ".join(" ".join(c.source.split()) for c in nb.cells if c.cell_type == "markdown")
+
+
+def probe_source(stem):
+    exprs = [expr for _, expr, _ in CLAIMS[stem]]
+    return (SETUP.get(stem, "") + "\n"
+            f"import json as _json\n"
+            f"def _value(expr):\n"
+            f"    try:\n"
+            f"        return {{'value': eval(expr, globals())}}\n"
+            f"    except Exception as e:  # noqa: BLE001\n"
+            f"        return {{'error': f'{{type(e).__name__}}: {{e}}'}}\n"
+            f"print({MARK!r} + _json.dumps({{e: _value(e) for e in {exprs!r}}},\n"
+            f"      default=lambda o: o.tolist() if hasattr(o, 'tolist') else repr(o)))\n")
+
+
+class Runs:
+    """Each solved lesson executed at most once per session; its markdown and the claims' values."""
+
+    def __init__(self, workdir):
+        self.workdir, self.done = workdir, {}
+
+    def __call__(self, stem):
+        if stem not in self.done:
+            nb = solved(lesson_path(stem))
+            text = markdown_text(nb)
+            # this repository's packages first, whatever `solutions` the environment has installed
+            nb.cells.insert(0, nbformat.v4.new_code_cell(f"import sys; sys.path.insert(0, {str(ROOT)!r})"))
+            nb.cells.append(nbformat.v4.new_code_cell(probe_source(stem)))
+            cwd = self.workdir / stem
+            cwd.mkdir()
+            NotebookClient(nb, timeout=600, kernel_name="python3",
+                           resources={"metadata": {"path": str(cwd)}}).execute()
+            printed = "".join(o.get("text", "") for o in nb.cells[-1].outputs if o.output_type == "stream")
+            values = json.loads(printed.split(MARK, 1)[1])
+            self.done[stem] = text, values
+        return self.done[stem]
+
+
+@pytest.fixture(scope="session")
+def runs(tmp_path_factory):
+    return Runs(tmp_path_factory.mktemp("lesson_claims"))
+
+
+CASES = [(stem, i) for stem, claims in CLAIMS.items() for i in range(len(claims))]
+
+
+@pytest.mark.parametrize("stem,index", CASES, ids=[f"{s}-{CLAIMS[s][i][0][:40]}" for s, i in CASES])
+def test_claim_holds_on_the_solved_lesson(runs, stem, index):
+    quote, expr, holds = CLAIMS[stem][index]
+    text, values = runs(stem)
+    assert " ".join(quote.split()) in text, f"{stem} no longer says {quote!r}: update the claim in {__file__}"
+    result = values[expr]
+    assert "error" not in result, f"{stem}: {expr} raised {result.get('error')}"
+    assert holds(result["value"]), f"{stem} says {quote!r}, but {expr} = {result['value']!r}"
+
+
+def test_every_lesson_with_claims_exists():
+    assert all(lesson_path(stem).exists() for stem in CLAIMS)
