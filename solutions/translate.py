@@ -150,7 +150,8 @@ def departures(config: Config, data_name: str = "multi30k") -> list[tuple[str, s
     row((c.warmup_steps, round(c.lr_peak, 7)) != (4000, round(LR_PAPER_BASE, 7)), "warmup and peak rate",
         f"4,000 warmup steps to a peak of {LR_PAPER_BASE:.1e} (factor 1)",
         f"{c.warmup_steps:,} warmup steps to a peak of {c.lr_peak:.1e}",
-        "a run of about a thousand steps would still be warming up at 4,000; pre-norm takes a higher peak")
+        "a run of about a thousand steps would still be warming up at 4,000"
+        + ("; pre-norm takes a higher peak" if c.norm_first else ""))
     row(c.bpe_merges != 37000, "BPE vocabulary", "about 37,000 shared tokens (WMT 2014 English-German)",
         f"{c.bpe_merges:,} merges of one joint German-English BPE",
         "Multi30k's words fit in 1-2 pieces with 8,000 merges, and a smaller output layer is faster")
