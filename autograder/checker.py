@@ -1,7 +1,7 @@
 """The grader's side of `python -m autograder grade`: `python -m autograder.checker CONFIG`, one process per
 notebook, started before the notebook's kernel and never running any of the notebook's code.
 
-It imports the checks, listens on a Unix socket in the kernel's connection folder, and prints "ready".
+It listens on a Unix socket in the kernel's connection folder, prints "listening", and imports the checks.
 Each graded cell of the notebook (autograder/serve.py) connects and names its cell; the checker grades the
 contract name that the lesson gives that cell (never a name the notebook chooses), with the learner's
 object reached through autograder/remote.py, and appends the verdict to its results file, which only the
@@ -173,15 +173,16 @@ def main(cfg_path: str) -> None:
             resource.setrlimit(resource.RLIMIT_AS, (int(cfg["memory"]), int(cfg["memory"])))
         except (ValueError, OSError):
             pass
-    import torch
-    torch.set_num_threads(int(cfg.get("threads") or 1))
-    _share_temp(cfg.get("exchange"), cfg.get("uid"))
-    grader = Grader(cfg)
+    # listening first: the kernel starts meanwhile, and a graded cell that comes early waits in the backlog
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     server.bind(cfg["socket"])
     os.chmod(cfg["socket"], 0o666)
     server.listen(8)
-    print("ready", flush=True)
+    print("listening", flush=True)
+    import torch
+    torch.set_num_threads(int(cfg.get("threads") or 1))
+    _share_temp(cfg.get("exchange"), cfg.get("uid"))
+    grader = Grader(cfg)
     while True:
         conn, _ = server.accept()
         try:

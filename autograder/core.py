@@ -125,12 +125,170 @@ def _run_limited(fn: Callable, seconds: float):
 
 
 def _describe_exception(e: BaseException) -> str:
-    """`TypeError: ... (in your_function, line 12)`: the innermost frame outside the autograder."""
-    frames = [f for f in traceback.extract_tb(e.__traceback__) if "autograder" not in f.filename.replace("\\", "/")
-              and "/torch/" not in f.filename.replace("\\", "/")]
-    where = f" (in {frames[-1].name}, line {frames[-1].lineno})" if frames else ""
+    """`TypeError: ... (in your_function, line 12: `the line`)`: the innermost frame of the learner's code (not the
+    autograder's, not a library's), with its line as written."""
+    frames = _learner_frames(e)
     msg = str(e).strip().splitlines()[0] if str(e).strip() else ""
+    where = ""
+    if frames:
+        frame, lineno = frames[-1]
+        line = _source_line(frame, lineno)
+        where = f" (in {frame.f_code.co_name}, line {lineno}" + (f": `{line}`" if line else "") + ")"
     return f"{type(e).__name__}{': ' + msg[:300] if msg else ''}{where}"
+
+
+def _learner_frames(e: BaseException) -> list:
+    """(frame, line number) of each traceback entry in the learner's code, outermost first."""
+    out, tb = [], e.__traceback__
+    while tb is not None:
+        name = tb.tb_frame.f_code.co_filename.replace("\\", "/")
+        if "autograder" not in name and "/torch/" not in name and _frame_kind(tb.tb_frame.f_code.co_filename) != "library":
+            out.append((tb.tb_frame, tb.tb_lineno))
+        tb = tb.tb_next
+    return out
+
+
+def _source_line(frame, lineno) -> str:
+    import linecache
+    try:
+        line = linecache.getline(frame.f_code.co_filename, lineno, frame.f_globals).strip()
+    except Exception:  # noqa: BLE001  (no source: a compiled or generated function)
+        return ""
+    return line if len(line) <= 120 else line[:117] + "..."
+
+
+def _shape_of(value):
+    """The shape of a tensor or an array, as a tuple (None for anything else)."""
+    shape = getattr(value, "shape", None)
+    if shape is None or isinstance(value, type):
+        return None
+    try:
+        return tuple(int(d) for d in shape)
+    except (TypeError, ValueError):
+        return None
+
+
+def _names_in(line: str) -> list[str]:
+    import keyword
+    import re
+    seen = []
+    for m in re.finditer(r"(?<![\w.])([A-Za-z_]\w*)", line):
+        name = m.group(1)
+        if not keyword.iskeyword(name) and name not in seen:
+            seen.append(name)
+    return seen
+
+
+def _shapes_hint(e: BaseException) -> tuple[str, str | None]:
+    """(the shapes of the tensors named on the learner's failing line, a 'Likely' made from them or None). The
+    Likely only says which of those tensors' dimensions have the sizes that the error names (a size mismatch):
+    a fact about this call, not a guess; None when the sizes do not point at exactly one dimension each."""
+    import re
+    frames = _learner_frames(e)
+    if not frames:
+        return "", None
+    frame, lineno = frames[-1]
+    line = _source_line(frame, lineno)
+    local_vars = frame.f_locals
+    shapes = {}
+    for name in _names_in(line):
+        if name in local_vars and name != "self":
+            shape = _shape_of(local_vars[name])
+            if shape is not None:
+                shapes[name] = shape
+    if not shapes:
+        return "", None
+    described = ", ".join(f"{n} {s}" for n, s in list(shapes.items())[:6])
+    text = str(e)
+    sizes = [int(v) for v in re.findall(r"size of tensor [ab] \((\d+)\)", text)]
+    if len(sizes) != 2:
+        m = re.search(r"shapes cannot be multiplied \((\d+)x(\d+) and (\d+)x(\d+)\)", text) or \
+            re.search(r"()()Expected size (\d+) but got size (\d+)", text)
+        sizes = [int(m.group(3)), int(m.group(4))] if m and not m.group(1) else \
+            [int(m.group(2)), int(m.group(3))] if m else []
+    if len(sizes) != 2 or sizes[0] == sizes[1]:
+        return described, None
+    last_item = _last_item_of_batch(frame, sizes)
+    if last_item:
+        return described, last_item
+    owners = []
+    for size in sizes:
+        found = [(n, d) for n, s in shapes.items() for d, v in enumerate(s) if v == size]
+        if len({n for n, _ in found}) != 1 and len(found) != 1:
+            return described, None
+        owners.append(found)
+    (a, da), (b, db) = owners[0][0], owners[1][0]
+    if len(owners[0]) > 1 or len(owners[1]) > 1:
+        return described, None
+    return described, (f"{sizes[0]} is {a}'s size at dim {da} and {sizes[1]} is {b}'s size at dim {db}: on this line "
+                       f"the one stands where the other was needed (a sum or a mean without keepdim=True, an index, a "
+                       "transpose or a view that took the wrong dimension)")
+
+
+def _last_item_of_batch(frame, sizes) -> str | None:
+    """`x[-1]` in the function, for a local tensor x of 3 or more dims whose batch (dim 0) has one of the sizes that the
+    error says do not match: the last sentence of the batch was taken where the last position was meant (x[:, -1]),
+    and the batch size is what went missing."""
+    import inspect
+    import re
+    try:
+        source = inspect.getsource(frame.f_code)
+    except (OSError, TypeError):
+        return None
+    for name in dict.fromkeys(re.findall(r"(?<![\w.])([A-Za-z_]\w*)\[-1\]", source)):
+        shape = _shape_of(frame.f_locals.get(name))
+        if shape is not None and len(shape) >= 3 and shape[0] in sizes and shape[0] != shape[1]:
+            return (f"{name}[-1] takes the last item of the batch ({name} is {shape}, dim 0 the batch of {shape[0]}), "
+                    f"where the last position was meant: {name}[:, -1] keeps one row per sentence")
+    return None
+
+
+def _entry_call(e: BaseException) -> str:
+    """`name(arg (shape), n=3, ...)`: the learner's function or method that the check called, with the arguments it
+    was given (those the function reassigns are left out: their values now are not the ones it was given)."""
+    import dis
+    frames = _learner_frames(e)
+    if not frames:
+        return ""
+    frame = frames[0][0]
+    code = frame.f_code
+    n_args = code.co_argcount + code.co_kwonlyargcount
+    names = [n for n in code.co_varnames[:n_args] if n != "self"]
+    try:
+        stored = {i.argval for i in dis.get_instructions(code) if i.opname in ("STORE_FAST", "DELETE_FAST")}
+    except Exception:  # noqa: BLE001
+        return ""
+    parts = []
+    for name in names:
+        if name in stored or name not in frame.f_locals:
+            continue
+        value = frame.f_locals[name]
+        shape = _shape_of(value)
+        if shape is not None:
+            parts.append(f"{name} {shape}")
+        elif isinstance(value, (bool, int, float)) or value is None:
+            parts.append(f"{name}={value!r}")
+        elif isinstance(value, (list, tuple)):
+            parts.append(f"{name}=a {type(value).__name__} of {len(value)}")
+    owner = type(frame.f_locals["self"]).__name__ + "." if "self" in code.co_varnames[:1] and "self" in frame.f_locals \
+        else ""
+    return f"{owner}{code.co_name}({', '.join(parts)})" if parts else ""
+
+
+def _exception_line(e: BaseException) -> str:
+    """What run_check says about an exception raised in the learner's code: the error, the learner's own line that
+    raised, the shapes of the tensors on it, and, when the sizes in the error point at them, which dimensions met."""
+    text = f"your code raised {_describe_exception(e)}"
+    try:
+        shapes, hint = _shapes_hint(e)
+        call = _entry_call(e)
+    except Exception:  # noqa: BLE001  (the description above is enough)
+        shapes, hint, call = "", None, ""
+    if shapes:
+        text += f", with {shapes}"
+    if call:
+        text += f"; the call was {call}"
+    return text + (f". Likely: {hint}" if hint else "")
 
 
 def run_check(c: Check, obj) -> tuple[float, str]:
@@ -156,7 +314,7 @@ def run_check(c: Check, obj) -> tuple[float, str]:
     except BaseException as e:  # noqa: BLE001  (SystemExit and KeyboardInterrupt from learner code included)
         if isinstance(e, KeyboardInterrupt) and not isinstance(e, CheckTimeout):
             raise  # the learner pressed stop: let the notebook stop
-        points, line = 0.0, f"✗ {c.title} [0/{c.points:g}]: your code raised {_describe_exception(e)}"
+        points, line = 0.0, f"✗ {c.title} [0/{c.points:g}]: {_exception_line(e)}"
     else:
         points, line = c.points, f"✓ {c.title} [{c.points:g}/{c.points:g}]"
     if used:

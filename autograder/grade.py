@@ -378,7 +378,7 @@ def _execute(spec_path: str) -> None:
     checker = subprocess.Popen([sys.executable, "-m", "autograder.checker", spec["checker"]], stdout=subprocess.PIPE,
                                stderr=log, cwd=spec["private"], text=True)
     try:
-        if (checker.stdout.readline() or "").strip() != "ready":
+        if (checker.stdout.readline() or "").strip() != "listening":
             raise RuntimeError("the checker did not start")
         nb = nbformat.read(spec["prepared"], as_version=4)
         # each cell may run until its own limit or the notebook's, whichever comes first: at the notebook's the
@@ -509,6 +509,10 @@ def grade_notebook(path: str | os.PathLike, timeout: float = NOTEBOOK_TIMEOUT, *
     result = {"path": str(path), "points": 0.0, "max_points": 0.0, "error": None, "problems": [], "cells": [],
               "seconds": 0.0, "isolated": isolated, "lesson": None}
     nb, expected, problems, stem, error = read_submission(path, lesson)
+    if error and not expected:  # unreadable, but the assignment is known: its cells, each at 0
+        stem, _ = lesson_of(path, lesson)
+        found = {s: checks for s, _, checks in _lessons()}
+        expected = [(gid, gid[len("check_"):], _max_points(gid[len("check_"):]) or 0.0) for gid in found.get(stem, [])]
     result["problems"], result["lesson"] = problems, stem
     result["max_points"] = float(sum(p for _, _, p in expected))
     if error:

@@ -35,7 +35,7 @@ import types
 
 import torch
 
-MAX_MESSAGE = 1 << 30        # bytes in one message, blobs included
+MAX_MESSAGE = 256 << 20      # bytes in one message, blobs included
 MAX_NODES = 2_000_000       # values in one message
 MAX_DEPTH = 64              # nested calls between the two sides
 DTYPES = {str(d).replace("torch.", ""): d for d in (
@@ -292,7 +292,10 @@ class RemoteTensor(Remote):
     __slots__ = ()
 
     def _fetch(self):
-        return self._ep.request("value", h=self._h)
+        value = self._ep.request("value", h=self._h)
+        if not isinstance(value, torch.Tensor) or isinstance(value, Remote):
+            raise TypeError("the value of a remote tensor is not a tensor")
+        return value
 
     def __getattr__(self, name):
         if name in REMOTE_TENSOR_ATTRS or (name.endswith("_") and not name.startswith("_")):
