@@ -12,7 +12,7 @@ import torch
 import solutions
 from autograder.learner import collect, contract_names, find_lessons
 from solutions.data import load_synthetic
-from solutions.translate import (Config, bleu_scores, build_model, decoding_args, load_checkpoint, prepare_data,
+from solutions.translate import (Config, bleu_scores, decoding_args, load_checkpoint, prepare_data,
                                  save_checkpoint, train, translate_batch)
 from tests.submissions import independent
 
@@ -124,7 +124,8 @@ def test_a_name_short_of_full_points_falls_back_to_the_reference(tmp_path):
 def test_find_lessons(tmp_path):
     assert find_lessons(tmp_path) is None
     (tmp_path / "14_translate.ipynb").write_text("{}")
-    assert find_lessons(tmp_path) is None  # lesson 14 alone is not a completed lesson set
+    (tmp_path / "15_experiments.ipynb").write_text("{}")
+    assert find_lessons(tmp_path) is None  # lessons 14 and 15 have nothing of the learner's
     (tmp_path / "lessons").mkdir()
     (tmp_path / "lessons" / "03_attention.ipynb").write_text("{}")
     assert find_lessons(tmp_path, tmp_path / "lessons") == tmp_path / "lessons"
