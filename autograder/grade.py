@@ -293,39 +293,6 @@ def prepare(nb, expected, problems, socket_path: str) -> tuple[object, dict[str,
     return out, nonces, origin
 
 
-def _cleared(text: str, begin: str, end: str, stub: list[str]) -> str:
-    """A module's text with each marked region (a line that is only the BEGIN marker, to a line that is
-    only the END marker) replaced by the stub, indented like its marker; a solution left unclosed is cut."""
-    out, inside = [], False
-    for line in text.split("\n"):
-        if line.strip() == begin and not inside:
-            inside = True
-            indent = line[:len(line) - len(line.lstrip())]
-            out.extend(indent + s for s in stub)
-        elif line.strip() == end and inside:
-            inside = False
-        elif not inside:
-            out.append(line)
-    return "\n".join(out)
-
-
-def solutions_view(lesson: str | None, dest: pathlib.Path) -> pathlib.Path:
-    """A copy of solutions/ in which the modules of `lesson`'s stage and of every later stage have their
-    solutions cleared (nbgrader's stubs: `raise NotImplementedError()`), and that the kernel sees in place
-    of solutions/: earlier stages stay usable, the graded one and those built on it cannot be borrowed."""
-    from .notebooks import BEGIN, CODE_STUB, END, MODULES
-    stage = int(lesson[:2]) if lesson and lesson[:2].isdigit() else 0
-    cleared = {module for stem, module in MODULES.items() if int(stem[:2]) >= stage}
-    dest.mkdir(parents=True, exist_ok=True)
-    for src in (ROOT / "solutions").glob("*.py"):
-        text = src.read_text(encoding="utf-8")
-        if src.stem in cleared:
-            text = _cleared(text, BEGIN, END, CODE_STUB)
-        (dest / src.name).write_text(text, encoding="utf-8")
-    os.chmod(dest, 0o755)
-    return dest
-
-
 # ----------------------------------------------------------------------- the child that runs it
 def _execute(spec_path: str) -> None:
     """Child process: start the checker, then execute the prepared notebook with the jailed kernel; write
@@ -531,7 +498,8 @@ def grade_notebook(path: str | os.PathLike, timeout: float = NOTEBOOK_TIMEOUT, *
         private, work, home, conn = dirs["private"], dirs["work"], dirs["home"], dirs["conn"]
         socket_path = str(conn / "grader.sock")
         prepared, nonces, origin = prepare(nb, expected, problems, socket_path)
-        view = solutions_view(stem, tmp / "solutions")
+        from .views import build as build_views
+        views = build_views(stem, tmp / "views")
         from .jail import NOBODY, python_paths
         threads = threads or 1
         (private / "checker.json").write_text(json.dumps({
@@ -542,8 +510,7 @@ def grade_notebook(path: str | os.PathLike, timeout: float = NOTEBOOK_TIMEOUT, *
             "work": str(work), "home": str(home), "conn": str(conn), "writable": [str(work), str(home), str(conn)],
             "token": token, "memory": int(memory_gb * (1 << 30)) if memory_gb else None, "file_size": FILE_SIZE,
             "isolate": isolated, "threads": threads, "protected": [str(p) for p in (protected or [])][:50],
-            "hide": [str(batch.resolve()), str(ROOT)], "show": python_paths() + [str(ROOT / "autograder")],
-            "solutions_view": str(view), "solutions": str(ROOT / "solutions")}))
+            "hide": [str(batch.resolve()), str(ROOT)], "show": python_paths(), "views": views}))
         kernels = private / "kernels" / KERNEL_NAME
         kernels.mkdir(parents=True)
         pythonpath = os.pathsep.join([str(ROOT)] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else []))

@@ -15,8 +15,9 @@ kernel also runs:
   empty tmpfs mounts, with only what the kernel needs shown again at the same paths (Python, its packages,
   the course's autograder/, its own scratch and connection folders): the course's .git, tests and lessons
   are not there; /proc/sys, /sys and /dev read-only, /dev/shm private;
-* with the course's `solutions/` replaced by a view in which the graded lesson's own stage and the later
-  ones have their solutions cleared (nbgrader's stubs), so that no answer can be borrowed from them.
+* with the course's `solutions/` and `autograder/` replaced by views (autograder/views.py) in which the
+  graded lesson's own stage and the later ones have their solutions cleared and their checks reduced to
+  what the kernel's side needs, so that no answer can be borrowed from them.
 
 Nothing here limits the number of processes or threads, or the CPU time (the grade command's time limits do).
 The threat model is in autograder/GRADING.md.
@@ -156,8 +157,8 @@ def _inside(cfg, argv) -> None:
     writable = [os.path.realpath(p) for p in cfg["writable"]]
     shown = sorted({os.path.realpath(p) for p in cfg.get("show", [])} | set(writable), key=len)
     fds = {p: os.open(p, os.O_PATH | os.O_DIRECTORY) for p in shown if os.path.isdir(p)}
-    view = cfg.get("solutions_view")
-    view_fd = os.open(view, os.O_PATH | os.O_DIRECTORY) if view else None
+    views = {os.path.realpath(point): os.open(src, os.O_PATH | os.O_DIRECTORY)
+             for point, src in (cfg.get("views") or {}).items()}
     tops = _hidden_tops(cfg, shown)
     for top in tops:
         _mount("-t", "tmpfs", "-o", "mode=0755,size=64m,nosuid,nodev", "tmpfs", top)
@@ -165,9 +166,9 @@ def _inside(cfg, argv) -> None:
         if any(_under(path, t) for t in tops):
             os.makedirs(path, exist_ok=True)
             _mount("--no-canonicalize", "--rbind", f"/proc/self/fd/{fd}", path, fds=(fd,))
-    if view_fd is not None and cfg.get("solutions"):
-        os.makedirs(cfg["solutions"], exist_ok=True)
-        _mount("--no-canonicalize", "--bind", f"/proc/self/fd/{view_fd}", cfg["solutions"], fds=(view_fd,))
+    for point, fd in views.items():  # the course's solutions/ and autograder/ as the graded lesson may see them
+        os.makedirs(point, exist_ok=True)
+        _mount("--no-canonicalize", "--bind", f"/proc/self/fd/{fd}", point, fds=(fd,))
     for p in writable:
         _mount("--bind", p, p)
     for p in READ_ONLY_PROC:
@@ -201,7 +202,7 @@ def _inside(cfg, argv) -> None:
         conn = argv[argv.index("-f") + 1]
         if os.path.exists(conn):
             os.chown(conn, NOBODY, NOBODY)
-    for fd in list(fds.values()) + ([view_fd] if view_fd is not None else []):
+    for fd in list(fds.values()) + list(views.values()):
         os.close(fd)
     _limits(cfg)
     os.chdir(cfg["work"])
