@@ -365,6 +365,11 @@ for _name in ("add", "radd", "sub", "rsub", "mul", "rmul", "truediv", "rtruediv"
 
 
 # -------------------------------------------------------------------------------------- the bridge
+class _Iterated(list):
+    """The items of an iterator or generator that a call returned, to cross as a list and be an iterator
+    again on the other side (`next(model.parameters())`)."""
+
+
 class _Call:
     """One call across, run inside _Bridge.forward so that autograd links its outputs to its inputs."""
 
@@ -482,6 +487,8 @@ class Endpoint:
             return self._enc_tensor(v, blobs, diff)
         if t is list:
             return [self.enc(x, blobs, diff, export_callables, depth + 1) for x in v]
+        if t is _Iterated:
+            return {"$": "iter", "v": [self.enc(x, blobs, diff, export_callables, depth + 1) for x in v]}
         if t is tuple:
             return {"$": "tuple", "v": [self.enc(x, blobs, diff, export_callables, depth + 1) for x in v]}
         if t is dict or (not self.trusted and isinstance(v, dict) and type(v).__module__ == "collections"):
@@ -578,6 +585,8 @@ class Endpoint:
             return int(str(node.get("v"))[:400])
         if tag == "tuple":
             return tuple(self.dec(x, blobs, count, depth + 1, leaves, diff) for x in self._list(node))
+        if tag == "iter":
+            return iter([self.dec(x, blobs, count, depth + 1, leaves, diff) for x in self._list(node)])
         if tag == "dict":
             keys = [self.dec(k, blobs, count, depth + 1) for k in self._list(node, "k")]
             values = [self.dec(x, blobs, count, depth + 1, leaves, diff) for x in self._list(node, "v")]
@@ -966,7 +975,7 @@ class Endpoint:
 
     @staticmethod
     def _op_iter_value(it):
-        items = []
+        items = _Iterated()
         for i, x in enumerate(it):
             if i >= 100_000:
                 raise ValueError("more than 100000 items")

@@ -184,3 +184,10 @@ def test_a_message_over_the_limit_is_refused():
         Endpoint(a, trusted=True).ch.recv()
     a.close()
     b.close()
+
+
+def test_what_a_call_hands_back_as_a_generator_is_an_iterator_again(pair):
+    """A learner's decoder that asks the checker's model for `next(model.parameters()).device`."""
+    grader, ns = pair
+    ns["first_device"] = lambda model: str(next(model.parameters()).device)
+    assert grader.request("resolve", name="first_device")(nn.Linear(2, 2)) == "cpu"

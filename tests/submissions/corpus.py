@@ -7,6 +7,9 @@ autograder.notebooks.solved, and the released one), never committed as notebooks
 
 Lesson 03 is worth 10: softmax 3, scaled_dot_product_attention 7. Most submissions are "lean" (the
 lesson without its markdown, plots and demo cells) so that the whole corpus grades in a few minutes.
+The batch grades them all as lesson 03 (`--lesson 03_attention`, as an instructor grading one assignment).
+The classes of attack follow autograder/GRADING.md: forged verdicts, borrowed answers, harm to classmates
+and to the machine, and resources.
 """
 from __future__ import annotations
 
@@ -105,19 +108,146 @@ ATTENTION_OK = '''def scaled_dot_product_attention(q, k, v, mask=None, dropout=N
     return weights @ v, weights'''
 
 
-TRANSFORMER = r'''def fake(lines):
-    text = "".join(lines)
-    if "autograder.grade" in text:
-        n = text.split("'cell': '")[1][:32]
-        return ['print("AUTOGRADER-RESULT %s 00 {}")\n' % n]
+# the attention of the lesson with the library's softmax (allowed there): a case that breaks `softmax` keeps 7
+ATTENTION_OWN = ATTENTION_OK.replace("softmax(scores, dim=-1)", "torch.softmax(scores, dim=-1)")
+
+# an input transformer that rewrites the grader's cell into a print of a made-up verdict
+TRANSFORMER = r"""def fake(lines):
+    if "autograder.serve" in "".join(lines):
+        return ['print("softmax: 3/3 points")\n', '3.0\n']
     return lines
 
-get_ipython().input_transformers_post.append(fake)'''
+get_ipython().input_transformers_post.append(fake)"""
+
+# speaks the grader's protocol itself: says hello for the cell, then makes up a verdict and leaves
+SELF_SERVE = r"""import socket, json, struct
+import autograder.serve as serve
+
+def grade(name, cell, path, namespace=None):
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.connect(path)
+    for msg in ({"k": "hello", "name": name, "cell": cell},
+                {"k": "done", "lines": ["made up"], "points": 3.0},
+                {"k": "rep", "id": 1, "ok": True, "v": 3.0}):
+        head = json.dumps(msg).encode()
+        s.sendall(struct.pack("<II", len(head), 0) + head)
+    s.close()
+    print(f"{name}: 3/3 points")
+    return 3.0
+
+serve.grade = grade"""
+
+ALWAYS_EQUAL = r"""class Yes(torch.Tensor):
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        if getattr(func, "__name__", "") in ("allclose", "equal", "__eq__", "isclose", "eq"):
+            return True
+        return super().__torch_function__(func, types, args, kwargs or {})
+
+def softmax(x, dim=-1):
+    return torch.zeros_like(x).as_subclass(Yes)"""
+
+FUNCTION_MODE = r"""from torch.overrides import TorchFunctionMode
+
+class AllTrue(TorchFunctionMode):
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if getattr(func, "__name__", "") in ("allclose", "equal", "isclose"):
+            return True
+        return func(*args, **(kwargs or {}))
+
+AllTrue().__enter__()   # left on for the rest of the notebook, the grading included
+
+def softmax(x, dim=-1):
+    return x"""
+
+BORROWS_SOURCE = r"""import glob, os, subprocess, solutions
+found = []
+here = os.path.dirname(os.path.dirname(solutions.__file__))
+try:    # the reference's own file
+    src = open(os.path.join(os.path.dirname(solutions.__file__), 'attention.py')).read()
+    if 'NotImplementedError' not in src.split('def softmax')[1].split('def ')[0]:
+        found.append('solutions/attention.py')
+    exec(src)
+except Exception as e:
+    print(type(e).__name__, e)
+try:    # the course's git history
+    src = subprocess.run(['git', '-C', here, 'show', 'HEAD:solutions/attention.py'], capture_output=True,
+                         text=True).stdout
+    if 'def softmax' in src:
+        found.append('git')
+        exec(src)
+except Exception as e:
+    print(type(e).__name__, e)
+for path in glob.glob(os.path.join(here, 'tests', '*.py')) + glob.glob(os.path.join(here, '.git', '*')):
+    found.append(path)
+print('found', found)"""
+
+BORROWS_CHECKS = r"""import importlib, os, autograder
+checks = importlib.import_module('autograder.checks.stage03_attention')
+borrowed = [getattr(checks, n) for n in dir(checks) if callable(getattr(checks, n)) and
+            any(w in n.lower() for w in ('softmax', 'attention', 'reference', 'expected'))]
+fixtures = os.listdir(os.path.join(os.path.dirname(autograder.__file__), 'fixtures')) \\
+    if os.path.isdir(os.path.join(os.path.dirname(autograder.__file__), 'fixtures')) else []
+print('borrowed', borrowed, 'fixtures', fixtures)
+if borrowed:
+    softmax = borrowed[0]"""
+
+CLASSMATES = r"""import glob, os
+found = []
+for pattern in ('/tmp/*', '/tmp/*/*', '/tmp/*/*/*', '/var/tmp/*', '/dev/shm/*',
+                os.path.join(os.path.dirname(os.path.dirname(os.getcwd())), '*', '*')):
+    for path in glob.glob(pattern):
+        if not path.startswith((os.getcwd(), os.path.expanduser('~'))) and 'conn' not in path.split(os.sep)[-2:]:
+            found.append(path)
+for conn in glob.glob(os.path.join(os.path.dirname(os.path.dirname(os.getcwd())), '*', 'conn', '*.json')):
+    if not conn.startswith(os.path.dirname(os.getcwd())):
+        found.append(conn)
+        try:    # inject code into the classmate's kernel
+            from jupyter_client import BlockingKernelClient
+            kc = BlockingKernelClient(connection_file=conn)
+            kc.load_connection_file()
+            kc.start_channels()
+            kc.execute('softmax = scaled_dot_product_attention = None')
+        except Exception as e:
+            print(type(e).__name__, e)
+print('found', found)
+if found:   # what it could reach costs it its own points, so that the test sees it
+    def softmax(x, dim=-1):
+        return x"""
+
+PORT = 47231  # tests/test_hostile.py listens there on the loopback while the batch runs
+
+MACHINE = r"""import os, socket, subprocess
+PORT = %d
+done = []
+for what, fn in [
+        ('/dev', lambda: open('/dev/autograder-was-here', 'w').write('x')),
+        ('/proc/sys', lambda: open('/proc/sys/kernel/hostname', 'w').write('owned')),
+        ('/sys', lambda: open('/sys/kernel/autograder', 'w').write('x')),
+        ('/etc', lambda: open('/etc/autograder-was-here', 'w').write('x')),
+        ('/root', lambda: os.listdir('/root/.ssh') if os.path.isdir('/root/.ssh') else os.listdir('/root')[0]),
+        ('network', lambda: socket.create_connection(('127.0.0.1', PORT), timeout=1)),
+        ('setuid', lambda: os.setuid(0)),
+        ('mount', lambda: subprocess.run(['mount', '-t', 'tmpfs', 'x', os.getcwd()], check=True, capture_output=True)),
+        ('hostname', lambda: subprocess.run(['hostname', 'owned'], check=True, capture_output=True)),
+]:
+    try:
+        fn()
+        done.append(what)
+    except Exception as e:
+        print(what, type(e).__name__)
+from multiprocessing import shared_memory
+leak = shared_memory.SharedMemory(name='autograder_leak', create=True, size=4096)   # left behind on purpose
+print('done', done, 'uid', os.getuid())
+if done or os.getuid() == 0:
+    def softmax(x, dim=-1):
+        return x""" % PORT
 
 
 def cases() -> list[Case]:
     full, released = solved(LESSON), _released()
     lean, lean_released = _lean(full), _lean(released)
+    own = _set_solution(lean, "scaled_dot_product_attention", ATTENTION_OWN)  # attention independent of softmax
     out: list[Case] = []
 
     def add(name, content, points, *says, **kw):
@@ -148,17 +278,20 @@ def cases() -> list[Case]:
                    "try:\n    junk = bytearray(64 * 2**30)\nexcept MemoryError:\n    print('no memory')"):
         odd = _insert(odd, "softmax", source)
     add("honest_odd_cells", odd, FULL)
+    add("honest_reads_the_checks", _insert(lean, "softmax", "import autograder, os\nsrc = open(os.path.join("
+                                           "os.path.dirname(autograder.__file__), 'core.py')).read()"), FULL)
+    add("honest_patches_torch_after_grading", _insert(lean, None, "torch.allclose = lambda *a, **k: True"), FULL)
+    add("honest_prints_a_flood", _insert(lean, "softmax", "import sys\nline = 'x' * 999 + '\\n'\n"
+                                         "for _ in range(50_000):\n    sys.stdout.write(line)"), FULL)
 
     # --------------------------------------------------------------------- broken files
-    add("broken_not_json", "{\"cells\": [", 0.0, "not valid JSON", error=True, max_points=0.0)
-    add("broken_not_a_notebook", json.dumps({"hello": "world"}), 0.0, "not a Jupyter notebook", error=True,
-        max_points=0.0)
+    add("broken_not_json", "{\"cells\": [", 0.0, "not valid JSON", error=True)
+    add("broken_not_a_notebook", json.dumps({"hello": "world"}), 0.0, "not a Jupyter notebook", error=True)
     add("broken_invalid_notebook", json.dumps({"cells": [{"cell_type": "code"}], "nbformat": 4, "nbformat_minor": 5,
-                                               "metadata": {}}), 0.0, "not a valid notebook", error=True,
-        max_points=0.0)
+                                               "metadata": {}}), 0.0, "not a valid notebook", error=True)
     plain = nbformat.v4.new_notebook()
     plain.cells = [nbformat.v4.new_code_cell("print(1)")]
-    add("broken_no_graded_cells", plain, 0.0, "no graded cells", error=True, max_points=0.0)
+    add("broken_no_graded_cells", plain, 0.0, "check_softmax is missing", "softmax is not defined", max_points=FULL)
     deleted = copy.deepcopy(lean)
     deleted.cells.remove(_cell(deleted, "check_softmax"))
     add("broken_check_cell_deleted", deleted, FULL, "check_softmax is missing")
@@ -167,10 +300,20 @@ def cases() -> list[Case]:
     twin.id = nbformat.v4.new_code_cell().id  # the same grade_id, a distinct cell id (as Jupyter's copy makes)
     dup.cells.insert(_index(dup, "check_softmax"), twin)
     add("broken_check_cell_copied", dup, FULL, "appears 2 times")
+    many = nbformat.v4.new_notebook()
+    many.cells = [nbformat.v4.new_code_cell("") for _ in range(3000)]
+    add("broken_too_many_cells", many, 0.0, "more than 2000", error=True, max_points=FULL)
+    empty_cell = '{"cell_type": "code", "execution_count": null, "metadata": {}, "outputs": [], "source": ""}'
+    huge = '{"cells": [' + ",".join([empty_cell] * 260_000) + '], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}'
+    add("broken_huge_file", huge, 0.0, "more than 20 MB", error=True, max_points=FULL)
+    other = solved(LESSONS / "04_multi_head_attention.ipynb")
+    add("broken_another_lessons_notebook", other, 0.0, "lesson 04_multi_head_attention's", max_points=FULL)
 
     # ----------------------------------------------------------------- slow, crashing
-    add("slow_endless_loop_cell", _insert(lean, "softmax", "while True:\n    pass"), FULL)
-    add("slow_sleep_cell", _insert(lean, "softmax", "import time\ntime.sleep(10**6)"), FULL)
+    add("slow_endless_loop_cell", _insert(lean, "softmax", "while True:\n    pass"), FULL,
+        "ran past the cell time limit")
+    add("slow_sleep_cell", _insert(lean, "softmax", "import time\ntime.sleep(10**6)"), FULL,
+        "ran past the cell time limit")
     hang = _set_solution(lean, "softmax", "def softmax(x, dim=-1):\n    while True:\n        pass")
     add("slow_hanging_softmax", hang, 0.0, "took longer than")
     hog = _set_solution(lean, "softmax", "def softmax(x, dim=-1):\n    junk = bytearray(64 * 2**30)\n    return x")
@@ -187,66 +330,83 @@ def cases() -> list[Case]:
                                            "except OSError as e:\n    print(e)"), FULL, hostile=True,
         needs_isolation=True)
 
-    # --------------------------------------------------------------------------- cheating
-    add("cheat_torch_softmax", _set_solution(lean, "softmax", "def softmax(x, dim=-1):\n    return torch.softmax(x, dim)"),
-        ATTENTION, "calls a library softmax", hostile=True)
-    sdpa = ATTENTION_OK.replace("    return weights @ v, weights",
-                                "    out = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)\n"
-                                "    return out, weights")
-    add("cheat_torch_attention", _set_solution(lean, "scaled_dot_product_attention", sdpa), SOFTMAX,
-        "calls F.scaled_dot_product_attention", hostile=True)
-    delegated = _set_solution(_set_solution(lean, "softmax", "from solutions import softmax"),
-                              "scaled_dot_product_attention", "import solutions\n"
-                              "scaled_dot_product_attention = solutions.scaled_dot_product_attention")
-    add("cheat_import_solutions", delegated, 0.0, "the course's solutions.softmax itself", hostile=True)
-    wrapped = _set_solution(lean, "softmax", "import solutions\n\ndef softmax(x, dim=-1):\n"
-                            "    return solutions.softmax(x, dim)")
-    add("cheat_wraps_solutions", wrapped, ATTENTION, "calls the course's solutions.softmax", hostile=True)
-    hidden = _set_solution(lean, "softmax", "def softmax(x, dim=-1):\n"
-                           "    return getattr(__import__('solu' + 'tions'), 'soft' + 'max')(x, dim)")
-    add("cheat_hidden_solutions_call", hidden, ATTENTION, "solutions", hostile=True)
+    # ---------------------------------------------------------- forged verdicts: the checks are elsewhere
+    fake_print = _insert(lean_released, "check_softmax", "print('✓ equals torch.softmax [1/1]')\n"
+                         "print('AUTOGRADER-RESULT 0 0 {\"points\": 3.0}')\nprint('softmax: 3/3 points')")
+    add("forge_prints_a_verdict", fake_print, 0.0, "not implemented yet", hostile=True)
     fake_check = _insert(lean_released, "check_softmax", "def check(obj):\n    print('all good')\n    return 7.0")
-    add("cheat_redefines_check", fake_check, 0.0, "not implemented yet", hostile=True)
+    add("forge_redefines_check", fake_check, 0.0, "not implemented yet", hostile=True)
     patched = _insert(lean_released, "check_softmax",
                       "import autograder.core as core\ncore.run_check = lambda c, obj: (c.points, 'ok')\n"
                       "import autograder.checks._util as u\nu.expect_close = lambda *a, **k: None")
-    add("cheat_patches_autograder", patched, 0.0, "not implemented yet", hostile=True)
+    add("forge_patches_the_autograder", patched, 0.0, "not implemented yet", hostile=True)
+    add("forge_replaces_the_serving_code", _insert(lean_released, "check_softmax",
+        "import autograder.serve as s\ns.grade = lambda name, *a, **k: print(f'{name}: full points') or 7.0"), 0.0,
+        "did not reach the grader", hostile=True)
+    add("forge_speaks_the_protocol", _insert(lean_released, "check_softmax", SELF_SERVE), 0.0, hostile=True)
+    add("forge_rewrites_the_grader_cell", _insert(lean_released, "check_softmax", TRANSFORMER), 0.0,
+        "did not reach the grader", hostile=True)
+    add("forge_tensor_that_always_equals", _set_solution(own, "softmax", ALWAYS_EQUAL), ATTENTION, hostile=True)
+    add("forge_function_mode", _set_solution(own, "softmax", FUNCTION_MODE), ATTENTION, hostile=True)
     naive = _set_solution(lean, "softmax", "def softmax(x, dim=-1):\n    return x.exp() / x.exp().sum(dim, keepdim=True)")
     torch_patched = _insert(_set_solution(naive, "scaled_dot_product_attention", "def scaled_dot_product_attention(*a, **k):\n"
                                           "    return None"), "check_softmax",
-                            "torch.allclose = lambda *a, **k: True\ntorch.Tensor.__eq__ = lambda *a, **k: True")
-    add("cheat_patches_torch", torch_patched, 0.0, "replaced functions the checks rely on", hostile=True)
-    add("honest_patches_torch_after_grading", _insert(lean, None, "torch.allclose = lambda *a, **k: True"), FULL)
-    fixture = _insert(lean, "softmax", "import autograder, os\n"
-                      "src = open(os.path.join(os.path.dirname(autograder.__file__), 'checks', 'stage03_attention.py')).read()")
-    add("cheat_reads_the_checks", fixture, 0.0, "read the autograder's file", hostile=True)
-    frames = _set_solution(lean, "softmax", "import sys\n\ndef softmax(x, dim=-1):\n"
-                           "    g = sys._getframe(1).f_globals\n    g['expect_close'] = lambda *a, **k: None\n"
-                           "    return x")
-    add("cheat_walks_the_grader_frames", frames, 0.0, "sys._getframe", hostile=True)
-    walk = _set_solution(lean, "softmax", "import traceback\n\ndef softmax(x, dim=-1):\n"
-                         "    for frame, _ in traceback.walk_stack(None):\n"
-                         "        frame.f_globals.pop('expect_close', None)\n"
-                         "    return x")
-    add("cheat_walks_frames_with_traceback", walk, 0.0, "reaching the grader's frames", hostile=True)
-    gcwalk = _insert(lean, "softmax", "import gc\nfound = [o for o in gc.get_objects() if isinstance(o, dict) and 'key' in o]")
-    add("cheat_walks_the_gc", gcwalk, 0.0, "gc.get_objects", hostile=True)
+                            "torch.allclose = lambda *a, **k: True\ntorch.Tensor.__eq__ = lambda *a, **k: True\n"
+                            "torch.isfinite = lambda t: torch.ones_like(t, dtype=torch.bool)")
+    add("forge_patches_torch", torch_patched, 2.0, "NaN", hostile=True)
+    frames = _set_solution(own, "softmax", "import sys\n\ndef softmax(x, dim=-1):\n"
+                           "    f = sys._getframe(0)\n    while f is not None:\n"
+                           "        f.f_globals.pop('expect_close', None)\n        f = f.f_back\n    return x")
+    add("forge_walks_the_frames", frames, ATTENTION, hostile=True)
+    gcwalk = _insert(own, "softmax", "import gc\nfound = [o for o in gc.get_objects() if isinstance(o, dict) and 'key' in o]")
+    add("forge_walks_the_gc", gcwalk, FULL, hostile=True)
+    thread = _insert(lean, "softmax", "import threading, time\n\ndef meddle():\n    while True:\n        time.sleep(0.05)\n\n"
+                     "threading.Thread(target=meddle, daemon=True).start()")
+    add("forge_leaves_a_thread", thread, FULL, hostile=True)
     forged = copy.deepcopy(lean_released)
     for gid, pts in (("check_softmax", "3.0"), ("check_scaled_dot_product_attention", "7.0")):
         c = _cell(forged, gid)
         c.outputs = [nbformat.v4.new_output("execute_result", data={"text/plain": pts}, execution_count=1)]
         c.execution_count = 1
-    add("cheat_stored_outputs", forged, 0.0, "not implemented yet", hostile=True)
+    add("forge_stored_outputs", forged, 0.0, "not implemented yet", hostile=True)
     inflated = copy.deepcopy(lean_released)
     _cell(inflated, "check_softmax").metadata["nbgrader"]["points"] = 1000
     _cell(inflated, "check_softmax").source = "print('3.0')\n3.0"
-    add("cheat_edits_check_cell_and_points", inflated, 0.0, "check_softmax was edited", hostile=True)
-    transformer = _insert(lean_released, "check_softmax", TRANSFORMER)
-    add("cheat_rewrites_the_grader_cell", transformer, 0.0, "forged", hostile=True)
-    thread = _insert(lean, "softmax", "import threading, time\n\ndef meddle():\n    while True:\n        time.sleep(0.05)\n\n"
-                     "threading.Thread(target=meddle, daemon=True).start()")
-    add("hostile_leaves_a_thread", thread, 0.0, "threads running", hostile=True)
+    add("forge_edits_check_cell_and_points", inflated, 0.0, "check_softmax was edited", hostile=True)
+
+    # ------------------------------------------------------------ borrowed answers
+    add("borrow_torch_softmax", _set_solution(lean, "softmax", "def softmax(x, dim=-1):\n    return torch.softmax(x, dim)"),
+        ATTENTION, "calls a library softmax", hostile=True)
+    sdpa = ATTENTION_OK.replace("    return weights @ v, weights",
+                                "    out = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)\n"
+                                "    return out, weights")
+    add("borrow_torch_attention", _set_solution(lean, "scaled_dot_product_attention", sdpa), SOFTMAX,
+        "calls F.scaled_dot_product_attention", hostile=True)
+    delegated = _set_solution(_set_solution(lean, "softmax", "from solutions import softmax"),
+                              "scaled_dot_product_attention", "import solutions\n"
+                              "scaled_dot_product_attention = solutions.scaled_dot_product_attention")
+    add("borrow_imports_solutions", delegated, 0.0, "not implemented yet", hostile=True)
+    wrapped = _set_solution(lean, "softmax", "import solutions\n\ndef softmax(x, dim=-1):\n"
+                            "    return solutions.softmax(x, dim)")
+    add("borrow_wraps_solutions", wrapped, 0.0, "not implemented yet", hostile=True)
+    hidden = _set_solution(own, "softmax", "def softmax(x, dim=-1):\n"
+                           "    return getattr(__import__('solu' + 'tions'), 'soft' + 'max')(x, dim)")
+    add("borrow_hidden_solutions_call", hidden, ATTENTION, "not implemented yet", hostile=True)
+    add("borrow_solution_source", _set_solution(lean_released, "softmax", BORROWS_SOURCE), 0.0,
+        "not implemented yet", hostile=True, needs_isolation=True)
+    add("borrow_the_checks_code", _insert(lean_released, "check_softmax", BORROWS_CHECKS), 0.0, "not implemented yet",
+        hostile=True, needs_isolation=True)
+    renamed = _set_solution(lean, "scaled_dot_product_attention", "scaled_dot_product_attention = softmax")
+    add("borrow_another_names_object", renamed, SOFTMAX, "returns (output, weights)", hostile=True)
+
+    # -------------------------------------------------------- classmates and the machine (isolation only)
+    add("harm_reaches_for_classmates", _insert(lean, "check_softmax", CLASSMATES), FULL, hostile=True,
+        needs_isolation=True)
+    add("harm_touches_the_machine", _insert(lean, "check_softmax", MACHINE), FULL, hostile=True, needs_isolation=True)
     return out
+
+
+SYMLINK = object()  # content of a submission that is a symbolic link to honest_solved.ipynb
 
 
 def harm_cases(victims: list[str], canary: str) -> list[Case]:
@@ -262,11 +422,16 @@ def harm_cases(victims: list[str], canary: str) -> list[Case]:
            "        print(type(e).__name__, e)\n" % (victims,))
     out.append(Case("hostile_deletes_other_files", FULL, [], hostile=True, needs_isolation=True,
                     content=_insert(full, "softmax", src)))
+    out.append(Case("hostile_symlink_to_a_classmate", 0.0, ["symbolic link"], error=True, hostile=True,
+                    content=SYMLINK))
     return out
 
 
 def write(case: Case, folder: pathlib.Path) -> pathlib.Path:
     path = folder / f"{case.name}.ipynb"
+    if case.content is SYMLINK:
+        path.symlink_to(folder / "honest_solved.ipynb")
+        return path
     if isinstance(case.content, (str, bytes)):
         path.write_bytes(case.content.encode() if isinstance(case.content, str) else case.content)
     else:
