@@ -10,7 +10,8 @@ from torch import nn
 
 import solutions
 from solutions import PositionalEncoding, sinusoidal_encoding
-from tests.grading import assert_caught, assert_full_marks, grade, run_silently
+from autograder import max_points
+from tests.grading import assert_caught, assert_full_marks, grade, grade_one, run_silently
 
 
 def test_reference_gets_full_marks():
@@ -850,3 +851,48 @@ def test_checks_write_nothing_to_stderr():
             "        import warnings; warnings.warn('mine'); return x.T\n"
             "check(PositionalEncoding)\n")
     assert "PositionalEncoding: 0/" in run_silently(code, timeout=120)
+
+
+# ---------------------------------------------------------------- issue 17: no cause guessed when none reproduces
+def sin_positions_as_fractions(max_len, d_model):
+    """Positions scaled into 0..1 (pos / max_len): no classic mistake gives these numbers."""
+    if d_model % 2:
+        raise ValueError(f"d_model must be even, got {d_model}")
+    pos = torch.arange(max_len, dtype=torch.float32)[:, None] / max_len
+    angle = pos / 10000 ** (torch.arange(0, d_model, 2, dtype=torch.float32) / d_model)
+    pe = torch.zeros(max_len, d_model)
+    pe[:, 0::2], pe[:, 1::2] = torch.sin(angle), torch.cos(angle)
+    return pe
+
+
+def sin_positions_from_half(max_len, d_model):
+    """Positions 0.5, 1.5, ...: not a precision problem, whatever the table's size."""
+    if d_model % 2:
+        raise ValueError(f"d_model must be even, got {d_model}")
+    pos = torch.arange(max_len, dtype=torch.float64)[:, None] + 0.5
+    angle = pos / 10000 ** (torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)
+    return torch.stack([torch.sin(angle), torch.cos(angle)], dim=-1).reshape(max_len, d_model).float()
+
+
+@pytest.mark.parametrize("fn", [sin_positions_as_fractions, sin_positions_from_half])
+def test_an_unrecognized_table_gets_the_formula_and_no_guess(fn):
+    points, text = grade(fn, "sinusoidal_encoding")
+    assert points == max_points("sinusoidal_encoding") - 3, text  # the example, the formula, the large table
+    assert "Likely:" not in text, text  # neither the formula restated as a cause, nor a precision problem
+    assert ("there (PE[pos, 2i] = sin(pos / 10000^(2i/d_model)), PE[pos, 2i+1] = cos(the same angle)); got"
+            in text), text
+
+
+def sin_float16(max_len, d_model):
+    """The right formula in half precision: right for small tables, off for the paper's sizes."""
+    pos = torch.arange(max_len, dtype=torch.float16)[:, None]
+    angle = pos * torch.exp(-math.log(10000.0) * torch.arange(0, d_model, 2, dtype=torch.float16) / d_model)
+    pe = torch.zeros(max_len, d_model)
+    pe[:, 0::2], pe[:, 1::2] = torch.sin(angle.float()), torch.cos(angle.float())
+    return pe
+
+
+def test_a_table_computed_in_half_precision_is_told_so():
+    points, line = grade_one(sin_float16, "sinusoidal_encoding", "stays accurate")
+    assert points == 0 and line.endswith("Likely: compute the angle in float32 or float64, pos / 10000^(2i/d_model) = "
+                                         "pos * exp(-ln(10000) * 2i / d_model)"), line
