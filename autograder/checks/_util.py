@@ -69,9 +69,11 @@ def close(a: torch.Tensor, b: torch.Tensor, atol: float = 1e-4, rtol: float = 1e
 
 
 def expect_close(got, expected: torch.Tensor, what: str, hint: str | None = None, atol: float = 1e-4,
-                 rtol: float = 1e-4, mistakes: dict[str, torch.Tensor] | None = None) -> None:
+                 rtol: float = 1e-4, mistakes: dict[str, torch.Tensor] | None = None, formula: str | None = None) -> None:
     """Fail unless got ≈ expected. `mistakes` maps a classic mistake's description to the output it
-    would give: when got matches one, the message names that mistake instead of the generic hint."""
+    would give: when got matches one, the message names that mistake instead of the generic hint. `formula`:
+    how the right values are made, said beside the expected value when no mistake matches (then no cause is
+    guessed: a formula restated is not a likely cause)."""
     got = expect_shape(got, expected.shape, what, hint)
     if not torch.isfinite(got).all():
         bad = (~torch.isfinite(got)).sum().item()
@@ -79,16 +81,20 @@ def expect_close(got, expected: torch.Tensor, what: str, hint: str | None = None
                            hint or "an overflow (exp of a large number) or 0/0 (a row with nothing to attend to)")
     if close(got, expected, atol, rtol):
         return
+    named = False
     for description, wrong in (mistakes or {}).items():
         if close(got, wrong, atol, rtol):
-            hint = description
+            hint, named = description, True
             break
+    if formula is not None and not named:
+        hint = None
     # a NaN difference (NaN in the expected values: e.g. the learner's code changed an input in place) counts
     # as the largest, so there is always an index to name
     diff = (got.detach().double() - expected.double()).abs().nan_to_num(nan=float("inf"))
     where = tuple(int(i) for i in torch.nonzero(diff == diff.max())[0].tolist())
     raise CheckFailure(f"{what}: values differ (largest difference {diff.max().item():.3g} at index {where})",
-                       fmt(expected.flatten()[diff.flatten().argmax()].item()) + " there",
+                       fmt(expected.flatten()[diff.flatten().argmax()].item()) + " there"
+                       + (f" ({formula})" if formula is not None and not named else ""),
                        fmt(got.detach().flatten()[diff.flatten().argmax()].item()), hint)
 
 

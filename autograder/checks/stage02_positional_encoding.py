@@ -65,13 +65,14 @@ def _table_mistakes(max_len, d_model):
     return {text: _table(max_len, d_model, how) for how, text in TABLE_MISTAKES.items()}
 
 
-def _expect_close_lazy(got, expected, what, hint, atol, mistakes):
-    """expect_close, the (costly) mistaken answers computed only once the answer is wrong."""
+def _expect_close_lazy(got, expected, what, hint, atol, mistakes, formula=None):
+    """expect_close, the (costly) mistaken answers computed only once the answer is wrong. `formula`: the right
+    computation, said beside the expected value when no known mistake gives the answer (no cause guessed)."""
     if isinstance(got, torch.Tensor) and got.shape == expected.shape and got.is_floating_point():
         diff = (got.detach().double() - expected).abs() - atol * (1 + expected.abs())
         if diff.max().item() <= 0:  # NaN fails this test too
             return
-    expect_close(got, expected, what, hint=hint, atol=atol, rtol=atol, mistakes=mistakes())
+    expect_close(got, expected, what, hint=hint, atol=atol, rtol=atol, mistakes=mistakes(), formula=formula)
 
 
 # -------------------------------------------------------------------------------- sinusoidal_encoding
@@ -93,6 +94,9 @@ def _encode(sinusoidal_encoding, max_len, d_model):
     return pe, what
 
 
+SIN_FORMULA = "PE[pos, 2i] = sin(pos / 10000^(2i/d_model)), PE[pos, 2i+1] = cos(the same angle)"
+
+
 @register("sinusoidal_encoding", "returns a float tensor of shape (max_len, d_model)")
 def _sin_shape(sinusoidal_encoding):
     for max_len, d_model in ((7, 6), (1, 2), (3, 10)):
@@ -103,25 +107,29 @@ def _sin_shape(sinusoidal_encoding):
 def _sin_example(sinusoidal_encoding):
     pe, what = _encode(sinusoidal_encoding, 2, 4)
     _expect_close_lazy(pe, _table(2, 4), what + " (expected [[0, 1, 0, 1], [sin 1, cos 1, sin 0.01, cos 0.01]])",
-                       "PE[pos, 2i] = sin(pos / 10000^(2i/d_model)), PE[pos, 2i+1] = cos(the same angle)",
-                       1e-5, lambda: _table_mistakes(2, 4))
+                       None, 1e-5, lambda: _table_mistakes(2, 4), formula=SIN_FORMULA)
 
 
 @register("sinusoidal_encoding", "equals sin/cos(pos / 10000^(2i/d_model)) interleaved, for (50, 16) and (30, 6)")
 def _sin_formula(sinusoidal_encoding):
     for max_len, d_model in ((50, 16), (30, 6)):
         pe, what = _encode(sinusoidal_encoding, max_len, d_model)
-        _expect_close_lazy(pe, _table(max_len, d_model), what,
-                           "PE[pos, 2i] = sin(pos / 10000^(2i/d_model)), PE[pos, 2i+1] = cos(the same angle)",
-                           1e-4, lambda: _table_mistakes(max_len, d_model))
+        _expect_close_lazy(pe, _table(max_len, d_model), what, None, 1e-4, lambda: _table_mistakes(max_len, d_model),
+                           formula=SIN_FORMULA)
 
 
 @register("sinusoidal_encoding", "stays accurate for the paper's d_model=512 at positions up to 127")
 def _sin_large(sinusoidal_encoding):
     pe, what = _encode(sinusoidal_encoding, 128, 512)
+    # a precision problem is named only when the numbers drift a little from the table (or the smaller tables are
+    # right): a wrong formula (positions, frequencies) is off by far more
+    small = sinusoidal_encoding(50, 16)
+    precise = (isinstance(small, torch.Tensor) and small.shape == (50, 16) and
+               bool(torch.allclose(small.detach().double(), _table(50, 16), atol=1e-4, rtol=1e-4))) or \
+        (isinstance(pe, torch.Tensor) and bool(((pe.detach().double() - _table(128, 512)).abs() < 0.1).all()))
     _expect_close_lazy(pe, _table(128, 512), what, "compute the angle in float32 or float64, "
-                       "pos / 10000^(2i/d_model) = pos * exp(-ln(10000) * 2i / d_model)",
-                       1e-3, lambda: _table_mistakes(128, 512))
+                       "pos / 10000^(2i/d_model) = pos * exp(-ln(10000) * 2i / d_model)" if precise else None,
+                       1e-3, lambda: _table_mistakes(128, 512), formula=None if precise else SIN_FORMULA)
 
 
 @register("sinusoidal_encoding", "raises ValueError for an odd d_model")
