@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 
 import solutions
-from autograder import REGISTRY
+from autograder import REGISTRY, max_points
 from solutions import BOS, EOS, PAD
 from tests.grading import assert_caught, assert_full_marks, grade, grade_one, run_silently
 
@@ -1579,3 +1579,120 @@ def test_beam_names_at_most_three_causes():
     points, line = grade_one(beam_lists(bound="current"), "beam_search", "sets finished hypotheses aside")
     assert points == 0 and _hint(line).count("; or ") <= 2, line
     assert _hint(line).startswith("the search stopped too early"), line
+
+
+# ---------------------------------------------------------------- issue 17: every argument matters, and no wrong guess
+def greedy_cut_at_the_last_token(model, src, src_mask, max_len, bos_id=BOS, eos_id=EOS):
+    """Batched, finished rows not fed <eos>: a source that ends early keeps getting tokens, and only a final <eos> is
+    cut. Every source alone is right, so this was told 'the sources of a batch disturb each other'."""
+    memory = model.encode(src, src_mask)
+    ys = torch.full((src.size(0), 1), bos_id, dtype=torch.long)
+    for _ in range(max_len):
+        out = model.decode(ys, memory, src_mask, solutions.causal_mask(ys.size(1)))
+        ys = torch.cat([ys, model.generator(out[:, -1]).argmax(-1, keepdim=True)], dim=1)
+        if (ys[:, 1:] == eos_id).any(dim=1).all():
+            break
+    return [row[:-1] if row[-1] == eos_id else row for row in ys[:, 1:].tolist()]
+
+
+def test_an_answer_not_cut_at_its_first_eos_is_named():
+    points, text = grade(greedy_cut_at_the_last_token, "greedy_decode")
+    assert points == max_points("greedy_decode") - 4, text  # max_len=4 stops every source in time
+    assert ("Likely: the answer goes on after its first <eos> (2), which is where it ends: in a batch a source that "
+            "has finished keeps getting tokens while the others go on") in text, text
+    assert "disturb each other" not in text, text
+
+
+def greedy_encodes_without_the_mask(model, src, src_mask, max_len, bos_id=BOS, eos_id=EOS):
+    """Right in every step but the first: a real encoder then attends the source padding."""
+    memory = model.encode(src, None)
+    ys = torch.full((src.size(0), 1), bos_id, dtype=torch.long)
+    done = torch.zeros(src.size(0), dtype=torch.bool)
+    for _ in range(max_len):
+        out = model.decode(ys, memory, src_mask, solutions.causal_mask(ys.size(1)))
+        nxt = model.generator(out[:, -1]).argmax(-1).masked_fill(done, eos_id)
+        ys, done = torch.cat([ys, nxt[:, None]], dim=1), done | (nxt == eos_id)
+        if done.all():
+            break
+    return [row[:row.index(eos_id)] if eos_id in row else row for row in ys[:, 1:].tolist()]
+
+
+def beam_encodes_with_an_all_true_mask(model, src, src_mask, max_len, beam_size=4, alpha=0.6, bos_id=BOS,
+                                       eos_id=EOS):
+    return solutions.beam_search(_EncodeWithoutPadding(model), src, src_mask, max_len, beam_size, alpha, bos_id,
+                                 eos_id)
+
+
+class _EncodeWithoutPadding:
+    """The model with encode given a mask of all True (the source's padding forgotten)."""
+
+    def __init__(self, model):
+        self.model, self.generator = model, model.generator
+
+    def encode(self, src, src_mask):
+        return self.model.encode(src, torch.ones_like(src_mask))
+
+    def decode(self, *args):
+        return self.model.decode(*args)
+
+
+@pytest.mark.parametrize("name,fn,said", [
+    ("greedy_decode", greedy_encodes_without_the_mask, "model.encode got src_mask=None"),
+    ("beam_search", beam_encodes_with_an_all_true_mask, "model.encode got a src_mask with other values than the "
+                                                        "padding of src")])
+def test_the_mask_given_to_encode_matters(name, fn, said):
+    points, line = grade_one(fn, name, "passes model.decode the causal mask")
+    assert points == 0, line
+    assert line.endswith(f"the masks given to the model. Likely: {said}, expected the src_mask you were given, "
+                         "(B, 1, 1, Ls) (the rows of the sources encoded): the encoder's self-attention must not see "
+                         "the padding"), line
+
+
+def greedy_takes_the_last_sentence(model, src, src_mask, max_len, bos_id=BOS, eos_id=EOS):
+    """out[-1] (the last sentence of the batch) where out[:, -1] (the last position) was meant: an error in torch.cat."""
+    memory = model.encode(src, src_mask)
+    ys = torch.full((src.size(0), 1), bos_id, dtype=torch.long)
+    for _ in range(max_len):
+        out = model.decode(ys, memory, src_mask, solutions.causal_mask(ys.size(1)))
+        next_token = model.generator(out[-1]).argmax(-1)
+        ys = torch.cat([ys, next_token[:, None]], dim=1)
+    return [row[:row.index(eos_id)] if eos_id in row else row for row in ys[:, 1:].tolist()]
+
+
+def test_an_error_in_the_learners_code_says_where_with_what_and_why():
+    points, line = grade_one(greedy_takes_the_last_sentence, "greedy_decode", "equals a reference greedy decoder")
+    assert points == 0, line
+    assert ("your code raised RuntimeError: Sizes of tensors must match except in dimension 1. Expected size 6 but got "
+            "size 1 for tensor number 1 in the list. (in greedy_takes_the_last_sentence, line ") in line, line
+    assert (": `ys = torch.cat([ys, next_token[:, None]], dim=1)`), with ys (6, 1), next_token (1,); the call was "
+            "greedy_takes_the_last_sentence(src (6, 3), src_mask (6, 1, 1, 3), max_len=6, bos_id=1, eos_id=2). "
+            "Likely: out[-1] takes the last item of the batch (out is (6, 1, 7), dim 0 the batch of 6), where the last "
+            "position was meant: out[:, -1] keeps one row per sentence") in line, line
+
+
+def _ngrams(tokens, n):
+    return Counter(tuple(tokens[i:i + n]) for i in range(len(tokens) - n + 1))
+
+
+def bleu_counts_matches_from_the_reference(hypotheses, references, max_n=4):
+    """Each reference n-gram found in the hypothesis counts as often as the reference has it: no known mistake gives
+    these numbers, so no cause may be named (the 'orders 1..max_n' hint was a wrong guess)."""
+    matches, totals, hyp_len, ref_len = [0] * max_n, [0] * max_n, 0, 0
+    for h, r in zip(hypotheses, references):
+        hyp_len, ref_len = hyp_len + len(h), ref_len + len(r)
+        for n in range(1, max_n + 1):
+            hc, rc = _ngrams(h, n), _ngrams(r, n)
+            matches[n - 1] += sum(c for g, c in rc.items() if g in hc)
+            totals[n - 1] += max(len(h) - n + 1, 0)
+    if min(matches) == 0 or min(totals) == 0:
+        return 0.0
+    bp = 1.0 if hyp_len >= ref_len else math.exp(1 - ref_len / hyp_len)
+    return 100 * bp * math.exp(sum(math.log(m / t) for m, t in zip(matches, totals)) / max_n)
+
+
+def test_an_unrecognized_bleu_mistake_gets_no_likely():
+    points, text = grade(bleu_counts_matches_from_the_reference, "corpus_bleu")
+    assert points == max_points("corpus_bleu") - 2, text
+    assert "Likely:" not in text, text
+    assert ("corpus_bleu(12 sentences, max_n=2); expected 55.8300 (sacrebleu: n-grams of orders 1..max_n, and the mean "
+            "of their log precisions over max_n orders); got ") in text, text
