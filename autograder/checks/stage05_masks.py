@@ -311,9 +311,6 @@ def _reads_values(e: BaseException) -> bool:
             or (isinstance(e, RuntimeError) and "cannot be called on meta tensors" in text))
 
 
-_COPIED: list[str] = []  # what data-less _Elsewhere tensors were copied to the CPU during a probe: "ids" or "computed"
-
-
 class _Elsewhere(torch.Tensor):
     """Ids whose values can be read (.tolist(), .item(), .cpu().numpy()) but which say they are on the device
     'meta': they play ids on a GPU for code that reads the values (a real 'meta' tensor has none). As on a GPU,
@@ -330,9 +327,10 @@ class _Elsewhere(torch.Tensor):
 
     def cpu(self, *args, **kwargs):
         plain = self.as_subclass(torch.Tensor)
-        if plain.is_meta:  # ids (or a mask) with no values: what a copy to the CPU would give, values aside
-            _COPIED.append("ids" if getattr(self, "_the_ids", False) else "computed")
-            return torch.zeros(plain.shape, dtype=plain.dtype)
+        if plain.is_meta:  # no values to copy: the copy says what was copied (it reaches the check as the result)
+            if plain.dtype == torch.long:  # the ids (or counts made from them): reading their values, as zeros
+                return torch.zeros(plain.shape, dtype=plain.dtype)
+            return torch.ones(plain.shape, dtype=plain.dtype)  # a mask or a part of it, made on the ids' device
         return plain.clone()
 
     def to(self, *args, **kwargs):
@@ -405,20 +403,20 @@ def _on_ids_device(fn, name, hint):
 
 def _moved_to_cpu(fn, name):
     """For code that copied a 'meta' tensor to the CPU: the same ids on 'meta' once more, with .cpu() and .to('cpu')
-    giving a CPU tensor of the right shape (values aside). A mask that comes back as a plain CPU tensor after a tensor
-    computed on the ids' device was copied was moved off that device (a trailing .cpu()); a copy of the ids alone is
-    reading their values (numpy, lists), which the probes after this one judge."""
-    ids = _ids().to("meta").as_subclass(_Elsewhere)
-    ids._the_ids = True
-    _COPIED.clear()
+    giving a CPU tensor of the right shape: zeros for the ids (a copy to read their values), ones for anything else (a
+    mask, or a part of it, made on the ids' device). A plain CPU result with no False in it is such a copy of a mask,
+    moved off the device (a trailing .cpu()); a mask made from the copied ids is judged by the probes after this one.
+    (What was copied is told by the values that come back, not by a record kept here: it holds when the learner's
+    code runs in another process.)"""
     try:
-        got = fn(ids)
+        got = fn(_ids().to("meta").as_subclass(_Elsewhere))
     except CheckTimeout:
         raise
     except Exception:  # noqa: BLE001  (the values are read: .tolist(), .item(); judged by the probes that follow)
         return
-    copied, _COPIED[:] = list(_COPIED), []
-    if "computed" in copied and isinstance(got, torch.Tensor) and type(got) is torch.Tensor and got.device.type == "cpu":
+    # a copy of a mask made on the device comes back all True (ones); one made from the ids' copy (zeros), not
+    if isinstance(got, torch.Tensor) and type(got) is torch.Tensor and got.device.type == "cpu" and got.numel() \
+            and bool((got != 0).all()):
         raise CheckFailure(f"{name}(ids on device 'meta'): the mask's device", "the device of the ids", "cpu",
                            MOVED_TO_CPU.format(made=f"device={_arg(name)}.device (or from {_arg(name)} itself)"))
 
