@@ -1121,3 +1121,42 @@ class LayerUnsqueezesTheMask(solutions.EncoderLayer):
 def test_a_mask_unsqueezed_on_the_way_is_named():
     assert_caught(LayerUnsqueezesTheMask, "EncoderLayer", "works without the mask and fails with it",
                   "no mask.unsqueeze(1)")
+
+
+# ---------------------------------------------------------------- issue 17: an error in the learner's code
+class EncoderLayerTransposesTheAttention(solutions.EncoderLayer):
+    """A shape mistake of no known kind: the message says where, with which shapes, after which call, and guesses no
+    cause (5 is the length of both x and h: the sizes do not point at one tensor's dimension)."""
+
+    def forward(self, x, src_mask):
+        h = self.self_attn(x, x, x, src_mask)
+        y = x + h.transpose(0, 1)
+        return self.sublayers[1](self.sublayers[0].norm(y), self.feed_forward)
+
+
+def test_an_error_of_no_known_kind_says_where_and_guesses_nothing():
+    points, line = grade_one(EncoderLayerTransposesTheAttention, "EncoderLayer", "has self_attn")
+    assert points == 0, line
+    assert ("your code raised RuntimeError: The size of tensor a (5) must match the size of tensor b (2) at "
+            "non-singleton dimension 1 (in forward, line ") in line, line
+    assert line.endswith(": `y = x + h.transpose(0, 1)`), with x (2, 5, 16), h (2, 5, 16); the call was "
+                         "EncoderLayer.forward(x (2, 5, 16), src_mask=None)"), line
+    assert "Likely:" not in line, line
+
+
+class EncoderLayerCentersWithoutKeepdim(solutions.EncoderLayer):
+    """x - x.mean(-1): the mean lost its dimension, (2, 5) against (2, 5, 16). The sizes in the error, 16 and 5, are
+    each one dimension of x, which the message says."""
+
+    def forward(self, x, src_mask):
+        x = x - x.mean(-1)
+        return super().forward(x, src_mask)
+
+
+def test_sizes_that_point_at_one_dimension_each_are_named():
+    points, line = grade_one(EncoderLayerCentersWithoutKeepdim, "EncoderLayer", "has self_attn")
+    assert points == 0, line
+    assert line.endswith(": `x = x - x.mean(-1)`), with x (2, 5, 16); the call was EncoderLayer.forward(src_mask=None). "
+                         "Likely: 16 is x's size at dim 2 and 5 is x's size at dim 1: on this line the one stands where "
+                         "the other was needed (a sum or a mean without keepdim=True, an index, a transpose or a view "
+                         "that took the wrong dimension)"), line
