@@ -9,6 +9,7 @@ from torch import nn
 
 import solutions
 from solutions import merge_heads, scaled_dot_product_attention, split_heads
+from autograder import max_points
 from tests.grading import assert_caught, assert_full_marks, grade, grade_one
 
 NAMES = ["split_heads", "merge_heads", "MultiHeadAttention"]
@@ -1062,3 +1063,39 @@ def test_fourth_review_dropout_in_eval_mode_is_named(cls, keywords):
     points, line = grade_one(cls, "MultiHeadAttention", "dropout acts")
     assert points == 0 and all(k in line for k in keywords), line
     assert cls is DropoutAlwaysOn or "not F.dropout" not in line, line
+
+
+# ---------------------------------------------------------------- issue 17: a transposed mask is named, not guessed at
+class MHATransposesTheMask(solutions.MultiHeadAttention):
+    """Reads the mask as (B, 1, Lk, Lq): with a (B, 1, 1, Lk) padding mask it fails in cross-attention (it was told
+    'is the query used as key and value too?', which it is not), and a causal mask becomes its mirror image."""
+
+    def forward(self, query, key, value, mask=None):
+        return super().forward(query, key, value, None if mask is None else mask.transpose(-2, -1))
+
+
+def test_a_transposed_mask_is_named_in_both_checks():
+    points, text = grade(MHATransposesTheMask, "MultiHeadAttention")
+    assert points == max_points("MultiHeadAttention") - 3, text  # cross-attention, causal, attn_weights
+    assert "Is the query used as key" not in text, text
+    assert ("with the mask of shape (2, 1, 1, 6); expected it to work; got RuntimeError: The size of tensor a (6) must "
+            "match the size of tensor b (3) at non-singleton dimension 2. Likely: it works without the mask and fails "
+            "with it: the mask (B, 1, 1, Lk) or (B, 1, Lq, Lk) broadcasts over the heads and the queries as it is; pass "
+            "it on unchanged (no transpose, unsqueeze, view or reshape)") in text, text
+    assert ("causal mask of shape (1, 1, 5, 5)): values differ (largest difference 0.7 at index (0, 0, 2)); expected "
+            "0.008017 there; got -0.692. Likely: the mask's query and key axes swapped (a transpose of the mask): a "
+            "(.., Lq, Lk) mask is used as it is") in text, text
+
+
+def test_the_query_used_as_key_is_named_only_when_it_is_the_cause():
+    """The same error (a padding mask of Lk keys against Lq x Lq scores) as a transposed mask: the call without the
+    mask tells them apart."""
+    points, line = grade_one(MHAQueryAsKeyAndValue, "MultiHeadAttention", "cross-attention")
+    assert points == 0 and line.endswith("Likely: the query used as key and value too: without the mask this is the "
+                                         "query's self-attention; k and v come from the `key` and `value` arguments, "
+                                         "whose length the mask has"), line
+
+
+class MHAQueryAsKeyAndValue(solutions.MultiHeadAttention):
+    def forward(self, query, key, value, mask=None):
+        return super().forward(query, query, query, mask)

@@ -237,7 +237,7 @@ def _pair(MHA, d_model=12, h=3, dropout=0.0, seed=0):
     return mha, ref
 
 
-def _forward(mha, query, key, value, mask=None, what="MultiHeadAttention(...)(query, key, value)"):
+def _forward(mha, query, key, value, mask=None, what="MultiHeadAttention(...)(query, key, value)", ref=None):
     args = {"query": query, "key": key, "value": value, "mask": mask}
     if key is query:  # self-attention: one tensor, checked once
         args = {"x": query, "mask": mask}
@@ -246,6 +246,8 @@ def _forward(mha, query, key, value, mask=None, what="MultiHeadAttention(...)(qu
     except (RuntimeError, ValueError, IndexError) as e:
         lengths = isinstance(e, RuntimeError) and query.size(1) != key.size(1) and \
             any(w in str(e) for w in ("size of tensor", "must match", "invalid for input of size"))
+        if lengths and mask is not None and ref is not None:
+            _without_mask(mha, ref, query, key, value, mask, what, e)
         if not lengths:
             if mask is not None and _works_without_mask(mha, query, key, value):
                 raise CheckFailure(f"{what}: with the mask of shape {tuple(mask.shape)}", "it to work",
@@ -257,11 +259,41 @@ def _forward(mha, query, key, value, mask=None, what="MultiHeadAttention(...)(qu
         raise CheckFailure(what, "an output of shape (B, Lq, d_model)", f"RuntimeError: {str(e)[:90]}",
                            "the lengths do not fit together: in cross-attention the query (Lq) and the keys (Lk) "
                            "differ; q comes from `query`, k and v from `key` and `value`, and the mask is "
-                           "(B, 1, 1, Lk). Is the query used as key and value too?") from None
+                           "(B, 1, 1, Lk). Is the query used as key and value too?" if ref is None else
+                           "the lengths do not fit together: in cross-attention the query (Lq) and the keys (Lk) "
+                           "differ; q comes from `query`, k and v from `key` and `value`, each split into heads with "
+                           "its own length (view(B, -1, h, d_k), not view(B, Lq, h, d_k) for all three)") from None
     if isinstance(out, tuple):
         raise CheckFailure(what, "one tensor (B, Lq, d_model)", f"a tuple of {len(out)}",
                            "return only the output; keep the weights in self.attn_weights")
     return as_tensor(out, what)
+
+
+def _without_mask(mha, ref, query, key, value, mask, what, e):
+    """Cross-attention failed with a mask on a size mismatch: the same call without the mask tells the cause. Right
+    without it: the mask is handled wrongly (transposed, reshaped); the query's self-attention without it: the query
+    was used as key and value. Anything else (it fails without the mask too): the caller's generic message."""
+    kept = mha.__dict__.get("attn_weights", None)
+    try:
+        alone = mha(query.clone(), key.clone(), value.clone())
+    except Exception:  # noqa: BLE001  (it fails without the mask too: the lengths are mixed up elsewhere)
+        return
+    finally:
+        if "attn_weights" in mha.__dict__:
+            mha.__dict__["attn_weights"] = kept
+    with torch.no_grad():
+        right = ref(query, key, value, need_weights=False)[0]
+        self_only = _manual(ref, query, key, value, None, inputs="qqq", mask_mode="ignored")
+    got = f"{type(e).__name__}: {str(e)[:90]}"
+    if close(alone, right):
+        raise CheckFailure(f"{what}: with the mask of shape {tuple(mask.shape)}", "it to work", got,
+                           "it works without the mask and fails with it: the mask (B, 1, 1, Lk) or (B, 1, Lq, Lk) "
+                           "broadcasts over the heads and the queries as it is; pass it on unchanged (no transpose, "
+                           "unsqueeze, view or reshape)") from None
+    if close(alone, self_only):
+        raise CheckFailure(f"{what}: with the mask of shape {tuple(mask.shape)}", "it to work", got,
+                           "the query used as key and value too: without the mask this is the query's self-attention; "
+                           "k and v come from the `key` and `value` arguments, whose length the mask has") from None
 
 
 def _works_without_mask(mha, query, key, value) -> bool:
@@ -297,6 +329,8 @@ def _manual(ref: nn.MultiheadAttention, query, key, value, mask=None, split="ok"
         return x.reshape(B, h, L, d_k) if split == "no_transpose" else x.reshape(B, L, h, d_k).transpose(1, 2)
     q, k, v = sp(q), sp(k), sp(v)
     scores = q @ k.transpose(-2, -1) / {"d_model": math.sqrt(d), "none": 1.0, "h": math.sqrt(h), "twice": d_k}.get(scale, math.sqrt(d_k))
+    if mask is not None and mask_mode == "transposed":
+        scores = scores.masked_fill(~mask.transpose(-2, -1), -1e9)
     if mask is not None and mask_mode in ("ok", "inverted", "zero"):
         scores = scores.masked_fill(mask if mask_mode == "inverted" else ~mask, 0.0 if mask_mode == "zero" else -1e9)
     weights = torch.softmax(scores, softmax_dim)
@@ -358,6 +392,9 @@ def _mistakes(ref, query, key, value, mask=None):
                  "gives them weight 0"] = dict(mask_mode="zero")
         variants["mask applied after the softmax: fill the scores before it, so that each row still sums to one"] = \
             dict(mask_mode="after")
+        if mask.size(-2) == mask.size(-1) > 1:
+            variants["the mask's query and key axes swapped (a transpose of the mask): a (.., Lq, Lk) mask is used as "
+                     "it is"] = dict(mask_mode="transposed")
     out = {}
     with torch.no_grad():
         for description, kw in variants.items():
@@ -416,7 +453,7 @@ def _mha_cross(MHA):
     with torch.no_grad():
         expected = ref(query, key, value, key_padding_mask=~real, need_weights=False)[0]  # PyTorch's: True = pad
         what = "MultiHeadAttention(12, 4)(query (2, 3, 12), key (2, 6, 12), value (2, 6, 12), mask (2, 1, 1, 6))"
-        got = _forward(mha, query, key, value, mask, what)
+        got = _forward(mha, query, key, value, mask, what, ref=ref)
         expect_close(got, expected, what, mistakes=_mistakes(ref, query, key, value, mask),
                      hint="q from `query`, k and v from `key` and `value`; the output has the query's length")
 
@@ -444,7 +481,7 @@ def _mha_weights(MHA):
     real = torch.tensor([[True] * 5, [True] * 3 + [False] * 2])
     with torch.no_grad():
         _forward(mha, first, first, first)
-        _forward(mha, query, memory, memory, real[:, None, None, :])
+        _forward(mha, query, memory, memory, real[:, None, None, :], ref=ref)
         expected = ref(query, memory, memory, key_padding_mask=~real, need_weights=True,
                        average_attn_weights=False)[1]  # (B, h, Lq, Lk)
     w = getattr(mha, "attn_weights", None)
