@@ -172,6 +172,24 @@ def apply_bpe(word: str, merges: list[tuple[str, str]]) -> list[str]:
     ### END SOLUTION
 
 
+def split_cached(tokenizer, text: str, split_word) -> list[str]:
+    """Given, for BPETokenizer.tokenize: the subwords of every word of `text` (split at any whitespace),
+    each distinct word split by split_word(word, tokenizer.merges) only once. The cache lives in the
+    tokenizer's own __dict__ (never shared between tokenizers) and is emptied when its merges list is
+    replaced (retrained or loaded). Example: split_cached(tok, "low lower", apply_bpe) -> ["low</w>", "low", "er</w>"]
+    """
+    cache = tokenizer.__dict__.get("_cache")
+    if cache is None or tokenizer.__dict__.get("_cached_merges") is not tokenizer.merges:  # new or retrained
+        cache = tokenizer.__dict__["_cache"] = {}
+        tokenizer.__dict__["_cached_merges"] = tokenizer.merges
+    out = []
+    for word in text.split():
+        if word not in cache:
+            cache[word] = split_word(word, tokenizer.merges)
+        out.extend(cache[word])
+    return out
+
+
 class BPETokenizer:
     """Subword tokenizer: BPE merges plus a vocabulary whose ids 0-3 are <pad>, <bos>, <eos>, <unk>.
 
@@ -209,17 +227,9 @@ class BPETokenizer:
         return len(self.itos)
 
     def tokenize(self, text: str) -> list[str]:
-        """Subword strings of `text`, each word segmented once and cached. Example: "lower" -> ["low", "er</w>"]."""
-        cache = self.__dict__.get("_cache")
-        if cache is None or self.__dict__.get("_cached_merges") is not self.merges:  # new or retrained
-            cache = self.__dict__["_cache"] = {}
-            self.__dict__["_cached_merges"] = self.merges
-        out = []
-        for word in text.split():
-            if word not in cache:
-                cache[word] = apply_bpe(word, self.merges)
-            out.extend(cache[word])
-        return out
+        """Subword strings of `text`: each word split by apply_bpe, once (split_cached, given, caches it).
+        Example: "lower" -> ["low", "er</w>"]"""
+        return split_cached(self, text, apply_bpe)
 
     def encode(self, text: str) -> list[int]:
         """Subword ids of `text`, no <bos>/<eos>; unknown symbols become <unk> (3)."""
