@@ -601,6 +601,8 @@ def _no_dropout_elsewhere(Transformer, seed, part):
                 out = model(src, tgt, sm, tm)
         return out, enc, dec
 
+    verdicts = {}  # part -> whether it adds no dropout of its own (computed once)
+
     def paths(out, enc, dec):
         """(got, given, what, expected, place) for each path, or None when a stand-in was not called as expected."""
         if part == "encode":
@@ -622,18 +624,20 @@ def _no_dropout_elsewhere(Transformer, seed, part):
         with torch.no_grad():
             logits = gen(dec.calls[0][0]) if isinstance(gen, nn.Module) else None
         found = []
-        try:  # a dropout inside encode is the encode check's: not counted twice
-            _no_dropout_elsewhere(Transformer, seed, "encode")
-        except CheckFailure:
-            pass
-        else:
+
+        def clean(inner):  # a dropout inside encode or decode is that check's: not counted twice
+            if inner not in verdicts:
+                try:
+                    _no_dropout_elsewhere(Transformer, seed, inner)
+                    verdicts[inner] = True
+                except CheckFailure:
+                    verdicts[inner] = False
+            return verdicts[inner]
+        decode_clean = clean("decode")
+        if decode_clean and clean("encode"):
             found.append((mem, enc.calls[0][0], f"{what}.train()(src, tgt_in, src_mask, tgt_mask): the memory the "
                           "decoder was given", "the encoder's output as it is", "the memory (the encoder's output)"))
-        try:  # a dropout inside decode is the decode check's: not counted twice
-            _no_dropout_elsewhere(Transformer, seed, "decode")
-        except CheckFailure:
-            logits = None
-        if logits is not None:
+        if logits is not None and decode_clean:
             found.append((out, logits, f"{what}.train()(src, tgt_in, src_mask, tgt_mask) with a decoder that returns "
                           "its input", "generator(the decoder's output)", "the decoder's output or the logits"))
         return found
