@@ -156,6 +156,8 @@ CLAIMS = {
         ("The copy model has learned a diagonal, the reverse model an anti-diagonal",
          "[_copy_rows, _reverse_rows, len(source)]",
          lambda v: v[0][:v[2]] == list(range(v[2])) and v[1][:v[2]] == list(range(v[2] - 1, -1, -1))),
+        ("looks where the row before it looked, at the source token just written: the last one for copy, the first "
+         "one for reverse", "[_copy_rows[-1], _reverse_rows[-1], len(source)]", lambda v: v == [v[2] - 1, 0, v[2]]),
     ],
     "13_decoding": [
         ("It puts about 0.55 on \"a\" and 0.35 on \"the\"",
