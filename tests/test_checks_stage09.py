@@ -12,7 +12,7 @@ from torch import nn
 import solutions
 from solutions import LayerNorm, MultiHeadAttention, PositionwiseFeedForward, SublayerConnection
 from autograder import max_points
-from tests.grading import assert_caught, assert_full_marks, grade
+from tests.grading import assert_caught, assert_full_marks, grade, grade_one
 from tests.test_checks_stage08 import (AdditiveAttention, EinsumAttention, FeedForward, Float64Attention,
                                        InPlaceConnection, Residual, SDPAAttention, SequentialFeedForward,
                                        VarMeanLayerNorm)
@@ -916,3 +916,33 @@ def test_a_dropout_on_the_memory_loses_the_dropout_point(name, cls, where):
     assert points == max_points(name) - 1, text
     assert f".train(): {where}; expected the memory itself; got the memory with" in text, text
     assert "(a dropout of rate 0.5). Likely: " + MEMORY_DROPPED in text, text
+
+
+# ---------------------------------------------------------------- issue 17: a transposed tgt_mask is named
+# The causal check said 'without the causal mask' for a mask that is there, upside down; the comparisons with PyTorch
+# named nothing. A (B, 1, Lt, Lt) target mask, causal and padded, is not symmetric: its transpose shows.
+class DecoderLayerTransposesTgtMask(solutions.DecoderLayer):
+    def forward(self, x, memory, src_mask, tgt_mask):
+        return super().forward(x, memory, src_mask, tgt_mask.transpose(-2, -1))  # "(B, 1, keys, queries)"
+
+
+class DecoderTransposesTgtMask(solutions.Decoder):
+    def forward(self, x, memory, src_mask, tgt_mask):
+        mask = tgt_mask.transpose(2, 3)
+        for layer in self.layers:
+            x = layer(x, memory, src_mask, mask)
+        return self.norm(x)
+
+
+TRANSPOSED = ("Likely: tgt_mask transposed on its way to self-attention (its query and key axes swapped): each position "
+              "sees itself and the LATER tokens; a (B, 1, Lt, Lt) mask goes to the attention as it is")
+
+
+@pytest.mark.parametrize("name,cls,title", [("DecoderLayer", DecoderLayerTransposesTgtMask, "post-norm"),
+                                            ("DecoderLayer", DecoderLayerTransposesTgtMask, "self-attention is causal"),
+                                            ("Decoder", DecoderTransposesTgtMask, "post-norm stack"),
+                                            ("Decoder", DecoderTransposesTgtMask, "pre-norm stack")])
+def test_a_transposed_tgt_mask_is_named(name, cls, title):
+    points, line = grade_one(cls, name, title)
+    assert points == 0 and TRANSPOSED in line, line
+    assert "without the causal mask" not in line, line

@@ -37,6 +37,14 @@ def tgt_mask_of(ids):
     return causal(ids.size(1)) & key_mask(ids)
 
 
+TRANSPOSED = ("tgt_mask transposed on its way to self-attention (its query and key axes swapped): each position "
+              "sees itself and the LATER tokens; a (B, 1, Lt, Lt) mask goes to the attention as it is")
+def transposed(allowed):
+    """What attention computes with the mask's query and key axes swapped, additive (a query row left with no key gets
+    uniform weights, as masked_fill with a large negative number gives it, not PyTorch's NaN)."""
+    return torch.zeros(allowed.shape).masked_fill(~allowed.transpose(-2, -1), torch.finfo(torch.float32).min)
+
+
 MIXED_LENGTHS = ("the target's and the source's lengths got mixed up: self-attention is self_attn(x, x, x, tgt_mask), "
                  "cross-attention is cross_attn(x, memory, memory, src_mask) (queries from the decoder, keys and values "
                  "from the memory; tgt_mask for self-attention, src_mask for cross-attention), and a layer is called "
@@ -167,6 +175,7 @@ def _layer_vs_torch(DecoderLayer, norm_first, seed, tgt_lengths, src_lengths, ho
             "decoder self-attention without the causal mask (only padding hidden): a position sees later "
             "target tokens": fn(self_allowed=key_mask(tgt)),
             "tgt_mask not passed to self-attention: no causal mask, no target padding mask": fn(self_allowed=None),
+            TRANSPOSED: fn(self_allowed=transposed(tgt_mask_of(tgt))),
             "cross-attention without the source padding mask (src_mask): the memory's padding was attended":
                 fn(cross_allowed=None),
             "tgt_mask inverted (~tgt_mask or tgt_mask == 0 given to self-attention): True means 'may attend'; pass "
@@ -276,11 +285,17 @@ def _dl_causal(DecoderLayer):
     expect_shape(a, (2, 6, D), what)
     expect_shape(b, (2, 6, D), what)
     if not close(b[:, :-1], a[:, :-1]):
+        x3 = x.clone()
+        x3[:, 0] = x3[:, 0] * -2 + 1
+        c = run(layer, x3, memory, everything(2, 4), causal(6), what)
+        if isinstance(c, torch.Tensor) and c.shape == a.shape and close(c[:, -1], a[:, -1]):
+            hint = TRANSPOSED + " (here the last position's output ignores every earlier token)"
+        else:
+            hint = ("decoder self-attention without the causal mask: pass tgt_mask to self-attention "
+                    "(self_attn(x, x, x, tgt_mask)) so that a position never sees later target tokens; and "
+                    "cross-attention reads the memory (cross_attn(x, memory, memory, src_mask)), never x")
         raise CheckFailure(f"{what}: outputs at positions 0..4 after changing only the target at position 5",
-                           "unchanged", "changed",
-                           "decoder self-attention without the causal mask: pass tgt_mask to self-attention "
-                           "(self_attn(x, x, x, tgt_mask)) so that a position never sees later target tokens; and "
-                           "cross-attention reads the memory (cross_attn(x, memory, memory, src_mask)), never x")
+                           "unchanged", "changed", hint)
 
 
 @register("DecoderLayer", "cross-attention: keys and values from the memory, queries from the decoder")
@@ -440,6 +455,7 @@ def _decoder_vs_torch(Decoder, norm_first, seed, tgt_lengths, src_lengths, n_lay
                 h = run_layer(lay, h, mode, True, **(kw if i else {}))
             return ref.norm(h) if ref.norm is not None else h
         mistakes["tgt_mask not passed on: the layers' self-attention is not causal"] = chain(self_allowed=None)
+        mistakes[TRANSPOSED] = chain(self_allowed=transposed(tgt_mask_of(tgt)))
         mistakes["tgt_mask passed to the first layer only: the later layers' self-attention sees later tokens; pass "
                  "it to every layer, x = layer(x, memory, src_mask, tgt_mask)"] = first_only(self_allowed=None)
         mistakes["src_mask passed to the first layer only: the later layers' cross-attention attends the source "
