@@ -134,11 +134,29 @@ def _describe_exception(e: BaseException) -> str:
         frame, lineno = frames[-1]
         line = _source_line(frame, lineno)
         where = f" (in {frame.f_code.co_name}, line {lineno}" + (f": `{line}`" if line else "") + ")"
+    else:
+        where = _remote_where(e)
     return f"{type(e).__name__}{': ' + msg[:300] if msg else ''}{where}"
 
 
+def _remote_where(e: BaseException) -> str:
+    """The same `(in f, line n: `line`)` for an error raised in the notebook's kernel and rebuilt here by the grade
+    command's channel, from the frames it sent along (remote_frames: file, line number, function, line)."""
+    frames = [f for f in getattr(e, "remote_frames", None) or [] if isinstance(f, tuple) and len(f) >= 3
+              and "autograder" not in str(f[0]).replace("\\", "/") and _frame_kind(str(f[0])) == "learner"]
+    if not frames:
+        return ""
+    _, lineno, name, *rest = frames[-1]
+    line = str(rest[0]).strip() if rest else ""
+    line = line if len(line) <= 120 else line[:117] + "..."
+    return f" (in {name}, line {lineno}" + (f": `{line}`" if line else "") + ")"
+
+
 def _learner_frames(e: BaseException) -> list:
-    """(frame, line number) of each traceback entry in the learner's code, outermost first."""
+    """(frame, line number) of each traceback entry in the learner's code, outermost first (none for an error rebuilt
+    from the notebook's kernel: its frames are there, see _remote_where)."""
+    if getattr(e, "remote_frames", None):
+        return []
     out, tb = [], e.__traceback__
     while tb is not None:
         name = tb.tb_frame.f_code.co_filename.replace("\\", "/")

@@ -1160,3 +1160,20 @@ def test_sizes_that_point_at_one_dimension_each_are_named():
                          "Likely: 16 is x's size at dim 2 and 5 is x's size at dim 1: on this line the one stands where "
                          "the other was needed (a sum or a mean without keepdim=True, an index, a transpose or a view "
                          "that took the wrong dimension)"), line
+
+
+def test_an_error_raised_in_the_kernel_names_the_learners_line_too():
+    """Graded by `python -m autograder grade`, the learner's code runs in the notebook's kernel and its errors come
+    back rebuilt, with the frames the kernel sent (file, line, function, line's text): the message names the same
+    line as in a lesson."""
+    from autograder.core import Check, run_check
+
+    def raises_as_the_channel_does(obj):
+        e = RuntimeError("The size of tensor a (5) must match the size of tensor b (2) at non-singleton dimension 1")
+        e.remote_frames = [("/usr/lib/python3/dist-packages/torch/nn/modules/module.py", "1775", "_call_impl", ""),
+                           ("/tmp/ipykernel_77/1234.py", "18", "forward", "    y = x + h.transpose(0, 1)")]
+        raise e
+    points, line = run_check(Check("EncoderLayer", "a check", 1.0, raises_as_the_channel_does, 10.0), object())
+    assert points == 0 and line.endswith("your code raised RuntimeError: The size of tensor a (5) must match the size "
+                                         "of tensor b (2) at non-singleton dimension 1 (in forward, line 18: "
+                                         "`y = x + h.transpose(0, 1)`)"), line
