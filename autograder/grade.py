@@ -297,7 +297,6 @@ def prepare(nb, expected, problems, socket_path: str) -> tuple[object, dict[str,
 def _execute(spec_path: str) -> None:
     """Child process: start the checker, then execute the prepared notebook with the jailed kernel; write
     {"error": ...}. Outputs are dropped as they come (nothing is read from them)."""
-    from jupyter_client.manager import KernelManager
     from nbclient import NotebookClient
 
     class Stop(BaseException):
@@ -314,9 +313,9 @@ def _execute(spec_path: str) -> None:
         current = None
         interrupted: list = []
 
-        def create_kernel_manager(self):
-            self.km = KernelManager(kernel_name=KERNEL_NAME, transport="ipc", ip=spec["ipc"],
-                                    connection_file=spec["connection_file"])
+        def create_kernel_manager(self):  # nbclient's own (asynchronous) manager, over Unix sockets
+            self.km = self.kernel_manager_class(kernel_name=KERNEL_NAME, transport="ipc", ip=spec["ipc"],
+                                                connection_file=spec["connection_file"], config=self.config)
             return self.km
 
         async def async_execute_cell(self, cell, cell_index, *args, **kwargs):
@@ -368,6 +367,7 @@ def _execute(spec_path: str) -> None:
         checker.wait()
         log.close()
         pathlib.Path(spec["status"]).write_text(json.dumps(status))
+        os._exit(0)  # now, even if a thread of the kernel client is still waiting on the dead kernel
 
 
 # ---------------------------------------------------------------------------- processes, files
@@ -538,10 +538,11 @@ def grade_notebook(path: str | os.PathLike, timeout: float = NOTEBOOK_TIMEOUT, *
                 os.killpg(proc.pid, signal.SIGTERM)
                 _, err = proc.communicate(timeout=60)
             except (OSError, subprocess.TimeoutExpired):
-                try:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                except OSError:
-                    pass
+                for kill in (lambda: os.killpg(proc.pid, signal.SIGKILL), proc.kill):
+                    try:
+                        kill()
+                    except OSError:
+                        pass
                 _, err = proc.communicate()
         finally:
             _kill_token(token)
@@ -578,9 +579,10 @@ def grade_notebook(path: str | os.PathLike, timeout: float = NOTEBOOK_TIMEOUT, *
                 problems.append(f"cell {number} ran past the cell time limit ({cell_timeout:g} s) and was interrupted; "
                                 "the cells after it still ran")
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-        if own:
-            shutil.rmtree(batch, ignore_errors=True)
+        if not os.environ.get("AUTOGRADER_KEEP"):  # the working files, kept to debug the grader
+            shutil.rmtree(tmp, ignore_errors=True)
+            if own:
+                shutil.rmtree(batch, ignore_errors=True)
     by_name = {}
     for nonce, name in (nonces if "nonces" in locals() else {}).items():
         if nonce in verdicts:
