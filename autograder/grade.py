@@ -686,7 +686,8 @@ def grade(paths, json_path=None, timeout: float = NOTEBOOK_TIMEOUT, stream=sys.s
                 report["notebooks"].append(r)
                 show(r, p)
     finally:
-        shutil.rmtree(batch, ignore_errors=True)
+        if not os.environ.get("AUTOGRADER_KEEP"):
+            shutil.rmtree(batch, ignore_errors=True)
     if json_path:
         pathlib.Path(json_path).write_text(json.dumps(report, indent=2))
     return report

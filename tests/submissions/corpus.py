@@ -197,7 +197,8 @@ found = []
 for pattern in ('/tmp/*', '/tmp/*/*', '/tmp/*/*/*', '/var/tmp/*', '/dev/shm/*',
                 os.path.join(os.path.dirname(os.path.dirname(os.getcwd())), '*', '*')):
     for path in glob.glob(pattern):
-        if not path.startswith((os.getcwd(), os.path.expanduser('~'))) and 'conn' not in path.split(os.sep)[-2:]:
+        mine = (os.getcwd(), os.path.expanduser('~'), os.path.join(os.path.dirname(os.getcwd()), 'conn'))
+        if not path.startswith(mine) and not os.getcwd().startswith(path + os.sep):  # not its own, nor above it
             found.append(path)
 for conn in glob.glob(os.path.join(os.path.dirname(os.path.dirname(os.getcwd())), '*', 'conn', '*.json')):
     if not conn.startswith(os.path.dirname(os.getcwd())):
@@ -217,7 +218,7 @@ if found:   # what it could reach costs it its own points, so that the test sees
 
 PORT = 47231  # tests/test_hostile.py listens there on the loopback while the batch runs
 
-MACHINE = r"""import os, socket, subprocess
+MACHINE = r"""import os, socket, subprocess, sys
 PORT = %d
 done = []
 for what, fn in [
@@ -225,7 +226,7 @@ for what, fn in [
         ('/proc/sys', lambda: open('/proc/sys/kernel/hostname', 'w').write('owned')),
         ('/sys', lambda: open('/sys/kernel/autograder', 'w').write('x')),
         ('/etc', lambda: open('/etc/autograder-was-here', 'w').write('x')),
-        ('/root', lambda: os.listdir('/root/.ssh') if os.path.isdir('/root/.ssh') else os.listdir('/root')[0]),
+        ('/root', lambda: [p for p in os.listdir('/root') if not sys.prefix.startswith(os.path.join('/root', p))][0]),
         ('network', lambda: socket.create_connection(('127.0.0.1', PORT), timeout=1)),
         ('setuid', lambda: os.setuid(0)),
         ('mount', lambda: subprocess.run(['mount', '-t', 'tmpfs', 'x', os.getcwd()], check=True, capture_output=True)),
