@@ -40,8 +40,6 @@ _u = {d_k: curve for d_k, curve in zip(D_KS, sharpness["unscaled"]["max_weight"]
 import statistics as _st
 from solutions.toy_tasks import accuracy as _accuracy, spikes as _spikes
 _copy_spikes = _spikes(copy_losses)
-_ratios = [copy_losses[k] / _st.median(copy_losses[k - 50:k]) for k in range(50, len(copy_losses))]
-_largest = 51 + max(range(len(_ratios)), key=_ratios.__getitem__)           # the step of the largest spike
 
 def _argmax_rows(model, task, src):
     b = solutions.make_batch([src], [task(src)])
@@ -144,15 +142,14 @@ CLAIMS = {
         ("in a minute or so each", "[copy_seconds, reverse_seconds]", lambda v: max(v) < 120),
         ("Within 300 steps the loss falls from above 4",
          "[copy_losses[0], _st.median(copy_losses[250:300])]", lambda v: v[0] > 4 and v[1] < 0.03),
-        ("the model copies more than 90 % of new sequences exactly",
-         "_accuracy(copy_model, copy)[0]", lambda v: v > 0.9),
-        ("jumps of ten times the recent loss keep coming long after the peak rate at step 100",
-         "[copy_rates.index(max(copy_rates)) + 1, [s for s in _copy_spikes if s > 300]]",
-         lambda v: v[0] == 100 and len(v[1]) >= 3),
-        ("the largest near the end, when the rate has decayed to less than half its peak",
-         "[_largest, copy_rates[_largest - 1] / max(copy_rates)]", lambda v: v[0] > 500 and v[1] < 0.5),
-        ("copies and reverses more than 90 % of new sequences exactly",
-         "[_accuracy(copy_model, copy)[0], _accuracy(reverse_model, reverse)[0]]", lambda v: min(v) > 0.9),
+        ("the model copies most new sequences exactly",
+         "_accuracy(copy_model, copy)[0]", lambda v: v > 0.8),
+        ("jumps of ten times the recent loss keep coming long after the peak rate at step 100, when the rate has "
+         "decayed to less than half its peak",
+         "[copy_rates.index(max(copy_rates)) + 1, [copy_rates[s - 1] / max(copy_rates) for s in _copy_spikes]]",
+         lambda v: v[0] == 100 and sum(r < 0.5 for r in v[1]) >= 2),
+        ("copies and reverses most new sequences exactly",
+         "[_accuracy(copy_model, copy)[0], _accuracy(reverse_model, reverse)[0]]", lambda v: min(v) > 0.8),
         ("The copy model has learned a diagonal, the reverse model an anti-diagonal",
          "[_copy_rows, _reverse_rows, len(source)]",
          lambda v: v[0][:v[2]] == list(range(v[2])) and v[1][:v[2]] == list(range(v[2] - 1, -1, -1))),
