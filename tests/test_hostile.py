@@ -1,12 +1,14 @@
 """`python -m autograder grade` under broken, slow and hostile submissions: one batch of lesson-03
-submissions (tests/submissions/corpus.py), graded two at a time, where each gets the score and the
-reason it must get, the honest ones exactly the grade they get alone, nothing outside the notebooks'
-folders changes, and no process they started survives. Plus the pieces that need no kernel."""
+submissions (tests/submissions/corpus.py: forged verdicts, borrowed answers, harm to classmates and to the
+machine, resources), graded two at a time, where each gets the score and the reason it must get, the honest
+ones exactly the grade they get alone, nothing outside the notebooks' folders changes, the machine keeps no
+trace, and no process they started survives. Plus the pieces that need no kernel."""
 import hashlib
 import io
 import json
 import os
 import pathlib
+import socket
 import subprocess
 import sys
 import time
@@ -15,8 +17,8 @@ from types import SimpleNamespace
 import nbformat
 import pytest
 
-from autograder.grade import MARK, _hmac, _verdicts, grade, isolation, read_submission
-from tests.submissions.corpus import FULL, cases, harm_cases, write
+from autograder.grade import grade, isolation, read_submission
+from tests.submissions.corpus import FULL, PORT, cases, harm_cases, write
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 CASES = {c.name: c for c in cases()}
@@ -42,11 +44,21 @@ def batch(tmp_path_factory):
         paths += [write(c, folder) for c in harm]
     before = {str(p): sha(p) for p in victims + [canary]}
     out = io.StringIO()
+    listener = socket.socket()  # a service on the machine's loopback, which no kernel may reach
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.bind(("127.0.0.1", PORT))
+    listener.listen(8)
+    hostname = socket.gethostname()
     start = time.time()
-    report = grade(paths, folder / "report.json", timeout=300, stream=out, jobs=2, cell_timeout=15)
+    try:
+        report = grade(paths, folder / "report.json", timeout=300, stream=out, jobs=2, cell_timeout=15,
+                       lesson="03_attention")
+    finally:
+        listener.close()
     seconds = time.time() - start
     print(f"\n{len(paths)} notebooks graded in {seconds:.0f} s (jobs=2, isolation={isolated})\n{out.getvalue()}")
     return SimpleNamespace(cases={c.name: c for c in chosen}, report=report, seconds=seconds, isolated=isolated,
+                           hostname=hostname,
                            by_name={pathlib.Path(n["path"]).stem: n for n in report["notebooks"]},
                            before=before, paths=paths, json=folder / "report.json", text=out.getvalue())
 
@@ -139,7 +151,7 @@ def test_the_command_goes_on_past_unreadable_files(tmp_path):
     errors = [n["error"] for n in report["notebooks"]]
     assert len(errors) == 5 and all(errors), errors
     assert "not valid JSON" in errors[0] and "not valid JSON" in errors[1] and "UTF-8" in errors[2]
-    assert "cannot read" in errors[3] and "cannot read" in errors[4]
+    assert "not a regular file" in errors[3] and "cannot read" in errors[4]
 
 
 def test_the_lesson_not_the_submission_says_what_is_graded(tmp_path):
@@ -157,40 +169,6 @@ def test_the_lesson_not_the_submission_says_what_is_graded(tmp_path):
     assert expected == [("check_softmax", "softmax", 3.0),
                         ("check_scaled_dot_product_attention", "scaled_dot_product_attention", 7.0)]
     assert any("appears 2 times" in p for p in problems)
-
-
-def _executed(nonce, *lines):
-    cell = nbformat.v4.new_code_cell(f"__import__('sys').audit('autograder.grade', 'n0', {{'cell': '{nonce}'}})")
-    cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text="".join(line + "\n" for line in lines))]
-    cell.execution_count = 1
-    nb = nbformat.v4.new_notebook()
-    nb.cells = [nbformat.v4.new_code_cell(""), cell]
-    return nb
-
-
-def test_only_one_correctly_signed_verdict_counts():
-    key, nonce = "ab" * 32, "cd" * 16
-    text = json.dumps({"cell": nonce, "points": 3.0, "lines": [], "flags": []})
-    good = f"{MARK} {nonce} {_hmac(key, nonce + ' ' + text)} {text}"
-    assert _verdicts(_executed(nonce, good), {"check_x": nonce}, key)["check_x"][0]["points"] == 3.0
-    forged = f"{MARK} {nonce} {_hmac('ef' * 32, nonce + ' ' + text)} {text}"
-    for lines in ([forged], [good, good], [good, forged], [f"{MARK} {nonce} unsigned {text}"]):
-        verdict, why = _verdicts(_executed(nonce, *lines), {"check_x": nonce}, key)["check_x"]
-        assert verdict is None and why, lines
-    assert _verdicts(_executed(nonce, good), {"check_x": nonce}, None)["check_x"][0] is None
-
-
-def test_the_sandbox_signs_what_the_grade_command_verifies():
-    """The sandbox's own JSON encoder and HMAC (written without the json and hmac modules, which a
-    notebook could change) agree with the standard library's."""
-    g = {"__name__": "sandbox"}
-    src = (ROOT / "autograder" / "sandbox.py").read_text()
-    exec(compile(src, "sandbox.py", "exec"), g)
-    value = {"cell": "x", "points": 2.5, "lines": ["✓ é \"quoted\" \\ back\nslash", "\U0001F600"], "flags": [],
-             "error": None, "ok": True, "n": 3}
-    text = g["_encode"](value)
-    assert json.loads(text) == {**value, "n": 3.0}
-    assert g["_hmac"](hashlib.sha256, "ab" * 32, "cd " + text) == _hmac("ab" * 32, "cd " + text)
 
 
 def test_isolation_probe_is_cached_and_boolean():
@@ -236,3 +214,38 @@ def test_the_report_tells_students_apart():
     assert labels(same) == ["alice/03_attention/03_attention.ipynb", "bob/03_attention/03_attention.ipynb"]
     assert labels(["/x/a/01_tokenization.ipynb", "/y/03_attention.ipynb"]) == ["01_tokenization.ipynb",
                                                                                "03_attention.ipynb"]
+
+
+def test_the_machine_keeps_no_trace(batch):
+    """What harm_touches_the_machine tried (a file in /dev and /etc, the hostname, a shared-memory segment
+    left behind) left nothing on the machine."""
+    if not batch.isolated:
+        pytest.skip("needs the kernel's namespaces (isolation), not available here")
+    for path in ("/dev/autograder-was-here", "/etc/autograder-was-here", "/dev/shm/autograder_leak"):
+        assert not os.path.exists(path), path
+    assert socket.gethostname() == batch.hostname
+
+
+def test_the_report_says_whether_the_grades_are_safe(batch):
+    assert batch.report["safe"] is batch.isolated
+    assert ("WARNING" in batch.text) is (not batch.isolated)
+
+
+@pytest.mark.skipif(not hasattr(os, "wait4"), reason="needs os.wait4")
+def test_the_grader_s_memory_and_time_stay_bounded(tmp_path):
+    """A 22 MB notebook of empty cells and one that prints 50 MB: the grade command, its checker and the
+    kernel each stay under 1 GB, and the refused file costs no time."""
+    by_name = {c.name: c for c in cases()}
+    paths = [write(by_name[n], tmp_path) for n in ("broken_huge_file", "honest_prints_a_flood")]
+    start = time.time()
+    proc = subprocess.Popen([sys.executable, "-m", "autograder", "grade", *map(str, paths), "--lesson", "03_attention",
+                             "--timeout", "120", "--json", str(tmp_path / "r.json")], cwd=ROOT,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    _, status, usage = os.wait4(proc.pid, 0)
+    seconds = time.time() - start
+    report = json.loads((tmp_path / "r.json").read_text())
+    huge, flood = report["notebooks"]
+    assert "more than 20 MB" in huge["error"] and huge["seconds"] < 5, huge
+    assert flood["points"] == FULL and flood["error"] is None, flood
+    assert usage.ru_maxrss < 1 << 20, f"a process of the grading took {usage.ru_maxrss >> 10} MB"
+    assert seconds < 120 + 30
