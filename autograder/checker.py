@@ -180,9 +180,6 @@ def main(cfg_path: str) -> None:
     server.listen(8)
     print("listening", flush=True)
     import torch
-    # torch imports torch._dynamo lazily (an optimizer's first step, meta tensors); an import cut short by a
-    # check's time limit leaves it half registered, and every later import fails: import it before any check
-    import torch._dynamo  # noqa: F401
     torch.set_num_threads(int(cfg.get("threads") or 1))
     _share_temp(cfg.get("exchange"), cfg.get("uid"))
     grader = Grader(cfg)

@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import socket
 
-import torch._dynamo  # noqa: F401  (imported here, not lazily inside a timed check: see checker.py)
-
 from . import core
 from .remote import ChannelError, Endpoint
 
