@@ -49,3 +49,30 @@ class PositionalEncoding(nn.Module):
         ### BEGIN SOLUTION
         return self.dropout(x + self.pe[: x.size(1)].to(x.dtype))  # (B, L, d) + (L, d) broadcasts over B
         ### END SOLUTION
+
+
+class LearnedPositionalEncoding(nn.Module):
+    """Learned positions instead of the table (the paper's Table 3 row (E), after Gehring et al. 2017):
+    dropout(x + P[:L]) with P a trained (max_len, d_model) matrix, the interface of PositionalEncoding.
+
+    Not part of the contract and not a stub in any lesson: lesson 15 uses it through
+    Config(positional="learned"). `embedding` is an nn.Embedding(max_len, d_model), so its weights copy to and
+    from PyTorch's own position embeddings. Initialized N(0, d_model^-0.5), like the token embeddings before their
+    sqrt(d_model) scale. Example: LearnedPositionalEncoding(4, max_len=10, dropout=0.0)(torch.zeros(1, 2, 4))[0]
+    == embedding.weight[:2]
+    """
+
+    def __init__(self, d_model: int, max_len: int = 5000, dropout: float = 0.1):
+        super().__init__()
+        self.dropout = nn.Dropout(dropout)
+        self.embedding = nn.Embedding(max_len, d_model)                     # (max_len, d_model), trained
+        nn.init.normal_(self.embedding.weight, 0.0, d_model ** -0.5)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """x (B, L, d_model) -> (B, L, d_model)."""
+        max_len = self.embedding.num_embeddings
+        if x.size(1) > max_len:
+            raise ValueError(f"sequence of length {x.size(1)} is longer than max_len={max_len} "
+                             "of the learned positional encoding; build it with a larger max_len")
+        positions = torch.arange(x.size(1), device=x.device)                # (L,)
+        return self.dropout(x + self.embedding(positions).to(x.dtype))      # (B, L, d) + (L, d)

@@ -49,6 +49,9 @@ class Config:
     norm_first: bool = True     # pre-norm: takes twice the rate; measured 28.4 vs 21.6 BLEU (greedy) after 900
                                 # steps against the paper's post-norm (False) at its best rate, 1e-3
     label_smoothing: float = 0.1  # the paper's epsilon_ls
+    positional: str = "sinusoidal"  # the paper's table; "learned": trained positions (Table 3 row (E), lesson 15)
+    tie_embeddings: bool = True   # one matrix for both embeddings and the projection (section 3.4); False: three
+    d_k: int = 0                # 0: d_model / n_heads, as the paper; else the query/key size per head (Table 3 (B))
     # data
     bpe_merges: int = 8000      # joint German+English BPE: ~8k symbols cover Multi30k's words in 1-2 pieces
     max_sentence_tokens: int = 100  # training pairs with a longer side are dropped (none in Multi30k)
@@ -56,10 +59,12 @@ class Config:
     max_tokens: int = 1500      # padded tokens per batch (~100 sentences): small batches, many steps on a CPU
     lr_peak: float = 2e-3       # the warmup schedule's top, for pre-norm; post-norm wants 1e-3 (3.6e-3 collapsed)
     warmup_steps: int = 300     # one epoch of Multi30k at 1500 tokens per batch, then 1/sqrt(step) decay
+    lr_schedule: str = "warmup"  # the paper's warmup then 1/sqrt(step); "constant": lr_peak from the first step
     clip_norm: float = 1.0      # gradient-norm clipping: guards against early spikes (the paper does not clip: 0)
     average_last: int = 0       # 0: keep the last weights; k: average the last k snapshots (the paper: 5, taken
                                 # every 10 minutes; a 15-minute run has one or two, so it is off here)
     snapshot_minutes: float = 10.0  # how often a snapshot for average_last is taken, in training minutes
+    snapshot_steps: int = 0     # > 0: a snapshot every that many steps instead (reproduces on any machine)
     max_epochs: int = 30        # an upper bound; the time budget usually stops first
     max_steps: int = 0          # 0: no limit; else stop after that many optimizer steps (a budget that no load changes)
     minutes: float = 15.0       # training time budget (TRAIN_MINUTES in the lesson)
@@ -242,10 +247,55 @@ def build_model(config: Config, vocab_size: int, impl=solutions) -> torch.nn.Mod
     torch.manual_seed(config.seed)
     model = _use(impl, "Transformer")(vocab_size, vocab_size, d_model=config.d_model, n_heads=config.n_heads,
                                       n_layers=config.n_layers, d_ff=config.d_ff, dropout=config.dropout,
-                                      norm_first=config.norm_first, tie_weights=True)
+                                      norm_first=config.norm_first, tie_weights=config.tie_embeddings)
     if config.attention_dropout != config.dropout:
         set_attention_dropout(model, config.attention_dropout)
+    if config.positional == "learned":  # replaces the `positional` attribute of the contract (any impl has it)
+        from solutions.positional_encoding import LearnedPositionalEncoding
+        model.positional = LearnedPositionalEncoding(config.d_model, LEARNED_MAX_LEN, config.dropout)
+    elif config.positional != "sinusoidal":
+        raise ValueError(f"positional must be 'sinusoidal' or 'learned', got {config.positional!r}")
+    if config.d_k and config.d_k != config.d_model // config.n_heads:
+        set_key_size(model, config.n_heads, config.d_k)
     return model.to(config.device)
+
+
+LEARNED_MAX_LEN = 256  # learned positions: rows beyond the longest training sentence (100) stay untrained
+
+
+def set_key_size(model: torch.nn.Module, n_heads: int, d_k: int) -> int:
+    """Table 3 (B): queries and keys of d_k features per head while values keep d_model / h. Replaces w_q and
+    w_k of every MultiHeadAttention (a module with w_q, w_k, w_v, w_o) by nn.Linear(d_model, h * d_k); works with
+    any implementation that splits w_q's output into n_heads heads by its size, as the reference does (lesson 04)
+    and scales by the size of q. Returns how many it changed. Example: set_key_size(model, 4, 16) -> 9 (3+3 layers)"""
+    found = 0
+    for module in model.modules():
+        if all(hasattr(module, w) for w in ("w_q", "w_k", "w_v", "w_o")):
+            d_model = module.w_q.in_features
+            for name in ("w_q", "w_k"):
+                linear = torch.nn.Linear(d_model, n_heads * d_k)             # (d_model) -> (h * d_k)
+                torch.nn.init.xavier_uniform_(linear.weight)
+                torch.nn.init.zeros_(linear.bias)
+                setattr(module, name, linear)
+            found += 1
+    if not found:
+        raise ValueError("d_k: no MultiHeadAttention with w_q, w_k, w_v, w_o in the model")
+    return found
+
+
+def make_schedule(config: Config, model: torch.nn.Module, impl=solutions):
+    """(optimizer, scheduler): impl's make_optimizer, the paper's warmup schedule peaking at config.lr_peak;
+    with config.lr_schedule "constant", the same Adam at lr_peak from the first step to the last.
+    Example: make_schedule(Config(lr_schedule="constant", lr_peak=1e-3), model)[0].param_groups[0]["lr"] -> 1e-3"""
+    optimizer, scheduler = _use(impl, "make_optimizer")(model, config.d_model, config.warmup_steps,
+                                                        config.noam_factor)
+    if config.lr_schedule == "constant":
+        for group in optimizer.param_groups:
+            group["lr"] = group["initial_lr"] = config.lr_peak
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
+    elif config.lr_schedule != "warmup":
+        raise ValueError(f"lr_schedule must be 'warmup' or 'constant', got {config.lr_schedule!r}")
+    return optimizer, scheduler
 
 
 def set_attention_dropout(model: torch.nn.Module, p: float) -> int:
@@ -307,8 +357,7 @@ def train(config: Config, data: PreparedData, minutes: float | None = None, mode
     model = model if model is not None else build_model(config, data.tokenizer.vocab_size, impl)
     device = next(model.parameters()).device
     make_batch, loss_fn = _use(impl, "make_batch"), _use(impl, "label_smoothed_loss")
-    optimizer, scheduler = _use(impl, "make_optimizer")(model, config.d_model, config.warmup_steps,
-                                                        config.noam_factor)
+    optimizer, scheduler = make_schedule(config, model, impl)
     amp, scaler = _autocast(device)
     lengths = [max(len(s), len(t) + 1) for s, t in data.train]  # +1: <bos>/<eos> on the target side
     batches = _use(impl, "batch_by_tokens")(lengths, config.max_tokens)
@@ -349,7 +398,8 @@ def train(config: Config, data: PreparedData, minutes: float | None = None, mode
             elapsed = time.time() - start
             bar.set_postfix(loss=f"{history['step_loss'][-1]:.3f}", lr=f"{lr:.2e}",
                             tok_s=f"{n_target_tokens / elapsed:.0f}", refresh=False)
-            if config.average_last and elapsed >= next_snapshot:
+            if config.average_last and (step % config.snapshot_steps == 0 if config.snapshot_steps
+                                        else elapsed >= next_snapshot):
                 snapshots = (snapshots + [_cpu_state(model)])[-config.average_last:]
                 next_snapshot += 60 * config.snapshot_minutes
             if elapsed > 60 * minutes or step == config.max_steps:
@@ -367,8 +417,11 @@ def train(config: Config, data: PreparedData, minutes: float | None = None, mode
         if stop:
             break
     if config.average_last and snapshots:  # the final weights are the last checkpoint of the average
-        states = (snapshots + [_cpu_state(model)])[-config.average_last:]
+        last = _cpu_state(model)
+        just_taken = config.snapshot_steps and step % config.snapshot_steps == 0  # the last snapshot IS `last`
+        states = (snapshots + ([] if just_taken else [last]))[-config.average_last:]
         model.load_state_dict(average_states(states))
+        history["last_state"] = last  # the last weights alone, to compare (lesson 15); not saved in checkpoints
         history.update(averaged=len(states), val_loss_averaged=validation_loss(model, data.val, config, impl))
         if progress:
             print(f"averaged the last {len(states)} snapshots: val loss {history['val_loss_averaged']:.3f}", flush=True)
@@ -381,6 +434,19 @@ def train(config: Config, data: PreparedData, minutes: float | None = None, mode
 # ---------------------------------------------------------------- checkpoints
 def _cpu_state(model) -> dict:
     return {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
+
+
+def average_checkpoints(paths) -> dict:
+    """The paper's checkpoint averaging (section 6.1) over files: the element-wise mean of the model weights
+    saved in `paths` (save_checkpoint's files, or plain state dicts from torch.save). Example:
+    model.load_state_dict(average_checkpoints([f"runs/x/step{k}.pt" for k in (600, 700, 800, 900, 1000)]))"""
+    if not paths:
+        raise ValueError("average_checkpoints needs at least one path")
+    states = []
+    for path in paths:
+        saved = torch.load(path, map_location="cpu", weights_only=True)
+        states.append(saved["model"] if isinstance(saved, dict) and "model" in saved else saved)
+    return average_states(states)
 
 
 def average_states(states: list[dict]) -> dict:
@@ -417,7 +483,7 @@ def save_checkpoint(path, model, tokenizer: BPETokenizer, config: Config, histor
     torch.save({"config": dataclasses.asdict(config),
                 "tokenizer": {"saved": _tokenizer_text(tokenizer)},
                 "model": {k: v.detach().cpu() for k, v in model.state_dict().items()},
-                "history": history or {}}, path)
+                "history": {k: v for k, v in (history or {}).items() if k != "last_state"}}, path)
 
 
 def load_checkpoint(path, device: str = "cpu", impl=solutions):
