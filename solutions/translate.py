@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import inspect
 import json
 import math
 import pathlib
@@ -67,6 +68,8 @@ class Config:
     snapshot_steps: int = 0     # > 0: a snapshot every that many steps instead (reproduces on any machine)
     max_epochs: int = 30        # an upper bound; the time budget usually stops first
     max_steps: int = 0          # 0: no limit; else stop after that many optimizer steps (a budget that no load changes)
+    accumulate: int = 1         # micro-batches per optimizer step (gradient accumulation): the paper's 25,000-token
+                                # batches on a small card; max_tokens is one micro-batch, the schedule counts steps
     minutes: float = 15.0       # training time budget (TRAIN_MINUTES in the lesson)
     # decoding
     beam_size: int = 4          # the paper's beam
@@ -345,15 +348,43 @@ def validation_loss(model, pairs, config: Config, impl=solutions) -> float:
     return total / max(n_tokens, 1)
 
 
+def _target_tokens(pairs, idx) -> int:
+    """Target tokens of one batch: each target and its <eos> (what the loss averages over)."""
+    return sum(len(pairs[j][1]) + 1 for j in idx)
+
+
+#: Config fields a resumed run may change: they stop or score the run, but do not change its steps
+RESUME_MAY_CHANGE = {"minutes", "max_steps", "max_epochs", "device", "eval_batch_tokens", "beam_size", "alpha",
+                     "max_output_ratio", "max_output_extra"}
+
+
 def train(config: Config, data: PreparedData, minutes: float | None = None, model=None, progress: bool = True,
-          impl=solutions):
+          impl=solutions, *, checkpoint=None, checkpoint_every: int = 0, resume=None):
     """Train on data.train until `minutes` (default config.minutes), config.max_epochs or config.max_steps run out;
     validation loss after each epoch. Returns (model, history) with history lists for plotting:
     step_loss, lr, tokens_per_s (one per step), val_loss and val_step (one per epoch), and totals.
 
+    One optimizer step takes world * config.accumulate batches of the epoch's order (the same shuffled order on
+    every process, from config.seed and the epoch): under `torchrun`, rank r takes its own config.accumulate of
+    them (solutions.distributed.rank_share) and DistributedDataParallel averages the gradients; only rank 0
+    shows progress and evaluates. Each micro-batch's loss (per target token) is weighted by its share of the
+    step's target tokens, so the step's gradient is that of one batch of their union.
+
+    checkpoint: a file written (by rank 0) every `checkpoint_every` steps and when the run stops (time, steps or
+    epochs): the weights, tokenizer and config as save_checkpoint writes them, plus the optimizer, the schedule,
+    the data position (epoch, step within it), every process's random state and the history. resume: such a
+    file (or what torch.load gave); the run goes on as if it had never stopped, and `minutes` is this session's
+    budget (history["seconds"] counts all sessions).
+
     Example: model, history = train(config_for("cpu"), data, minutes=1); history["val_loss"][-1] -> 4.2
+             train(cfg, data, checkpoint="runs/x/checkpoint.pt", checkpoint_every=500); later, after a crash:
+             train(cfg, data, checkpoint="runs/x/checkpoint.pt", checkpoint_every=500, resume="runs/x/checkpoint.pt")
     """
+    from solutions import distributed
+
     minutes = config.minutes if minutes is None else minutes
+    rank, world = distributed.rank_and_world()
+    progress = progress and rank == 0
     model = model if model is not None else build_model(config, data.tokenizer.vocab_size, impl)
     device = next(model.parameters()).device
     make_batch, loss_fn = _use(impl, "make_batch"), _use(impl, "label_smoothed_loss")
@@ -361,26 +392,105 @@ def train(config: Config, data: PreparedData, minutes: float | None = None, mode
     amp, scaler = _autocast(device)
     lengths = [max(len(s), len(t) + 1) for s, t in data.train]  # +1: <bos>/<eos> on the target side
     batches = _use(impl, "batch_by_tokens")(lengths, config.max_tokens)
+    per_step = world * config.accumulate          # batches per optimizer step, all processes together
+    steps_per_epoch = len(batches) // per_step    # the last len(batches) % per_step of an epoch's order wait
+    if steps_per_epoch == 0:                      # for the next epoch's shuffle (every rank takes as many steps)
+        raise ValueError(f"{len(batches)} batches of at most {config.max_tokens} tokens cannot fill one step of "
+                         f"{world} process(es) x accumulate {config.accumulate}: lower max_tokens or accumulate")
     rng = random.Random(config.seed)
     history = {"step_loss": [], "lr": [], "tokens_per_s": [], "val_loss": [], "val_step": [], "epochs": 0.0}
-    start, step, n_target_tokens, stop = time.time(), 0, 0, False
+    step, n_target_tokens, stop = 0, 0, False
     snapshots, next_snapshot = [], 60 * config.snapshot_minutes  # for average_last: CPU copies of the weights
+    first_epoch, first_index, seconds_before = 0, 0, 0.0
+    if resume is not None:
+        state = resume if isinstance(resume, dict) else torch.load(resume, map_location=device, weights_only=True)
+        saved = state["config"]
+        changed = sorted(k for k, v in dataclasses.asdict(config).items()
+                         if k not in RESUME_MAY_CHANGE and k in saved and saved[k] != v)
+        if changed:
+            raise ValueError("cannot resume: the checkpoint was trained with other settings: "
+                             + ", ".join(f"{k} {saved[k]!r} (now {getattr(config, k)!r})" for k in changed))
+        where = state["position"]
+        if (where["n_batches"], where["per_step"]) != (len(batches), per_step):
+            raise ValueError(f"cannot resume: the checkpoint's epochs have {where['n_batches']} batches taken "
+                             f"{where['per_step']} per step, this run's {len(batches)} taken {per_step} per step "
+                             "(other data, or another number of processes x accumulate)")
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        scheduler.load_state_dict(state["scheduler"])
+        if scaler is not None and state.get("scaler"):
+            scaler.load_state_dict(state["scaler"])
+        distributed.set_rng_state(state["rng"], device)
+        history = {k: list(v) if isinstance(v, list) else v for k, v in state["history"].items()}
+        snapshots, next_snapshot = list(state["snapshots"]), state["next_snapshot"]
+        step, n_target_tokens = state["step"], state["target_tokens"]
+        first_epoch, first_index, seconds_before = where["epoch"], where["index"], state["seconds"]
+    elif world > 1:  # each process its own dropout stream (one process keeps the one it has, as before)
+        torch.manual_seed(config.seed + rank)
+    for _ in range(first_epoch):  # the shuffles of the epochs already trained: this epoch's order again
+        rng.shuffle(batches)
+    net = model
+    if world > 1:  # the hooks that average gradients over the processes during backward
+        ddp = torch.nn.parallel.DistributedDataParallel
+        # the buffers (the sinusoid table) are the same everywhere: not sent again at every forward
+        no_buffers = ({"forward_sync_buffers": False} if "forward_sync_buffers" in inspect.signature(ddp).parameters
+                      else {"broadcast_buffers": False})  # the name before PyTorch 2.13
+        net = ddp(model, device_ids=[device.index] if device.type == "cuda" else None, **no_buffers)
+    session = time.time()
+    start = session - seconds_before  # training time across sessions (snapshots and history count it)
+    saved_at = step if resume is not None else -1
+
+    def save_state(epoch: int, index: int) -> None:
+        """The checkpoint of the state after `step`; the next step is `index` of `epoch`'s order."""
+        nonlocal saved_at
+        rngs = distributed.rng_states(device)  # every process's: a collective, so every rank is here
+        saved_at = step
+        if rank != 0:
+            return
+        path = pathlib.Path(checkpoint)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + ".part")  # written whole, then renamed: a crash leaves the last one
+        torch.save({"config": dataclasses.asdict(config), "tokenizer": {"saved": _tokenizer_text(data.tokenizer)},
+                    "model": {k: v.detach() for k, v in model.state_dict().items()},
+                    "history": history, "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
+                    "scaler": scaler.state_dict() if scaler is not None else None, "rng": rngs,
+                    "position": {"epoch": epoch, "index": index, "n_batches": len(batches), "per_step": per_step},
+                    "step": step, "target_tokens": n_target_tokens, "seconds": time.time() - start,
+                    "snapshots": snapshots, "next_snapshot": next_snapshot}, tmp)
+        tmp.replace(path)
+
+    done = bool(config.max_steps) and step >= config.max_steps  # a resumed run that had finished already
     model.train()
-    for epoch in range(config.max_epochs):
+    for epoch in range(first_epoch, first_epoch if done else config.max_epochs):
         rng.shuffle(batches)  # similar lengths within a batch, random order between batches
-        bar = tqdm(batches, desc=f"epoch {epoch + 1}", disable=not progress, leave=True, mininterval=2.0)
-        for i, idx in enumerate(bar):
+        begin = first_index if epoch == first_epoch else 0
+        bar = tqdm(range(begin, steps_per_epoch), desc=f"epoch {epoch + 1}", disable=not progress, leave=True,
+                   mininterval=2.0)
+        for i in bar:
             t0 = time.time()
-            batch = make_batch([data.train[j][0] for j in idx], [data.train[j][1] for j in idx]).to(device)
-            with amp:
-                logits = model(batch.src, batch.tgt_in, batch.src_mask, batch.tgt_mask)  # (B, Lt, V)
-                loss = loss_fn(logits, batch.tgt_out, config.label_smoothing)            # per target token
+            group = batches[i * per_step:(i + 1) * per_step]  # this step's batches, all processes together
+            step_tokens = sum(_target_tokens(data.train, idx) for idx in group)
             optimizer.zero_grad(set_to_none=True)
-            if scaler is not None:  # fp16: scale the loss so small gradients do not underflow
-                scaler.scale(loss).backward()
+            mine = distributed.rank_share(group, rank, world)
+            loss_sum = 0.0  # sum over this process's target tokens of the loss
+            for k, idx in enumerate(mine):
+                batch = make_batch([data.train[j][0] for j in idx], [data.train[j][1] for j in idx]).to(device)
+                last = k == len(mine) - 1  # DDP averages the gradients after the last micro-batch only
+                with nullcontext() if last or world == 1 else net.no_sync():
+                    with amp:
+                        logits = net(batch.src, batch.tgt_in, batch.src_mask, batch.tgt_mask)  # (B, Lt, V)
+                        loss = loss_fn(logits, batch.tgt_out, config.label_smoothing)          # per target token
+                    if per_step > 1:  # this batch's share of the step's tokens; x world: DDP divides by world
+                        weighted = loss * (_target_tokens(data.train, idx) * world / step_tokens)
+                    else:
+                        weighted = loss
+                    if scaler is not None:  # fp16: scale the loss so small gradients do not underflow
+                        scaler.scale(weighted).backward()
+                    else:
+                        weighted.backward()
+                loss_sum += loss.item() * _target_tokens(data.train, idx)
+            if scaler is not None:
                 scaler.unscale_(optimizer)
-            else:
-                loss.backward()
             if config.clip_norm:
                 torch.nn.utils.clip_grad_norm_(model.parameters(), config.clip_norm)
             lr = optimizer.param_groups[0]["lr"]
@@ -391,10 +501,14 @@ def train(config: Config, data: PreparedData, minutes: float | None = None, mode
                 optimizer.step()
             scheduler.step()
             step += 1
-            n_target_tokens += batch.n_tokens
-            history["step_loss"].append(loss.item())
+            n_target_tokens += step_tokens
+            out_of_time = time.time() - session > 60 * minutes
+            if world > 1:  # the whole step's loss, and one decision to stop for all processes
+                loss_sum, late = distributed.all_sum([loss_sum, float(out_of_time)], device)
+                out_of_time = late > 0
+            history["step_loss"].append(loss.item() if per_step == 1 else loss_sum / step_tokens)
             history["lr"].append(lr)
-            history["tokens_per_s"].append(batch.n_tokens / max(time.time() - t0, 1e-9))
+            history["tokens_per_s"].append(step_tokens / max(time.time() - t0, 1e-9))
             elapsed = time.time() - start
             bar.set_postfix(loss=f"{history['step_loss'][-1]:.3f}", lr=f"{lr:.2e}",
                             tok_s=f"{n_target_tokens / elapsed:.0f}", refresh=False)
@@ -402,20 +516,25 @@ def train(config: Config, data: PreparedData, minutes: float | None = None, mode
                                         else elapsed >= next_snapshot):
                 snapshots = (snapshots + [_cpu_state(model)])[-config.average_last:]
                 next_snapshot += 60 * config.snapshot_minutes
-            if elapsed > 60 * minutes or step == config.max_steps:
-                stop = True
-                history["epochs"] = epoch + (i + 1) / len(batches)
+            stop = out_of_time or step == config.max_steps
+            if checkpoint and (stop or (checkpoint_every and step % checkpoint_every == 0)):
+                save_state(epoch, i + 1)
+            if stop:
+                history["epochs"] = epoch + (i + 1) / steps_per_epoch
                 break
         else:
             history["epochs"] = epoch + 1.0
         bar.close()
-        history["val_loss"].append(validation_loss(model, data.val, config, impl))
-        history["val_step"].append(step)
+        if rank == 0:
+            history["val_loss"].append(validation_loss(model, data.val, config, impl))
+            history["val_step"].append(step)
         if progress:
             print(f"epoch {history['epochs']:.2f}: step {step}, val loss {history['val_loss'][-1]:.3f}, "
                   f"{time.time() - start:.0f} s", flush=True)
         if stop:
             break
+    if checkpoint and saved_at != step:  # the epochs ran out: the next step would open the next epoch
+        save_state(config.max_epochs, 0)
     if config.average_last and snapshots:  # the final weights are the last checkpoint of the average
         last = _cpu_state(model)
         just_taken = config.snapshot_steps and step % config.snapshot_steps == 0  # the last snapshot IS `last`
