@@ -1,6 +1,11 @@
 """Train a German-to-English Transformer and translate with it: the code of the final lesson and of
 the command line `python -m solutions.translate train --data multi30k --minutes 15 --out runs/x`.
 
+The same command trains on several processes under `torchrun` (DistributedDataParallel; solutions.distributed),
+and takes the paper's models, accumulation and resumable checkpoints (issue 19):
+    torchrun --nproc_per_node 8 -m solutions.translate train --data wmt14-en-de --size base \
+        --checkpoint-every 1000 --out runs/base      # later, after a crash: the same command + --resume runs/base/checkpoint.pt
+
 Every function that tokenizes, builds, trains, decodes or scores takes `impl`, the module (or namespace)
 that supplies BPETokenizer, Transformer, make_optimizer, label_smoothed_loss, batch_by_tokens, make_batch,
 greedy_decode, beam_search, corpus_bleu and the masks: the reference `solutions` by default, or the
@@ -123,10 +128,20 @@ PAPER_BASE = dict(d_model=512, n_heads=8, n_layers=6, d_ff=2048, dropout=0.1, at
                   snapshot_minutes=10.0, beam_size=4, alpha=0.6, max_output_ratio=1.0, max_output_extra=50)
 
 
-def paper_config(device: str | torch.device | None = None, **overrides) -> Config:
-    """The paper's base model and training settings on `device`, as far as a Config can hold them.
-    Example: paper_config("cpu").n_layers -> 6; departures(paper_config("cpu")) -> data, training time, BLEU"""
-    return dataclasses.replace(config_for(device), **{**PAPER_BASE, **overrides})
+#: The big model (Table 3's last row): 1024 / 16 heads / 4096, dropout 0.3 for English-German, the same warmup
+#: (so a peak of 1024^-0.5 * 4000^-0.5 = 4.9e-4), 300,000 steps (3.5 days on 8 P100 GPUs, section 5.2).
+PAPER_BIG = {**PAPER_BASE, "d_model": 1024, "n_heads": 16, "d_ff": 4096, "dropout": 0.3,
+             "lr_peak": (1024 * 4000) ** -0.5, "max_steps": 300000}
+PAPER_SIZES = {"base": PAPER_BASE, "big": PAPER_BIG}
+
+
+def paper_config(device: str | torch.device | None = None, size: str = "base", **overrides) -> Config:
+    """The paper's base (or big) model and training settings on `device`, as far as a Config can hold them.
+    Example: paper_config("cpu").n_layers -> 6; departures(paper_config("cpu")) -> data, training time, BLEU;
+             paper_config("cuda", "big").d_model -> 1024"""
+    if size not in PAPER_SIZES:
+        raise ValueError(f"size must be one of {sorted(PAPER_SIZES)}, got {size!r}")
+    return dataclasses.replace(config_for(device), **{**PAPER_SIZES[size], **overrides})
 
 
 def departures(config: Config, data_name: str = "multi30k") -> list[tuple[str, str, str, str]]:
@@ -800,24 +815,73 @@ def peak_memory_mb() -> float:
 
 
 def run_training(args) -> dict:
-    """The `train` command: load, prepare, train, save, score greedy and beam on the test split."""
+    """The `train` command: load, prepare, train, save, score greedy and beam on the test split. Under
+    `torchrun` every process trains (solutions.distributed.init_from_env) and rank 0 alone prints, writes the
+    files and scores; the other ranks return {}."""
+    from solutions import distributed
+
     if args.threads:
         torch.set_num_threads(args.threads)
+    rank, world, device = distributed.init_from_env(args.device)
+    try:
+        return _run_training(args, rank, world, device)
+    finally:
+        distributed.close()
+
+
+def config_from_args(args, world: int = 1, device: str = "cpu", resume: dict | None = None) -> Config:
+    """The Config of a `train` command: the checkpoint's own with --resume (a change that alters the steps is
+    refused by train()), the paper's with --size, else config_for(device); any Config flag given overrides it.
+    With --size and no --max-tokens, the paper's 25,000 tokens per step are shared by the processes x accumulate.
+    Example: config_from_args(build_parser().parse_args(["train", "--size", "base", "--accumulate", "2"]), world=4)
+             -> d_model 512, warmup 4000, max_steps 100000, max_tokens 3125 (8 batches of 3,125 a step)"""
     overrides = {f.name: getattr(args, f.name) for f in dataclasses.fields(Config)
                  if f.name != "device" and getattr(args, f.name, None) is not None}
-    config = config_for(args.device, **overrides)
+    if resume is not None:
+        known = {f.name for f in dataclasses.fields(Config)}
+        saved = Config(**{k: v for k, v in resume["config"].items() if k in known})
+        return dataclasses.replace(saved, device=device, **overrides)
+    if args.size:
+        accumulate = overrides.get("accumulate", 1)
+        overrides.setdefault("max_tokens", PAPER_BASE["max_tokens"] // (world * accumulate))
+        overrides.setdefault("minutes", 7 * 24 * 60.0)  # a week: the step budget (100,000 or 300,000) stops first
+        return paper_config(device, args.size, **overrides)
+    return config_for(device, **overrides)
+
+
+def _run_training(args, rank: int, world: int, device: str) -> dict:
+    say = print if rank == 0 else (lambda *a, **kw: None)
+    resume = torch.load(args.resume, map_location=device, weights_only=True) if args.resume else None
+    config = config_from_args(args, world, device, resume)
     torch.manual_seed(config.seed)
+    if rank != 0:  # rank 0 downloads into the cache first; the others then read it
+        torch.distributed.barrier()
     name, splits = load_data(args.data, synthetic_sizes=(args.synthetic_train, 500, 500))
-    print(f"data: {name}, " + ", ".join(f"{k} {len(v[0])}" for k, v in splits.items()), flush=True)
-    print(f"config: {config}", flush=True)
-    data = prepare_data(config, splits, progress=not args.quiet)
-    model, history = train(config, data, progress=not args.quiet)
+    if rank == 0 and world > 1:
+        torch.distributed.barrier()
+    say(f"data: {name}, " + ", ".join(f"{k} {len(v[0])}" for k, v in splits.items()), flush=True)
+    say(f"config: {config}" + (f"\n{world} processes (torchrun), {world * config.accumulate} batches of at most "
+                               f"{config.max_tokens} tokens per step" if world > 1 else ""), flush=True)
+    tokenizer = _tokenizer_from_text(resume["tokenizer"]["saved"]) if resume is not None else None
+    if tokenizer is None and world > 1:  # rank 0 learns the BPE, the others take its vocabulary
+        box = [None]
+        if rank == 0:
+            data = prepare_data(config, splits, progress=not args.quiet)
+            box = [_tokenizer_text(data.tokenizer)]
+        torch.distributed.broadcast_object_list(box, src=0)
+        tokenizer = _tokenizer_from_text(box[0])
+    data = prepare_data(config, splits, tokenizer=tokenizer, progress=not args.quiet and rank == 0)
     out = pathlib.Path(args.out)
+    checkpoint = out / "checkpoint.pt" if args.checkpoint_every or args.resume else None
+    model, history = train(config, data, progress=not args.quiet, checkpoint=checkpoint,
+                           checkpoint_every=args.checkpoint_every, resume=resume)
+    if rank != 0:
+        return {}
     save_checkpoint(out / "model.pt", model, data.tokenizer, config, history)
     test_de, test_en = splits["test"]
     if args.max_test:
         test_de, test_en = test_de[:args.max_test], test_en[:args.max_test]
-    results = {"data": name, "config": dataclasses.asdict(config), "epochs": history["epochs"],
+    results = {"data": name, "config": dataclasses.asdict(config), "processes": world, "epochs": history["epochs"],
                "steps": history["steps"], "train_seconds": history["seconds"],
                "target_tokens_per_s": history["mean_tokens_per_s"], "val_loss": history["val_loss"],
                "test_sentences": len(test_de)}
@@ -830,7 +894,7 @@ def run_training(args) -> dict:
     results["peak_memory_mb"] = peak_memory_mb()
     (out / "results.json").write_text(json.dumps(results, indent=2), encoding="utf-8")
     print(f"\ndata {name}: {history['epochs']:.2f} epochs, {history['steps']} steps in {history['seconds']:.0f} s, "
-          f"{history['mean_tokens_per_s']:.0f} target tokens/s")
+          f"{history['mean_tokens_per_s']:.0f} target tokens/s" + (f" ({world} processes)" if world > 1 else ""))
     print(f"test BLEU (sacreBLEU, {len(test_de)} sentences): greedy {results['greedy_bleu']:.2f} "
           f"({results['greedy_seconds']:.0f} s), beam {config.beam_size} {results['beam_bleu']:.2f} "
           f"({results['beam_seconds']:.0f} s)")
@@ -838,13 +902,23 @@ def run_training(args) -> dict:
     return results
 
 
-def main(argv=None) -> None:
+def build_parser() -> argparse.ArgumentParser:
+    """The command line: `train` and its flags (one per Config field, and the run's own)."""
     parser = argparse.ArgumentParser(prog="python -m solutions.translate", description=__doc__.split("\n\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
-    p = commands.add_parser("train", help="train, save a checkpoint, print test BLEU")
-    p.add_argument("--data", default="multi30k", help='"multi30k", "synthetic", or a Multi30k mirror (URL or folder)')
+    p = commands.add_parser("train", help="train, save a checkpoint, print test BLEU (also under torchrun)")
+    p.add_argument("--data", default="multi30k",
+                   help='"multi30k", "synthetic", "wmt14" (de-en), "wmt14-en-de" (the paper\'s direction), '
+                        'or a Multi30k mirror (URL or folder)')
     p.add_argument("--out", default="runs/translate", help="folder for model.pt, results.json, test translations")
     p.add_argument("--device", default=None, help="cpu or cuda (default: cuda when present); picks config_for(device)")
+    p.add_argument("--size", choices=sorted(PAPER_SIZES), default=None,
+                   help="the paper's base or big model with its optimizer, warmup 4000 and step budget "
+                        "(paper_config); max_tokens defaults to 25,000 / (processes x accumulate)")
+    p.add_argument("--checkpoint-every", type=int, default=0,
+                   help="write OUT/checkpoint.pt every N steps and when the run stops (0: none), for --resume")
+    p.add_argument("--resume", default=None,
+                   help="continue from a checkpoint.pt (its settings; --minutes, --steps, --max-epochs may change)")
     p.add_argument("--synthetic-train", type=int, default=20000, help="training pairs of the synthetic corpus")
     p.add_argument("--max-test", type=int, default=0, help="score only the first N test sentences (0: all)")
     p.add_argument("--threads", type=int, default=0,
@@ -853,10 +927,14 @@ def main(argv=None) -> None:
     for f in dataclasses.fields(Config):  # every Config field can be overridden: --d-model 128 --minutes 1
         if f.name != "device":
             kind = type(f.default)
-            p.add_argument("--" + f.name.replace("_", "-"), default=None, help=f"default {f.default} (CPU)",
+            names = ["--" + f.name.replace("_", "-")] + (["--steps"] if f.name == "max_steps" else [])
+            p.add_argument(*names, default=None, help=f"default {f.default} (CPU)",
                            type=(lambda v: v.lower() in ("1", "true", "yes")) if kind is bool else kind)
-    args = parser.parse_args(argv)
-    run_training(args)
+    return parser
+
+
+def main(argv=None) -> None:
+    run_training(build_parser().parse_args(argv))
 
 
 if __name__ == "__main__":

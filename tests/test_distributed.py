@@ -157,3 +157,46 @@ def test_a_resumed_run_equals_one_never_stopped(data, tmp_path):
     assert tokenizer.itos == data.tokenizer.itos
     with pytest.raises(ValueError, match="d_model 32"):  # another model cannot continue this one
         train(dataclasses.replace(config, d_model=64, max_steps=10), data, progress=False, resume=path)
+
+
+def test_paper_sizes_on_the_command_line():
+    from solutions.translate import build_parser, config_from_args
+
+    def config(*flags, world=1):
+        return config_from_args(build_parser().parse_args(["train", *flags]), world=world)
+
+    base = config("--size", "base", "--accumulate", "2", world=4)
+    # the paper's 25,000 tokens a step, shared: 4 processes x 2 micro-batches of 3,125
+    assert (base.d_model, base.d_ff, base.n_heads, base.n_layers, base.dropout) == (512, 2048, 8, 6, 0.1)
+    assert (base.warmup_steps, base.max_steps, base.max_tokens, base.accumulate) == (4000, 100000, 3125, 2)
+    assert base.noam_factor == pytest.approx(1.0)  # equation 3 as printed: lrate = d_model^-0.5 * min(...)
+    big = config("--size", "big", "--steps", "10")
+    assert (big.d_model, big.d_ff, big.n_heads, big.dropout, big.max_steps, big.max_tokens) == (1024, 4096, 16, 0.3, 10, 25000)
+    assert big.noam_factor == pytest.approx(1.0)
+    assert config("--steps", "7").max_steps == 7 and config().d_model == 256  # without --size: as before
+
+
+def test_torchrun_trains_checkpoints_and_resumes(tmp_path):
+    """The command itself under torchrun: 2 gloo processes, stopped at step 4 by --steps, resumed to step 6."""
+    import json
+    import subprocess
+    import sys
+
+    from .conftest import ROOT
+
+    def run(*flags):
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
+               str(_free_port()), "-m", "solutions.translate", "train", "--data", "synthetic", "--synthetic-train",
+               "300", "--d-model", "32", "--n-heads", "2", "--n-layers", "1", "--d-ff", "64", "--bpe-merges", "100",
+               "--max-tokens", "300", "--max-test", "5", "--beam-size", "2", "--device", "cpu", "--threads", "1",
+               "--quiet", "--out", str(tmp_path / "run"), *flags]
+        result = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
+        assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
+        return result.stdout, json.loads((tmp_path / "run" / "results.json").read_text())
+
+    out, results = run("--steps", "4", "--checkpoint-every", "2")
+    assert results["processes"] == 2 and results["steps"] == 4 and out.count("test BLEU") == 1  # rank 0 alone
+    assert torch.load(tmp_path / "run" / "checkpoint.pt", weights_only=True)["step"] == 4
+    out, results = run("--steps", "6", "--resume", str(tmp_path / "run" / "checkpoint.pt"))
+    saved = torch.load(tmp_path / "run" / "checkpoint.pt", weights_only=True)  # written again when it stopped
+    assert results["steps"] == 6 and saved["step"] == 6 and len(saved["history"]["step_loss"]) == 6
