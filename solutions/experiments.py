@@ -1,0 +1,296 @@
+"""The paper's Table 3 at small scale (lesson 15): variants of one base configuration, each trained for the same
+number of steps, scored by validation perplexity and greedy sacreBLEU on the test split, one JSON per run.
+
+    python -m solutions.experiments list
+    python -m solutions.experiments run --rows base A1 --seeds 0 1 --data multi30k --out runs/table3
+    python -m solutions.experiments run --rows all --jobs 2 --threads 1 --data ../shared/data/multi30k
+    python -m solutions.experiments table --out runs/table3 > table3.md
+
+Rows follow Table 3: (A) heads at constant compute (d_k = d_model / h), (B) smaller d_k, (C) model size,
+(D) dropout and label smoothing, (E) learned positions; and (F) the course's own choices: post-norm against
+pre-norm, untied against tied embeddings, a constant rate against the warmup schedule. The base row also
+measures checkpoint averaging (the last 5 snapshots, `snapshot_steps` apart, against the last weights).
+A run whose JSON exists is skipped, so an interrupted table resumes where it stopped.
+
+Example: run_one("D-ls0", seed=0, data=prepare(...), steps=600) -> {"val_ppl": 9.1, "bleu": 27.3, ...}
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import pathlib
+import statistics
+import time
+
+import torch
+
+import solutions
+from solutions.data import load_data
+from solutions.translate import (Config, average_states, config_for, evaluate_bleu, prepare_data, train,
+                                 validation_loss)
+
+#: The base of the small table: the course's CPU model (benchmarks/translate_cpu.md) halved in width and depth
+#: so that 18 rows x 2 seeds train in about an hour on 2 CPU cores. d_k = 128 / 4 = 32.
+BASE = dict(d_model=128, n_heads=4, n_layers=2, d_ff=512,   # the paper's base: 512, 8, 6, 2048 (d_k 64)
+            dropout=0.1, attention_dropout=0.1, label_smoothing=0.1,
+            bpe_merges=4000,        # a smaller vocabulary: the output layer is most of a small model's work
+            max_tokens=1500, lr_peak=2e-3, warmup_steps=100, clip_norm=1.0,  # 300 steps: a third warms up
+            norm_first=True,        # the course's choice; row F-postnorm is the paper's post-norm
+            average_last=5,         # the paper averages its last 5 checkpoints: measured on every run
+            max_epochs=1000, minutes=1e9)  # stopped by max_steps only: the table reproduces on any machine
+
+#: row name -> (group, what changes, Config overrides). Unlisted values are the base's, as in the paper.
+ROWS = {
+    "base": ("base", "base: N=2, d_model 128, d_ff 512, h 4, d_k 32, pre-norm, tied", {}),
+    "A-h1": ("A", "h 1, d_k 128", dict(n_heads=1)),
+    "A-h2": ("A", "h 2, d_k 64", dict(n_heads=2)),
+    "A-h8": ("A", "h 8, d_k 16", dict(n_heads=8)),
+    "B-dk16": ("B", "d_k 16 (h 4)", dict(d_k=16)),
+    "B-dk8": ("B", "d_k 8 (h 4)", dict(d_k=8)),
+    "C-N1": ("C", "N 1", dict(n_layers=1)),
+    "C-N4": ("C", "N 4", dict(n_layers=4)),
+    "C-d64": ("C", "d_model 64, d_k 16", dict(d_model=64)),
+    "C-d256": ("C", "d_model 256, d_k 64", dict(d_model=256)),
+    "C-ff256": ("C", "d_ff 256", dict(d_ff=256)),
+    "C-ff1024": ("C", "d_ff 1024", dict(d_ff=1024)),
+    "D-drop0": ("D", "P_drop 0 (attention dropout too)", dict(dropout=0.0, attention_dropout=0.0)),
+    "D-ls0": ("D", "epsilon_ls 0", dict(label_smoothing=0.0)),
+    "E-learned": ("E", "learned positional embedding", dict(positional="learned")),
+    "F-postnorm": ("F", "post-norm (the paper's)", dict(norm_first=False)),
+    "F-untied": ("F", "untied embeddings and projection", dict(tie_embeddings=False)),
+    "F-constant": ("F", "constant rate (lr_peak), no warmup", dict(lr_schedule="constant")),
+}
+GROUPS = {"base": "base", "A": "(A) heads at constant compute", "B": "(B) smaller d_k", "C": "(C) model size",
+          "D": "(D) regularization", "E": "(E) positions", "F": "the course's choices"}
+
+#: The paper's Table 3 (newstest2013 dev, English-German, per-wordpiece perplexity, BLEU, parameters x 10^6), the
+#: row of the paper that each small row mirrors. The small rows scale the paper's change (h 8 -> 1 becomes 4 -> 1).
+PAPER = {
+    "base": ("base: N 6, d_model 512, d_ff 2048, h 8, d_k 64", 4.92, 25.8, 65),
+    "A-h1": ("h 1, d_k 512", 5.29, 24.9, None),
+    "A-h2": ("h 4, d_k 128", 5.00, 25.5, None),
+    "A-h8": ("h 16, d_k 32", 4.91, 25.8, None),
+    "B-dk16": ("d_k 32", 5.01, 25.4, 60),
+    "B-dk8": ("d_k 16", 5.16, 25.1, 58),
+    "C-N1": ("N 2", 6.11, 23.7, 36),
+    "C-N4": ("N 8", 4.88, 25.5, 80),
+    "C-d64": ("d_model 256, d_k 32", 5.75, 24.5, 28),
+    "C-d256": ("d_model 1024, d_k 128", 4.66, 26.0, 168),
+    "C-ff256": ("d_ff 1024", 5.12, 25.4, 53),
+    "C-ff1024": ("d_ff 4096", 4.75, 26.2, 90),
+    "D-drop0": ("P_drop 0.0", 5.77, 24.6, None),
+    "D-ls0": ("epsilon_ls 0.0", 4.67, 25.3, None),
+    "E-learned": ("positional embedding instead of sinusoids", 4.92, 25.7, None),
+    "F-postnorm": ("(the paper is post-norm)", None, None, None),
+    "F-untied": ("(the paper ties)", None, None, None),
+    "F-constant": ("(the paper warms up)", None, None, None),
+}
+
+
+def rows_for(names: list[str]) -> list[str]:
+    """Row names from names, groups ("A") or "all". Example: rows_for(["base", "D"]) -> ["base", "D-drop0", "D-ls0"]"""
+    out = []
+    for name in names:
+        if name == "all":
+            found = list(ROWS)
+        elif name in ROWS:
+            found = [name]
+        else:
+            found = [r for r, (group, _, _) in ROWS.items() if group == name]
+        if not found:
+            raise ValueError(f"unknown row or group {name!r}; rows: {', '.join(ROWS)}; groups: {', '.join(GROUPS)}")
+        out += [r for r in found if r not in out]
+    return out
+
+
+def row_config(row: str, seed: int = 0, steps: int = 300, device: str = "cpu", base: dict | None = None,
+               **overrides) -> Config:
+    """The Config of one run: the base, the row's change, `steps` optimizer steps, snapshots for averaging
+    every steps/50 (the last 5 span the last tenth of training, as the paper's span the last 50 of 720 minutes
+    ... roughly: 5 x 10 of 12 x 60), the seed. Example: row_config("A-h1").n_heads -> 1"""
+    settings = {**BASE, **(base or {}), **ROWS[row][2], **overrides}
+    settings.setdefault("snapshot_steps", max(1, steps // 50))
+    return config_for(device, **settings, max_steps=steps, seed=seed)
+
+
+def count_parameters(model) -> int:
+    """Distinct parameters (a tied matrix counts once)."""
+    return sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())
+
+
+_PREPARED: dict = {}
+
+
+def prepare(data: str, config: Config, max_test: int = 0, synthetic_sizes=(2000, 200, 200)):
+    """(data name, PreparedData, test sources, test references), prepared once per process and BPE setting."""
+    key = (data, config.bpe_merges, config.max_sentence_tokens, max_test, synthetic_sizes)
+    if key not in _PREPARED:
+        name, splits = load_data(data, synthetic_sizes=synthetic_sizes)
+        prepared = prepare_data(config, splits, progress=False)
+        test_de, test_en = splits["test"]
+        if max_test:
+            test_de, test_en = test_de[:max_test], test_en[:max_test]
+        _PREPARED[key] = (name, prepared, test_de, test_en)
+    return _PREPARED[key]
+
+
+def perplexity(model, pairs, config: Config, impl=solutions) -> tuple[float, float]:
+    """(cross-entropy per target token, its exp) on `pairs`, without label smoothing whatever the run trained
+    with, so that rows with and without smoothing compare (the paper's perplexities are per wordpiece)."""
+    loss = validation_loss(model, pairs, dataclasses.replace(config, label_smoothing=0.0), impl)
+    return loss, math.exp(loss)
+
+
+def run_one(row: str, seed: int, data: str = "multi30k", steps: int = 300, out=None, max_test: int = 0,
+            device: str = "cpu", impl=solutions, progress: bool = False, average_bleu: bool | None = None,
+            synthetic_sizes=(2000, 200, 200), **overrides) -> dict:
+    """Train one row with one seed and score it: validation perplexity and greedy sacreBLEU on the test split, of
+    the last weights (the paper's Table 3: no averaging) and of the average of the last 5 snapshots. Writes
+    out/<row>.seed<seed>.json when `out` is given. Example: run_one("base", 0, "synthetic", steps=20)["bleu"]"""
+    config = row_config(row, seed, steps, device, **overrides)
+    t0 = time.time()
+    name, prepared, test_de, test_en = prepare(data, config, max_test, synthetic_sizes)
+    prep_seconds = time.time() - t0
+    model, history = train(config, prepared, progress=progress, impl=impl)
+    averaged = model.state_dict() if "last_state" in history else None
+    if averaged is not None:
+        averaged = {k: v.detach().clone() for k, v in averaged.items()}
+        model.load_state_dict(history.pop("last_state"))  # the last weights: Table 3's numbers
+    t1 = time.time()
+    result = {"row": row, "group": ROWS[row][0], "change": ROWS[row][1], "seed": seed, "data": name,
+              "steps": history["steps"], "epochs": history["epochs"], "parameters": count_parameters(model),
+              "train_seconds": history["seconds"], "threads": torch.get_num_threads(),
+              "test_sentences": len(test_de), "config": dataclasses.asdict(config)}
+    result["val_loss"], result["val_ppl"] = perplexity(model, prepared.val, config, impl)
+    result["bleu"] = evaluate_bleu(model, prepared.tokenizer, test_de, test_en, "greedy",
+                                   batch_tokens=config.eval_batch_tokens, impl=impl,
+                                   max_output=(config.max_output_ratio, config.max_output_extra))
+    if averaged is not None:
+        model.load_state_dict(averaged)
+        result["averaged_snapshots"] = history.get("averaged")
+        result["val_loss_averaged"], result["val_ppl_averaged"] = perplexity(model, prepared.val, config, impl)
+        if average_bleu or (average_bleu is None and row == "base"):  # a second decode: base only
+            result["bleu_averaged"] = evaluate_bleu(model, prepared.tokenizer, test_de, test_en, "greedy",
+                                                    batch_tokens=config.eval_batch_tokens, impl=impl,
+                                                    max_output=(config.max_output_ratio, config.max_output_extra))
+    result["eval_seconds"] = time.time() - t1
+    result["prep_seconds"] = prep_seconds  # BPE and encoding: once per process, 0 for the runs after the first
+    if out is not None:
+        path = pathlib.Path(out) / f"{row}.seed{seed}.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(result, indent=1), encoding="utf-8")
+    return result
+
+
+def _worker(job):
+    """One process of `run --jobs`: its own threads, the runs given to it, one after another."""
+    threads, runs, kwargs = job
+    torch.set_num_threads(threads)
+    done = []
+    for row, seed in runs:
+        r = run_one(row, seed, **kwargs)
+        print(f"{row} seed {seed}: val ppl {r['val_ppl']:.2f}, BLEU {r['bleu']:.2f}"
+              + (f" (averaged {r['bleu_averaged']:.2f})" if "bleu_averaged" in r else "")
+              + f", {r['train_seconds']:.0f} s + {r['eval_seconds']:.0f} s", flush=True)
+        done.append(r)
+    return done
+
+
+def run_table(rows: list[str], seeds: list[int], out, jobs: int = 1, threads: int = 1, **kwargs) -> None:
+    """Every (row, seed) not yet in `out`, shared out among `jobs` processes of `threads` threads each
+    (seed-major order: every row's first seed before any second seed, so a cut-short table has one of each)."""
+    out = pathlib.Path(out)
+    todo = [(r, s) for s in seeds for r in rows if not (out / f"{r}.seed{s}.json").exists()]
+    print(f"{len(todo)} runs to do in {out}", flush=True)
+    kwargs["out"] = out
+    if jobs <= 1:
+        _worker((threads, todo, kwargs))
+        return
+    import multiprocessing
+
+    shares = [todo[i::jobs] for i in range(jobs)]
+    with multiprocessing.get_context("spawn").Pool(jobs) as pool:
+        pool.map(_worker, [(threads, share, kwargs) for share in shares], chunksize=1)
+
+
+def load_results(folder) -> list[dict]:
+    """Every run's JSON in `folder`, in the order of ROWS and seeds."""
+    runs = [json.loads(p.read_text(encoding="utf-8")) for p in sorted(pathlib.Path(folder).glob("*.json"))]
+    order = {r: i for i, r in enumerate(ROWS)}
+    return sorted(runs, key=lambda r: (order.get(r["row"], len(order)), r["seed"]))
+
+
+def summarize(runs: list[dict]) -> list[dict]:
+    """One dict per row: mean and half the range (min to max) of val_ppl, bleu and the averaging gain over seeds."""
+    by_row: dict = {}
+    for r in runs:
+        by_row.setdefault(r["row"], []).append(r)
+    out = []
+    for row, rs in by_row.items():
+        def stat(key):
+            values = [r[key] for r in rs if r.get(key) is not None]
+            if not values:
+                return None, None
+            return statistics.fmean(values), (max(values) - min(values)) / 2
+
+        gains = [r["bleu_averaged"] - r["bleu"] for r in rs if "bleu_averaged" in r]
+        ppl_gains = [r["val_ppl_averaged"] - r["val_ppl"] for r in rs if "val_ppl_averaged" in r]
+        s = {"row": row, "group": rs[0]["group"], "change": rs[0]["change"], "seeds": sorted(r["seed"] for r in rs),
+             "steps": rs[0]["steps"], "parameters": rs[0]["parameters"],
+             "seconds": statistics.fmean(r["train_seconds"] + r["eval_seconds"] for r in rs)}
+        s["val_ppl"], s["val_ppl_spread"] = stat("val_ppl")
+        s["bleu"], s["bleu_spread"] = stat("bleu")
+        s["bleu_averaged"], _ = stat("bleu_averaged")
+        s["averaging_gain"] = statistics.fmean(gains) if gains else None
+        s["averaging_ppl_change"] = statistics.fmean(ppl_gains) if ppl_gains else None
+        out.append(s)
+    return out
+
+
+def markdown_table(runs: list[dict]) -> str:
+    """The small table beside the paper's: a row per variant, mean ± half the range over seeds."""
+    lines = ["| | change from the base | params | steps | seeds | val PPL | test BLEU (greedy) | BLEU, last-5 average "
+             "| the paper's row | paper PPL | paper BLEU |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for s in summarize(runs):
+        label, ppl, bleu, _ = PAPER.get(s["row"], ("", None, None, None))
+        avg = f"{s['bleu_averaged']:.2f} ({s['averaging_gain']:+.2f})" if s["bleu_averaged"] is not None else ""
+        lines.append(f"| {s['row']} | {s['change']} | {s['parameters'] / 1e6:.2f}M | {s['steps']} | {len(s['seeds'])} "
+                     f"| {s['val_ppl']:.2f} ± {s['val_ppl_spread']:.2f} | {s['bleu']:.2f} ± {s['bleu_spread']:.2f} "
+                     f"| {avg} | {label} | {'' if ppl is None else ppl} | {'' if bleu is None else bleu} |")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m solutions.experiments", description=__doc__.split("\n\n")[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    commands.add_parser("list", help="the rows and what each changes")
+    p = commands.add_parser("run", help="train and score rows, one JSON per run (existing ones are skipped)")
+    p.add_argument("--rows", nargs="+", default=["all"], help="row names, groups (A B C D E F) or all")
+    p.add_argument("--seeds", nargs="+", type=int, default=[0, 1])
+    p.add_argument("--steps", type=int, default=300, help="optimizer steps per run (the same for every row)")
+    p.add_argument("--data", default="multi30k", help='"multi30k", "synthetic", or a Multi30k mirror (URL or folder)')
+    p.add_argument("--out", default="runs/table3", help="folder for the JSON files")
+    p.add_argument("--device", default="cpu", help="cpu or cuda")
+    p.add_argument("--jobs", type=int, default=1, help="processes running rows side by side")
+    p.add_argument("--threads", type=int, default=1, help="PyTorch threads per process")
+    p.add_argument("--max-test", type=int, default=0, help="score only the first N test sentences (0: all)")
+    p.add_argument("--base", default="{}", help='JSON of Config overrides for every row, e.g. \'{"d_model": 512}\'')
+    t = commands.add_parser("table", help="the markdown table of the runs in --out")
+    t.add_argument("--out", default="runs/table3")
+    args = parser.parse_args(argv)
+    if args.command == "list":
+        for row, (group, change, overrides) in ROWS.items():
+            print(f"{row:12s} {group:5s} {change}   {overrides}")
+    elif args.command == "table":
+        print(markdown_table(load_results(args.out)))
+    else:
+        base = json.loads(args.base)
+        run_table(rows_for(args.rows), args.seeds, args.out, args.jobs, args.threads, data=args.data,
+                  steps=args.steps, device=args.device, max_test=args.max_test, base=base)
+        print(markdown_table(load_results(args.out)))
+
+
+if __name__ == "__main__":
+    main()
