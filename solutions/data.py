@@ -1,6 +1,6 @@
 """Parallel corpora for the final lesson: Multi30k German-English (task 1, Elliott et al. 2016),
-downloaded and checked against pinned sha256 sums, and a synthetic German-English corpus made by a
-small grammar, for when there is no network or no time.
+downloaded and checked against pinned sha256 sums, WMT 2014 English-German (the paper's data, the same way),
+and a synthetic German-English corpus made by a small grammar, for when there is no network or no time.
 
 Every loader returns the same thing: {"train": (german_lines, english_lines), "val": ..., "test": ...}.
 
@@ -170,6 +170,148 @@ def load_multi30k(source: str = "multi30k", cache_dir=None, retries: int = 3, ti
         if len(de) != len(en):
             raise _fail(f"{stem}.de.gz", f"{len(de)} German lines but {len(en)} English lines in {stem}.en.gz")
         splits[split] = (de, en)
+    return splits
+
+
+# ---------------------------------------------------------------- WMT 2014 English-German (the paper's data)
+# The four archives that make the WMT 2014 English-German task as tensor2tensor, fairseq and Hugging Face build
+# it: Europarl v7, Common Crawl and News Commentary v9 for training (4,508,785 sentence pairs), and the news
+# test sets: newstest2013 (3,000 sentences, the usual validation set) and newstest2014 (3,003, the test set;
+# sacreBLEU calls it "wmt14/full", its "wmt14" being the 2,737-sentence filtered version). Pinned: the zip copies
+# of statmt.org's archives on the Hugging Face hub, with the sha256 and sizes that huggingface/datasets records
+# for them (datasets/wmt14/dataset_infos.json, commit 040102f1 of that repository). 1.70 GB to download.
+WMT14_SOURCES = {  # file name -> (URL, sha256, bytes)
+    "training-parallel-europarl-v7.zip": (
+        "https://huggingface.co/datasets/wmt/wmt13/resolve/main-zip/training-parallel-europarl-v7.zip",
+        "5b2d8b32c2396da739b4e731871c597fcc6e75729becd74619d0712eecf7770e", 658092427),
+    "training-parallel-commoncrawl.zip": (
+        "https://huggingface.co/datasets/wmt/wmt13/resolve/main-zip/training-parallel-commoncrawl.zip",
+        "5ffe980072ea29adfd84568d099bea366d9f72772b988e670794ae851b4e5627", 918734483),
+    "training-parallel-nc-v9.zip": (
+        "https://huggingface.co/datasets/wmt/wmt14/resolve/main-zip/training-parallel-nc-v9.zip",
+        "ce199f93ec56ff480137ba29f0819f9a22e70d88be6d7458f112303d67d623d5", 80462375),
+    "dev.zip": (
+        "https://huggingface.co/datasets/wmt/wmt19/resolve/main-zip/translation-task/dev.zip",
+        "d796e363740fdc4261aa6f5a3d2f8223e3adaee7d737b7724863325b8956dfd1", 38714274),
+}
+# each split: (archive, German file, English file) inside it, found by the file's own name (any folder)
+WMT14_FILES = {
+    "train": [("training-parallel-europarl-v7.zip", "europarl-v7.de-en.de", "europarl-v7.de-en.en"),
+              ("training-parallel-commoncrawl.zip", "commoncrawl.de-en.de", "commoncrawl.de-en.en"),
+              ("training-parallel-nc-v9.zip", "news-commentary-v9.de-en.de", "news-commentary-v9.de-en.en")],
+    "val": [("dev.zip", "newstest2013.de", "newstest2013.en")],                           # plain text
+    "test": [("dev.zip", "newstest2014-deen-src.de.sgm", "newstest2014-deen-ref.en.sgm")],  # SGML: <seg id=..>
+}
+WMT14_HINT = ("Offline? Put the four archives ({files}) in a folder and pass that folder as the source "
+              "(load_wmt14(\"/path/to/folder\")), or copy them into the cache folder {cache}.")
+
+
+def wmt14_cache_dir() -> pathlib.Path:
+    """$TRANSFORMER_COURSE_DATA/wmt14, else ~/.cache/transformer-course/wmt14."""
+    env = os.environ.get("TRANSFORMER_COURSE_DATA")
+    return pathlib.Path(env) / "wmt14" if env else pathlib.Path.home() / ".cache" / "transformer-course" / "wmt14"
+
+
+def _wmt_fail(name: str, what: str, cache) -> DataDownloadError:
+    return DataDownloadError(f"WMT 2014 file {name}: {what}. "
+                             + WMT14_HINT.format(files=", ".join(WMT14_SOURCES), cache=cache))
+
+
+def fetch_wmt14(name: str, source: str = "wmt14", cache_dir=None, checksums: dict | None = None, retries: int = 3,
+                timeout: float = 60.0, backoff: float = 1.0) -> pathlib.Path:
+    """The verified local path of one WMT 2014 archive (a name of WMT14_SOURCES), as fetch() does for Multi30k:
+    source "wmt14" (the pinned URLs, into the cache), an http(s) mirror with the same file names (into the
+    cache), or a local folder (read where it is). A file whose sha256 is not the pinned one is refused with an
+    error naming it (a cached one is fetched again). `checksums` replaces the pinned sums (for a test fixture).
+    Example: fetch_wmt14("dev.zip") -> PosixPath("~/.cache/transformer-course/wmt14/dev.zip")
+    """
+    sums = {k: v[1] for k, v in WMT14_SOURCES.items()} if checksums is None else checksums
+    if name not in sums:
+        raise ValueError(f"unknown WMT 2014 file {name!r}: expected one of {sorted(sums)}")
+    cache = pathlib.Path(cache_dir) if cache_dir is not None else wmt14_cache_dir()
+    if source != "wmt14" and not source.startswith(("http://", "https://")):  # a local folder
+        path = pathlib.Path(source).expanduser() / name
+        if not path.is_file():
+            raise _wmt_fail(name, f"not found in the local folder {path.parent}", cache)
+        got = sha256_of(path)
+        if got != sums[name]:
+            raise _wmt_fail(name, f"checksum mismatch for {path}: expected sha256 {sums[name]}, got {got} "
+                                  "(a corrupt, truncated or different file)", cache)
+        return path
+    url = WMT14_SOURCES[name][0] if source == "wmt14" else source.rstrip("/") + "/" + name
+    cache.mkdir(parents=True, exist_ok=True)
+    target = cache / name
+    if target.is_file():
+        if sha256_of(target) == sums[name]:
+            return target
+        target.unlink()  # a stale or damaged copy: fetch it again
+    last_error = "no attempt was made"
+    for attempt in range(retries + 1):
+        if attempt:
+            time.sleep(backoff * 2 ** (attempt - 1))
+        tmp = cache / f".{name}.part"
+        try:
+            _download(url, tmp, timeout)
+            got = sha256_of(tmp)
+            if got != sums[name]:  # a wrong file is not a network hiccup: no retry
+                raise _wmt_fail(name, f"checksum mismatch for {url}: expected sha256 {sums[name]}, got {got}", cache)
+            os.replace(tmp, target)  # the cache holds the whole verified file or nothing
+            return target
+        except urllib.error.HTTPError as e:
+            last_error = f"HTTP error {e.code} {e.reason} from {url}"
+            if 400 <= e.code < 500 and e.code not in (408, 429):
+                break
+        except (_Truncated, http.client.IncompleteRead, socket.timeout, TimeoutError, urllib.error.URLError,
+                ConnectionError, http.client.HTTPException) as e:
+            last_error = f"{type(e).__name__} for {url} ({e})"
+        finally:
+            tmp.unlink(missing_ok=True)
+    raise _wmt_fail(name, f"{last_error}, after {attempt + 1} attempt(s)", cache)
+
+
+def _zip_lines(archive: pathlib.Path, file_name: str) -> list[str]:
+    """The lines of the file called `file_name` (in any folder) inside a zip archive; SGML keeps only the
+    text of each <seg> as sacreBLEU reads it (spaces collapsed), plain text every line as it is."""
+    import re
+    import zipfile
+
+    with zipfile.ZipFile(archive) as z:
+        members = [m for m in z.namelist() if m.rsplit("/", 1)[-1] == file_name]
+        if len(members) != 1:
+            raise DataDownloadError(f"WMT 2014 file {archive.name}: expected one {file_name} inside, "
+                                    f"found {len(members)} (is it the pinned archive?)")
+        text = z.read(members[0]).decode("utf-8")
+    if not file_name.endswith(".sgm"):  # split at "\n" only: Common Crawl has other line separators inside lines
+        lines = text.split("\n")
+        return [line.rstrip("\r") for line in (lines[:-1] if text.endswith("\n") else lines)]
+    return [re.sub(r"\s+", " ", m.strip()) for m in re.findall(r"<seg[^>]*>(.*?)</seg>", text)]
+
+
+def load_wmt14(source: str = "wmt14", cache_dir=None, direction: str = "de-en", checksums: dict | None = None,
+               **download) -> dict[str, tuple[list[str], list[str]]]:
+    """WMT 2014 English-German: {"train": (4,508,785 source lines, as many target lines), "val": newstest2013
+    (3,000), "test": newstest2014 (3,003)}. direction "de-en" gives (German, English) like every loader here;
+    "en-de", the paper's direction, gives (English, German). Each archive is checked against its pinned sha256
+    first (fetch_wmt14); a German file and its English file of different lengths are an error naming them.
+
+    Costs (not measured here, where nothing downloads): 1.70 GB of archives in the cache, ~1.4 GB of text in
+    memory as Python strings (several GB), and the course's pure-Python BPE over 9 million lines.
+    Example: load_wmt14(direction="en-de")["test"][1][0] -> the first German reference of newstest2014
+    """
+    if direction not in ("de-en", "en-de"):
+        raise ValueError(f"direction must be 'de-en' or 'en-de', got {direction!r}")
+    archives = {name: fetch_wmt14(name, source, cache_dir, checksums, **download) for name in WMT14_SOURCES}
+    splits = {}
+    for split, files in WMT14_FILES.items():
+        de, en = [], []
+        for archive, de_file, en_file in files:
+            de_lines, en_lines = _zip_lines(archives[archive], de_file), _zip_lines(archives[archive], en_file)
+            if len(de_lines) != len(en_lines):
+                raise DataDownloadError(f"WMT 2014 file {archive}: {len(de_lines)} lines in {de_file} but "
+                                        f"{len(en_lines)} in {en_file}")
+            de += de_lines
+            en += en_lines
+        splits[split] = (de, en) if direction == "de-en" else (en, de)
     return splits
 
 
@@ -373,13 +515,17 @@ def load_data(data: str = "multi30k", cache_dir=None, synthetic_sizes=(20000, 50
     """The lesson's DATA switch: returns (name of what was loaded, splits).
 
     "multi30k": download (or reuse the cache); if that fails, say why on stdout and fall back to the
-    synthetic corpus. "synthetic": the synthetic corpus. A URL or a folder: that Multi30k mirror
+    synthetic corpus. "synthetic": the synthetic corpus. "wmt14": WMT 2014, German to English; "wmt14-en-de":
+    the paper's direction, English to German (load_wmt14; cache_dir is then the WMT cache). A URL or a folder: that Multi30k mirror
     (failure is an error there: you asked for that mirror). `download` goes to load_multi30k
     (retries, timeout, backoff).
     Example: name, splits = load_data("synthetic"); name -> "synthetic"
     """
     if data == "synthetic":
         return "synthetic", load_synthetic(*synthetic_sizes, seed=seed)
+    if data in ("wmt14", "wmt14-en-de"):  # no fallback: a run of the paper's data wants the paper's data
+        return data, load_wmt14(cache_dir=cache_dir, direction="en-de" if data == "wmt14-en-de" else "de-en",
+                                **download)
     if data != "multi30k":
         return "multi30k", load_multi30k(data, cache_dir, **download)
     try:
