@@ -190,11 +190,10 @@ def split_cached(tokenizer, text: str, split_word) -> list[str]:
     return out
 
 
-class BPETokenizer:
-    """Subword tokenizer: BPE merges plus a vocabulary whose ids 0-3 are <pad>, <bos>, <eos>, <unk>.
+class TokenizerBase:
+    """Given, the plumbing under BPETokenizer: an empty vocabulary, its size, and saving and loading.
 
-    Example: tok = BPETokenizer().train(["low low lower"], 10)
-             tok.decode(tok.encode("lower low")) -> "lower low"
+    merges: the learned merges, in order; itos: id -> symbol, ids 0-3 the specials; stoi: its inverse.
     """
 
     def __init__(self):
@@ -202,11 +201,36 @@ class BPETokenizer:
         self.itos: list[str] = list(SPECIALS)
         self.stoi: dict[str, int] = {s: i for i, s in enumerate(self.itos)}
 
+    @property
+    def vocab_size(self) -> int:
+        return len(self.itos)
+
+    def save(self, path) -> None:
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump({"merges": [list(m) for m in self.merges], "itos": self.itos}, f, ensure_ascii=False)
+
+    @classmethod
+    def load(cls, path):
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+        tok = cls()
+        tok.merges = [tuple(m) for m in data["merges"]]
+        tok.itos = list(data["itos"])
+        tok.stoi = {s: i for i, s in enumerate(tok.itos)}
+        return tok
+
+
+class BPETokenizer(TokenizerBase):
+    """Subword tokenizer: BPE merges plus a vocabulary whose ids 0-3 are <pad>, <bos>, <eos>, <unk>.
+    Given by TokenizerBase: self.merges ([]), self.itos (the 4 specials), self.stoi, vocab_size, save, load.
+
+    Example: tok = BPETokenizer().train(["low low lower"], 10)
+             tok.decode(tok.encode("lower low")) -> "lower low"
+    """
+
     def train(self, corpus: Iterable[str], num_merges: int, min_frequency: int = 2) -> "BPETokenizer":
-        """Learn the merges and the vocabulary from `corpus`; returns self."""
-        if isinstance(corpus, str):
-            corpus = corpus.splitlines()
-        corpus = list(corpus)
+        """Learn the merges and the vocabulary from `corpus` (lines of text); returns self."""
+        corpus = corpus.splitlines() if isinstance(corpus, str) else list(corpus)
         ### BEGIN SOLUTION
         corpus = [" ".join(line.split()) for line in corpus]  # any whitespace run -> one space
         self.merges = learn_bpe(corpus, num_merges, min_frequency)
@@ -221,10 +245,6 @@ class BPETokenizer:
                 self.itos.append(s)
         return self
         ### END SOLUTION
-
-    @property
-    def vocab_size(self) -> int:
-        return len(self.itos)
 
     def tokenize(self, text: str) -> list[str]:
         """Subword strings of `text`: each word split by apply_bpe, once (split_cached, given, caches it).
@@ -245,20 +265,6 @@ class BPETokenizer:
                    for i in (int(i) for i in ids) if i not in skip]
         return "".join(symbols).replace(END, " ").strip()
         ### END SOLUTION
-
-    def save(self, path) -> None:
-        with open(path, "w", encoding="utf-8") as f:
-            json.dump({"merges": [list(m) for m in self.merges], "itos": self.itos}, f, ensure_ascii=False)
-
-    @classmethod
-    def load(cls, path) -> "BPETokenizer":
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
-        tok = cls()
-        tok.merges = [tuple(m) for m in data["merges"]]
-        tok.itos = list(data["itos"])
-        tok.stoi = {s: i for i, s in enumerate(tok.itos)}
-        return tok
 
 
 def pad_sequences(seqs: Iterable[Iterable[int]], pad_id: int = PAD) -> torch.Tensor:

@@ -108,11 +108,10 @@ def test_solved_lesson_gets_full_points(path, tmp_path):
     assert r["points"] == r["max_points"] > 0, [c for c in r["cells"] if c["points"] < c["max_points"]]
 
 
-# Lessons whose cells have been cut to size (issue 16). Still to do: 04_multi_head_attention (the
-# hand-built heads' code cell, 35 lines) and 10_output_projection (the parameter-count cell, 32 lines).
-SHORT_CELLS = ["01_tokenization", "02_positional_encoding", "03_attention", "05_masks", "06_feed_forward",
-               "07_residual_layer_norm", "08_encoder", "09_decoder", "11_label_smoothing", "12_training",
-               "13_decoding", "14_translate"]
+# Lessons whose cells have been cut to size (issue 16): all of them.
+SHORT_CELLS = ["01_tokenization", "02_positional_encoding", "03_attention", "04_multi_head_attention", "05_masks",
+               "06_feed_forward", "07_residual_layer_norm", "08_encoder", "09_decoder", "10_output_projection",
+               "11_label_smoothing", "12_training", "13_decoding", "14_translate"]
 
 
 @pytest.mark.parametrize("stem", SHORT_CELLS)
