@@ -261,13 +261,47 @@ def _last_item_of_batch(frame, sizes) -> str | None:
     return None
 
 
+def _argument_text(value) -> str | None:
+    """An argument as a message shows it: a tensor by its shape, a number, a bool or None as it is, a list or tuple by
+    its length (None for anything else)."""
+    shape = _shape_of(value)
+    if shape is not None:
+        return str(shape)
+    if isinstance(value, (bool, int, float)) or value is None:
+        return repr(value)
+    if isinstance(value, (list, tuple)):
+        return f"a {type(value).__name__} of {len(value)}"
+    return None
+
+
+def _given_arguments(e: BaseException, frame) -> dict:
+    """{parameter: value} as the learner's outermost frame was entered, when a module's __call__ (torch's _call_impl)
+    entered it: its args and kwargs still hold what the check passed, where the frame's own locals may have been
+    reassigned since (x = x - x.mean(-1))."""
+    tb, caller = e.__traceback__, None
+    while tb is not None and tb.tb_frame is not frame:
+        caller, tb = tb.tb_frame, tb.tb_next
+    if caller is None or "/torch/" not in caller.f_code.co_filename.replace("\\", "/"):
+        return {}
+    args, kwargs = caller.f_locals.get("args"), caller.f_locals.get("kwargs")
+    if not isinstance(args, tuple) or not isinstance(kwargs, dict):
+        return {}
+    code = frame.f_code
+    params = [n for n in code.co_varnames[:code.co_argcount + code.co_kwonlyargcount] if n != "self"]
+    given = dict(zip(params, args))
+    given.update((k, v) for k, v in kwargs.items() if k in params)
+    return given
+
+
 def _entry_call(e: BaseException) -> str:
     """`name(arg (shape), n=3, ...)`: the learner's function or method that the check called, with the arguments it
-    was given (those the function reassigns are left out: their values now are not the ones it was given)."""
+    was given (an argument the function reassigns is shown as it was given when a module's call shows that, else left
+    out: its value now is not the one it was given). For an error raised in the notebook's kernel, the call as the
+    check made it, from the checker's side (_remote_call)."""
     import dis
     frames = _learner_frames(e)
     if not frames:
-        return ""
+        return _remote_call(e)
     frame = frames[0][0]
     code = frame.f_code
     n_args = code.co_argcount + code.co_kwonlyargcount
@@ -276,21 +310,55 @@ def _entry_call(e: BaseException) -> str:
         stored = {i.argval for i in dis.get_instructions(code) if i.opname in ("STORE_FAST", "DELETE_FAST")}
     except Exception:  # noqa: BLE001
         return ""
+    given = _given_arguments(e, frame) if stored & set(names) else {}
     parts = []
     for name in names:
-        if name in stored or name not in frame.f_locals:
+        if name in given:
+            value = given[name]
+        elif name in stored or name not in frame.f_locals:
             continue
-        value = frame.f_locals[name]
-        shape = _shape_of(value)
-        if shape is not None:
-            parts.append(f"{name} {shape}")
-        elif isinstance(value, (bool, int, float)) or value is None:
-            parts.append(f"{name}={value!r}")
-        elif isinstance(value, (list, tuple)):
-            parts.append(f"{name}=a {type(value).__name__} of {len(value)}")
+        else:
+            value = frame.f_locals[name]
+        text = _argument_text(value)
+        if text is not None:
+            parts.append(f"{name} {text}" if _shape_of(value) is not None else f"{name}={text}")
     owner = type(frame.f_locals["self"]).__name__ + "." if "self" in code.co_varnames[:1] and "self" in frame.f_locals \
         else ""
     return f"{owner}{code.co_name}({', '.join(parts)})" if parts else ""
+
+
+def _remote_call(e: BaseException) -> str:
+    """For an error raised in the notebook's kernel: the call the check made, from the checker's side of the channel
+    (the outermost call of a proxy in the traceback, whose args and kwargs are the check's own values), named after
+    the learner's function that it entered (the kernel's first frame of the learner's code). Parameter names stay
+    on the other side: positional arguments are given by their shapes alone."""
+    frames = [f for f in getattr(e, "remote_frames", None) or [] if isinstance(f, tuple) and len(f) >= 3
+              and "autograder" not in str(f[0]).replace("\\", "/") and _frame_kind(str(f[0])) == "learner"]
+    if not frames:
+        return ""
+    tb = e.__traceback__
+    while tb is not None:
+        code = tb.tb_frame.f_code
+        if code.co_name == "__call__" and code.co_filename.replace("\\", "/").endswith("autograder/remote.py"):
+            break
+        tb = tb.tb_next
+    if tb is None:
+        return ""
+    local = tb.tb_frame.f_locals
+    args, kwargs, proxy = local.get("args"), local.get("kwargs"), local.get("self")
+    if not isinstance(args, tuple) or not isinstance(kwargs, dict):
+        return ""
+    import types
+    parts = [_argument_text(v) or getattr(getattr(v, "__class__", None), "__name__", "?") for v in args]
+    parts += [f"{k} {_shape_of(v)}" if _shape_of(v) is not None else f"{k}={_argument_text(v) or '...'}"
+              for k, v in kwargs.items()]
+    try:
+        cls = proxy.__class__
+    except Exception:  # noqa: BLE001
+        cls = None
+    plain = (type, types.FunctionType, types.MethodType, types.BuiltinFunctionType)
+    owner = f"{cls.__name__}." if isinstance(cls, type) and cls not in plain and cls is not object else ""
+    return f"{owner}{frames[0][2]}({', '.join(parts)})"
 
 
 def _exception_line(e: BaseException) -> str:

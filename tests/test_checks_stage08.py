@@ -1146,7 +1146,8 @@ def test_an_error_of_no_known_kind_says_where_and_guesses_nothing():
 
 class EncoderLayerCentersWithoutKeepdim(solutions.EncoderLayer):
     """x - x.mean(-1): the mean lost its dimension, (2, 5) against (2, 5, 16). The sizes in the error, 16 and 5, are
-    each one dimension of x, which the message says."""
+    each one dimension of x, which the message says. x is reassigned before the error: the call still shows it as the
+    check gave it (from the module call that entered forward)."""
 
     def forward(self, x, src_mask):
         x = x - x.mean(-1)
@@ -1156,7 +1157,8 @@ class EncoderLayerCentersWithoutKeepdim(solutions.EncoderLayer):
 def test_sizes_that_point_at_one_dimension_each_are_named():
     points, line = grade_one(EncoderLayerCentersWithoutKeepdim, "EncoderLayer", "has self_attn")
     assert points == 0, line
-    assert line.endswith(": `x = x - x.mean(-1)`), with x (2, 5, 16); the call was EncoderLayer.forward(src_mask=None). "
+    assert line.endswith(": `x = x - x.mean(-1)`), with x (2, 5, 16); the call was EncoderLayer.forward(x (2, 5, 16), "
+                         "src_mask=None). "
                          "Likely: 16 is x's size at dim 2 and 5 is x's size at dim 1: on this line the one stands where "
                          "the other was needed (a sum or a mean without keepdim=True, an index, a transpose or a view "
                          "that took the wrong dimension)"), line
@@ -1177,3 +1179,52 @@ def test_an_error_raised_in_the_kernel_names_the_learners_line_too():
     assert points == 0 and line.endswith("your code raised RuntimeError: The size of tensor a (5) must match the size "
                                          "of tensor b (2) at non-singleton dimension 1 (in forward, line 18: "
                                          "`y = x + h.transpose(0, 1)`)"), line
+
+
+def grade_one_across(obj, name, title_start):
+    """grade_one as `python -m autograder grade` runs it: the object lives on the notebook's side of the channel
+    (autograder/remote.py, served here in a thread), the check runs on the checker's and reaches it through a proxy;
+    the learner's errors come back rebuilt, with the frames the kernel sent (file, line, function, line's text)."""
+    import socket
+    import threading
+
+    from autograder import checks  # noqa: F401  (fills the registry)
+    from autograder.core import FORBIDDEN, REGISTRY, run_check
+    from autograder.remote import ChannelError, Endpoint
+    from autograder.serve import LearnerEndpoint
+    obj.__name__ = name
+    a, b = socket.socketpair()
+    learner = LearnerEndpoint(b, {name: obj})
+
+    def serve():
+        try:
+            while True:
+                msg, blobs = learner.ch.recv()
+                if msg.get("k") == "req":
+                    learner.serve(msg, blobs)
+        except (ChannelError, OSError):
+            pass
+    threading.Thread(target=serve, daemon=True).start()
+    [c] = [c for c in REGISTRY[name] if c.title.startswith(title_start)]
+    saved = FORBIDDEN.pop(name, None)  # the shortcuts are watched on the notebook's side, as the checker does
+    try:
+        return run_check(c, Endpoint(a, trusted=True).request("resolve", name=name))
+    finally:
+        if saved is not None:
+            FORBIDDEN[name] = saved
+        a.close()
+        b.close()
+
+
+def test_an_error_raised_in_the_kernel_gives_the_call_with_its_shapes():
+    """Across the channel the kernel's locals stay there: the message gives the learner's line (from the frames sent
+    back) and the call as the check made it, with the shapes of the check's own tensors (their parameter names stay
+    on the kernel's side, so positional arguments are shown by shape alone)."""
+    class EncoderLayer(EncoderLayerCentersWithoutKeepdim):  # the class a notebook defines: the contract's name
+        pass
+    points, line = grade_one_across(EncoderLayer, "EncoderLayer", "has self_attn")
+    assert points == 0, line
+    assert ("your code raised RuntimeError: The size of tensor a (16) must match the size of tensor b (5) at "
+            "non-singleton dimension 2 (in forward, line ") in line, line
+    assert line.endswith(": `x = x - x.mean(-1)`); the call was EncoderLayer.forward((2, 5, 16), None)"), line
+    assert "Likely:" not in line, line
