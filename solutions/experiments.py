@@ -12,7 +12,7 @@ pre-norm, untied against tied embeddings, a constant rate against the warmup sch
 measures checkpoint averaging (the last 5 snapshots, `snapshot_steps` apart, against the last weights).
 A run whose JSON exists is skipped, so an interrupted table resumes where it stopped.
 
-Example: run_one("D-ls0", seed=0, data=prepare(...), steps=600) -> {"val_ppl": 9.1, "bleu": 27.3, ...}
+Example: run_one("D-ls0", seed=0, data="multi30k", steps=300, out="runs/table3") -> {"val_ppl": 9.1, ...}
 """
 from __future__ import annotations
 
@@ -41,47 +41,49 @@ BASE = dict(d_model=128, n_heads=4, n_layers=2, d_ff=512,   # the paper's base: 
             average_last=5,         # the paper averages its last 5 checkpoints: measured on every run
             max_epochs=1000, minutes=1e9)  # stopped by max_steps only: the table reproduces on any machine
 
-#: row name -> (group, what changes, Config overrides). Unlisted values are the base's, as in the paper.
+#: row name -> (group, Config overrides as a function of the base settings). Unlisted values are the base's, as in
+#: the paper; changes are relative (half, double) so that a larger base (benchmarks/table3_gpu.sh) keeps the rows.
 ROWS = {
-    "base": ("base", "base: N=2, d_model 128, d_ff 512, h 4, d_k 32, pre-norm, tied", {}),
-    "A-h1": ("A", "h 1, d_k 128", dict(n_heads=1)),
-    "A-h2": ("A", "h 2, d_k 64", dict(n_heads=2)),
-    "A-h8": ("A", "h 8, d_k 16", dict(n_heads=8)),
-    "B-dk16": ("B", "d_k 16 (h 4)", dict(d_k=16)),
-    "B-dk8": ("B", "d_k 8 (h 4)", dict(d_k=8)),
-    "C-N1": ("C", "N 1", dict(n_layers=1)),
-    "C-N4": ("C", "N 4", dict(n_layers=4)),
-    "C-d64": ("C", "d_model 64, d_k 16", dict(d_model=64)),
-    "C-d256": ("C", "d_model 256, d_k 64", dict(d_model=256)),
-    "C-ff256": ("C", "d_ff 256", dict(d_ff=256)),
-    "C-ff1024": ("C", "d_ff 1024", dict(d_ff=1024)),
-    "D-drop0": ("D", "P_drop 0 (attention dropout too)", dict(dropout=0.0, attention_dropout=0.0)),
-    "D-ls0": ("D", "epsilon_ls 0", dict(label_smoothing=0.0)),
-    "E-learned": ("E", "learned positional embedding", dict(positional="learned")),
-    "F-postnorm": ("F", "post-norm (the paper's)", dict(norm_first=False)),
-    "F-untied": ("F", "untied embeddings and projection", dict(tie_embeddings=False)),
-    "F-constant": ("F", "constant rate (lr_peak), no warmup", dict(lr_schedule="constant")),
+    "base": ("base", lambda b: {}),
+    "A-h1": ("A", lambda b: dict(n_heads=1)),                              # d_k = d_model: one wide head
+    "A-h-half": ("A", lambda b: dict(n_heads=b["n_heads"] // 2)),
+    "A-h-double": ("A", lambda b: dict(n_heads=b["n_heads"] * 2)),
+    "B-dk-half": ("B", lambda b: dict(d_k=b["d_model"] // b["n_heads"] // 2)),
+    "B-dk-quarter": ("B", lambda b: dict(d_k=b["d_model"] // b["n_heads"] // 4)),
+    "C-N-half": ("C", lambda b: dict(n_layers=max(1, b["n_layers"] // 2))),
+    "C-N-double": ("C", lambda b: dict(n_layers=b["n_layers"] * 2)),
+    "C-d-half": ("C", lambda b: dict(d_model=b["d_model"] // 2)),          # h kept: d_k halves too, as in the paper
+    "C-d-double": ("C", lambda b: dict(d_model=b["d_model"] * 2)),
+    "C-ff-half": ("C", lambda b: dict(d_ff=b["d_ff"] // 2)),
+    "C-ff-double": ("C", lambda b: dict(d_ff=b["d_ff"] * 2)),
+    "D-drop0": ("D", lambda b: dict(dropout=0.0, attention_dropout=0.0)),
+    "D-ls0": ("D", lambda b: dict(label_smoothing=0.0)),
+    "E-learned": ("E", lambda b: dict(positional="learned")),
+    "F-postnorm": ("F", lambda b: dict(norm_first=False)),
+    "F-untied": ("F", lambda b: dict(tie_embeddings=False)),
+    "F-constant": ("F", lambda b: dict(lr_schedule="constant")),
 }
 GROUPS = {"base": "base", "A": "(A) heads at constant compute", "B": "(B) smaller d_k", "C": "(C) model size",
           "D": "(D) regularization", "E": "(E) positions", "F": "the course's choices"}
 
 #: The paper's Table 3 (newstest2013 dev, English-German, per-wordpiece perplexity, BLEU, parameters x 10^6), the
-#: row of the paper that each small row mirrors. The small rows scale the paper's change (h 8 -> 1 becomes 4 -> 1).
+#: row of the paper that each small row mirrors: the same direction of change from its base (8 heads -> 4 is
+#: "h-half"). None where the paper has no such row.
 PAPER = {
-    "base": ("base: N 6, d_model 512, d_ff 2048, h 8, d_k 64", 4.92, 25.8, 65),
+    "base": ("base: N 6, d_model 512, d_ff 2048, h 8, d_k 64, P_drop 0.1, eps_ls 0.1", 4.92, 25.8, 65),
     "A-h1": ("h 1, d_k 512", 5.29, 24.9, None),
-    "A-h2": ("h 4, d_k 128", 5.00, 25.5, None),
-    "A-h8": ("h 16, d_k 32", 4.91, 25.8, None),
-    "B-dk16": ("d_k 32", 5.01, 25.4, 60),
-    "B-dk8": ("d_k 16", 5.16, 25.1, 58),
-    "C-N1": ("N 2", 6.11, 23.7, 36),
-    "C-N4": ("N 8", 4.88, 25.5, 80),
-    "C-d64": ("d_model 256, d_k 32", 5.75, 24.5, 28),
-    "C-d256": ("d_model 1024, d_k 128", 4.66, 26.0, 168),
-    "C-ff256": ("d_ff 1024", 5.12, 25.4, 53),
-    "C-ff1024": ("d_ff 4096", 4.75, 26.2, 90),
+    "A-h-half": ("h 4, d_k 128", 5.00, 25.5, None),
+    "A-h-double": ("h 16, d_k 32", 4.91, 25.8, None),
+    "B-dk-half": ("d_k 32", 5.01, 25.4, 60),
+    "B-dk-quarter": ("d_k 16", 5.16, 25.1, 58),
+    "C-N-half": ("N 2 (a third)", 6.11, 23.7, 36),
+    "C-N-double": ("N 8 (4/3)", 4.88, 25.5, 80),
+    "C-d-half": ("d_model 256, d_k 32", 5.75, 24.5, 28),
+    "C-d-double": ("d_model 1024, d_k 128", 4.66, 26.0, 168),
+    "C-ff-half": ("d_ff 1024", 5.12, 25.4, 53),
+    "C-ff-double": ("d_ff 4096", 4.75, 26.2, 90),
     "D-drop0": ("P_drop 0.0", 5.77, 24.6, None),
-    "D-ls0": ("epsilon_ls 0.0", 4.67, 25.3, None),
+    "D-ls0": ("eps_ls 0.0", 4.67, 25.3, None),
     "E-learned": ("positional embedding instead of sinusoids", 4.92, 25.7, None),
     "F-postnorm": ("(the paper is post-norm)", None, None, None),
     "F-untied": ("(the paper ties)", None, None, None),
@@ -98,7 +100,7 @@ def rows_for(names: list[str]) -> list[str]:
         elif name in ROWS:
             found = [name]
         else:
-            found = [r for r, (group, _, _) in ROWS.items() if group == name]
+            found = [r for r, (group, _) in ROWS.items() if group == name]
         if not found:
             raise ValueError(f"unknown row or group {name!r}; rows: {', '.join(ROWS)}; groups: {', '.join(GROUPS)}")
         out += [r for r in found if r not in out]
@@ -108,11 +110,38 @@ def rows_for(names: list[str]) -> list[str]:
 def row_config(row: str, seed: int = 0, steps: int = 300, device: str = "cpu", base: dict | None = None,
                **overrides) -> Config:
     """The Config of one run: the base, the row's change, `steps` optimizer steps, snapshots for averaging
-    every steps/50 (the last 5 span the last tenth of training, as the paper's span the last 50 of 720 minutes
-    ... roughly: 5 x 10 of 12 x 60), the seed. Example: row_config("A-h1").n_heads -> 1"""
-    settings = {**BASE, **(base or {}), **ROWS[row][2], **overrides}
+    every steps/50 (the last 5 span the last tenth of training; the paper's, 10 minutes apart, the last
+    fifteenth of 12 hours), the seed. Example: row_config("A-h1").n_heads -> 1"""
+    base = {**BASE, **(base or {})}
+    settings = {**base, **ROWS[row][1](base), **overrides}
     settings.setdefault("snapshot_steps", max(1, steps // 50))
     return config_for(device, **settings, max_steps=steps, seed=seed)
+
+
+def describe(config: Config, base: Config | None = None) -> str:
+    """What a row changes, in the paper's terms. Example: describe(row_config("A-h1")) -> "h 1, d_k 128" """
+    c = config
+    d_k = c.d_k or c.d_model // c.n_heads
+    if base is None:
+        return (f"N {c.n_layers}, d_model {c.d_model}, d_ff {c.d_ff}, h {c.n_heads}, d_k {d_k}, P_drop {c.dropout:g}, "
+                f"eps_ls {c.label_smoothing:g}, {'pre' if c.norm_first else 'post'}-norm, "
+                f"{'tied' if c.tie_embeddings else 'untied'}, {c.positional}, {c.lr_schedule}")
+    b, parts = base, []
+    b_dk = b.d_k or b.d_model // b.n_heads
+    for label, new, old in (("N", c.n_layers, b.n_layers), ("d_model", c.d_model, b.d_model), ("d_ff", c.d_ff, b.d_ff),
+                            ("h", c.n_heads, b.n_heads), ("d_k", d_k, b_dk), ("P_drop", c.dropout, b.dropout),
+                            ("eps_ls", c.label_smoothing, b.label_smoothing)):
+        if new != old:
+            parts.append(f"{label} {new:g}")
+    if c.norm_first != b.norm_first:
+        parts.append("pre-norm" if c.norm_first else "post-norm (the paper's)")
+    if c.tie_embeddings != b.tie_embeddings:
+        parts.append("untied embeddings and projection" if not c.tie_embeddings else "tied")
+    if c.positional != b.positional:
+        parts.append(f"{c.positional} positions")
+    if c.lr_schedule != b.lr_schedule:
+        parts.append(f"{c.lr_schedule} rate {c.lr_peak:g}, no warmup" if c.lr_schedule == "constant" else c.lr_schedule)
+    return ", ".join(parts)
 
 
 def count_parameters(model) -> int:
@@ -159,7 +188,9 @@ def run_one(row: str, seed: int, data: str = "multi30k", steps: int = 300, out=N
         averaged = {k: v.detach().clone() for k, v in averaged.items()}
         model.load_state_dict(history.pop("last_state"))  # the last weights: Table 3's numbers
     t1 = time.time()
-    result = {"row": row, "group": ROWS[row][0], "change": ROWS[row][1], "seed": seed, "data": name,
+    base_config = row_config("base", seed, steps, device, **overrides)
+    change = describe(config, base_config) if row != "base" else describe(config)
+    result = {"row": row, "group": ROWS[row][0], "change": change, "seed": seed, "data": name,
               "steps": history["steps"], "epochs": history["epochs"], "parameters": count_parameters(model),
               "train_seconds": history["seconds"], "threads": torch.get_num_threads(),
               "test_sentences": len(test_de), "config": dataclasses.asdict(config)}
@@ -199,10 +230,10 @@ def _worker(job):
 
 
 def run_table(rows: list[str], seeds: list[int], out, jobs: int = 1, threads: int = 1, **kwargs) -> None:
-    """Every (row, seed) not yet in `out`, shared out among `jobs` processes of `threads` threads each
-    (seed-major order: every row's first seed before any second seed, so a cut-short table has one of each)."""
+    """Every (row, seed) not yet in `out`, shared out among `jobs` processes of `threads` threads each, in the
+    order of `rows`, all seeds of a row together (a table cut short has its first rows complete, with every seed)."""
     out = pathlib.Path(out)
-    todo = [(r, s) for s in seeds for r in rows if not (out / f"{r}.seed{s}.json").exists()]
+    todo = [(r, s) for r in rows for s in seeds if not (out / f"{r}.seed{s}.json").exists()]
     print(f"{len(todo)} runs to do in {out}", flush=True)
     kwargs["out"] = out
     if jobs <= 1:
@@ -262,6 +293,32 @@ def markdown_table(runs: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def plot_group(runs: list[dict], group: str, size=(9, 2.8)):
+    """One figure for a group of rows: validation perplexity (left, lower is better) and test BLEU (right, higher is
+    better), one bar per row with the base first, each seed a dot on its bar, the base's mean as a dashed line."""
+    import matplotlib.pyplot as plt
+
+    summary = {s["row"]: s for s in summarize(runs)}
+    rows = [r for r in ROWS if r in summary and (r == "base" or ROWS[r][0] == group)]
+    fig, axes = plt.subplots(1, 2, figsize=size, layout="constrained")
+    for ax, key, label in ((axes[0], "val_ppl", "validation perplexity (lower is better)"),
+                           (axes[1], "bleu", "test BLEU, greedy (higher is better)")):
+        means = [summary[r][key] for r in rows]
+        ax.bar(range(len(rows)), means, color=["0.6"] + ["C0"] * (len(rows) - 1))
+        for i, r in enumerate(rows):
+            seeds = [run[key] for run in runs if run["row"] == r]
+            ax.plot([i] * len(seeds), seeds, "k.", markersize=6)
+        if "base" in summary:
+            ax.axhline(summary["base"][key], color="0.3", linestyle="--", linewidth=1)
+        ax.set_xticks(range(len(rows)), [summary[r]["change"] if r != "base" else "base" for r in rows],
+                      rotation=20, ha="right", fontsize=7)
+        ax.set_title(label, fontsize=9)
+        low, high = min(min(run[key] for run in runs if run["row"] in rows), min(means)), max(means)
+        ax.set_ylim(max(0.0, low - 0.25 * (high - low + 1e-9)), high + 0.25 * (high - low + 1e-9))
+    fig.suptitle(GROUPS.get(group, group), fontsize=10)
+    return fig
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(prog="python -m solutions.experiments", description=__doc__.split("\n\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
@@ -281,8 +338,9 @@ def main(argv=None) -> None:
     t.add_argument("--out", default="runs/table3")
     args = parser.parse_args(argv)
     if args.command == "list":
-        for row, (group, change, overrides) in ROWS.items():
-            print(f"{row:12s} {group:5s} {change}   {overrides}")
+        base = row_config("base")
+        for row, (group, _) in ROWS.items():
+            print(f"{row:13s} {group:5s} {describe(row_config(row), base) if row != 'base' else describe(base)}")
     elif args.command == "table":
         print(markdown_table(load_results(args.out)))
     else:

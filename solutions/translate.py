@@ -187,10 +187,13 @@ def departures(config: Config, data_name: str = "multi30k") -> list[tuple[str, s
         f"also {c.attention_dropout:g} on the attention weights",
         "the course's MultiHeadAttention follows tensor2tensor and the Annotated Transformer here "
         "(not measured against 0 on this data)")
-    row(c.average_last != 5, "checkpoint averaging", "the average of the last 5 checkpoints, 10 minutes apart",
+    row(c.average_last != 5 or c.snapshot_steps or c.snapshot_minutes != 10, "checkpoint averaging",
+        "the average of the last 5 checkpoints, 10 minutes apart",
         "the last weights" if not c.average_last else f"the average of the last {c.average_last} snapshots, "
-        + (f"{c.snapshot_minutes:g} minutes apart" if c.snapshot_minutes else "one step apart"),
-        "a 15-minute run has one or two 10-minute checkpoints to average")
+        + (f"{c.snapshot_steps} steps apart" if c.snapshot_steps else
+           f"{c.snapshot_minutes:g} minutes apart" if c.snapshot_minutes else "one step apart"),
+        "a 15-minute run has one or two 10-minute checkpoints to average" if not c.average_last else
+        "a short run is over before 10-minute checkpoints add up; lesson 15 measures averaging over steps")
     row(c.dropout != 0.1 or c.label_smoothing != 0.1, "dropout, label smoothing", "0.1 and 0.1",
         f"{c.dropout:g} and {c.label_smoothing:g}", "changed by hand")
     row((c.beam_size, c.alpha) != (4, 0.6), "beam search", "beam 4, length penalty alpha 0.6",

@@ -19,7 +19,7 @@ def test_parameters_cell_is_tagged_and_holds_the_settings():
     nb = nbformat.read(str(NOTEBOOK), as_version=4)
     params = [c for c in nb.cells if "parameters" in c.metadata.get("tags", [])]
     assert len(params) == 1
-    for name in ("DATA", "TRAIN_MINUTES", "USE_MY_CODE", "LESSONS", "SIZE", "TEST_SENTENCES"):
+    for name in ("DATA", "TRAIN_MINUTES", "USE_MY_CODE", "LESSONS", "SIZE", "TEST_SENTENCES", "AVERAGE_LAST"):
         assert f"\n{name} = " in "\n" + params[0].source, name
     assert '\nUSE_MY_CODE = "auto"' in "\n" + params[0].source  # the learner's code when their lessons are found
     assert not any(c.get("outputs") or c.get("execution_count") for c in nb.cells if c.cell_type == "code")
@@ -46,7 +46,10 @@ def _run(tmp_path, *params):
 
 
 def test_notebook_runs_offline_on_the_synthetic_corpus(tmp_path):
-    text, shown, figures = _run(tmp_path, "-p", "TRAIN_MINUTES", "0.1")
+    # with the paper's checkpoint averaging (issue 18): 3 snapshots, 0.6 s apart in a 6-second run
+    text, shown, figures = _run(tmp_path, "-p", "TRAIN_MINUTES", "0.1", "-p", "AVERAGE_LAST", "3",
+                                "-p", "SNAPSHOT_MINUTES", "0.01")
+    assert "validation loss: average of 3 snapshots" in text and "last weights" in text
     assert "no lessons 01-13 found" in text and "the reference code trains" in text  # auto, and none to find
     assert "data: synthetic" in text and "sacreBLEU" in text and "translates identically: True" in text
     assert "the reference's corpus_bleu" in text and "the reference ran everything" in text
