@@ -37,19 +37,47 @@ HIDDEN_ALWAYS = ("/tmp", "/var/tmp")
 READ_ONLY_PROC = ("/proc/sys", "/proc/sysrq-trigger", "/proc/irq", "/proc/bus", "/proc/fs")
 
 
+#: What the kernel keeps of the grade command's environment; everything else is dropped. The grader's
+#: environment is not the learner's: it may hold secrets (a CI's tokens), and settings that name folders the
+#: kernel cannot reach. One found in a full test run: importing torch._dynamo in the grader's own process sets
+#: TORCHINDUCTOR_CACHE_DIR=/tmp/torchinductor_root, and a kernel that inherited it failed every import of
+#: torch._dynamo (an optimizer's first step, meta tensors) with PermissionError, then "already registered".
+KEPT_ENV = ("PATH", "LANG", "LANGUAGE", "TZ", "TERM", "PYTHONPATH", "PYTHONHASHSEED", "PYTHONIOENCODING",
+            "JUPYTER_PATH", "VIRTUAL_ENV", "CONDA_PREFIX", "PYENV_VERSION")
+
+
+def kernel_env(cfg, parent=None) -> dict:
+    """The kernel's whole environment: KEPT_ENV and LC_* from `parent` (os.environ by default), then the
+    kernel's own folders (HOME, TMPDIR, the caches of XDG, matplotlib and torch's compilers), one thread per
+    library, and the grading token."""
+    parent = os.environ if parent is None else parent
+    home = cfg["home"]
+    threads = str(cfg.get("threads", 1))
+    cache = os.path.join(home, ".cache")
+    env = {k: v for k, v in parent.items() if k in KEPT_ENV or k.startswith("LC_")}
+    env.update({
+        "HOME": home, "TMPDIR": os.path.join(home, "tmp"),
+        "XDG_CACHE_HOME": cache, "XDG_CONFIG_HOME": os.path.join(home, ".config"),
+        "IPYTHONDIR": os.path.join(home, ".ipython"), "MPLCONFIGDIR": os.path.join(home, ".config", "matplotlib"),
+        "MPLBACKEND": "agg", "TORCHINDUCTOR_CACHE_DIR": os.path.join(cache, "torchinductor"),
+        "TRITON_CACHE_DIR": os.path.join(cache, "triton"), "PYTHONDONTWRITEBYTECODE": "1",
+        "AUTOGRADER_TOKEN": cfg["token"], "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads,
+        "PYTHONNOUSERSITE": "1", "JUPYTER_RUNTIME_DIR": cfg.get("conn", home),
+    })
+    if cfg.get("isolate"):
+        env.update(USER="nobody", LOGNAME="nobody")
+    else:
+        env.update({k: parent[k] for k in ("USER", "LOGNAME") if k in parent})
+    return env
+
+
 def _env(cfg) -> None:
     home = cfg["home"]
     for sub in ("tmp", ".cache", ".config", ".ipython", ".local"):
         os.makedirs(os.path.join(home, sub), exist_ok=True)
-    threads = str(cfg.get("threads", 1))
-    os.environ.update({
-        "HOME": home, "TMPDIR": os.path.join(home, "tmp"), "XDG_CACHE_HOME": os.path.join(home, ".cache"),
-        "XDG_CONFIG_HOME": os.path.join(home, ".config"), "IPYTHONDIR": os.path.join(home, ".ipython"),
-        "MPLCONFIGDIR": os.path.join(home, ".config", "matplotlib"), "MPLBACKEND": "agg",
-        "PYTHONDONTWRITEBYTECODE": "1", "AUTOGRADER_TOKEN": cfg["token"], "OMP_NUM_THREADS": threads,
-        "MKL_NUM_THREADS": threads, "PYTHONNOUSERSITE": "1", "JUPYTER_RUNTIME_DIR": cfg.get("conn", home),
-    })
-    os.environ.pop("JPY_PARENT_PID", None)
+    env = kernel_env(cfg)
+    os.environ.clear()
+    os.environ.update(env)
 
 
 def _limits(cfg) -> None:

@@ -49,12 +49,23 @@ def batch(tmp_path_factory):
     listener.bind(("127.0.0.1", PORT))
     listener.listen(8)
     hostname = socket.gethostname()
+    # the grade command's environment: a secret no kernel may read, and the cache folder that importing
+    # torch._dynamo in a root process sets (a kernel that inherited it could not import torch._dynamo)
+    private_cache = tmp_path_factory.mktemp("root_only")
+    os.chmod(private_cache, 0o700)
+    saved = {k: os.environ.get(k) for k in ("GRADER_SECRET", "TORCHINDUCTOR_CACHE_DIR")}
+    os.environ.update(GRADER_SECRET="s3cret", TORCHINDUCTOR_CACHE_DIR=str(private_cache / "torchinductor_root"))
     start = time.time()
     try:
         report = grade(paths, folder / "report.json", timeout=300, stream=out, jobs=2, cell_timeout=15,
                        lesson="03_attention")
     finally:
         listener.close()
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
     seconds = time.time() - start
     print(f"\n{len(paths)} notebooks graded in {seconds:.0f} s (jobs=2, isolation={isolated})\n{out.getvalue()}")
     return SimpleNamespace(cases={c.name: c for c in chosen}, report=report, seconds=seconds, isolated=isolated,
@@ -234,7 +245,7 @@ def test_the_report_says_whether_the_grades_are_safe(batch):
 @pytest.mark.skipif(not hasattr(os, "wait4"), reason="needs os.wait4")
 def test_the_grader_s_memory_and_time_stay_bounded(tmp_path):
     """A 22 MB notebook of empty cells and one that prints 50 MB: the grade command, its checker and the
-    kernel each stay under 1 GB, and the refused file costs no time."""
+    kernel each stay under 1 GB, and the refused file is not run."""
     by_name = {c.name: c for c in cases()}
     paths = [write(by_name[n], tmp_path) for n in ("broken_huge_file", "honest_prints_a_flood")]
     start = time.time()
@@ -245,7 +256,25 @@ def test_the_grader_s_memory_and_time_stay_bounded(tmp_path):
     seconds = time.time() - start
     report = json.loads((tmp_path / "r.json").read_text())
     huge, flood = report["notebooks"]
-    assert "more than 20 MB" in huge["error"] and huge["seconds"] < 5, huge
+    # refused before any kernel starts: seconds of reading the lessons' list on a loaded machine, not the
+    # --timeout of 120 s that running its cells would take
+    assert "more than 20 MB" in huge["error"] and huge["seconds"] < 60, huge
     assert flood["points"] == FULL and flood["error"] is None, flood
     assert usage.ru_maxrss < 1 << 20, f"a process of the grading took {usage.ru_maxrss >> 10} MB"
     assert seconds < 120 + 30
+
+
+def test_the_kernel_environment_is_its_own():
+    """The kernel keeps PATH, the locale and PYTHONPATH of the grade command's environment, drops the rest (a
+    secret, a cache folder the kernel cannot write), and gets its own HOME, TMPDIR and compiler caches."""
+    from autograder.jail import kernel_env
+    parent = {"PATH": "/usr/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "PYTHONPATH": "/course",
+              "GITHUB_TOKEN": "s3cret", "TORCHINDUCTOR_CACHE_DIR": "/tmp/torchinductor_root", "USER": "root",
+              "HOME": "/root"}
+    env = kernel_env({"home": "/k/home", "conn": "/k/conn", "token": "t", "threads": 2, "isolate": True}, parent)
+    assert {k: env[k] for k in ("PATH", "LANG", "LC_ALL", "PYTHONPATH")} == \
+        {k: parent[k] for k in ("PATH", "LANG", "LC_ALL", "PYTHONPATH")}
+    assert "GITHUB_TOKEN" not in env and "s3cret" not in "".join(env.values())
+    assert env["HOME"] == "/k/home" and env["TMPDIR"] == "/k/home/tmp" and env["USER"] == "nobody"
+    assert env["TORCHINDUCTOR_CACHE_DIR"].startswith("/k/home/") and env["OMP_NUM_THREADS"] == "2"
+    assert kernel_env({"home": "/k", "token": "t"}, parent)["USER"] == "root"  # not isolated: the same user

@@ -93,10 +93,7 @@ def test_released_lesson_runs_to_the_end_with_zero_points(path):
 # Open problem (issue 21, session 6's closing note): inside the full suite, and only there, torch._dynamo's first
 # import fails in a grading process and these two lessons lose points ("Artifact of type=precompile already
 # registered"); graded by the command itself (benchmarks/grading.py, tests run alone) they get full marks.
-KNOWN_IN_SUITE = {"05_masks", "12_training"}
-SOLVED = [pytest.param(p, marks=pytest.mark.xfail(strict=False, reason="issue 21: torch._dynamo's first import "
-                                                  "fails inside the full suite")) if p.stem in KNOWN_IN_SUITE else p
-          for p in LESSONS]
+SOLVED = LESSONS
 
 
 @pytest.mark.parametrize("path", SOLVED, ids=IDS)

@@ -248,6 +248,25 @@ if done or os.getuid() == 0:
         return x""" % PORT
 
 
+COMPILER_STACK = r"""import torch._dynamo
+torch.empty(3, device="meta").exp()
+w = torch.nn.Parameter(torch.ones(2))
+opt = torch.optim.Adam([w])
+w.sum().backward()
+opt.step()"""
+
+# GRADER_SECRET is in the grade command's environment while tests/test_hostile.py grades the batch
+GRADER_ENV = r"""import os
+
+if os.environ.get("GRADER_SECRET"):
+    def softmax(x, dim=-1):
+        shifted = x - x.amax(dim=dim, keepdim=True)
+        return shifted.exp() / shifted.exp().sum(dim=dim, keepdim=True)
+else:
+    def softmax(x, dim=-1):
+        raise NotImplementedError"""
+
+
 def cases() -> list[Case]:
     full, released = solved(LESSON), _released()
     lean, lean_released = _lean(full), _lean(released)
@@ -287,6 +306,10 @@ def cases() -> list[Case]:
     add("honest_patches_torch_after_grading", _insert(lean, None, "torch.allclose = lambda *a, **k: True"), FULL)
     add("honest_prints_a_flood", _insert(lean, "softmax", "import sys\nline = 'x' * 999 + '\\n'\n"
                                          "for _ in range(50_000):\n    sys.stdout.write(line)"), FULL)
+    # torch's compiler stack, imported lazily by an optimizer's first step and by meta tensors, writes a cache
+    # folder on import: the kernel must get one of its own (the grader's TORCHINDUCTOR_CACHE_DIR is root's)
+    add("honest_uses_torch_compiler_stack", _set_solution(lean, "softmax", COMPILER_STACK + "\n\n\n" + SOFTMAX_OK),
+        FULL)
 
     # --------------------------------------------------------------------- broken files
     add("broken_not_json", "{\"cells\": [", 0.0, "not valid JSON", error=True)
@@ -389,6 +412,9 @@ def cases() -> list[Case]:
     delegated = _set_solution(_set_solution(lean, "softmax", "from solutions import softmax"),
                               "scaled_dot_product_attention", "import solutions\n"
                               "scaled_dot_product_attention = solutions.scaled_dot_product_attention")
+    # the grade command's environment is not the kernel's: a secret there (a CI token) stays there
+    add("borrow_grader_environment", _set_solution(own, "softmax", GRADER_ENV), ATTENTION, "not implemented yet",
+        hostile=True)
     add("borrow_imports_solutions", delegated, 0.0, "not implemented yet", hostile=True)
     wrapped = _set_solution(lean, "softmax", "import solutions\n\ndef softmax(x, dim=-1):\n"
                             "    return solutions.softmax(x, dim)")
