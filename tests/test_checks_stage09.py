@@ -946,3 +946,33 @@ def test_a_transposed_tgt_mask_is_named(name, cls, title):
     points, line = grade_one(cls, name, title)
     assert points == 0 and TRANSPOSED in line, line
     assert "without the causal mask" not in line, line
+
+
+# ---------------------------------------------------------------- issue 17: a second line of one name that contradicts
+def test_a_mask_built_in_the_code_is_not_told_as_state_kept_from_an_earlier_call():
+    """A causal mask built in the layer (or the stack) in place of tgt_mask shows only where the target has padding in
+    the middle: the comparison with PyTorch names it, and the second batch of the src_mask check (with such a hole)
+    used to add 'something from an earlier call is kept', which the same batch through a new layer refutes. That line
+    now gives the new layer's answer, the same cause, and the points stay what they were."""
+    layer = layer_variant(fwd=fwd_own_causal_mask)
+    points, text = grade(layer, "DecoderLayer")
+    assert points == 5, text
+    [line] = [line for line in text.splitlines() if line.startswith("✗ src_mask hides the source padding")]
+    assert "Likely: tgt_mask ignored: a causal mask built inside the layer hides later tokens but not the target's " \
+           "padding; pass tgt_mask itself to self-attention" in line, line
+    assert "earlier call" not in text, text
+
+    stack = decoder_variant(fwd=stack_own_causal)
+    points, text = grade(stack, "Decoder")
+    assert points == 3, text
+    [line] = [line for line in text.splitlines() if line.startswith("✗ masks reach every layer")]
+    assert "Likely: tgt_mask not passed on: the layers were given a causal mask built here, which hides later tokens " \
+           "but not the target's padding; pass tgt_mask itself" in line, line
+    assert "earlier call" not in text, text
+
+
+def test_state_kept_from_an_earlier_call_is_still_named_when_a_new_layer_gets_the_batch_right():
+    points, line = grade_one(LayerCachesTgtMask, "DecoderLayer", "src_mask hides the source padding")
+    assert points == 0, line
+    assert line.endswith("Likely: the same module gave a wrong answer on a second batch: something from an earlier "
+                         "call is kept (a mask or a tensor saved on self and reused?); use the arguments of each call"), line
