@@ -11,12 +11,27 @@ from .positional_encoding import PositionalEncoding
 from .tokenization import PAD, TokenEmbedding
 
 
-class Transformer(nn.Module):
+class TransformerBase(nn.Module):
+    """Given, not for you to write: the initialization of lesson 10's Transformer."""
+
+    def _reset_parameters(self, d_model: int) -> None:
+        """Xavier-uniform matrices; embeddings N(0, d_model^-0.5), so that after the sqrt(d_model)
+        scale their entries have unit variance and, tied, the logits start small."""
+        for name, p in self.named_parameters():
+            if "embedding" in name:
+                nn.init.normal_(p, 0.0, d_model ** -0.5)
+                with torch.no_grad():
+                    p[PAD].zero_()
+            elif p.dim() > 1:
+                nn.init.xavier_uniform_(p)
+
+
+class Transformer(TransformerBase):
     """The encoder-decoder Transformer. forward(src (B, Ls), tgt_in (B, Lt), src_mask (B,1,1,Ls),
     tgt_mask (B,1,Lt,Lt)) -> logits (B, Lt, tgt_vocab_size); the softmax is left to the loss.
-
     With tie_weights, generator.weight IS tgt_embed.embedding.weight (and src_embed's too when both
-    vocabularies have the same size). Example: Transformer(100, 100, d_model=32, n_heads=4, n_layers=2, d_ff=64)
+    vocabularies have the same size). Given by TransformerBase: self._reset_parameters(d_model), the initialization.
+    Example: Transformer(100, 100, d_model=32, n_heads=4, n_layers=2, d_ff=64)
     """
 
     def __init__(self, src_vocab_size: int, tgt_vocab_size: int, d_model: int = 512, n_heads: int = 8,
@@ -39,25 +54,13 @@ class Transformer(nn.Module):
                 self.src_embed.embedding.weight = self.tgt_embed.embedding.weight
         ### END SOLUTION
 
-    def _reset_parameters(self, d_model: int) -> None:
-        """Xavier-uniform matrices; embeddings N(0, d_model^-0.5), so that after the sqrt(d_model)
-        scale their entries have unit variance and, tied, the logits start small."""
-        for name, p in self.named_parameters():
-            if "embedding" in name:
-                nn.init.normal_(p, 0.0, d_model ** -0.5)
-                with torch.no_grad():
-                    p[PAD].zero_()
-            elif p.dim() > 1:
-                nn.init.xavier_uniform_(p)
-
     def encode(self, src: torch.Tensor, src_mask: torch.Tensor) -> torch.Tensor:
         """src (B, Ls) -> memory (B, Ls, d_model)."""
         ### BEGIN SOLUTION
         return self.encoder(self.positional(self.src_embed(src)), src_mask)
         ### END SOLUTION
 
-    def decode(self, tgt_in: torch.Tensor, memory: torch.Tensor, src_mask: torch.Tensor,
-               tgt_mask: torch.Tensor) -> torch.Tensor:
+    def decode(self, tgt_in: torch.Tensor, memory: torch.Tensor, src_mask, tgt_mask) -> torch.Tensor:
         """tgt_in (B, Lt), memory (B, Ls, d_model) -> decoder states (B, Lt, d_model), before the generator."""
         ### BEGIN SOLUTION
         return self.decoder(self.positional(self.tgt_embed(tgt_in)), memory, src_mask, tgt_mask)
