@@ -1,0 +1,70 @@
+"""CPU scaling of solutions.translate.train from 1 to 2 gloo processes (issue 19), on the synthetic corpus.
+
+Every run takes the same optimizer steps over the same batches: 2 batches of at most 1,500 tokens a step,
+either one process accumulating both (accumulate 2) or two processes with one each (DistributedDataParallel).
+Throughput: target tokens of the steps / wall time of train() (the tiny validation at the end included).
+Writes one JSON line per run to stdout; benchmarks/distributed_cpu.md has the numbers.
+
+Usage: python benchmarks/distributed_cpu.py [steps] [repeats] [runs]
+  runs: a comma list of PROCESSESxTHREADS, default 1x1,1x2,2x1 (in turns, repeats times: the load moves)
+"""
+import dataclasses
+import json
+import os
+import socket
+import sys
+import time
+
+import torch
+import torch.multiprocessing as mp
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from solutions import distributed  # noqa: E402
+from solutions.data import load_synthetic  # noqa: E402
+from solutions.translate import config_for, prepare_data, train  # noqa: E402
+
+
+def timed_train(config, data):
+    t0 = time.time()
+    _, history = train(config, data, progress=False)
+    seconds = time.time() - t0
+    return {"steps": history["steps"], "target_tokens": history["target_tokens"], "seconds": seconds,
+            "tokens_per_s": history["target_tokens"] / seconds}
+
+
+def _worker(rank, world, port, config, data, queue):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world),
+                      LOCAL_RANK=str(rank))
+    torch.set_num_threads(1)
+    distributed.init_from_env("cpu")
+    try:
+        result = timed_train(config, data)
+        if rank == 0:
+            queue.put(result)
+    finally:
+        distributed.close()
+
+
+def main(steps=40, repeats=2, runs="1x1,1x2,2x1"):
+    config = config_for("cpu", bpe_merges=2000, max_steps=steps, minutes=60)
+    data = prepare_data(config, load_synthetic(5000, 100, 10, seed=0), progress=False)
+    for repeat in range(repeats):
+        for world, threads in (map(int, r.split("x")) for r in runs.split(",")):
+            name = f"{world} process(es) x {threads} thread(s)" + (" (gloo, DDP)" if world > 1 else "")
+            cfg = dataclasses.replace(config, accumulate=2 // world)  # 2 batches a step in every run
+            if world == 1:
+                torch.set_num_threads(threads)
+                result = timed_train(cfg, data)
+            else:
+                with socket.socket() as s:
+                    s.bind(("127.0.0.1", 0))
+                    port = s.getsockname()[1]
+                queue = mp.get_context("spawn").SimpleQueue()
+                mp.spawn(_worker, args=(world, port, cfg, data, queue), nprocs=world, join=True)
+                result = queue.get()
+            print(json.dumps({"run": name, "repeat": repeat, "load_1min": os.getloadavg()[0], **result}), flush=True)
+
+
+if __name__ == "__main__":
+    main(*(int(a) if a.isdigit() else a for a in sys.argv[1:]))
