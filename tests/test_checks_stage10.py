@@ -815,3 +815,18 @@ def test_a_dropout_of_the_models_own_loses_one_point(cls, check, got, place):
 def test_a_dropout_of_the_models_own_costs_one_point_only(cls):
     points, text = grade(cls, "Transformer")
     assert points == max_points("Transformer") - 1, text
+
+
+# ---------------------------------------------------------------- issue 17: a second line of one name that contradicts
+def test_an_embedding_never_used_is_not_told_as_detached():
+    """The target embedding used for the source: the encode and comparison lines name it, and the forward check's
+    gradient line used to add 'the encoder's input is detached', which the source embedding's weight, changed and
+    changing nothing, refutes. It now says the part is never used; the points stay what they were, and a part that is
+    used but detached is still told so (test_second_round_transformer_mistakes_are_caught)."""
+    points, text = grade(variant(encode=enc_with_tgt_embedding), "Transformer")
+    assert points == 4, text
+    [line] = [line for line in text.splitlines() if line.startswith("✗ forward returns unscaled logits")]
+    assert line.endswith("the gradient of a loss on the logits with respect to src_embed's parameters; expected a "
+                         "gradient; got none. Likely: self.src_embed is never used: changing its parameters does not "
+                         "change the logits (encode must embed src with self.src_embed)"), line
+    assert "detached" not in text, text

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..core import CheckFailure, _describe_exception, forbid, register
-from ._util import build, expect_close, expect_shape, seeded
+from ._util import build, close, expect_close, expect_shape, seeded
 from .stage08_encoder import (NO_GRAD, STATE, TORCH_TRANSFORMER, D, FF, H, PAD, as_module, close_at, copy_final_norm,
                               copy_layer, default_layer_norm, enc_layer_ref, get_path, inverted, randomize, stack_layers)
 from .stage09_decoder import mentions_both
@@ -692,7 +692,9 @@ def _forward(Transformer):
                  mistakes=mistakes)
     model.train()  # (dropout=0.0: the same numbers) where a model is trained, and its gradients matter
     logits = call(model, src, tgt, sm, tm, what=f"{what}.train()(src, tgt_in, src_mask, tgt_mask)")
-    _gradient_reaches_every_part(model, logits, tgt, what)
+    _gradient_reaches_every_part(model, logits, tgt, what,
+                                 rerun=lambda: call(model, src, tgt, sm, tm, what=f"{what}.train()(src, tgt_in, "
+                                                    "src_mask, tgt_mask)"))
 
     def train_states():  # the decoder states forward projects, in train mode (dropout=0.0: deterministic)
         return model.decode(tgt, model.encode(src, sm), sm, tm)
@@ -704,9 +706,31 @@ def _trainable(part):
     return [p for p in part.parameters() if p.requires_grad] if isinstance(part, nn.Module) else []
 
 
-def _gradient_reaches_every_part(model, logits, tgt, what):
+def _moves_the_logits(ps, rerun, logits) -> bool:
+    """Whether the logits change when the parameters `ps` change (each shifted by noise, then put back): False for a
+    part that forward never uses. True when that cannot be told (the part's gradient hint then stands)."""
+    try:
+        with torch.no_grad():
+            saved = [p.detach().clone() for p in ps]
+            try:
+                with seeded(8):
+                    for p, s in zip(ps, saved):
+                        p.copy_(s + torch.randn(s.shape) * (s.abs().mean() + 0.1))
+                moved = rerun()
+            finally:
+                for p, s in zip(ps, saved):
+                    p.copy_(s)
+        return not (isinstance(moved, torch.Tensor) and moved.shape == logits.shape and close(moved, logits.detach()))
+    except Exception:  # noqa: BLE001
+        return True
+
+
+def _gradient_reaches_every_part(model, logits, tgt, what, rerun=None):
     """The logits are connected to autograd, and the gradient of a loss on them reaches the generator, the decoder,
-    the target embedding, the encoder and the source embedding (nothing detached or computed under no_grad)."""
+    the target embedding, the encoder and the source embedding (nothing detached or computed under no_grad). A part
+    without a gradient is told 'detached' only when changing its parameters changes the logits (`rerun`: forward
+    again); a part forward never uses is said to be unused (e.g. the target embedding used for the source, which a
+    comparison before this one may have named: 'detached' would contradict it)."""
     run = f"{what}(src, tgt_in, src_mask, tgt_mask)"
     if not logits.requires_grad:
         raise CheckFailure(f"{run}: its gradient", "logits connected to autograd (logits.requires_grad is True)",
@@ -738,8 +762,17 @@ def _gradient_reaches_every_part(model, logits, tgt, what):
         gs = grads[i:i + len(ps)]
         i += len(ps)
         if ps and not any(g is not None and bool(g.abs().sum() > 0) for g in gs):
+            unused = rerun is not None and not _moves_the_logits(ps, rerun, logits)
             raise CheckFailure(f"{run}: the gradient of a loss on the logits with respect to {name}'s parameters",
-                               "a gradient", "none", hints[name])
+                               "a gradient", "none", f"self.{name} is never used: changing its parameters does not "
+                               f"change the logits ({UNUSED[name]})" if unused else hints[name])
+
+
+UNUSED = {"generator": "forward must project the decoder's states with self.generator",
+          "decoder": "decode must run self.decoder",
+          "tgt_embed": "decode must embed tgt_in with self.tgt_embed",
+          "encoder": "encode must run self.encoder",
+          "src_embed": "encode must embed src with self.src_embed"}
 
 
 def _tied_gradient(model, logits, src, tgt, states_fn, what):
