@@ -5,7 +5,7 @@ either one process accumulating both (accumulate 2) or two processes with one ea
 Throughput: target tokens of the steps / wall time of train() (the tiny validation at the end included).
 Writes one JSON line per run to stdout; benchmarks/distributed_cpu.md has the numbers.
 
-Usage: python benchmarks/distributed_cpu.py [steps] [repeats] [runs]
+Usage: python benchmarks/distributed_cpu.py [steps] [repeats] [runs]    (or: ... allreduce)
   runs: a comma list of PROCESSESxTHREADS, default 1x1,1x2,2x1 (in turns, repeats times: the load moves)
 """
 import dataclasses
@@ -46,6 +46,36 @@ def _worker(rank, world, port, config, data, queue):
         distributed.close()
 
 
+def _allreduce_worker(rank, world, port, numel, repeats, queue):
+    """Seconds of one all_reduce of `numel` float32 numbers over gloo: the gradient exchange of one step alone."""
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world),
+                      LOCAL_RANK=str(rank))
+    torch.set_num_threads(1)
+    distributed.init_from_env("cpu")
+    try:
+        t = torch.ones(numel)
+        torch.distributed.all_reduce(t)  # the first one sets the connection up
+        t0 = time.time()
+        for _ in range(repeats):
+            torch.distributed.all_reduce(t)
+        if rank == 0:
+            queue.put((time.time() - t0) / repeats)
+    finally:
+        distributed.close()
+
+
+def allreduce(numel=6_044_624, repeats=20):
+    """One JSON line: the mean time of one gloo all_reduce of numel float32 (default: the gradients of the model
+    above) between 2 processes. Usage: python benchmarks/distributed_cpu.py allreduce"""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    queue = mp.get_context("spawn").SimpleQueue()
+    mp.spawn(_allreduce_worker, args=(2, port, numel, repeats, queue), nprocs=2, join=True)
+    print(json.dumps({"run": "gloo all_reduce, 2 processes", "numel": numel, "MB": numel * 4 / 1e6,
+                      "seconds": queue.get(), "load_1min": os.getloadavg()[0]}), flush=True)
+
+
 def main(steps=40, repeats=2, runs="1x1,1x2,2x1"):
     config = config_for("cpu", bpe_merges=2000, max_steps=steps, minutes=60)
     data = prepare_data(config, load_synthetic(5000, 100, 10, seed=0), progress=False)
@@ -67,4 +97,7 @@ def main(steps=40, repeats=2, runs="1x1,1x2,2x1"):
 
 
 if __name__ == "__main__":
-    main(*(int(a) if a.isdigit() else a for a in sys.argv[1:]))
+    if sys.argv[1:2] == ["allreduce"]:
+        allreduce()
+    else:
+        main(*(int(a) if a.isdigit() else a for a in sys.argv[1:]))
