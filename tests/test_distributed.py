@@ -174,6 +174,12 @@ def test_paper_sizes_on_the_command_line():
     assert (big.d_model, big.d_ff, big.n_heads, big.dropout, big.max_steps, big.max_tokens) == (1024, 4096, 16, 0.3, 10, 25000)
     assert big.noam_factor == pytest.approx(1.0)
     assert config("--steps", "7").max_steps == 7 and config().d_model == 256  # without --size: as before
+    # against the base model, the big one departs where the paper's big model does, and says so
+    from solutions.translate import departures, paper_config
+    rows = {what: why for what, _, _, why in departures(paper_config("cpu", "big"), "wmt14-en-de")}
+    assert list(rows) == ["model size", "warmup and peak rate", "dropout, label smoothing", "training time", "BLEU"]
+    assert "big model" in rows["model size"] and "big model" in rows["dropout, label smoothing"]
+    assert [what for what, *_ in departures(paper_config("cpu"), "wmt14")] == ["data", "training time", "BLEU"]
 
 
 def test_torchrun_trains_checkpoints_and_resumes(tmp_path):
