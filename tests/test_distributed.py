@@ -8,6 +8,7 @@ import dataclasses
 import os
 import random
 import socket
+import types
 
 import pytest
 import torch
@@ -91,6 +92,10 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+class LearnersTransformer(solutions.Transformer):
+    """Stands for a learner's Transformer (another class, the same contract)."""
+
+
 def _worker(rank, world, port, data, out):
     """One process of the group, joined as under torchrun: its rank and the rendezvous in the environment."""
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world),
@@ -105,6 +110,10 @@ def _worker(rank, world, port, data, out):
         # a short run that learns: dropout and clipping on, as in the lesson
         learn = dataclasses.replace(EXACT, dropout=0.1, clip_norm=1.0, lr_peak=3e-3, warmup_steps=10, max_steps=60)
         _, result["learn"] = train(learn, data, progress=False)
+        # a learner's own classes (lesson 14's impl=...): DDP wraps whatever module build_model returns
+        mine, _ = train(dataclasses.replace(EXACT, max_steps=2), data, progress=False,
+                        impl=types.SimpleNamespace(Transformer=LearnersTransformer))
+        result["learner"] = type(mine).__name__
         torch.save(result, f"{out}.{rank}")
     finally:
         distributed.close()
@@ -121,6 +130,7 @@ def test_two_gloo_processes_equal_one_process_on_the_union(data, tmp_path):
     assert rank0["history"]["step_loss"][0] == pytest.approx(loss, abs=1e-6)
     # only rank 0 evaluates; both see the whole step's loss
     assert len(rank0["history"]["val_loss"]) == 1 and rank1["history"]["val_loss"] == []
+    assert rank0["learner"] == rank1["learner"] == "LearnersTransformer"
     learn = rank0["learn"]
     assert learn["steps"] == 60 and learn["step_loss"] == rank1["learn"]["step_loss"]
     first, last = sum(learn["step_loss"][:5]) / 5, sum(learn["step_loss"][-5:]) / 5
