@@ -290,7 +290,7 @@ def _zip_lines(archive: pathlib.Path, file_name: str) -> list[str]:
 def load_wmt14(source: str = "wmt14", cache_dir=None, direction: str = "de-en", checksums: dict | None = None,
                **download) -> dict[str, tuple[list[str], list[str]]]:
     """WMT 2014 English-German: {"train": (4,508,785 source lines, as many target lines), "val": newstest2013
-    (3,000), "test": newstest2014 (3,003)}. direction "de-en" gives (German, English) like every loader here;
+    (3,000; sacreBLEU's "wmt13"), "test": newstest2014 (3,003; sacreBLEU's "wmt14/full")}. direction "de-en" gives (German, English) like every loader here;
     "en-de", the paper's direction, gives (English, German). Each archive is checked against its pinned sha256
     first (fetch_wmt14); a German file and its English file of different lengths are an error naming them.
 
