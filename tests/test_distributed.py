@@ -144,16 +144,16 @@ def test_rank_share_splits_each_step():
 
 
 def test_a_resumed_run_equals_one_never_stopped(data, tmp_path):
-    """Stopped at step 4 (mid-epoch: 17 batches, 2 a step, make 8 steps an epoch) and resumed to step 10, across
-    the end of epoch 1;
+    """Stopped at step s = 5 (mid-epoch: 17 batches, 2 a step, make 8 steps an epoch) and resumed to step 2s = 10,
+    across the end of epoch 1;
     dropout on, so the random states must come back too."""
     config = dataclasses.replace(EXACT, dropout=0.1, accumulate=2, clip_norm=1.0, warmup_steps=10)
     whole_model, whole = train(dataclasses.replace(config, max_steps=10), data, progress=False)
     path = tmp_path / "checkpoint.pt"
-    _, first = train(dataclasses.replace(config, max_steps=4), data, progress=False, checkpoint=path,
+    _, first = train(dataclasses.replace(config, max_steps=5), data, progress=False, checkpoint=path,
                      checkpoint_every=3)
     saved = torch.load(path, weights_only=True)
-    assert saved["step"] == 4 and saved["position"]["epoch"] == 0 and saved["position"]["index"] == 4
+    assert saved["step"] == 5 and saved["position"]["epoch"] == 0 and saved["position"]["index"] == 5
     model, resumed = train(dataclasses.replace(config, max_steps=10), data, progress=False, checkpoint=path,
                            checkpoint_every=3, resume=path)
     assert resumed["steps"] == 10 and whole["val_step"] == resumed["val_step"] == [8, 10]
@@ -216,3 +216,12 @@ def test_torchrun_trains_checkpoints_and_resumes(tmp_path):
     out, results = run("--steps", "6", "--resume", str(tmp_path / "run" / "checkpoint.pt"))
     saved = torch.load(tmp_path / "run" / "checkpoint.pt", weights_only=True)  # written again when it stopped
     assert results["steps"] == 6 and saved["step"] == 6 and len(saved["history"]["step_loss"]) == 6
+
+
+def test_the_time_limit_writes_a_checkpoint(data, tmp_path):
+    """A budget of 0 minutes stops after the first step; with a checkpoint file, it is written then, even
+    without checkpoint_every (a Colab session that ends keeps its work)."""
+    path = tmp_path / "checkpoint.pt"
+    _, history = train(EXACT, data, minutes=0, progress=False, checkpoint=path)
+    saved = torch.load(path, weights_only=True)
+    assert history["steps"] == saved["step"] == 1 and saved["history"]["step_loss"] == history["step_loss"]
