@@ -1696,3 +1696,19 @@ def test_an_unrecognized_bleu_mistake_gets_no_likely():
     assert "Likely:" not in text, text
     assert ("corpus_bleu(12 sentences, max_n=2); expected 55.8300 (sacrebleu: n-grams of orders 1..max_n, and the mean "
             "of their log precisions over max_n orders); got ") in text, text
+
+
+def test_an_answer_going_past_eos_on_its_own_is_not_told_about_batches():
+    """The naive beam decodes one source at a time and extends every hypothesis past <eos>: its other lines say a
+    finished hypothesis is never extended, and the 'first <eos>' line used to explain it by the sources of a batch
+    (a finished source fed tokens while the others go on), which the decoder's own answers, source by source,
+    refute. That explanation is kept for a decoder whose sources alone end right (test_an_answer_not_cut_at_its_first_
+    eos_is_named)."""
+    points, text = grade(beam_extend_keep_eos, "beam_search")
+    assert points == 0, text
+    [line] = [line for line in text.splitlines() if line.startswith("✗ beam_size=1 with alpha=0 equals greedy")]
+    assert line.endswith("Likely: the answer goes on after its first <eos> (2), which is where it ends: each source "
+                         "decoded on its own does not end right either, so a finished sequence was extended past its "
+                         "<eos> (or the answer cut at its last <eos>, not its first); cut each answer before its first "
+                         "<eos>, row[:row.index(eos_id)]"), line
+    assert "in a batch" not in text, text

@@ -503,11 +503,16 @@ def _expect_lists(got, expected, what, hint, mistakes=None, sources=None, eos=EO
                            "; or ".join(names[:MAX_NAMED]))
     cut = [g[:g.index(eos)] if eos in g else g for g in got]
     if not names and cut == expected and all(eos not in e for e in expected):  # only what follows a first <eos> is wrong
+        # the batch is the cause only where each source decoded alone ends right: a decoder that goes past <eos> on its
+        # own (a finished hypothesis extended) is not told about batches, which its other lines would contradict
+        in_batch = alone is not None and len(expected) > 1 and _right_alone(alone, expected)
         raise CheckFailure(f"{what}: the answer{src}", fmt(expected[i]), fmt(got[i]),
-                           f"the answer goes on after its first <eos> ({eos}), which is where it ends: in a batch a "
-                           "source that has finished keeps getting tokens while the others go on, and a cut at the "
-                           "last token (or at the last <eos>) keeps them; cut each answer before its first <eos>, "
-                           "row[:row.index(eos_id)]")
+                           f"the answer goes on after its first <eos> ({eos}), which is where it ends: " +
+                           ("in a batch a source that has finished keeps getting tokens while the others go on, and a "
+                            "cut at the last token (or at the last <eos>) keeps them" if in_batch else
+                            "each source decoded on its own does not end right either, so a finished sequence was "
+                            "extended past its <eos> (or the answer cut at its last <eos>, not its first)") +
+                           "; cut each answer before its first <eos>, row[:row.index(eos_id)]")
     if alone is not None and len(expected) > 1 and _right_alone(alone, expected):
         raise CheckFailure(f"{what}: the answer{src}", fmt(expected[i]), fmt(got[i]),
                            "every source decoded alone (a batch of one) gets the right answer, but not in a batch: "
