@@ -2,7 +2,7 @@
 number of steps, scored by validation perplexity and greedy sacreBLEU on the test split, one JSON per run.
 
     python -m solutions.experiments list
-    python -m solutions.experiments run --rows base A1 --seeds 0 1 --data multi30k --out runs/table3
+    python -m solutions.experiments run --rows base A --seeds 0 1 --data multi30k --out runs/table3
     python -m solutions.experiments run --rows all --jobs 2 --threads 1 --data ../shared/data/multi30k
     python -m solutions.experiments table --out runs/table3 > table3.md
 
@@ -28,11 +28,10 @@ import torch
 
 import solutions
 from solutions.data import load_data
-from solutions.translate import (Config, average_states, config_for, evaluate_bleu, prepare_data, train,
-                                 validation_loss)
+from solutions.translate import Config, config_for, evaluate_bleu, prepare_data, train, validation_loss
 
-#: The base of the small table: the course's CPU model (benchmarks/translate_cpu.md) halved in width and depth
-#: so that 18 rows x 2 seeds train in about an hour on 2 CPU cores. d_k = 128 / 4 = 32.
+#: The base of the small table: the course's CPU model (benchmarks/translate_cpu.md) halved in width and depth,
+#: so that a run of 300 steps takes 5 to 10 minutes on one CPU core (benchmarks/table3_cpu.md). d_k = 128 / 4 = 32.
 BASE = dict(d_model=128, n_heads=4, n_layers=2, d_ff=512,   # the paper's base: 512, 8, 6, 2048 (d_k 64)
             dropout=0.1, attention_dropout=0.1, label_smoothing=0.1,
             bpe_merges=4000,        # a smaller vocabulary: the output layer is most of a small model's work
