@@ -830,3 +830,19 @@ def test_an_embedding_never_used_is_not_told_as_detached():
                          "gradient; got none. Likely: self.src_embed is never used: changing its parameters does not "
                          "change the logits (encode must embed src with self.src_embed)"), line
     assert "detached" not in text, text
+
+
+def test_a_dropout_not_passed_on_is_not_told_as_a_detached_weight():
+    """A dropout rate of its own (not the argument) makes train mode random at dropout=0.0: the first line says the
+    argument is not passed on, and the forward check's tied-gradient line used to add 'nothing detached', its
+    decoder states recomputed under another dropout mask. It now says what differs, two runs of decode, and the same
+    cause; the points stay what they were."""
+    [cls] = [c for label, c, _ in MISTAKES if label == "dropout not passed on"]
+    points, text = grade(cls, "Transformer")
+    assert points == 6, text
+    [line] = [line for line in text.splitlines() if line.startswith("✗ forward returns unscaled logits")]
+    assert line.endswith("decode(tgt_in, encode(src, src_mask), ...) twice; expected the same states (dropout=0.0: "
+                         "train mode computes what eval mode does); got different states. Likely: the dropout argument "
+                         "is not passed on to every part (the positional encoding, the encoder, the decoder): a "
+                         "dropout of another rate acts in train mode"), line
+    assert "detached" not in text, text

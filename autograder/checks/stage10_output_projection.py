@@ -789,6 +789,12 @@ def _tied_gradient(model, logits, src, tgt, states_fn, what):
         states = states_fn()
         if not isinstance(states, torch.Tensor) or states.shape != (*logits.shape[:-1], D):
             return  # decode is wrong: the decode and forward checks say so
+        if not close(states_fn(), states):  # the generator's share below assumes the same states every run
+            raise CheckFailure(f"{what}.train(): decode(tgt_in, encode(src, src_mask), ...) twice",
+                               "the same states (dropout=0.0: train mode computes what eval mode does)",
+                               "different states", "the dropout argument is not passed on to every part (the "
+                               "positional encoding, the encoder, the decoder): a dropout of another rate acts in "
+                               "train mode")
         with seeded(7):  # the same w as _gradient_reaches_every_part
             w = torch.randn(logits.shape) * (tgt != PAD)[..., None]
         share = torch.einsum("blv,bld->vd", w.double(), states.double())     # (V_tgt, d_model)
