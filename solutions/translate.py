@@ -84,6 +84,10 @@ class Config:
     eval_batch_tokens: int = 6000  # source tokens per decoding batch: big batches decode fastest
     # run
     device: str = "cpu"         # "cuda" for a GPU (mixed precision on), "cpu" otherwise
+    precision: str = "auto"     # "auto": mixed precision on a GPU (bf16, else fp16 with loss scaling), float32 on a
+                                # CPU; "bf16": bfloat16 autocast on either (fast on CPUs with bf16 units, see
+                                # cpu_has_bf16); "fp16": float16 autocast with loss scaling (GPU); "fp32": none
+    compile: bool = False       # torch.compile the model for training (a C++ compiler on a CPU; minutes to warm up)
     seed: int = 0               # the same seed gives the same batches and initial weights
 
     @property
@@ -344,13 +348,24 @@ def set_attention_dropout(model: torch.nn.Module, p: float) -> int:
 
 
 # ---------------------------------------------------------------- training
-def _autocast(device: torch.device):
-    """(autocast context, GradScaler or None): bf16 on GPUs that have it, else fp16 with loss scaling;
-    full precision on a CPU."""
-    if device.type != "cuda":
+def cpu_has_bf16() -> bool:
+    """Whether this CPU computes bfloat16 matrix products natively (AVX-512 BF16 or AMX tiles, as PyTorch's own
+    probes report them); without, bf16 autocast on the CPU emulates them and is slower than float32."""
+    probes = [getattr(torch.cpu, name, None) for name in ("_is_avx512_bf16_supported", "_is_amx_tile_supported")]
+    return any(probe() for probe in probes if probe is not None)
+
+
+def _autocast(device: torch.device, precision: str = "auto"):
+    """(autocast context, GradScaler or None) for `precision` (see Config.precision) on `device`.
+    Example: _autocast(torch.device("cpu")) -> (nullcontext(), None); "bf16" -> (torch.autocast("cpu", bf16), None)"""
+    if precision not in ("auto", "fp32", "bf16", "fp16"):
+        raise ValueError(f"precision must be 'auto', 'fp32', 'bf16' or 'fp16', got {precision!r}")
+    if precision == "fp32" or (precision == "auto" and device.type != "cuda"):
         return nullcontext(), None
-    if torch.cuda.is_bf16_supported():
-        return torch.autocast("cuda", dtype=torch.bfloat16), None
+    if precision == "bf16" or (precision == "auto" and torch.cuda.is_bf16_supported()):
+        return torch.autocast(device.type, dtype=torch.bfloat16), None
+    if device.type != "cuda":
+        raise ValueError("precision 'fp16' needs a GPU: use 'bf16' or 'fp32' on a CPU")
     return torch.autocast("cuda", dtype=torch.float16), torch.amp.GradScaler("cuda")
 
 
@@ -359,7 +374,7 @@ def validation_loss(model, pairs, config: Config, impl=solutions) -> float:
     """Label-smoothed loss per target token over `pairs`, in eval mode (no dropout)."""
     make_batch, loss_fn = _use(impl, "make_batch"), _use(impl, "label_smoothed_loss")
     device = next(model.parameters()).device
-    amp, _ = _autocast(device)
+    amp, _ = _autocast(device, config.precision)
     was_training = model.training
     model.eval()
     total, n_tokens = 0.0, 0
@@ -380,8 +395,8 @@ def _target_tokens(pairs, idx) -> int:
 
 
 #: Config fields a resumed run may change: they stop or score the run, but do not change its steps
-RESUME_MAY_CHANGE = {"minutes", "max_steps", "max_epochs", "device", "eval_batch_tokens", "beam_size", "alpha",
-                     "max_output_ratio", "max_output_extra"}
+RESUME_MAY_CHANGE = {"compile", "minutes", "max_steps", "max_epochs", "device", "eval_batch_tokens", "beam_size",
+                     "alpha", "max_output_ratio", "max_output_extra"}
 
 
 def train(config: Config, data: PreparedData, minutes: float | None = None, model=None, progress: bool = True,
@@ -415,7 +430,7 @@ def train(config: Config, data: PreparedData, minutes: float | None = None, mode
     device = next(model.parameters()).device
     make_batch, loss_fn = _use(impl, "make_batch"), _use(impl, "label_smoothed_loss")
     optimizer, scheduler = make_schedule(config, model, impl)
-    amp, scaler = _autocast(device)
+    amp, scaler = _autocast(device, config.precision)
     lengths = [max(len(s), len(t) + 1) for s, t in data.train]  # +1: <bos>/<eos> on the target side
     batches = _use(impl, "batch_by_tokens")(lengths, config.max_tokens)
     per_step = world * config.accumulate          # batches per optimizer step, all processes together
@@ -462,6 +477,8 @@ def train(config: Config, data: PreparedData, minutes: float | None = None, mode
         no_buffers = ({"forward_sync_buffers": False} if "forward_sync_buffers" in inspect.signature(ddp).parameters
                       else {"broadcast_buffers": False})  # the name before PyTorch 2.13
         net = ddp(model, device_ids=[device.index] if device.type == "cuda" else None, **no_buffers)
+    if config.compile:  # PyTorch's compiler over whatever module forward runs (DDP's included); the weights stay model's
+        net = torch.compile(net)
     session = time.time()
     start = session - seconds_before  # training time across sessions (snapshots and history count it)
     saved_at = step if resume is not None else -1

@@ -184,3 +184,33 @@ def test_command_line(tmp_path):
     results = json.loads((tmp_path / "run" / "results.json").read_text())
     assert 0 <= results["greedy_bleu"] <= 100 and 0 <= results["beam_bleu"] <= 100 and results["data"] == "synthetic"
     assert (tmp_path / "run" / "model.pt").is_file()
+
+
+def test_precision_bf16_autocast_on_the_cpu(monkeypatch):
+    """precision="bf16" runs the forward pass in bfloat16 on a CPU (the logits come out bf16) and trains about as
+    well per step as float32; "auto" keeps float32 on a CPU; fp16 needs a GPU; compile=True hands the model
+    to torch.compile (recorded here, not compiled: that needs a C++ compiler and minutes)."""
+    from solutions.translate import _autocast, cpu_has_bf16
+    assert isinstance(cpu_has_bf16(), bool)
+    cpu = torch.device("cpu")
+    with _autocast(cpu)[0]:
+        assert not torch.is_autocast_enabled("cpu")
+    with _autocast(cpu, "bf16")[0]:
+        assert torch.is_autocast_enabled("cpu") and torch.get_autocast_dtype("cpu") == torch.bfloat16
+    for bad in ("fp16", "half"):
+        with pytest.raises(ValueError, match="precision|GPU"):
+            _autocast(cpu, bad)
+    data = prepare_data(TINY, load_synthetic(600, 60, 10, seed=2), progress=False)
+    losses, dtypes = {}, []
+    compiled = []
+    monkeypatch.setattr(torch, "compile", lambda module, **kw: compiled.append(module) or module)
+    for precision in ("fp32", "bf16"):
+        config = Config(**{**TINY.__dict__, "precision": precision, "max_epochs": 2, "compile": precision == "bf16"})
+        model = build_model(config, data.tokenizer.vocab_size)
+        model.generator.register_forward_hook(lambda m, i, out: dtypes.append((precision, out.dtype)))
+        _, history = train(config, data, model=model, progress=False)
+        losses[precision] = history["val_loss"][-1]
+    assert {d for p, d in dtypes if p == "fp32"} == {torch.float32}
+    assert {d for p, d in dtypes if p == "bf16"} == {torch.bfloat16}
+    assert len(compiled) == 1 and isinstance(compiled[0], torch.nn.Module)
+    assert abs(losses["bf16"] - losses["fp32"]) < 0.1 * losses["fp32"], losses
