@@ -108,7 +108,8 @@ def test_solved_lesson_gets_full_points(path, tmp_path):
 # Lessons whose cells have been cut to size (issue 16): all of them.
 SHORT_CELLS = ["01_tokenization", "02_positional_encoding", "03_attention", "04_multi_head_attention", "05_masks",
                "06_feed_forward", "07_residual_layer_norm", "08_encoder", "09_decoder", "10_output_projection",
-               "11_label_smoothing", "12_training", "13_decoding", "14_translate"]
+               "11_label_smoothing", "12_training", "13_decoding", "14_translate",
+               "15_experiments"]
 
 
 @pytest.mark.parametrize("stem", SHORT_CELLS)
