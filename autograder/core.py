@@ -142,14 +142,21 @@ def _describe_exception(e: BaseException) -> str:
 def _remote_where(e: BaseException) -> str:
     """The same `(in f, line n: `line`)` for an error raised in the notebook's kernel and rebuilt here by the grade
     command's channel, from the frames it sent along (remote_frames: file, line number, function, line)."""
-    frames = [f for f in getattr(e, "remote_frames", None) or [] if isinstance(f, tuple) and len(f) >= 3
-              and "autograder" not in str(f[0]).replace("\\", "/") and _frame_kind(str(f[0])) == "learner"]
+    frames = _remote_learner_frames(e)
     if not frames:
         return ""
     _, lineno, name, *rest = frames[-1]
     line = str(rest[0]).strip() if rest else ""
     line = line if len(line) <= 120 else line[:117] + "..."
     return f" (in {name}, line {lineno}" + (f": `{line}`" if line else "") + ")"
+
+
+def _remote_learner_frames(e: BaseException) -> list:
+    """The frames of the learner's code among those that the notebook's kernel sent with an error (file, line number,
+    function, line), outermost first. By where the file is, as _frame_kind says: the kernel's cells live in a folder
+    whose name may hold any word ("/tmp/autograder-x/home/tmp/ipykernel_1/2928958320.py")."""
+    return [f for f in getattr(e, "remote_frames", None) or [] if isinstance(f, tuple) and len(f) >= 3
+            and _frame_kind(str(f[0])) == "learner"]
 
 
 def _learner_frames(e: BaseException) -> list:
@@ -159,8 +166,7 @@ def _learner_frames(e: BaseException) -> list:
         return []
     out, tb = [], e.__traceback__
     while tb is not None:
-        name = tb.tb_frame.f_code.co_filename.replace("\\", "/")
-        if "autograder" not in name and "/torch/" not in name and _frame_kind(tb.tb_frame.f_code.co_filename) != "library":
+        if _frame_kind(tb.tb_frame.f_code.co_filename) == "learner":
             out.append((tb.tb_frame, tb.tb_lineno))
         tb = tb.tb_next
     return out
@@ -197,23 +203,70 @@ def _names_in(line: str) -> list[str]:
     return seen
 
 
+def failing_site(e: BaseException) -> dict | None:
+    """The learner's innermost frame of an exception, as plain data: {"file", "line" (its number), "text" (the line as
+    written), "shapes": {name: shape} of the tensors named on that line, "last": {name: shape} of the tensors that its
+    function indexes as name[-1]}; None when no frame of the learner's code raised. A Likely is made from it
+    (_shapes_hint); the notebook's kernel makes it there and sends it along with the error (serve.py), since the
+    frame's locals stay on that side of the channel."""
+    import inspect
+    import re
+    frames = _learner_frames(e)
+    if not frames:
+        return None
+    frame, lineno = frames[-1]
+    text, local_vars = _source_line(frame, lineno), frame.f_locals
+    shapes = {n: s for n in _names_in(text) if n != "self" and n in local_vars
+              and (s := _shape_of(local_vars[n])) is not None}
+    try:
+        source = inspect.getsource(frame.f_code)
+    except (OSError, TypeError):
+        source = ""
+    last = {n: s for n in dict.fromkeys(re.findall(r"(?<![\w.])([A-Za-z_]\w*)\[-1\]", source))
+            if (s := _shape_of(local_vars.get(n))) is not None}
+    return {"file": frame.f_code.co_filename, "line": lineno, "text": text, "shapes": shapes, "last": last}
+
+
+def _plain_shapes(value) -> dict:
+    """{name: shape} from what the notebook's kernel sent: names and sizes checked, at most 16 of them."""
+    out = {}
+    if isinstance(value, dict):
+        for name, shape in list(value.items())[:16]:
+            if isinstance(name, str) and name.isidentifier() and len(name) <= 64 and isinstance(shape, list) \
+                    and len(shape) <= 16 and all(type(d) is int and 0 <= d < 2 ** 48 for d in shape):
+                out[name] = tuple(shape)
+    return out
+
+
+def _site(e: BaseException) -> dict | None:
+    """failing_site of an error raised here, or the one the notebook's kernel sent with an error rebuilt by the grade
+    command's channel (used only when it names the same frame as the frames sent along: file and line number)."""
+    if not getattr(e, "remote_frames", None):
+        return failing_site(e)
+    site = getattr(e, "remote_site", None)
+    frames = _remote_learner_frames(e)
+    if not isinstance(site, dict) or not frames or str(site.get("file")) != frames[-1][0] \
+            or str(site.get("line")) != str(frames[-1][1]):
+        return None
+    text = str(frames[-1][3]).strip() if len(frames[-1]) > 3 else ""
+    return {"text": text if len(text) <= 120 else text[:117] + "...", "shapes": _plain_shapes(site.get("shapes")),
+            "last": _plain_shapes(site.get("last"))}
+
+
+def failing_line(e: BaseException) -> str:
+    """The learner's line that raised `e` as written ("" when unknown), here or in the notebook's kernel: what a
+    check reads before it names a cause, so that the cause it names is the one on that line."""
+    site = _site(e)
+    return site["text"] if site else ""
+
+
 def _shapes_hint(e: BaseException) -> tuple[str, str | None]:
     """(the shapes of the tensors named on the learner's failing line, a 'Likely' made from them or None). The
     Likely only says which of those tensors' dimensions have the sizes that the error names (a size mismatch):
     a fact about this call, not a guess; None when the sizes do not point at exactly one dimension each."""
     import re
-    frames = _learner_frames(e)
-    if not frames:
-        return "", None
-    frame, lineno = frames[-1]
-    line = _source_line(frame, lineno)
-    local_vars = frame.f_locals
-    shapes = {}
-    for name in _names_in(line):
-        if name in local_vars and name != "self":
-            shape = _shape_of(local_vars[name])
-            if shape is not None:
-                shapes[name] = shape
+    site = _site(e)
+    shapes = site["shapes"] if site else {}
     if not shapes:
         return "", None
     described = ", ".join(f"{n} {s}" for n, s in list(shapes.items())[:6])
@@ -226,7 +279,7 @@ def _shapes_hint(e: BaseException) -> tuple[str, str | None]:
             [int(m.group(2)), int(m.group(3))] if m else []
     if len(sizes) != 2 or sizes[0] == sizes[1]:
         return described, None
-    last_item = _last_item_of_batch(frame, sizes)
+    last_item = _last_item_of_batch(site["last"], sizes)
     if last_item:
         return described, last_item
     owners = []
@@ -243,19 +296,12 @@ def _shapes_hint(e: BaseException) -> tuple[str, str | None]:
                        "transpose or a view that took the wrong dimension)")
 
 
-def _last_item_of_batch(frame, sizes) -> str | None:
+def _last_item_of_batch(last: dict, sizes) -> str | None:
     """`x[-1]` in the function, for a local tensor x of 3 or more dims whose batch (dim 0) has one of the sizes that the
     error says do not match: the last sentence of the batch was taken where the last position was meant (x[:, -1]),
-    and the batch size is what went missing."""
-    import inspect
-    import re
-    try:
-        source = inspect.getsource(frame.f_code)
-    except (OSError, TypeError):
-        return None
-    for name in dict.fromkeys(re.findall(r"(?<![\w.])([A-Za-z_]\w*)\[-1\]", source)):
-        shape = _shape_of(frame.f_locals.get(name))
-        if shape is not None and len(shape) >= 3 and shape[0] in sizes and shape[0] != shape[1]:
+    and the batch size is what went missing. `last`: {name: shape} of the names indexed as name[-1]."""
+    for name, shape in last.items():
+        if len(shape) >= 3 and shape[0] in sizes and shape[0] != shape[1]:
             return (f"{name}[-1] takes the last item of the batch ({name} is {shape}, dim 0 the batch of {shape[0]}), "
                     f"where the last position was meant: {name}[:, -1] keeps one row per sentence")
     return None
@@ -332,8 +378,7 @@ def _remote_call(e: BaseException) -> str:
     (the outermost call of a proxy in the traceback, whose args and kwargs are the check's own values), named after
     the learner's function that it entered (the kernel's first frame of the learner's code). Parameter names stay
     on the other side: positional arguments are given by their shapes alone."""
-    frames = [f for f in getattr(e, "remote_frames", None) or [] if isinstance(f, tuple) and len(f) >= 3
-              and "autograder" not in str(f[0]).replace("\\", "/") and _frame_kind(str(f[0])) == "learner"]
+    frames = _remote_learner_frames(e)
     if not frames:
         return ""
     tb = e.__traceback__

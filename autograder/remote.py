@@ -764,6 +764,7 @@ class Endpoint:
         frames = exc.get("tb") if isinstance(exc.get("tb"), list) else []
         e.remote_frames = [tuple(str(x)[:300] for x in f[:4]) for f in frames[-20:] if isinstance(f, list) and
                            len(f) >= 3]
+        e.remote_site = exc.get("site") if isinstance(exc.get("site"), dict) else None  # checked where it is read
         return e
 
     def call(self, h, args, kwargs):

@@ -50,3 +50,38 @@ def run_silently(code, timeout=300):
                           cwd=pathlib.Path(__file__).resolve().parents[1])
     assert done.returncode == 0 and done.stderr == "", done.stderr or done
     return done.stdout
+
+
+def grade_one_across(obj, name, title_start):
+    """grade_one as `python -m autograder grade` runs it: the object lives on the notebook's side of the channel
+    (autograder/remote.py, served here in a thread), the check runs on the checker's and reaches it through a proxy;
+    the learner's errors come back rebuilt, with the frames the kernel sent (file, line, function, line's text)."""
+    import socket
+    import threading
+
+    from autograder import checks  # noqa: F401  (fills the registry)
+    from autograder.core import FORBIDDEN, REGISTRY, run_check
+    from autograder.remote import ChannelError, Endpoint
+    from autograder.serve import LearnerEndpoint
+    obj.__name__ = name
+    a, b = socket.socketpair()
+    learner = LearnerEndpoint(b, {name: obj})
+
+    def serve():
+        try:
+            while True:
+                msg, blobs = learner.ch.recv()
+                if msg.get("k") == "req":
+                    learner.serve(msg, blobs)
+        except (ChannelError, OSError):
+            pass
+    threading.Thread(target=serve, daemon=True).start()
+    [c] = [c for c in REGISTRY[name] if c.title.startswith(title_start)]
+    saved = FORBIDDEN.pop(name, None)  # the shortcuts are watched on the notebook's side, as the checker does
+    try:
+        return run_check(c, Endpoint(a, trusted=True).request("resolve", name=name))
+    finally:
+        if saved is not None:
+            FORBIDDEN[name] = saved
+        a.close()
+        b.close()

@@ -213,7 +213,26 @@ def attention_weights_transposed(q, k, v, mask=None, dropout=None):
     return out, w.transpose(-2, -1)
 
 
+def attention_without_transpose(q, k, v, mask=None, dropout=None):
+    w = torch.softmax(q @ k / math.sqrt(q.size(-1)), -1)
+    return w @ v, w
+
+
+def attention_recenters_without_keepdim(q, k, v, mask=None, dropout=None):
+    """A shape error that is not about k: the message must not guess a transpose (issue 17: a Likely only from a
+    cause that reproduces), and names the line and the shapes on it instead."""
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+    scores = scores - scores.amax(-1)
+    w = torch.softmax(scores, -1)
+    return w @ v, w
+
+
 ATTENTION_MISTAKES += [
+    ("k not transposed", attention_without_transpose, ["wrong shape inside your function, at `w = torch.softmax(q @ k",
+                                                       "Likely: q @ k multiplies (..., Lq, d_k) by (..., Lk, d_k)"]),
+    ("recentered without keepdim", attention_recenters_without_keepdim,
+     ["your code raised RuntimeError", "`scores = scores - scores.amax(-1)`), with scores (2, 3, 4, 5)",
+      "Likely: 5 is scores's size at dim 3 and 4 is scores's size at dim 2"]),
     ("sqrt(d_k) hard-coded to sqrt(8)", attention_fixed_scale, ["not a fixed number"]),
     ("q scaled in place", attention_scales_q_in_place, ["q was modified in place"]),
     ("mask flipped in place", attention_flips_mask_in_place, ["mask was modified in place"]),
@@ -226,6 +245,25 @@ ATTENTION_MISTAKES += [
 @pytest.mark.parametrize("label,fn,keywords", ATTENTION_MISTAKES, ids=[m[0] for m in ATTENTION_MISTAKES])
 def test_attention_mistakes_are_caught(label, fn, keywords):
     assert_caught(fn, "scaled_dot_product_attention", *keywords)
+
+
+def test_a_shape_error_not_about_k_guesses_no_transpose():
+    points, text = grade(attention_recenters_without_keepdim, "scaled_dot_product_attention")
+    assert "transpose only the last two dims" not in text and "k needs its last two dims" not in text, text
+
+
+def softmax_squeezes_the_sum(x, dim=-1):
+    e = (x - x.amax(dim, keepdim=True)).exp()
+    return e / e.sum(dim, keepdim=True).squeeze(dim)
+
+
+def test_a_softmax_error_not_on_a_reduction_is_not_called_keepdim():
+    """The sum keeps its dimension and the squeeze takes it away: KEEPDIM's advice (use keepdim=True) is already
+    followed on that line, so the message gives the line and its shapes and does not repeat it."""
+    points, text = grade(softmax_squeezes_the_sum, "softmax")
+    assert points < max_points("softmax"), text
+    assert "e / e.sum(dim, keepdim=True).squeeze(dim)`), with e (3, 4, 5)" in text, text
+    assert "use keepdim=True" not in text, text
 
 
 def softmax_shifts_x_in_place(x, dim=-1):

@@ -743,7 +743,7 @@ class OverDimOne(LNBase):
 SECOND_REVIEW_LN_MISTAKES = [
     ("eps after the division", EpsAfterTheDivision, ["eps added after the division"]),
     ("divided by the variance", DividedByTheVariance, ["divided by the variance, not the standard deviation"]),
-    ("mean without keepdim", MeanWithoutKeepdim, ["keepdim=True"]),
+    ("mean without keepdim", MeanWithoutKeepdim, ["Likely: the mean or the variance lost its dimension: keepdim=True"]),
     ("eps default 1e-6", EpsDefaultOneMillionth, ["eps of 1e-6"]),
     ("bias inside the product", BiasInsideTheProduct, ["the bias inside the product"]),
     ("variance not centred", VarianceNotCentred, ["mean of x^2, not of (x - mean)^2"]),
@@ -858,3 +858,29 @@ def test_the_dropout_check_names_the_formula_not_the_flag(cls, named):
     from tests.grading import grade_one
     points, line = grade_one(cls, "SublayerConnection", "dropout on the sublayer's output only")
     assert points == 0 and named in line and "norm_first flag" not in line, line
+
+
+class LayerNormSqueezesTheMean(LNBase):
+    """The mean keeps its dimension and the next line takes it away: the error is on `x - mean`, where no reduction
+    is, so the message gives that line and its shapes and does not advise keepdim=True, which the code already uses."""
+
+    def forward(self, x):
+        mean = x.mean(-1, keepdim=True).squeeze(-1)
+        centered = x - mean
+        return self.weight * centered / torch.sqrt(centered.pow(2).mean(-1, keepdim=True) + self.eps) + self.bias
+
+
+def test_a_broadcasting_error_off_the_reduction_line_is_not_called_keepdim():
+    points, text = grade(LayerNormSqueezesTheMean, "LayerNorm")
+    assert points < max_points("LayerNorm"), text
+    assert "`centered = x - mean`), with x (2, 4, 8), mean (2, 4)" in text, text
+    assert "lost its dimension" not in text, text
+
+
+@pytest.mark.parametrize("line,without", [
+    ("x - x.mean(-1)", True), ("x - x.mean(-1, keepdim=True)", False), ("e / e.sum(dim)", True),
+    ("x.var(-1, False, True)", False), ("(x - x.mean(-1, keepdim=True)) / x.std(-1)", True),
+    ("x - mean", False), ("torch.sum(x, dim=-1, keepdim = True)", False), ("x.amax(dim=-1)", True)])
+def test_which_lines_reduce_without_keepdim(line, without):
+    from autograder.checks._util import reduces_without_keepdim
+    assert reduces_without_keepdim(line) is without

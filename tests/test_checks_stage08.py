@@ -12,7 +12,7 @@ from torch import nn
 
 import solutions
 from solutions import LayerNorm, MultiHeadAttention, PositionwiseFeedForward, SublayerConnection
-from tests.grading import assert_caught, assert_full_marks, grade, grade_one
+from tests.grading import assert_caught, assert_full_marks, grade, grade_one, grade_one_across
 
 
 def test_reference_gets_full_marks():
@@ -1181,50 +1181,37 @@ def test_an_error_raised_in_the_kernel_names_the_learners_line_too():
                                          "`y = x + h.transpose(0, 1)`)"), line
 
 
-def grade_one_across(obj, name, title_start):
-    """grade_one as `python -m autograder grade` runs it: the object lives on the notebook's side of the channel
-    (autograder/remote.py, served here in a thread), the check runs on the checker's and reaches it through a proxy;
-    the learner's errors come back rebuilt, with the frames the kernel sent (file, line, function, line's text)."""
-    import socket
-    import threading
-
-    from autograder import checks  # noqa: F401  (fills the registry)
-    from autograder.core import FORBIDDEN, REGISTRY, run_check
-    from autograder.remote import ChannelError, Endpoint
-    from autograder.serve import LearnerEndpoint
-    obj.__name__ = name
-    a, b = socket.socketpair()
-    learner = LearnerEndpoint(b, {name: obj})
-
-    def serve():
-        try:
-            while True:
-                msg, blobs = learner.ch.recv()
-                if msg.get("k") == "req":
-                    learner.serve(msg, blobs)
-        except (ChannelError, OSError):
-            pass
-    threading.Thread(target=serve, daemon=True).start()
-    [c] = [c for c in REGISTRY[name] if c.title.startswith(title_start)]
-    saved = FORBIDDEN.pop(name, None)  # the shortcuts are watched on the notebook's side, as the checker does
-    try:
-        return run_check(c, Endpoint(a, trusted=True).request("resolve", name=name))
-    finally:
-        if saved is not None:
-            FORBIDDEN[name] = saved
-        a.close()
-        b.close()
-
-
-def test_an_error_raised_in_the_kernel_gives_the_call_with_its_shapes():
-    """Across the channel the kernel's locals stay there: the message gives the learner's line (from the frames sent
-    back) and the call as the check made it, with the shapes of the check's own tensors (their parameter names stay
-    on the kernel's side, so positional arguments are shown by shape alone)."""
+def test_an_error_raised_in_the_kernel_gives_the_call_the_shapes_and_the_likely():
+    """Across the channel the kernel's locals stay there: the kernel sends the shapes of the tensors on the failing
+    line with the error (serve.LearnerEndpoint._describe), so the message is the one a lesson gives: the learner's
+    line, those shapes and the Likely made from them; the call as the check made it, with the shapes of the check's
+    own tensors (parameter names stay on the kernel's side: positional arguments are shown by shape alone)."""
     class EncoderLayer(EncoderLayerCentersWithoutKeepdim):  # the class a notebook defines: the contract's name
         pass
     points, line = grade_one_across(EncoderLayer, "EncoderLayer", "has self_attn")
     assert points == 0, line
     assert ("your code raised RuntimeError: The size of tensor a (16) must match the size of tensor b (5) at "
             "non-singleton dimension 2 (in forward, line ") in line, line
-    assert line.endswith(": `x = x - x.mean(-1)`); the call was EncoderLayer.forward((2, 5, 16), None)"), line
-    assert "Likely:" not in line, line
+    assert line.endswith(": `x = x - x.mean(-1)`), with x (2, 5, 16); the call was EncoderLayer.forward((2, 5, 16), "
+                         "None). Likely: 16 is x's size at dim 2 and 5 is x's size at dim 1: on this line the one "
+                         "stands where the other was needed (a sum or a mean without keepdim=True, an index, a "
+                         "transpose or a view that took the wrong dimension)"), line
+
+
+@pytest.mark.parametrize("site", [
+    {"file": "/tmp/ipykernel_77/999.py", "line": 18, "shapes": {"x": [2, 5, 16]}, "last": {}},  # another frame
+    {"file": "/tmp/ipykernel_77/1234.py", "line": 18, "shapes": {"x": "(2, 5, 16)", "1x": [5]}, "last": [1]},
+    {"file": "/tmp/ipykernel_77/1234.py", "line": 18, "shapes": {"x": [2, -5, 16.0]}, "last": {"h": [2] * 99}}])
+def test_shapes_the_kernel_sends_are_read_as_data_and_checked(site):
+    """What the kernel sends with an error is the learner's side's word: shapes that are not lists of sizes, names
+    that are not names, or a frame other than the failing one's are left out (the message gives no shapes and no
+    Likely), never shown as sent."""
+    from autograder.core import Check, run_check
+
+    def raises_as_the_channel_does(obj):
+        e = RuntimeError("The size of tensor a (16) must match the size of tensor b (5) at non-singleton dimension 2")
+        e.remote_frames = [("/tmp/ipykernel_77/1234.py", "18", "forward", "    x = x - x.mean(-1)")]
+        e.remote_site = site
+        raise e
+    points, line = run_check(Check("EncoderLayer", "a check", 1.0, raises_as_the_channel_does, 10.0), object())
+    assert points == 0 and line.endswith("(in forward, line 18: `x = x - x.mean(-1)`)"), line

@@ -12,7 +12,8 @@ import torch.nn.functional as F
 import solutions
 from autograder import REGISTRY, max_points
 from solutions import BOS, EOS, PAD
-from tests.grading import assert_caught, assert_full_marks, grade, grade_one, run_silently
+from tests.grading import (assert_caught, assert_full_marks, grade, grade_one, grade_one_across,
+                           run_silently)
 
 NAMES = ["greedy_decode", "length_penalty", "beam_search", "corpus_bleu"]
 
@@ -1669,6 +1670,18 @@ def test_an_error_in_the_learners_code_says_where_with_what_and_why():
             "Likely: out[-1] takes the last item of the batch (out is (6, 1, 7), dim 0 the batch of 6), where the last "
             "position was meant: out[:, -1] keeps one row per sentence") in line, line
 
+
+def test_an_error_raised_in_the_kernel_gets_the_same_likely():
+    """Graded by the grade command, the same mistake raises in the notebook's kernel: the kernel sends the shapes of
+    its failing line's tensors and of out (indexed out[-1]) with the error, and the message gives the same Likely."""
+    def greedy_decode(model, src, src_mask, max_len, bos_id=BOS, eos_id=EOS):
+        return greedy_takes_the_last_sentence(model, src, src_mask, max_len, bos_id, eos_id)
+    points, line = grade_one_across(greedy_decode, "greedy_decode", "equals a reference greedy decoder")
+    assert points == 0, line
+    assert (": `ys = torch.cat([ys, next_token[:, None]], dim=1)`), with ys (6, 1), next_token (1,); the call was "
+            "greedy_decode(") in line, line
+    assert line.endswith("Likely: out[-1] takes the last item of the batch (out is (6, 1, 7), dim 0 the batch of 6), "
+                         "where the last position was meant: out[:, -1] keeps one row per sentence"), line
 
 def _ngrams(tokens, n):
     return Counter(tuple(tokens[i:i + n]) for i in range(len(tokens) - n + 1))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import re
 
 import torch
 from torch import nn
@@ -13,6 +14,19 @@ from ..core import CheckFailure
 
 # set by the grade command's checker: builds a learner_side object in the notebook's kernel
 BUILD_ELSEWHERE = None
+
+_REDUCTION = re.compile(r"\b(max|amax|sum|logsumexp|mean|var|std)\(([^()]*)\)")
+
+
+def reduces_without_keepdim(line: str) -> bool:
+    """Whether a line (core.failing_line) reduces without keeping the dimension, x.mean(-1) or x.sum(dim): the line
+    that a "use keepdim=True" hint is about; a broadcasting error on any other line gets no such hint (its Likely
+    comes from its shapes). keepdim given by name or as the last positional True (x.var(-1, False, True)) is kept."""
+    for m in _REDUCTION.finditer(line):
+        args = [a.strip() for a in m.group(2).split(",") if a.strip()]
+        if not any(a.replace(" ", "") == "keepdim=True" for a in args) and not (len(args) >= 2 and args[-1] == "True"):
+            return True
+    return False
 
 
 def learner_side(factory):

@@ -3,13 +3,15 @@ F.scaled_dot_product_attention, with the classic mistakes named."""
 from __future__ import annotations
 
 import math
+import re
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..core import CheckFailure, forbid, register
-from ._util import LEFT_AUTOGRAD, as_tensor, close, expect_close, expect_grads, expect_shape, seeded
+from ..core import CheckFailure, failing_line, forbid, register
+from ._util import (LEFT_AUTOGRAD, as_tensor, close, expect_close, expect_grads, expect_shape,
+                    reduces_without_keepdim, seeded)
 
 # the lesson's own work, which a library call must not do for the learner (allowed in later lessons)
 forbid("softmax", "a library softmax (torch.softmax, F.softmax, Tensor.softmax, nn.Softmax, log_softmax)",
@@ -30,8 +32,8 @@ def _soft(softmax, x, what, **kwargs):
     try:
         return softmax(x, **kwargs)
     except RuntimeError as e:
-        if "must match the size" not in str(e):
-            raise
+        if "must match the size" not in str(e) or not reduces_without_keepdim(failing_line(e)):
+            raise  # described as any error is: the line, its tensors' shapes, and a Likely only from those
         raise CheckFailure(what, f"a tensor of shape {tuple(x.shape)}", f"RuntimeError: {str(e)[:120]}",
                            KEEPDIM) from None
 
@@ -87,6 +89,11 @@ def _inputs(seed=0, B=2, h=3, Lq=4, Lk=5, d_k=8, d_v=6):
         return torch.randn(B, h, Lq, d_k), torch.randn(B, h, Lk, d_k), torch.randn(B, h, Lk, d_v)
 
 
+# the failing line multiplies by a k transposed otherwise than in its last two dims (TRANSPOSE), or not at all (NO_T)
+_PRODUCT = re.compile(r"@|\bmatmul\(|\bbmm\(")
+_LAST_TWO = re.compile(r"(transpose|swapaxes)\(\s*(-2\s*,\s*-1|-1\s*,\s*-2)\s*\)|\.mT\b")
+_ANY_TRANSPOSE = re.compile(r"\.T\b|\.t\(\)|\b(transpose|permute|swapaxes)\(|\.mT\b")
+NO_T = "q @ k multiplies (..., Lq, d_k) by (..., Lk, d_k): k needs its last two dims swapped, k.transpose(-2, -1)"
 TRANSPOSE = ("transpose only the last two dims of k, k.transpose(-2, -1): k.T or k.transpose(1, 2) give wrong "
              "shapes with more than 2 or 3 dims")
 
@@ -107,11 +114,20 @@ def _call(attn, q, k, v, mask=None, dropout=None, what="scaled_dot_product_atten
         if not any(s in text for s in ("must match the size", "Dimension out of range", "Expected size",
                                         "cannot be multiplied", "size mismatch")):
             raise
+        line = failing_line(e)
+        if not _PRODUCT.search(line) or _LAST_TWO.search(line):
+            raise  # not a product of q and k: described as any error is (line, shapes, a Likely only from those)
+        if _ANY_TRANSPOSE.search(line):
+            hint = TRANSPOSE
+        elif re.search(r"\bk\b", line):
+            hint = NO_T
+        else:
+            raise
         shapes = ", ".join(f"{n} {tuple(t.shape)}" for n, t in zip("qkv", (q, k, v)))
-        raise CheckFailure(f"{what} for {shapes}: wrong shape inside your function",
+        raise CheckFailure(f"{what} for {shapes}: wrong shape inside your function, at `{line}`",
                            "(..., Lq, d_k) @ (..., d_k, Lk) -> weights (..., Lq, Lk)",
-                           f"{type(e).__name__}: {text.splitlines()[0][:120]}",
-                           TRANSPOSE + ("" if mask is None else f"; the mask {tuple(mask.shape)} broadcasts as it is"))\
+                           f"{type(e).__name__}: {text.splitlines()[0][:120].rstrip('.')}",
+                           hint + ("" if mask is None else f"; the mask {tuple(mask.shape)} broadcasts as it is"))\
             from None
     if unchanged:
         for name, mine, given in zip(("q", "k", "v", "mask"), (q, k, v, mask), args):

@@ -7,8 +7,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ..core import CheckFailure, forbid, register
-from ._util import LEFT_AUTOGRAD, as_tensor, build, close, expect_close, expect_grads, expect_shape, seeded
+from ..core import CheckFailure, failing_line, forbid, register
+from ._util import (LEFT_AUTOGRAD, as_tensor, build, close, expect_close, expect_grads, expect_shape,
+                    reduces_without_keepdim, seeded)
 
 # the lesson's own work, which a library call must not do for the learner (SublayerConnection may use any
 # LayerNorm: its checks put nn.LayerNorm in place of the learner's)
@@ -25,8 +26,8 @@ def _keeps_input(fn, x: torch.Tensor, what: str):
     try:
         out = fn()
     except RuntimeError as e:
-        if "must match the size" not in str(e):
-            raise
+        if "must match the size" not in str(e) or not reduces_without_keepdim(failing_line(e)):
+            raise  # described as any error is: the line, its tensors' shapes, and a Likely only from those
         raise CheckFailure(what, f"an output of shape {tuple(x.shape)}", f"RuntimeError: {str(e)[:100]}",
                            "the mean or the variance lost its dimension: keepdim=True, x.mean(-1, keepdim=True), so "
                            "that it broadcasts back against x") from None

@@ -283,6 +283,13 @@ def cases() -> list[Case]:
     mistake = _set_solution(lean, "scaled_dot_product_attention",
                             ATTENTION_OK.replace("softmax(scores, dim=-1)", "softmax(scores, dim=-2)"))
     add("honest_mistake_softmax_over_queries", mistake, 4.0, "softmax over the queries")
+    # an error raised in the kernel: the message names the line with its tensors' shapes, sent by the kernel
+    raises = _set_solution(lean, "scaled_dot_product_attention",
+                           ATTENTION_OK.replace("    weights = softmax(", "    scores = scores - scores.amax(-1)\n"
+                                                                        "    weights = softmax("))
+    add("honest_mistake_raises_a_shape_error", raises, SOFTMAX, "(in scaled_dot_product_attention, line 5: "
+        "`scores = scores - scores.amax(-1)`), with scores (2, 3, 4, 5); the call was scaled_dot_product_attention(",
+        "Likely: 5 is scores's size at dim 3 and 4 is scores's size at dim 2")
     warns = _set_solution(lean, "softmax", "import collections, logging, sys, traceback, warnings\n"
                           "warnings.warn('a warning at definition')\nprint('to stderr', file=sys.stderr)\n\n"
                           + SOFTMAX_OK.replace("    shifted", "    print('stderr inside', file=sys.stderr)\n"
