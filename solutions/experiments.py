@@ -38,6 +38,7 @@ BASE = dict(d_model=128, n_heads=4, n_layers=2, d_ff=512,   # the paper's base: 
             max_tokens=1500, lr_peak=2e-3, warmup_steps=100, clip_norm=1.0,  # 300 steps: a third warms up
             norm_first=True,        # the course's choice; row F-postnorm is the paper's post-norm
             average_last=5,         # the paper averages its last 5 checkpoints: measured on every run
+            precision="fp32",       # as recorded (float32 reproduces across CPUs; "auto" is bf16 on some)
             max_epochs=1000, minutes=1e9)  # stopped by max_steps only: the table reproduces on any machine
 
 #: row name -> (group, Config overrides as a function of the base settings). Unlisted values are the base's, as in

@@ -12,8 +12,8 @@ import torch
 import solutions
 from autograder.learner import collect, contract_names, find_lessons
 from solutions.data import load_synthetic
-from solutions.translate import (Config, bleu_scores, decoding_args, load_checkpoint, prepare_data,
-                                 save_checkpoint, train, translate_batch)
+from solutions.translate import (Config, bleu_scores, build_model, decoding_args, load_checkpoint, prepare_data,
+                                 save_checkpoint, train, translate_batch, validation_loss)
 from tests.submissions import independent
 
 from .conftest import ROOT
@@ -85,6 +85,25 @@ def test_lesson14_trains_decodes_and_scores_with_the_learners_code(impl, tmp_pat
     assert impl.ran() == impl.mine, sorted(set(impl.mine) - set(impl.ran()))
     assert "ran: 35 of your 35 names" in impl.usage_report()
 
+
+def test_the_learners_code_trains_under_the_cpu_defaults_bf16(impl):
+    """Issue 22: the CPU default trains under bfloat16 autocast where the CPU has bf16 units (precision "auto").
+    Their code, which knows nothing of it, runs under it as it is: their Transformer's logits come out bf16, the
+    loss is taken on float32 logits, and training lowers their validation loss as float32 does."""
+    data = prepare_data(TINY, load_synthetic(600, 40, 30, seed=0), progress=False, impl=impl)
+    dtypes, losses = [], {}
+    for precision in ("fp32", "bf16"):
+        config = Config(**{**TINY.__dict__, "precision": precision})
+        torch.manual_seed(0)
+        untrained = validation_loss(build_model(config, data.tokenizer.vocab_size, impl), data.val, config, impl)
+        model = build_model(config, data.tokenizer.vocab_size, impl)
+        model.generator.register_forward_hook(lambda m, i, out: dtypes.append((precision, out.dtype)))
+        _, history = train(config, data, model=model, progress=False, impl=impl)
+        losses[precision] = (untrained, history["val_loss"][-1])
+    assert type(model) is impl.Transformer
+    assert {d for p, d in dtypes if p == "bf16"} == {torch.bfloat16}, dtypes
+    (before32, after32), (before16, after16) = losses["fp32"], losses["bf16"]
+    assert after16 < 0.8 * before16 and abs(after16 - after32) < 0.1 * after32, losses
 
 def test_a_name_that_did_not_run_is_never_reported_as_run(impl):
     impl.forget_runs()

@@ -11,8 +11,8 @@ import torch
 import solutions
 from solutions.data import load_synthetic
 from solutions.translate import (PAPER_BASE, Config, attention_maps, average_states, bleu_scores, build_model,
-                                 config_for, decoding_args, departures, evaluate_bleu, load_checkpoint, paper_config,
-                                 prepare_data, save_checkpoint, set_attention_dropout, train, translate,
+                                 config_for, cpu_has_bf16, decoding_args, departures, evaluate_bleu, load_checkpoint,
+                                 paper_config, prepare_data, save_checkpoint, set_attention_dropout, train, translate,
                                  translate_batch, validation_loss)
 
 from .conftest import ROOT
@@ -121,10 +121,12 @@ def test_departures_name_every_difference_from_the_paper():
     """Issue 16: the default run's table lists every departure; the paper's setting leaves only what no
     setting changes (so "to train the paper's exact model" is true of what it says)."""
     default = [what for what, *_ in departures(config_for("cpu"))]
+    bf16 = ["number format"] if cpu_has_bf16() else []  # "auto": bf16 autocast on a CPU with bf16 units
     assert default == ["layer normalization", "gradient clipping", "model size", "batch size", "warmup and peak rate",
                        "BPE vocabulary", "maximum output length", "attention dropout", "checkpoint averaging",
-                       "data", "training time", "BLEU"]
-    assert [what for what, *_ in departures(paper_config("cpu"))] == ["data", "training time", "BLEU"]
+                       "data", "training time", *bf16, "BLEU"]
+    assert [what for what, *_ in departures(paper_config("cpu"))] == ["data", "training time", *bf16, "BLEU"]
+    assert [what for what, *_ in departures(paper_config("cpu", precision="fp32"))] == ["data", "training time", "BLEU"]
     assert [what for what, *_ in departures(paper_config("cuda"))] == ["data", "training time", "number format", "BLEU"]
     paper = paper_config("cpu")
     # equation 3 with factor 1: the peak is d_model^-0.5 * warmup^-0.5
@@ -188,19 +190,28 @@ def test_command_line(tmp_path):
 
 def test_precision_bf16_autocast_on_the_cpu(monkeypatch):
     """precision="bf16" runs the forward pass in bfloat16 on a CPU (the logits come out bf16) and trains about as
-    well per step as float32; "auto" keeps float32 on a CPU; fp16 needs a GPU; compile=True hands the model
-    to torch.compile (recorded here, not compiled: that needs a C++ compiler and minutes)."""
+    well per step as float32; "auto" is bf16 on a CPU with bf16 units and float32 on one without; fp16 needs a
+    GPU; compile=True hands the model to torch.compile (recorded here, not compiled: that needs a C++ compiler
+    and minutes)."""
+    from solutions import translate
     from solutions.translate import _autocast, cpu_has_bf16
     assert isinstance(cpu_has_bf16(), bool)
     cpu = torch.device("cpu")
-    with _autocast(cpu)[0]:
+    for units in (False, True):
+        monkeypatch.setattr(translate, "cpu_has_bf16", lambda: units)
+        with _autocast(cpu)[0]:
+            assert torch.is_autocast_enabled("cpu") is units
+            assert not units or torch.get_autocast_dtype("cpu") == torch.bfloat16
+    monkeypatch.undo()
+    with _autocast(cpu, "fp32")[0]:
         assert not torch.is_autocast_enabled("cpu")
     with _autocast(cpu, "bf16")[0]:
         assert torch.is_autocast_enabled("cpu") and torch.get_autocast_dtype("cpu") == torch.bfloat16
     for bad in ("fp16", "half"):
         with pytest.raises(ValueError, match="precision|GPU"):
             _autocast(cpu, bad)
-    data = prepare_data(TINY, load_synthetic(600, 60, 10, seed=2), progress=False)
+    splits = load_synthetic(600, 60, 10, seed=2)
+    data = prepare_data(TINY, splits, progress=False)
     losses, dtypes = {}, []
     compiled = []
     monkeypatch.setattr(torch, "compile", lambda module, **kw: compiled.append(module) or module)
@@ -214,3 +225,6 @@ def test_precision_bf16_autocast_on_the_cpu(monkeypatch):
     assert {d for p, d in dtypes if p == "bf16"} == {torch.bfloat16}
     assert len(compiled) == 1 and isinstance(compiled[0], torch.nn.Module)
     assert abs(losses["bf16"] - losses["fp32"]) < 0.1 * losses["fp32"], losses
+    dtypes.clear()  # decoding on a CPU stays float32, whatever the training's precision (as measured)
+    translate_batch(model, data.tokenizer, splits["test"][0][:3], "greedy")
+    assert {d for _, d in dtypes} == {torch.float32}, dtypes

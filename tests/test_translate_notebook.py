@@ -70,3 +70,29 @@ def test_notebook_trains_decodes_and_scores_with_the_learners_code(tmp_path):
     assert "decoders: your greedy_decode, your beam_search" in text and "your corpus_bleu" in text
     assert "your code that ran: 35 of your 35 names" in text and "never called" not in text
     assert "translates identically: True" in text and figures == 4
+
+
+def test_the_cpu_row_states_the_recorded_runs_of_the_default():
+    """Lesson 14's "what to expect" on a CPU is what the default configuration measured (two seeds, recorded by
+    benchmarks/translate_cpu.md): the numbers in the lesson are those of the results files, and those files were
+    made by today's config_for("cpu") (a changed default must be measured again before the lesson says it)."""
+    import dataclasses
+    import json
+    import re
+
+    from solutions.translate import config_for
+    nb = nbformat.read(str(NOTEBOOK), as_version=4)
+    text = " ".join(nb.cells[0].source.split())
+    said = re.search(r"measured on 2 cores: ([\d.]+) and ([\d.]+) BLEU greedy \(two seeds\), ([\d.]+) and ([\d.]+) "
+                     r"with beam search", text)
+    assert said, text
+    runs = [json.loads((ROOT / "benchmarks" / "results" / f"translate_cpu_default.seed{s}.json").read_text())
+            for s in (0, 1)]
+    assert [float(v) for v in said.groups()] == [round(r[k], 1) for k in ("greedy_bleu", "beam_bleu") for r in runs]
+    default = dataclasses.asdict(config_for("cpu"))
+    assert default["precision"] == "auto"  # bf16 on a CPU with bf16 units, as the recording machine has
+    for seed, run in enumerate(runs):
+        assert run["config"]["precision"] in ("auto", "bf16"), run["config"]
+        recorded, expected = dict(run["config"], precision="auto"), dict(default, seed=seed)
+        assert recorded == expected, {k: (recorded.get(k), v) for k, v in expected.items() if recorded.get(k) != v}
+        assert run["test_sentences"] == 1000 and 890 <= run["train_seconds"] <= 910
