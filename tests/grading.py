@@ -57,25 +57,16 @@ def grade_one_across(obj, name, title_start):
     (autograder/remote.py, served here in a thread), the check runs on the checker's and reaches it through a proxy;
     the learner's errors come back rebuilt, with the frames the kernel sent (file, line, function, line's text)."""
     import socket
-    import threading
 
     from autograder import checks  # noqa: F401  (fills the registry)
     from autograder.core import FORBIDDEN, REGISTRY, run_check
-    from autograder.remote import ChannelError, Endpoint
+    from autograder.remote import Endpoint
     from autograder.serve import LearnerEndpoint
     obj.__name__ = name
     a, b = socket.socketpair()
     learner = LearnerEndpoint(b, {name: obj})
 
-    def serve():
-        try:
-            while True:
-                msg, blobs = learner.ch.recv()
-                if msg.get("k") == "req":
-                    learner.serve(msg, blobs)
-        except (ChannelError, OSError):
-            pass
-    threading.Thread(target=serve, daemon=True).start()
+    serve_in_thread(learner)
     [c] = [c for c in REGISTRY[name] if c.title.startswith(title_start)]
     saved = FORBIDDEN.pop(name, None)  # the shortcuts are watched on the notebook's side, as the checker does
     try:
@@ -85,3 +76,22 @@ def grade_one_across(obj, name, title_start):
             FORBIDDEN[name] = saved
         a.close()
         b.close()
+
+
+def serve_in_thread(learner):
+    """Serve the notebook's side of the channel (a serve.LearnerEndpoint) in a daemon thread until it closes."""
+    import threading
+
+    from autograder.remote import ChannelError
+
+    def serve():
+        try:
+            while True:
+                msg, blobs = learner.ch.recv()
+                if msg.get("k") == "req":
+                    learner.serve(msg, blobs)
+        except (ChannelError, OSError):
+            pass
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    return thread

@@ -9,7 +9,6 @@ import socket
 import struct
 import subprocess
 import sys
-import threading
 
 import pytest
 import torch
@@ -18,6 +17,7 @@ from torch import nn
 from autograder import core
 from autograder.remote import ChannelError, Endpoint, Remote, RemoteTensor
 from autograder.serve import LearnerEndpoint
+from tests.grading import serve_in_thread
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -59,16 +59,7 @@ def pair():
     namespace = {}
     learner = LearnerEndpoint(b, namespace)
 
-    def serve():
-        try:
-            while True:
-                msg, blobs = learner.ch.recv()
-                if msg.get("k") == "req":
-                    learner.serve(msg, blobs)
-        except (ChannelError, OSError):
-            pass
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
+    thread = serve_in_thread(learner)
     grader = Endpoint(a, trusted=True)
     yield grader, namespace
     a.close()
