@@ -872,9 +872,12 @@ def run_training(args) -> dict:
         torch.set_num_threads(args.threads)
     rank, world, device = distributed.init_from_env(args.device)
     try:
-        return _run_training(args, rank, world, device)
-    finally:
-        distributed.close()
+        results = _run_training(args, rank, world, device)
+    except BaseException:
+        distributed.close(meet=False)
+        raise
+    distributed.close()
+    return results
 
 
 def config_from_args(args, world: int = 1, device: str = "cpu", resume: dict | None = None) -> Config:
