@@ -459,11 +459,6 @@ def run_checks(obj) -> tuple[str | None, float, float, list[str]]:
     """(contract name, points earned, most points, one line per check) for obj, printing nothing.
     The name is None when no checks are registered for obj.__name__."""
     from . import checks  # noqa: F401  (fills the registry)
-    return run_registered(obj)
-
-
-def run_registered(obj) -> tuple[str | None, float, float, list[str]]:
-    """run_checks without importing the checks."""
     name = getattr(obj, "__name__", None)
     if not isinstance(name, str) or name not in REGISTRY:
         return None, 0.0, 0.0, []

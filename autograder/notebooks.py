@@ -18,7 +18,7 @@ import nbformat
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 LESSONS = ROOT / "lessons"
 SOLUTIONS = ROOT / "solutions"
-COURSE_REPO = "transformer-course/transformer-course"  # github owner/name: Colab badges and the Colab install
+COURSE_REPO = "transformer-course/transformer-course"  # github owner/name: the Colab install
 BEGIN, END = "### BEGIN SOLUTION", "### END SOLUTION"
 CODE_STUB = ["# YOUR CODE HERE", "raise NotImplementedError()"]  # nbgrader's default stub for Python
 
@@ -44,11 +44,6 @@ if importlib.util.find_spec("autograder") is None:
         raise ModuleNotFoundError(f"this kernel's Python, {{sys.executable}}, cannot import the course: run "
                                   "`python -m pip install -r requirements.txt` in the course's folder with that "
                                   "Python, or open the lesson from the course's lessons/ folder; then restart the kernel")'''
-
-
-def colab_badge(stem: str) -> str:
-    url = f"https://colab.research.google.com/github/{COURSE_REPO}/blob/main/lessons/{stem}.ipynb"
-    return f"[![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)]({url})"
 
 
 # ------------------------------------------------------------------------------------------ sources
@@ -93,56 +88,10 @@ def clear_solutions(source: str) -> str:
 
 
 # ----------------------------------------------------------------------------------------- cells
-def nbgrader_meta(grade_id: str, *, solution=False, grade=False, points=None, locked=False) -> dict:
-    meta = {"grade": grade, "grade_id": grade_id, "locked": locked, "schema_version": 3,
-            "solution": solution, "task": False}
-    if points is not None:
-        meta["points"] = points
-    return meta
-
-
-def stub_cell(names: list[str]):
-    cell = nbformat.v4.new_code_cell("")
-    cell.metadata["course"] = {"names": list(names)}
-    cell.metadata["nbgrader"] = nbgrader_meta(names[0], solution=True)
-    return cell
-
-
 def _points(name: str) -> float:
     from .core import REGISTRY, max_points
     from . import checks  # noqa: F401
     return max_points(name) if name in REGISTRY else 0.0
-
-
-def check_cell(name: str, points: float):
-    cell = nbformat.v4.new_code_cell(f"check({name})")
-    cell.metadata["nbgrader"] = nbgrader_meta(f"check_{name}", grade=True, points=points, locked=True)
-    cell.metadata["deletable"] = False
-    cell.metadata["editable"] = False
-    return cell
-
-
-def new_lesson(stem: str, cells: list[tuple[str, str]]):
-    """A lesson notebook from (kind, text) pairs: "md", "code", "setup" (text ignored), "stub" (text =
-    space-separated names), "check" (text = a contract name; points = max_points). Stub cells are then
-    filled by render()."""
-    nb = nbformat.v4.new_notebook()
-    nb.metadata = {"kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"},
-                   "language_info": {"name": "python"}}
-    for kind, text in cells:
-        if kind == "md":
-            nb.cells.append(nbformat.v4.new_markdown_cell(text.strip("\n")))
-        elif kind == "code":
-            nb.cells.append(nbformat.v4.new_code_cell(text.strip("\n")))
-        elif kind == "setup":
-            nb.cells.append(nbformat.v4.new_code_cell(SETUP_SOURCE))
-        elif kind == "stub":
-            nb.cells.append(stub_cell(text.split()))
-        elif kind == "check":
-            nb.cells.append(check_cell(text, _points(text)))
-        else:
-            raise ValueError(kind)
-    return render(nb, stem, solved=False)
 
 
 def render(nb, stem: str, solved: bool):

@@ -95,3 +95,81 @@ def serve_in_thread(learner):
     thread = threading.Thread(target=serve, daemon=True)
     thread.start()
     return thread
+
+
+# ---------------------------------------------------------------- mistakes as rows of a table
+import dataclasses  # noqa: E402
+
+
+@dataclasses.dataclass(frozen=True)
+class Mistake:
+    """One classic mistake, as a row of a stage's table: what the learner did (`name`), the code that does it
+    (`impl`: a function or class, often `edit(reference, ...)`), the points it earns, exactly, and fragments that
+    the report must say (case-insensitive). `title`: grade only the check whose title starts so (grade_one), for
+    a mistake that one check is about. `contract`: the name it stands for, when not the table's."""
+    name: str
+    impl: object
+    points: int
+    says: tuple = ()
+    title: str = ""
+    contract: str = ""
+    not_says: tuple = ()
+
+    def __post_init__(self):
+        if isinstance(self.says, str):
+            object.__setattr__(self, "says", (self.says,))
+        if isinstance(self.not_says, str):
+            object.__setattr__(self, "not_says", (self.not_says,))
+
+
+def mistakes(contract: str, rows: list[Mistake]) -> list:
+    """pytest.params of a table's rows, each with its contract filled in and its name as the test id."""
+    import pytest
+    return [pytest.param(dataclasses.replace(m, contract=m.contract or contract), id=m.name) for m in rows]
+
+
+def assert_mistake(m: Mistake) -> str:
+    """The row's code earns exactly its points and its report says what the row says. Returns the report."""
+    if m.title:
+        points, text = grade_one(m.impl, m.contract, m.title)
+        top = 1
+    else:
+        points, text = grade(m.impl, m.contract)
+        top = max_points(m.contract)
+    assert m.points < top, f"{m.name}: a mistake's row must lose points (pinned {m.points} of {top})"
+    assert points == m.points, f"{m.name}: {points} points, the table pins {m.points}:\n{text}"
+    missing = [s for s in m.says if s.lower() not in text.lower()]
+    assert not missing, f"{m.name}: the report does not say {missing}:\n{text}"
+    present = [s for s in m.not_says if s.lower() in text.lower()]
+    assert not present, f"{m.name}: the report says {present}, a wrong guess for this mistake:\n{text}"
+    return text
+
+
+_EDITS = 0
+
+
+def edit(reference, *changes: tuple[str, str], name: str | None = None):
+    """`reference` (a function or class of solutions/) with its source changed: each (old, new) replaces `old`,
+    which must occur exactly once, so a mistake is written as the diff that makes it. Compiled in the
+    reference's own module (its imports and helpers), under a file name that the grader takes for the learner's
+    and whose lines it can show. Example: edit(solutions.softmax, ("dim=dim, keepdim=True)\n    e", "dim=-1, ..."))"""
+    import __future__
+    import inspect
+    import linecache
+    import sys
+    import textwrap
+    global _EDITS
+    source = textwrap.dedent(inspect.getsource(reference))
+    for old, new in changes:
+        count = source.count(old)
+        assert count == 1, f"edit of {reference.__name__}: {old!r} occurs {count} times in its source"
+        source = source.replace(old, new)
+    _EDITS += 1
+    filename = f"<mistake {_EDITS}: {reference.__name__}>"
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    namespace = dict(vars(sys.modules[reference.__module__]))
+    exec(compile(source, filename, "exec", flags=__future__.annotations.compiler_flag, dont_inherit=True), namespace)
+    made = namespace[reference.__name__]
+    if name is not None:
+        made.__name__ = name
+    return made

@@ -112,15 +112,6 @@ def expect_close(got, expected: torch.Tensor, what: str, hint: str | None = None
                        fmt(got.detach().flatten()[diff.flatten().argmax()].item()), hint)
 
 
-def expect_equal(got, expected, what: str, hint: str | None = None) -> None:
-    if isinstance(expected, torch.Tensor):
-        got = expect_shape(got, expected.shape, what, hint)
-        if got.dtype != expected.dtype or not torch.equal(got, expected):
-            raise CheckFailure(what, fmt(expected) + f" ({expected.dtype})", fmt(got) + f" ({got.dtype})", hint)
-    elif got != expected:
-        raise CheckFailure(what, fmt(expected), fmt(got), hint)
-
-
 def expect_raises(fn, exc_type, what: str, hint: str | None = None) -> None:
     try:
         fn()
