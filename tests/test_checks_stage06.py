@@ -1,5 +1,6 @@
-"""Stage 06's checks: full marks for the reference and for feed-forward networks written differently;
-points lost, with the mistake named, for each classic mistake (activation, dropout's place, shapes)."""
+"""Stage 06's checks: full marks for feed-forward networks however written; for each classic mistake (activation,
+dropout's place, shapes), exactly the points it earns and the words that name it (the reference and the stub:
+tests/test_registry.py)."""
 import time
 
 import pytest
@@ -8,13 +9,9 @@ import torch.nn.functional as F
 from torch import nn
 
 import solutions
-from tests.grading import assert_caught, assert_full_marks, grade
+from tests.grading import Mistake, assert_full_marks, assert_mistake, edit, mistakes
 
-NAME = "PositionwiseFeedForward"
-
-
-def test_reference_gets_full_marks():
-    assert_full_marks(solutions.PositionwiseFeedForward)
+NAME, FFN = "PositionwiseFeedForward", solutions.PositionwiseFeedForward
 
 
 # ---------------------------------------------------------------- correct, written differently
@@ -125,167 +122,6 @@ class FFNModuleDict(nn.Module):
         return x
 
 
-@pytest.mark.parametrize("cls", [FFNSequential, FFNFunctional, FFNMatmul, FFNEinsum, FFNHandDropout, FFNConv1d,
-                                 FFNModuleDict])
-def test_other_correct_feed_forward(cls):
-    assert_full_marks(cls, NAME)
-
-
-# ---------------------------------------------------------------- classic mistakes
-class Base(solutions.PositionwiseFeedForward):
-    def act(self, h):
-        return torch.relu(h)
-
-    def forward(self, x):
-        return self.w_2(self.dropout(self.act(self.w_1(x))))
-
-
-class Gelu(Base):
-    def act(self, h):
-        return F.gelu(h)
-
-
-class ActivationAfterW2(Base):
-    def forward(self, x):
-        return torch.relu(self.w_2(self.dropout(self.w_1(x))))
-
-
-class NoActivation(Base):
-    def act(self, h):
-        return h
-
-
-class DropoutAfterW2(Base):
-    def forward(self, x):
-        return self.dropout(self.w_2(torch.relu(self.w_1(x))))
-
-
-class DropoutOnInput(Base):
-    def forward(self, x):
-        return self.w_2(torch.relu(self.w_1(self.dropout(x))))
-
-
-class NoDropout(Base):
-    def forward(self, x):
-        return self.w_2(torch.relu(self.w_1(x)))
-
-
-class DropoutAlwaysOn(Base):
-    def forward(self, x):
-        return self.w_2(F.dropout(torch.relu(self.w_1(x)), self.dropout.p, training=True))
-
-
-class SquareLayers(Base):
-    """d_ff ignored: d_model -> d_model -> d_model."""
-
-    def __init__(self, d_model, d_ff, dropout=0.1):
-        super().__init__(d_model, d_ff, dropout)
-        self.w_1, self.w_2 = nn.Linear(d_model, d_model), nn.Linear(d_model, d_model)
-
-
-class SwappedArguments(Base):
-    """nn.Linear(out, in) written the other way round: fails at the first call."""
-
-    def __init__(self, d_model, d_ff, dropout=0.1):
-        super().__init__(d_model, d_ff, dropout)
-        self.w_1, self.w_2 = nn.Linear(d_ff, d_model), nn.Linear(d_model, d_ff)
-
-
-class NoBias(Base):
-    def __init__(self, d_model, d_ff, dropout=0.1):
-        super().__init__(d_model, d_ff, dropout)
-        self.w_1 = nn.Linear(d_model, d_ff, bias=False)
-
-
-class OtherNames(nn.Module):
-    def __init__(self, d_model, d_ff, dropout=0.1):
-        super().__init__()
-        self.linear1, self.linear2 = nn.Linear(d_model, d_ff), nn.Linear(d_ff, d_model)
-        self.dropout = nn.Dropout(dropout)
-
-    def forward(self, x):
-        return self.linear2(self.dropout(torch.relu(self.linear1(x))))
-
-
-class Relu6(Base):
-    def act(self, h):
-        return F.relu6(h)
-
-
-class Detached(Base):
-    def forward(self, x):
-        return super().forward(x).detach()
-
-
-class OverwritesInput(Base):
-    def forward(self, x):
-        return x.copy_(super().forward(x))  # the right values, written into the caller's x
-
-
-def _hand_dropout(h, p, training):
-    return h * (torch.rand_like(h) >= p).float() / (1 - p) if training else h
-
-
-class HandDropoutAfterW2(Base):
-    def forward(self, x):
-        return _hand_dropout(self.w_2(torch.relu(self.w_1(x))), self.dropout.p, self.training)
-
-
-MISTAKES = [
-    ("GELU instead of ReLU", Gelu, ["GELU instead of ReLU"]),
-    ("activation after w_2", ActivationAfterW2, ["activation is after w_2"]),
-    ("no activation", NoActivation, ["no activation"]),
-    ("dropout after w_2", DropoutAfterW2, ["dropout after w_2"]),
-    ("dropout on the input", DropoutOnInput, ["dropout on the input"]),
-    ("no dropout", NoDropout, ["dropout not applied", "not used"]),
-    ("dropout on in eval mode", DropoutAlwaysOn, ["dropout still acts in eval mode", "nn.Dropout module"]),
-    ("d_ff ignored", SquareLayers, ["wrong shapes", "d_model -> d_ff -> d_model"]),
-    ("Linear arguments swapped", SwappedArguments, ["wrong shapes"]),
-    ("no bias", NoBias, ["keep the biases"]),
-    ("other attribute names", OtherNames, ["w_1 and w_2"]),
-    ("relu6 instead of relu", Relu6, ["capped activation"]),
-    ("output detached from autograd", Detached, ["requires_grad", ".detach()"]),
-    ("x overwritten in place", OverwritesInput, ["x was modified in place"]),
-    ("hand-written dropout after w_2", HandDropoutAfterW2, ["between relu and w_2"]),
-]
-
-
-@pytest.mark.parametrize("label,cls,keywords", MISTAKES, ids=[m[0] for m in MISTAKES])
-def test_feed_forward_mistakes_are_caught(label, cls, keywords):
-    assert_caught(cls, NAME, *keywords)
-
-
-def test_gelu_loses_every_numeric_check():
-    points, text = grade(Gelu, NAME)
-    assert points <= 2, text
-
-
-# ---------------------------------------------------------------- stubs, speed
-def test_stub_gets_zero_and_says_not_implemented():
-    class PositionwiseFeedForward(nn.Module):
-        def __init__(self, d_model, d_ff, dropout=0.1):
-            super().__init__()
-            raise NotImplementedError()
-
-        def forward(self, x):
-            raise NotImplementedError()
-
-    points, text = grade(PositionwiseFeedForward)
-    assert points == 0 and text.count("not implemented yet") == len(text.splitlines()) - 1, text
-
-
-def test_checks_are_fast_on_the_reference():
-    from autograder import REGISTRY
-    for c in REGISTRY[NAME]:
-        times = []
-        for _ in range(2):
-            start = time.perf_counter()
-            c.fn(solutions.PositionwiseFeedForward)
-            times.append(time.perf_counter() - start)
-        assert min(times) < 1.0, f"{c.title} takes {min(times):.2f} s"
-
-
-# ---------------------------------------------------------------- second review: more styles, more mistakes
 class _Layers(nn.Module):
     def __init__(self, d_model, d_ff, dropout=0.1):
         super().__init__()
@@ -342,18 +178,39 @@ class FFNKeywordOnlyActivation(nn.Module):
         return self.w_2(self.drop(self.act(self.w_1(x))))
 
 
-@pytest.mark.parametrize("cls", [FFNInPlaceRelu, FFNClampInPlace, FFNThreshold, FFNReluMaskUnderNoGrad, FFNFloat64,
-                                 FFNAddmm, FFNKeywordOnlyActivation])
-def test_second_review_correct_feed_forward(cls):
+@pytest.mark.parametrize("cls", [FFNSequential, FFNFunctional, FFNMatmul, FFNEinsum, FFNHandDropout, FFNConv1d,
+                                 FFNModuleDict, FFNInPlaceRelu, FFNClampInPlace, FFNThreshold, FFNReluMaskUnderNoGrad,
+                                 FFNFloat64, FFNAddmm, FFNKeywordOnlyActivation])
+def test_other_correct_feed_forward(cls):
     assert_full_marks(cls, NAME)
 
 
-class DropoutTwiceOnHidden(Base):
+# ---------------------------------------------------------------- classic mistakes, one row each
+_FORWARD = "self.w_2(self.dropout(torch.relu(self.w_1(x))))"
+
+
+def _returns(new):
+    """forward returns `new` instead of w_2(dropout(relu(w_1(x))))."""
+    return edit(FFN, (f"return {_FORWARD}", f"return {new}"))
+
+
+def _activation(new):
+    return edit(FFN, ("torch.relu(", f"{new}("))
+
+
+def _layers(w_1, w_2):
+    """The layers built as `w_1` and `w_2`."""
+    layers = "self.w_1 = {}\n        self.w_2 = {}"
+    return edit(FFN, (layers.format("nn.Linear(d_model, d_ff)", "nn.Linear(d_ff, d_model)"), layers.format(w_1, w_2)))
+
+
+class HandDropoutAfterW2(FFN):
     def forward(self, x):
-        return self.w_2(self.dropout(self.dropout(torch.relu(self.w_1(x)))))
+        h = self.w_2(torch.relu(self.w_1(x)))
+        return h * (torch.rand_like(h) >= self.dropout.p).float() / (1 - self.dropout.p) if self.training else h
 
 
-class HandDropoutNotRescaled(Base):
+class HandDropoutNotRescaled(FFN):
     def forward(self, x):
         h = torch.relu(self.w_1(x))
         if self.training:
@@ -361,12 +218,7 @@ class HandDropoutNotRescaled(Base):
         return self.w_2(h)
 
 
-class DropoutOnInputAndHidden(Base):
-    def forward(self, x):
-        return self.w_2(self.dropout(torch.relu(self.w_1(self.dropout(x)))))
-
-
-class DropoutMaskSharedByPositions(Base):
+class DropoutMaskSharedByPositions(FFN):
     def forward(self, x):
         h = torch.relu(self.w_1(x))
         if self.training:
@@ -374,62 +226,67 @@ class DropoutMaskSharedByPositions(Base):
         return self.w_2(h)
 
 
-class DropoutRateFixed(Base):
-    def __init__(self, d_model, d_ff, dropout=0.1):
-        super().__init__(d_model, d_ff, 0.1)
-
-
-class LeakyRelu(Base):
-    def act(self, h):
-        return F.leaky_relu(h)
-
-
-class Tanh(Base):
-    def act(self, h):
-        return torch.tanh(h)
-
-
-class ResidualInside(Base):
-    def forward(self, x):
-        return x + super().forward(x)
-
-
-class BiasesLeftOut(Base):
-    def forward(self, x):
-        return F.linear(self.dropout(torch.relu(F.linear(x, self.w_1.weight))), self.w_2.weight)
-
-
-class LayersUsedTheWrongWayRound(Base):
-    def forward(self, x):
-        return self.w_1(self.dropout(torch.relu(self.w_2(x))))
-
-
-SECOND_REVIEW_MISTAKES = [
-    ("dropout twice on the hidden layer", DropoutTwiceOnHidden, ["dropout applied twice"]),
-    ("hand-written dropout without 1/(1-p)", HandDropoutNotRescaled, ["not scaled by 1 / (1 - p)"]),
-    ("dropout on the input and the hidden layer", DropoutOnInputAndHidden, ["not on the input x"]),
-    ("one dropout mask for all positions", DropoutMaskSharedByPositions, ["the same units dropped at every position"]),
-    ("dropout rate fixed at 0.1", DropoutRateFixed, ["dropout argument is not used"]),
-    ("LeakyReLU", LeakyRelu, ["LeakyReLU instead of ReLU"]),
-    ("tanh", Tanh, ["tanh instead of ReLU"]),
-    ("x added inside the FFN", ResidualInside, ["the input x is added to the output"]),
-    ("biases left out", BiasesLeftOut, ["the biases are missing"]),
-    ("w_2 before w_1", LayersUsedTheWrongWayRound, ["w_1 takes x (d_model -> d_ff)"]),
+MISTAKES = [
+    # the activation
+    Mistake("GELU instead of ReLU", _activation("nn.functional.gelu"), 2, "GELU instead of ReLU"),  # numeric checks lost
+    Mistake("LeakyReLU", _activation("nn.functional.leaky_relu"), 2, "LeakyReLU instead of ReLU"),
+    # dropout is judged against the network's own hidden layer: a wrong activation does not cost the dropout's point
+    Mistake("tanh", _activation("torch.tanh"), 2, ("tanh instead of ReLU", "✓ dropout sits between relu and w_2")),
+    Mistake("relu6 instead of relu", _activation("nn.functional.relu6"), 4, "capped activation"),
+    Mistake("no activation", _returns("self.w_2(self.dropout(self.w_1(x)))"), 2, "no activation"),
+    Mistake("activation after w_2", _returns("torch.relu(self.w_2(self.dropout(self.w_1(x))))"), 1,
+            "activation is after w_2"),
+    # the layers
+    Mistake("d_ff ignored", _layers("nn.Linear(d_model, d_model)", "nn.Linear(d_model, d_model)"), 0,
+            ("wrong shapes", "d_model -> d_ff -> d_model")),
+    Mistake("Linear arguments swapped", _layers("nn.Linear(d_ff, d_model)", "nn.Linear(d_model, d_ff)"), 0,
+            "wrong shapes"),  # fails at the first call
+    Mistake("w_2 before w_1", _returns("self.w_1(self.dropout(torch.relu(self.w_2(x))))"), 1,
+            "w_1 takes x (d_model -> d_ff)"),
+    Mistake("no bias", _layers("nn.Linear(d_model, d_ff, bias=False)", "nn.Linear(d_ff, d_model)"), 0,
+            "keep the biases"),
+    Mistake("biases left out", _returns("nn.functional.linear(self.dropout(torch.relu(nn.functional.linear("
+                                        "x, self.w_1.weight))), self.w_2.weight)"), 1,
+            "the biases are missing", not_says="dropout after w_2"),  # its dropout is where it belongs
+    Mistake("other attribute names", edit(FFN, ("self.w_1 =", "self.linear1 ="), ("self.w_2 =", "self.linear2 ="),
+                                          ("self.w_1(x)", "self.linear1(x)"), ("self.w_2(", "self.linear2(")), 0,
+            "w_1 and w_2"),
+    Mistake("x added inside the FFN", _returns(f"x + {_FORWARD}"), 1, "the input x is added to the output"),
+    Mistake("output detached from autograd", _returns(f"{_FORWARD}.detach()"), 4, ("requires_grad", ".detach()")),
+    Mistake("x overwritten in place", _returns(f"x.copy_({_FORWARD})"), 4, "x was modified in place"),
+    # the dropout
+    Mistake("no dropout", _returns("self.w_2(torch.relu(self.w_1(x)))"), 3, ("dropout not applied", "not used")),
+    Mistake("dropout after w_2", _returns("self.dropout(self.w_2(torch.relu(self.w_1(x))))"), 4, "dropout after w_2"),
+    Mistake("hand-written dropout after w_2", HandDropoutAfterW2, 4, "between relu and w_2"),
+    Mistake("dropout on the input", _returns("self.w_2(torch.relu(self.w_1(self.dropout(x))))"), 4,
+            "dropout on the input"),
+    Mistake("dropout on the input and the hidden layer",
+            _returns("self.w_2(self.dropout(torch.relu(self.w_1(self.dropout(x)))))"), 4, "not on the input x"),
+    Mistake("dropout twice on the hidden layer",
+            _returns("self.w_2(self.dropout(self.dropout(torch.relu(self.w_1(x)))))"), 4, "dropout applied twice"),
+    Mistake("dropout on in eval mode",
+            _returns("self.w_2(nn.functional.dropout(torch.relu(self.w_1(x)), self.dropout.p, training=True))"), 4,
+            ("dropout still acts in eval mode", "nn.Dropout module")),
+    Mistake("dropout rate fixed at 0.1", edit(FFN, ("nn.Dropout(dropout)", "nn.Dropout(0.1)")), 4,
+            "dropout argument is not used"),
+    Mistake("hand-written dropout without 1/(1-p)", HandDropoutNotRescaled, 4, "not scaled by 1 / (1 - p)"),
+    Mistake("one dropout mask for all positions", DropoutMaskSharedByPositions, 4,
+            "the same units dropped at every position"),
 ]
 
 
-@pytest.mark.parametrize("label,cls,keywords", SECOND_REVIEW_MISTAKES, ids=[m[0] for m in SECOND_REVIEW_MISTAKES])
-def test_second_review_feed_forward_mistakes_are_caught(label, cls, keywords):
-    assert_caught(cls, NAME, *keywords)
+@pytest.mark.parametrize("m", mistakes(NAME, MISTAKES))
+def test_feed_forward_mistakes(m):
+    assert_mistake(m)
 
 
-def test_a_wrong_activation_does_not_cost_the_dropout_point():
-    """Dropout is judged against the network's own hidden layer: tanh in place of relu loses the formula's points,
-    not the dropout's."""
-    _, text = grade(Tanh, NAME)
-    assert "✓ dropout sits between relu and w_2" in text, text
-
-
-def test_a_network_without_biases_is_not_told_its_dropout_is_after_w_2():
-    _, text = grade(BiasesLeftOut, NAME)
-    assert "dropout after w_2" not in text, text
+# ---------------------------------------------------------------- the checks themselves
+def test_checks_are_fast_on_the_reference():
+    from autograder import REGISTRY
+    for c in REGISTRY[NAME]:
+        times = []
+        for _ in range(2):
+            start = time.perf_counter()
+            c.fn(FFN)
+            times.append(time.perf_counter() - start)
+        assert min(times) < 1.0, f"{c.title} takes {min(times):.2f} s"
