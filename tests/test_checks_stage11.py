@@ -1,31 +1,18 @@
-"""Stage 11's checks: full marks for the reference and for correct losses written differently; points
-lost, with the mistake named, for each classic mistake of label smoothing."""
+"""Stage 11's checks: full marks for label-smoothed losses however written; for each classic mistake of label
+smoothing, exactly the points it earns and the words that name it (the reference and the stub:
+tests/test_registry.py)."""
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
 
 import solutions
-from autograder import REGISTRY
-from tests.grading import assert_caught, assert_full_marks, grade
+from tests.grading import Mistake, assert_full_marks, assert_mistake, edit, grade, mistakes
 
-NAME = "label_smoothed_loss"
-
-
-def test_reference_gets_full_marks():
-    assert_full_marks(solutions.label_smoothed_loss)
+NAME, LOSS = "label_smoothed_loss", solutions.label_smoothed_loss
 
 
 # ---------------------------------------------------------------- correct, written differently
-def ls_builtin(logits, target, epsilon=0.1, ignore_index=0):
-    """PyTorch's own smoothing, with epsilon rescaled so that the V - 1 wrong tokens share epsilon."""
-    V = logits.size(-1)
-    if not (target != ignore_index).any():
-        return logits.sum() * 0.0
-    return F.cross_entropy(logits.reshape(-1, V), target.reshape(-1), ignore_index=ignore_index,
-                           label_smoothing=epsilon * V / (V - 1))
-
-
 def ls_distribution(logits, target, epsilon=0.1, ignore_index=0):
     """The smoothed distribution built explicitly with scatter; a masked sum over a clamped count."""
     V = logits.size(-1)
@@ -101,194 +88,6 @@ def ls_plain_cross_entropy(logits, target, epsilon=0.1, ignore_index=0):
     return ((1 - epsilon - share) * ce + share * uniform) / n
 
 
-@pytest.mark.parametrize("fn", [ls_distribution, ls_kl_plus_entropy, ls_python_loop, ls_logsumexp_float64,
-                                ls_einsum_one_hot, ls_plain_cross_entropy])
-def test_other_correct_losses(fn):
-    assert_full_marks(fn, NAME)
-
-
-def test_pytorch_s_own_label_smoothing_earns_nothing():
-    """The lesson teaches label smoothing: F.cross_entropy(label_smoothing=...) doing it (even rescaled
-    correctly) earns nothing, and the report says so (ls_builtin's own all-padding case keeps its point);
-    plain cross-entropy stays allowed."""
-    points, text = grade(ls_builtin, NAME)
-    assert points == 1 and text.count("your code calls F.cross_entropy(..., label_smoothing=...)") == 6, text
-
-
-# ---------------------------------------------------------------- classic mistakes
-def eps_over_v(logits, target, epsilon=0.1, ignore_index=0):
-    V = logits.size(-1)
-    return F.cross_entropy(logits.reshape(-1, V), target.reshape(-1), ignore_index=ignore_index,
-                           label_smoothing=epsilon)
-
-
-def mean_over_all(logits, target, epsilon=0.1, ignore_index=0):
-    V = logits.size(-1)
-    per = F.cross_entropy(logits.reshape(-1, V), target.reshape(-1), ignore_index=ignore_index,
-                          label_smoothing=epsilon * V / (V - 1), reduction="none")
-    return per.mean()
-
-
-def no_ignore(logits, target, epsilon=0.1, ignore_index=0):
-    V = logits.size(-1)
-    return F.cross_entropy(logits.reshape(-1, V), target.reshape(-1), label_smoothing=epsilon * V / (V - 1))
-
-
-def nan_when_all_padding(logits, target, epsilon=0.1, ignore_index=0):
-    V = logits.size(-1)
-    safe = target.masked_fill(target == ignore_index, 0)
-    q = torch.full_like(logits, epsilon / (V - 1)).scatter(-1, safe.unsqueeze(-1), 1 - epsilon)
-    per = -(q * logits.log_softmax(-1)).sum(-1)
-    keep = (target != ignore_index).to(logits.dtype)
-    return (per * keep).sum() / keep.sum()
-
-
-def ignores_ignore_index(logits, target, epsilon=0.1, ignore_index=0):
-    return solutions.label_smoothed_loss(logits, target, epsilon, ignore_index=0)
-
-
-def ignores_epsilon(logits, target, epsilon=0.1, ignore_index=0):
-    return solutions.label_smoothed_loss(logits, target, 0.1, ignore_index)
-
-
-def kl_divergence(logits, target, epsilon=0.1, ignore_index=0):
-    V = logits.size(-1)
-    logits, target = logits.reshape(-1, V), target.reshape(-1)
-    keep = target != ignore_index
-    if not keep.any():
-        return logits.sum() * 0.0
-    logits, target = logits[keep], target[keep]
-    q = torch.full_like(logits, epsilon / (V - 1)).scatter(1, target[:, None], 1 - epsilon)
-    return F.kl_div(logits.log_softmax(-1), q, reduction="batchmean")
-
-
-def summed(logits, target, epsilon=0.1, ignore_index=0):
-    V = logits.size(-1)
-    return F.cross_entropy(logits.reshape(-1, V), target.reshape(-1), ignore_index=ignore_index,
-                           label_smoothing=epsilon * V / (V - 1), reduction="sum")
-
-
-def no_log_softmax(logits, target, epsilon=0.1, ignore_index=0):
-    V = logits.size(-1)
-    safe = target.masked_fill(target == ignore_index, 0)
-    q = torch.full_like(logits, epsilon / (V - 1)).scatter(-1, safe.unsqueeze(-1), 1 - epsilon)
-    per = -(q * logits).sum(-1)
-    keep = (target != ignore_index).to(logits.dtype)
-    return (per * keep).sum() / keep.sum().clamp(min=1)
-
-
-def annotated_transformer(logits, target, epsilon=0.1, ignore_index=0):
-    """The Annotated Transformer's LabelSmoothing: epsilon / (V - 2), nothing on the <pad> column."""
-    V = logits.size(-1)
-    safe = target.masked_fill(target == ignore_index, 0)
-    q = torch.full_like(logits, epsilon / (V - 2)).scatter(-1, safe.unsqueeze(-1), 1 - epsilon)
-    q[..., 0] = 0
-    per = -(q * logits.log_softmax(-1)).sum(-1)
-    keep = (target != ignore_index).to(logits.dtype)
-    return (per * keep).sum() / keep.sum().clamp(min=1)
-
-
-def detached(logits, target, epsilon=0.1, ignore_index=0):
-    return torch.tensor(solutions.label_smoothed_loss(logits, target, epsilon, ignore_index).item())
-
-
-def per_position(logits, target, epsilon=0.1, ignore_index=0):
-    V = logits.size(-1)
-    return F.cross_entropy(logits.reshape(-1, V), target.reshape(-1), ignore_index=ignore_index,
-                           label_smoothing=epsilon * V / (V - 1), reduction="none")
-
-
-def smoothed_per_position(logits, target, epsilon, ignore_index, share=None, empty_column=None):
-    V = logits.size(-1)
-    logp = logits.log_softmax(-1)
-    q = torch.full_like(logp, epsilon / (V - 1) if share is None else share)
-    q = q.scatter(-1, target.clamp(min=0).unsqueeze(-1), 1 - epsilon)
-    if empty_column is not None:
-        q[..., empty_column] = 0
-    return -(q * logp).sum(-1), (target != ignore_index).to(logp.dtype)
-
-
-def wrong_tokens_get_eps_over_v(logits, target, epsilon=0.1, ignore_index=0):
-    per, keep = smoothed_per_position(logits, target, epsilon, ignore_index, share=epsilon / logits.size(-1))
-    return (per * keep).sum() / keep.sum().clamp(min=1)
-
-
-def pad_column_left_empty(logits, target, epsilon=0.1, ignore_index=0):
-    per, keep = smoothed_per_position(logits, target, epsilon, ignore_index, empty_column=ignore_index)
-    return (per * keep).sum() / keep.sum().clamp(min=1)
-
-
-def divided_by_batch_size(logits, target, epsilon=0.1, ignore_index=0):
-    per, keep = smoothed_per_position(logits, target, epsilon, ignore_index)
-    return (per * keep).sum() / target.shape[0]
-
-
-def mean_of_sentence_means(logits, target, epsilon=0.1, ignore_index=0):
-    per, keep = smoothed_per_position(logits, target, epsilon, ignore_index)
-    if target.dim() == 1:
-        per, keep = per[None], keep[None]
-    counts = keep.sum(-1)
-    if not (counts > 0).any():
-        return logits.sum() * 0
-    return ((per * keep).sum(-1)[counts > 0] / counts[counts > 0]).mean()
-
-
-def masks_the_target_in_place(logits, target, epsilon=0.1, ignore_index=0):
-    keep = target != ignore_index
-    target.masked_fill_(~keep, 0)  # the caller's target changes
-    per, _ = smoothed_per_position(logits, target, epsilon, ignore_index)
-    return (per * keep).sum() / keep.sum().clamp(min=1)
-
-
-def shifts_the_logits_in_place(logits, target, epsilon=0.1, ignore_index=0):
-    logits -= logits.max(-1, keepdim=True).values.detach()  # stable, but the caller's logits change
-    return ls_distribution(logits, target, epsilon, ignore_index)
-
-
-def vocabulary_size_hard_coded(logits, target, epsilon=0.1, ignore_index=0):
-    V = 7  # the size of the example it was tried on
-    logp = logits.log_softmax(-1)
-    q = torch.full_like(logp, epsilon / (V - 1)).scatter(-1, target.clamp(min=0).unsqueeze(-1), 1 - epsilon)
-    keep = (target != ignore_index).to(logp.dtype)
-    return (-(q * logp).sum(-1) * keep).sum() / keep.sum().clamp(min=1)
-
-
-MISTAKES = [
-    ("epsilon / V (F.cross_entropy's label_smoothing)", eps_over_v, ["epsilon / V"]),
-    ("epsilon / V for each wrong token, target 1 - epsilon", wrong_tokens_get_eps_over_v, ["epsilon / V"]),
-    ("no smoothing mass on the <pad> column", pad_column_left_empty, ["<pad> column got no smoothing mass"]),
-    ("divided by the batch size", divided_by_batch_size, ["batch size"]),
-    ("mean of the sentences' means", mean_of_sentence_means, ["within each sentence"]),
-    ("target changed in place", masks_the_target_in_place, ["changed in place"]),
-    ("logits changed in place", shifts_the_logits_in_place, ["changed in place"]),
-    ("V hard-coded to the example's size", vocabulary_size_hard_coded, ["V - 1"]),
-    ("padding counted in the average", mean_over_all, ["padding counted in the average"]),
-    ("padding scored as a target", no_ignore, ["as if <pad> were a real target"]),
-    ("NaN when every target is padding", nan_when_all_padding, ["0 / 0"]),
-    ("ignore_index ignored", ignores_ignore_index, ["ignore_index argument is ignored"]),
-    ("epsilon ignored", ignores_epsilon, ["epsilon argument is ignored"]),
-    ("KL divergence", kl_divergence, ["KL divergence"]),
-    ("summed", summed, ["summed over positions"]),
-    ("no log_softmax", no_log_softmax, ["log_softmax"]),
-    ("Annotated Transformer's V - 2", annotated_transformer, ["V - 2"]),
-    ("detached from the graph", detached, ["detached"]),
-    ("one loss per position", per_position, ["not a single number"]),
-]
-
-
-@pytest.mark.parametrize("label,fn,keywords", MISTAKES, ids=[m[0] for m in MISTAKES])
-def test_mistakes_are_caught(label, fn, keywords):
-    assert_caught(fn, NAME, *keywords)
-
-
-def test_stub_gets_zero_and_says_not_implemented():
-    def label_smoothed_loss(logits, target, epsilon=0.1, ignore_index=0):
-        raise NotImplementedError()
-    points, text = grade(label_smoothed_loss)
-    assert points == 0 and text.count("not implemented yet") == len(REGISTRY[NAME]), text
-
-
-# ---------------------------------------------------------------- second review: more correct losses
 def ls_numpy_distribution(logits, target, epsilon=0.1, ignore_index=0):
     """The smoothed distribution built in numpy (it needs no gradient), the log-probabilities in torch."""
     V = logits.shape[-1]
@@ -378,99 +177,152 @@ def ls_probability_target(logits, target, epsilon=0.1, ignore_index=0):
     return F.cross_entropy(rows[keep], q)
 
 
-@pytest.mark.parametrize("fn", [ls_numpy_distribution, ls_float64_masked_select, ls_nll_loss, ls_in_place_on_its_own,
-                                ls_loop_over_vocabulary, ls_no_grad_for_the_mask, ls_probability_target])
-def test_second_round_correct_losses(fn):
+@pytest.mark.parametrize("fn", [ls_distribution, ls_kl_plus_entropy, ls_python_loop, ls_logsumexp_float64,
+                                ls_einsum_one_hot, ls_plain_cross_entropy, ls_numpy_distribution,
+                                ls_float64_masked_select, ls_nll_loss, ls_in_place_on_its_own, ls_loop_over_vocabulary,
+                                ls_no_grad_for_the_mask, ls_probability_target])
+def test_other_correct_losses(fn):
     assert_full_marks(fn, NAME)
 
 
-# ---------------------------------------------------------------- second review: more mistakes
-def smoothed(logits, target, epsilon, ignore_index, q_of, logp_of=lambda z: z.log_softmax(-1), reduce="mean"):
-    """A loss from a distribution q_of(t, V) (N, V) and log-probabilities logp_of(logits) (N, V)."""
+# ---------------------------------------------------------------- PyTorch's own label smoothing
+def _torch_smoothing(rescaled=True, then=None, **kwargs):
+    """F.cross_entropy(label_smoothing=...) (a shortcut), with epsilon rescaled to epsilon * V / (V - 1) so that
+    the V - 1 wrong tokens share epsilon, or not; `kwargs` for F.cross_entropy, `then` applied to what it returns."""
+    def label_smoothed_loss(logits, target, epsilon=0.1, ignore_index=0):
+        V = logits.size(-1)
+        loss = F.cross_entropy(logits.reshape(-1, V), target.reshape(-1), **{"ignore_index": ignore_index, **kwargs},
+                               label_smoothing=epsilon * V / (V - 1) if rescaled else epsilon)
+        return loss if then is None else then(loss)
+    return label_smoothed_loss
+
+
+def ls_builtin(logits, target, epsilon=0.1, ignore_index=0):
+    """PyTorch's own smoothing, rescaled right, and a zero when every target is padding."""
+    if not (target != ignore_index).any():
+        return logits.sum() * 0.0
+    return _torch_smoothing()(logits, target, epsilon, ignore_index)
+
+
+def test_pytorch_s_own_label_smoothing_earns_nothing():
+    """The lesson teaches label smoothing: F.cross_entropy(label_smoothing=...) doing it (even rescaled
+    correctly) earns nothing, and the report says so (ls_builtin's own all-padding case keeps its point);
+    plain cross-entropy stays allowed (ls_plain_cross_entropy, ls_probability_target)."""
+    points, text = grade(ls_builtin, NAME)
+    assert points == 1 and text.count("your code calls F.cross_entropy(..., label_smoothing=...)") == 6, text
+
+
+# ---------------------------------------------------------------- classic mistakes, one row each
+def _loss(on_target="(1 - epsilon)", on_others="epsilon / (V - 1) * others"):
+    """The reference with other weights on -log p(target) and on the other tokens' -log p."""
+    return edit(LOSS, ("loss = (1 - epsilon) * nll + epsilon / (V - 1) * others",
+                       f"loss = {on_target} * nll + {on_others}"))
+
+
+def _logp(new):
+    return edit(LOSS, ("F.log_softmax(logits.float(), dim=-1)", new))
+
+
+def _returns(new):
+    return edit(LOSS, ("return loss.mean()", f"return {new}"))
+
+
+def smoothed_per_position(logits, target, epsilon, ignore_index):
     V = logits.size(-1)
-    lp, t = logp_of(logits.reshape(-1, V)), target.reshape(-1)
-    keep = t != ignore_index
-    per = -(q_of(t.clamp(0, V - 1), V, lp) * lp).sum(-1)
-    if reduce == "all":
-        return -(q_of(t.clamp(0, V - 1), V, lp) * lp)[keep].mean()
+    logp = logits.log_softmax(-1)
+    q = torch.full_like(logp, epsilon / (V - 1)).scatter(-1, target.clamp(min=0).unsqueeze(-1), 1 - epsilon)
+    return -(q * logp).sum(-1), (target != ignore_index).to(logp.dtype)
+
+
+def mean_of_sentence_means(logits, target, epsilon=0.1, ignore_index=0):
+    per, keep = smoothed_per_position(logits, target, epsilon, ignore_index)
+    if target.dim() == 1:
+        per, keep = per[None], keep[None]
+    counts = keep.sum(-1)
+    if not (counts > 0).any():
+        return logits.sum() * 0
+    return ((per * keep).sum(-1)[counts > 0] / counts[counts > 0]).mean()
+
+
+def kl_divergence(logits, target, epsilon=0.1, ignore_index=0):
+    V = logits.size(-1)
+    logits, target = logits.reshape(-1, V), target.reshape(-1)
+    keep = target != ignore_index
+    if not keep.any():
+        return logits.sum() * 0.0
+    logits, target = logits[keep], target[keep]
+    q = torch.full_like(logits, epsilon / (V - 1)).scatter(1, target[:, None], 1 - epsilon)
+    return F.kl_div(logits.log_softmax(-1), q, reduction="batchmean")
+
+
+def annotated_transformer(logits, target, epsilon=0.1, ignore_index=0):
+    """The Annotated Transformer's LabelSmoothing: epsilon / (V - 2), column 0 (<pad>) emptied after the scatter."""
+    V = logits.size(-1)
+    safe = target.masked_fill(target == ignore_index, 0)
+    q = torch.full_like(logits, epsilon / (V - 2)).scatter(-1, safe.unsqueeze(-1), 1 - epsilon)
+    q[..., 0] = 0
+    per = -(q * logits.log_softmax(-1)).sum(-1)
+    keep = (target != ignore_index).to(logits.dtype)
     return (per * keep).sum() / keep.sum().clamp(min=1)
 
 
-def log_of_softmax(logits, target, epsilon=0.1, ignore_index=0):
-    return smoothed(logits, target, epsilon, ignore_index,
-                    lambda t, V, lp: torch.full_like(lp, epsilon / (V - 1)).scatter(1, t[:, None], 1 - epsilon),
-                    logp_of=lambda z: torch.log(z.softmax(-1) + 1e-9))
-
-
-def clamped_log(logits, target, epsilon=0.1, ignore_index=0):
-    return smoothed(logits, target, epsilon, ignore_index,
-                    lambda t, V, lp: torch.full_like(lp, epsilon / (V - 1)).scatter(1, t[:, None], 1 - epsilon),
-                    logp_of=lambda z: z.softmax(-1).clamp(min=1e-12).log())
-
-
-def sign_flipped(logits, target, epsilon=0.1, ignore_index=0):
-    return -solutions.label_smoothed_loss(logits, target, epsilon, ignore_index)
-
-
-def epsilon_swapped(logits, target, epsilon=0.1, ignore_index=0):
-    return smoothed(logits, target, epsilon, ignore_index,
-                    lambda t, V, lp: torch.full_like(lp, (1 - epsilon) / (V - 1)).scatter(1, t[:, None], epsilon))
-
-
-def share_added_to_the_target_too(logits, target, epsilon=0.1, ignore_index=0):
-    return smoothed(logits, target, epsilon, ignore_index,
-                    lambda t, V, lp: (1 - epsilon) * F.one_hot(t, V) + epsilon / (V - 1))
-
-
-def averaged_over_the_vocabulary(logits, target, epsilon=0.1, ignore_index=0):
-    return smoothed(logits, target, epsilon, ignore_index,
-                    lambda t, V, lp: torch.full_like(lp, epsilon / (V - 1)).scatter(1, t[:, None], 1 - epsilon),
-                    reduce="all")
-
-
-def epsilon_to_each(logits, target, epsilon=0.1, ignore_index=0):
-    return smoothed(logits, target, epsilon, ignore_index,
-                    lambda t, V, lp: torch.full_like(lp, epsilon).scatter(1, t[:, None], 1 - epsilon))
-
-
-def probabilities_not_logs(logits, target, epsilon=0.1, ignore_index=0):
-    return smoothed(logits, target, epsilon, ignore_index,
-                    lambda t, V, lp: torch.full_like(lp, epsilon / (V - 1)).scatter(1, t[:, None], 1 - epsilon),
-                    logp_of=lambda z: z.softmax(-1))
-
-
-def integer_division(logits, target, epsilon=0.1, ignore_index=0):
-    return smoothed(logits, target, epsilon, ignore_index,
-                    lambda t, V, lp: torch.full_like(lp, epsilon // (V - 1)).scatter(1, t[:, None], 1 - epsilon))
-
-
-SECOND_ROUND_MISTAKES = [
-    ("log(softmax + 1e-9)", log_of_softmax, ["confident", "F.log_softmax"]),
-    ("log of a clamped softmax", clamped_log, ["confident", "F.log_softmax"]),
-    ("sign flipped", sign_flipped, ["sign is flipped"]),
-    ("epsilon and 1 - epsilon swapped", epsilon_swapped, ["swapped"]),
-    ("the target gets the share on top", share_added_to_the_target_too, ["on top of 1 - epsilon"]),
-    ("averaged over the vocabulary too", averaged_over_the_vocabulary, ["averaged over the vocabulary"]),
-    ("epsilon to each wrong token", epsilon_to_each, ["each wrong token got epsilon:"]),
-    ("probabilities instead of log-probabilities", probabilities_not_logs, ["probabilities used instead"]),
-    ("epsilon // (V - 1)", integer_division, ["integer division"]),
+MISTAKES = [
+    # the smoothed distribution
+    Mistake("epsilon / V (F.cross_entropy's label_smoothing)", _torch_smoothing(rescaled=False), 0, "epsilon / V"),
+    Mistake("epsilon / V for each wrong token, target 1 - epsilon", _loss(on_others="epsilon / V * others"), 1,
+            "epsilon / V"),
+    Mistake("epsilon to each wrong token", _loss(on_others="epsilon * others"), 1, "each wrong token got epsilon:"),
+    Mistake("epsilon // (V - 1)", _loss(on_others="epsilon // (V - 1) * others"), 1, "integer division"),
+    Mistake("epsilon and 1 - epsilon swapped", _loss("epsilon", "(1 - epsilon) / (V - 1) * others"), 1, "swapped"),
+    Mistake("the target gets the share on top", _loss("(1 - epsilon + epsilon / (V - 1))"), 1, "on top of 1 - epsilon"),
+    Mistake("no smoothing mass on the <pad> column",
+            _loss(on_others="epsilon / (V - 1) * (others + logp[:, ignore_index])"), 1,
+            "<pad> column got no smoothing mass"),
+    Mistake("Annotated Transformer's V - 2", annotated_transformer, 1, "V - 2"),
+    Mistake("V hard-coded to the example's size", _loss(on_others="epsilon / (7 - 1) * others"), 6, "V - 1"),
+    Mistake("epsilon ignored", edit(LOSS, ("    V = logits.size(-1)", "    epsilon = 0.1\n    V = logits.size(-1)")), 5,
+            "epsilon argument is ignored"),
+    # the log-probabilities
+    Mistake("no log_softmax", _logp("logits.float()"), 1, "log_softmax"),
+    Mistake("probabilities instead of log-probabilities", _logp("F.softmax(logits.float(), dim=-1)"), 1,
+            "probabilities used instead"),
+    Mistake("log(softmax + 1e-9)", _logp("torch.log(F.softmax(logits.float(), dim=-1) + 1e-9)"), 6,
+            ("confident", "F.log_softmax")),
+    Mistake("log of a clamped softmax", _logp("F.softmax(logits.float(), dim=-1).clamp(min=1e-12).log()"), 6,
+            ("confident", "F.log_softmax")),
+    Mistake("log_softmax over the positions (dim=1 of (B, L, V))",
+            _logp("F.log_softmax(logits.float(), dim=1 if logits.dim() == 3 else 0)"), 1,
+            ("log_softmax over dim=1", "dim=-1")),
+    Mistake("KL divergence", kl_divergence, 2, "KL divergence"),
+    # the padding and the average
+    Mistake("padding counted in the average", _torch_smoothing(reduction="none", then=torch.mean), 0,
+            "padding counted in the average"),
+    Mistake("padding scored as a target", _torch_smoothing(ignore_index=-100), 0,  # F.cross_entropy's default
+            "as if <pad> were a real target"),
+    Mistake("ignore_index ignored", edit(LOSS, ("keep = target != ignore_index", "keep = target != 0")), 6,
+            "ignore_index argument is ignored"),
+    Mistake("NaN when every target is padding", edit(LOSS, ("if not keep.any():", "if False:")), 6, "0 / 0"),
+    Mistake("divided by the batch size", _returns("loss.sum() / logits.shape[0]"), 1, "batch size"),
+    Mistake("mean of the sentences' means", mean_of_sentence_means, 2, "within each sentence"),
+    Mistake("averaged over the vocabulary too (an empty mean when all is padding)",
+            edit(LOSS, ("if not keep.any():", "if False:"), ("return loss.mean()", "return loss.mean() / V")), 0,
+            "averaged over the vocabulary"),
+    Mistake("summed", _torch_smoothing(reduction="sum"), 0, "summed over positions"),
+    Mistake("one loss per position", _torch_smoothing(reduction="none"), 0, "not a single number"),
+    Mistake("sign flipped", _returns("-loss.mean()"), 1, "sign is flipped"),
+    # the inputs and the graph
+    Mistake("target changed in place",  # target.reshape(-1) is a view of the caller's
+            edit(LOSS, ("keep = target != ignore_index",
+                        "keep = target != ignore_index\n    target.masked_fill_(~keep, 0)")),
+            6, "changed in place"),
+    Mistake("logits changed in place (stable, but the caller's logits change)",
+            edit(LOSS, ("    V = logits.size(-1)",
+                        "    V = logits.size(-1)\n    logits -= logits.max(-1, keepdim=True).values.detach()")),
+            0, "changed in place"),
+    Mistake("detached from the graph", _returns("torch.tensor(loss.mean().item())"), 6, "detached"),
 ]
 
 
-@pytest.mark.parametrize("label,fn,keywords", SECOND_ROUND_MISTAKES, ids=[m[0] for m in SECOND_ROUND_MISTAKES])
-def test_second_round_mistakes_are_caught(label, fn, keywords):
-    assert_caught(fn, NAME, *keywords)
-
-
-# ---------------------------------------------------------------- third review
-def log_softmax_over_positions(logits, target, epsilon=0.1, ignore_index=0):
-    """F.log_softmax(logits, dim=1): on (B, L, V) logits a softmax over the positions (dim=0 on flat ones)."""
-    V = logits.size(-1)
-    lp = F.log_softmax(logits, dim=1 if logits.dim() == 3 else 0)
-    q = F.one_hot(target.clamp(0, V - 1), V) * (1 - epsilon - epsilon / (V - 1)) + epsilon / (V - 1)
-    keep = target != ignore_index
-    return (-(q * lp).sum(-1) * keep).sum() / keep.sum().clamp(min=1)
-
-
-def test_log_softmax_over_the_wrong_dimension_is_named():
-    assert_caught(log_softmax_over_positions, NAME, "log_softmax over dim=1", "dim=-1")
+@pytest.mark.parametrize("m", mistakes(NAME, MISTAKES))
+def test_mistakes(m):
+    assert_mistake(m)
