@@ -97,7 +97,6 @@ def _lessons() -> list[tuple[str, set, list]]:
 
 def _max_points(name: str) -> float | None:
     from .core import REGISTRY, max_points
-    from . import checks  # noqa: F401
     return max_points(name) if name in REGISTRY else None
 
 

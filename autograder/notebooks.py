@@ -90,7 +90,6 @@ def clear_solutions(source: str) -> str:
 # ----------------------------------------------------------------------------------------- cells
 def _points(name: str) -> float:
     from .core import REGISTRY, max_points
-    from . import checks  # noqa: F401
     return max_points(name) if name in REGISTRY else 0.0
 
 

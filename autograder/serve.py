@@ -24,7 +24,6 @@ class LearnerEndpoint(Endpoint):
         self.used: list[str] = []
 
     def _op_watch(self, msg, blobs, reply, out):
-        from . import checks  # noqa: F401  (the stages' forbid() rules)
         name = msg.get("name")
         rules = core.FORBIDDEN.get(name) if isinstance(name, str) else None
         obj = self.namespace.get(name) if isinstance(name, str) else None

@@ -9,7 +9,7 @@ import re
 import torch
 from torch import nn
 
-from ..core import CheckFailure
+from ..registry import CheckFailure
 
 
 # set by the grade command's checker: builds a learner_side object in the notebook's kernel

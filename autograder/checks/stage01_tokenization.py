@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from ..core import CheckFailure, register
+from ..registry import CheckFailure, register
 from ._util import build, close, expect_attr, expect_close, expect_shape, fmt, seeded
 
 END = "</w>"

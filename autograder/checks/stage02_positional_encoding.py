@@ -8,7 +8,7 @@ import re
 import torch
 from torch import nn
 
-from ..core import CheckFailure, register
+from ..registry import CheckFailure, register
 from ._util import build, expect_close, expect_raises, expect_shape, fmt, seeded
 
 

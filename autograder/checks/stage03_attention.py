@@ -9,7 +9,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..core import CheckFailure, failing_line, forbid, register
+from ..explain import failing_line
+from ..registry import CheckFailure, forbid, register
 from ._util import (LEFT_AUTOGRAD, as_tensor, close, expect_close, expect_grads, expect_shape,
                     reduces_without_keepdim, seeded)
 

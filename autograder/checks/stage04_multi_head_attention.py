@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.modules.module import register_module_forward_pre_hook
 
-from ..core import CheckFailure, forbid, register
+from ..registry import CheckFailure, forbid, register
 from ._util import LEFT_AUTOGRAD, as_tensor, build, close, expect_close, expect_grads, expect_shape, seeded
 
 # the lesson's own work, which a library module must not do for the learner (allowed in later lessons)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from ..core import CheckFailure, CheckTimeout, register
+from ..registry import CheckFailure, CheckTimeout, register
 from ._util import as_tensor, expect_shape, fmt
 
 NOT_BOOL = ("the mask is not bool: masks are boolean, True = may attend (e.g. `ids != pad_id`, or "

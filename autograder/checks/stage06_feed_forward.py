@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..core import CheckFailure, register
+from ..registry import CheckFailure, register
 from ._util import as_tensor, build, close, expect_close, expect_shape, seeded
 
 

@@ -7,7 +7,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ..core import CheckFailure, failing_line, forbid, register
+from ..explain import failing_line
+from ..registry import CheckFailure, forbid, register
 from ._util import (LEFT_AUTOGRAD, as_tensor, build, close, expect_close, expect_grads, expect_shape,
                     reduces_without_keepdim, seeded)
 

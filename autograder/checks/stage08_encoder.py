@@ -16,7 +16,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..core import CheckFailure, _describe_exception, forbid, register
+from ..explain import _describe_exception
+from ..registry import CheckFailure, forbid, register
 from ._util import build, close, expect_close, expect_shape, seeded
 
 # the lesson's own work, which PyTorch's Transformer modules must not do for the learner

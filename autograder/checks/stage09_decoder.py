@@ -9,7 +9,8 @@ import re
 import torch
 from torch import nn
 
-from ..core import CheckFailure, _describe_exception, forbid, register
+from ..explain import _describe_exception
+from ..registry import CheckFailure, forbid, register
 from ._util import build, close, expect_shape, seeded
 from .stage08_encoder import (MASK_CHANGED, STATE, TORCH_TRANSFORMER, D, FF, H, PAD, as_module, check_dropout,
                               check_layer_parts, check_sublayer_dropout, check_residual_path, check_stack_distinct, check_stack_parts, close_at,

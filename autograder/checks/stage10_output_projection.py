@@ -11,7 +11,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..core import CheckFailure, _describe_exception, forbid, register
+from ..explain import _describe_exception
+from ..registry import CheckFailure, forbid, register
 from ._util import build, close, expect_close, expect_shape, seeded
 from .stage08_encoder import (NO_GRAD, STATE, TORCH_TRANSFORMER, D, FF, H, PAD, as_module, close_at, copy_final_norm,
                               copy_layer, default_layer_norm, enc_layer_ref, get_path, inverted, randomize, stack_layers)

@@ -9,7 +9,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from ..core import CheckFailure, forbid, register
+from ..registry import CheckFailure, forbid, register
 from ._util import expect_close, fmt, seeded
 
 

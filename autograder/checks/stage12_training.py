@@ -11,7 +11,7 @@ from collections import Counter
 import torch
 from torch import nn
 
-from ..core import CheckFailure, register
+from ..registry import CheckFailure, register
 from ._util import fmt, learner_side, seeded
 
 PAD, BOS, EOS = 0, 1, 2

@@ -14,7 +14,7 @@ import weakref
 import torch
 from torch import nn
 
-from ..core import CheckFailure, CheckTimeout, register
+from ..registry import CheckFailure, CheckTimeout, register
 from ._util import fmt
 
 PAD, BOS, EOS = 0, 1, 2
