@@ -84,7 +84,8 @@ def test_other_correct_split_heads(fn):
 
 
 # ---------------------------------------------------------------- split_heads: classic mistakes
-_SPLIT_CHECK = 'if d_model % n_heads:\n        raise ValueError(f"d_model={d_model} is not divisible by n_heads={n_heads}")'
+_SPLIT_CHECK = ('if d_model % n_heads:\n'
+                '        raise ValueError(f"d_model={d_model} is not divisible by n_heads={n_heads}")')
 _NO_CHECK = (_SPLIT_CHECK, "pass  # no check of d_model % n_heads")
 
 
@@ -546,7 +547,7 @@ MHA_MISTAKES = [
                      ("= s.softmax(-1)", "= s.softmax(-1) if mask is None else s.softmax(-1).masked_fill(~mask, 0.0)")),
             4, "after the softmax"),
     Mistake("mask inverted in place", _written(("~mask", "mask.logical_not_()")), 4, ("`mask`", "changed in place")),
-    Mistake("mask.unsqueeze(1)", _mask_first("mask = mask.unsqueeze(1)"), 4,  # the Annotated Transformer's, on 4-d masks
+    Mistake("mask.unsqueeze(1)", _mask_first("mask = mask.unsqueeze(1)"), 4,  # the Annotated Transformer's habit
             ("works without the mask and fails with it", "no mask.unsqueeze(1)")),
     Mistake("mask transposed", _mask_first("mask = mask.transpose(-2, -1)"), 4,  # cross-attention, causal, attn_weights
             # a (B, 1, 1, Lk) padding mask fails in cross-attention (it was told 'is the query used as key and value
@@ -559,7 +560,8 @@ MHA_MISTAKES = [
              "0.008017 there; got -0.692. Likely: the mask's query and key axes swapped (a transpose of the mask): a "
              "(.., Lq, Lk) mask is used as it is"), not_says="Is the query used as key"),
     # the weights kept
-    Mistake("attn_weights not kept", edit(MHA, ("out, self.attn_weights =", "out, _ =")), 6, "not keeping attn_weights"),
+    Mistake("attn_weights not kept", edit(MHA, ("out, self.attn_weights =", "out, _ =")), 6,
+            "not keeping attn_weights"),
     Mistake("attn_weights averaged over heads", _keeps("w.mean(1)"), 6, "averaged over the heads"),
     Mistake("attn_weights of the first call only", _keeps("w if self.attn_weights is None else self.attn_weights"), 6,
             "every forward call"),
@@ -587,7 +589,7 @@ MHA_MISTAKES = [
                                                   "return self.dropout(self.w_o(merge_heads(out)))")), 6,
             "dropout applied after w_o"),
     Mistake("dropout on in eval mode (F.dropout, training=True)",
-            edit(MHA, (", self.dropout)", ", lambda w: torch.nn.functional.dropout(w, self.dropout.p, training=True))")), 6,
+            edit(MHA, (", self.dropout)", ", lambda w: torch.nn.functional.dropout(w, self.dropout.p, True))")), 6,
             ("dropout still acts in eval mode", "nn.Dropout module", "not F.dropout")),
     Mistake("nn.Dropout built in forward", edit(MHA, (", self.dropout)", ", nn.Dropout(self.dropout.p))")), 0,
             ("built inside forward", "in __init__"), title="dropout acts", not_says="not F.dropout"),
