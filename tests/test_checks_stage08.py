@@ -1,8 +1,11 @@
-"""Stage 08's checks: full marks for the reference and for correct code written differently; points
-lost, with the mistake named, for each classic mistake of the encoder layer and stack."""
+"""Stage 08's checks: full marks for correct code however written; for each classic mistake of the encoder layer and
+stack, exactly the points it earns and the words that name it (the reference and the stub: tests/test_registry.py).
+Stage 09 and 10 build their correct styles on the modules defined here."""
 import copy
 import functools
+import inspect
 import math
+import textwrap
 
 import pytest
 import torch
@@ -12,15 +15,38 @@ from torch import nn
 
 import solutions
 from solutions import LayerNorm, MultiHeadAttention, PositionwiseFeedForward, SublayerConnection
-from tests.grading import assert_caught, assert_full_marks, grade, grade_one, grade_one_across
+from tests.grading import Mistake, assert_full_marks, assert_mistake, edit, grade, grade_one, grade_one_across, mistakes
+
+LAYER, ENCODER = solutions.EncoderLayer, solutions.Encoder
 
 
-def test_reference_gets_full_marks():
-    assert_full_marks(solutions.EncoderLayer)
-    assert_full_marks(solutions.Encoder)
+# ---------------------------------------------------------------- changes for edit() (stage 09 uses them too)
+def _body(reference):
+    """The lines of the reference's forward, as written (its last solution region)."""
+    return textwrap.dedent(inspect.getsource(reference)).split("### BEGIN SOLUTION\n")[-1].split("        ### END")[0]
 
 
-# ---------------------------------------------------------------- correct, written differently
+def new_forward(reference, *lines):
+    """The change that writes the reference's forward anew, one line a string (relative indentation kept)."""
+    return _body(reference), "".join(f"        {line}\n" for line in lines)
+
+
+def forward_first(reference, *lines):
+    """The change that runs `lines` first in the reference's forward."""
+    return _body(reference), "".join(f"        {line}\n" for line in lines) + _body(reference)
+
+
+def forward_under(reference, statement):
+    """The change that runs the reference's whole forward under `statement` (a `with ...:`)."""
+    return _body(reference), f"        {statement}\n" + textwrap.indent(_body(reference), "    ")
+
+
+def init_also(*lines):
+    """The change that adds `lines` at the start of __init__ (after super().__init__())."""
+    return "super().__init__()\n", "super().__init__()\n" + "".join(f"        {line}\n" for line in lines)
+
+
+# ---------------------------------------------------------------- parts written differently (stage 09 imports them)
 class EinsumAttention(nn.Module):
     """Multi-head attention with einsum, heads as an explicit axis, a -1e9 fill, no stored weights."""
 
@@ -40,527 +66,6 @@ class EinsumAttention(nn.Module):
             scores = scores.masked_fill(mask.logical_not(), -1e9)
         w = self.drop(scores.softmax(-1))
         return self.w_o(torch.einsum("bhqk,bkhd->bqhd", w, v).reshape(B, Lq, d))
-
-
-class FeedForward(nn.Module):
-    def __init__(self, d_model, d_ff, dropout):
-        super().__init__()
-        self.w_1, self.w_2, self.p = nn.Linear(d_model, d_ff), nn.Linear(d_ff, d_model), dropout
-
-    def forward(self, x):
-        return self.w_2(F.dropout(F.relu(self.w_1(x)), self.p, training=self.training))
-
-
-class Residual(nn.Module):
-    """Holds a PyTorch LayerNorm and a dropout rate; the layer writes the residual sum out itself."""
-
-    def __init__(self, d_model, dropout):
-        super().__init__()
-        self.norm, self.dropout = nn.LayerNorm(d_model), nn.Dropout(dropout)
-
-
-class EncoderLayerExplicit(nn.Module):
-    """Everything written out: einsum attention, nn.LayerNorm, the residual sums in forward."""
-
-    def __init__(self, d_model, n_heads, d_ff, dropout=0.1, norm_first=False):
-        super().__init__()
-        self.self_attn = EinsumAttention(d_model, n_heads, dropout)
-        self.feed_forward = FeedForward(d_model, d_ff, dropout)
-        self.sublayers = nn.ModuleList(Residual(d_model, dropout) for _ in range(2))
-        self.norm_first = norm_first
-
-    def forward(self, x, src_mask):
-        steps = (lambda y: self.self_attn(y, y, y, src_mask), self.feed_forward)
-        for sub, f in zip(self.sublayers, steps):
-            if self.norm_first:
-                x = x + sub.dropout(f(sub.norm(x)))
-            else:
-                x = sub.norm(x + sub.dropout(f(x)))
-        return x
-
-
-class EncoderLayerSolutionsParts(nn.Module):
-    """The course's parts, the sublayers built one by one, an extra attribute of its own."""
-
-    def __init__(self, d_model, n_heads, d_ff, dropout=0.1, norm_first=False):
-        super().__init__()
-        self.self_attn = MultiHeadAttention(d_model, n_heads, dropout)
-        self.feed_forward = PositionwiseFeedForward(d_model, d_ff, dropout)
-        self.sublayers = nn.ModuleList()
-        self.sublayers.append(SublayerConnection(d_model, dropout, norm_first))
-        self.sublayers.append(SublayerConnection(d_model, dropout, norm_first))
-        self.size = d_model
-
-    def forward(self, x, src_mask=None):
-        attended = self.sublayers[0](x, lambda q: self.self_attn(query=q, key=q, value=q, mask=src_mask))
-        return self.sublayers[1](attended, lambda h: self.feed_forward(h))
-
-
-class EncoderClones(nn.Module):
-    """The Annotated Transformer's way: deep copies of one layer, PyTorch's LayerNorm at the end."""
-
-    def __init__(self, d_model, n_heads, d_ff, n_layers, dropout=0.1, norm_first=False):
-        super().__init__()
-        layer = EncoderLayerExplicit(d_model, n_heads, d_ff, dropout, norm_first)
-        self.layers = nn.ModuleList(copy.deepcopy(layer) for _ in range(n_layers))
-        self.norm = nn.LayerNorm(d_model) if norm_first else nn.Identity()
-
-    def forward(self, x, src_mask):
-        for layer in self.layers:
-            x = layer(x, src_mask)
-        return self.norm(x)
-
-
-class EncoderReduce(nn.Module):
-    """functools.reduce over the layers; `norm` is None in post-norm (it has no parameters either way)."""
-
-    def __init__(self, d_model, n_heads, d_ff, n_layers, dropout=0.1, norm_first=False):
-        super().__init__()
-        self.layers = nn.ModuleList(EncoderLayerSolutionsParts(d_model, n_heads, d_ff, dropout, norm_first)
-                                    for _ in range(n_layers))
-        self.norm = LayerNorm(d_model) if norm_first else None
-
-    def forward(self, x, src_mask):
-        x = functools.reduce(lambda h, layer: layer(h, src_mask), self.layers, x)
-        return x if self.norm is None else self.norm(x)
-
-
-@pytest.mark.parametrize("cls", [EncoderLayerExplicit, EncoderLayerSolutionsParts])
-def test_other_correct_encoder_layers(cls):
-    assert_full_marks(cls, "EncoderLayer")
-
-
-@pytest.mark.parametrize("cls", [EncoderClones, EncoderReduce])
-def test_other_correct_encoders(cls):
-    assert_full_marks(cls, "Encoder")
-
-
-# ---------------------------------------------------------------- classic mistakes: EncoderLayer
-def layer_variant(fixed_norm_first=None, fixed_dropout=None, sublayers=None, fwd=None):
-    """A solutions.EncoderLayer with one thing changed."""
-    class Variant(solutions.EncoderLayer):
-        def __init__(self, d_model, n_heads, d_ff, dropout=0.1, norm_first=False):
-            super().__init__(d_model, n_heads, d_ff, dropout if fixed_dropout is None else fixed_dropout,
-                             norm_first if fixed_norm_first is None else fixed_norm_first)
-            if sublayers is not None:
-                del self.sublayers  # a learner's __init__ would assign it only once
-                self.sublayers = sublayers(d_model, dropout, norm_first)
-
-        if fwd is not None:
-            def forward(self, x, src_mask):
-                return fwd(self, x, src_mask)
-    return Variant
-
-
-def fwd_src_mask_ignored(self, x, src_mask):
-    x = self.sublayers[0](x, lambda y: self.self_attn(y, y, y, None))
-    return self.sublayers[1](x, self.feed_forward)
-
-
-def fwd_src_mask_inverted(self, x, src_mask):
-    """~src_mask: the real tokens hidden, the padding attended."""
-    x = self.sublayers[0](x, lambda y: self.self_attn(y, y, y, ~src_mask))
-    return self.sublayers[1](x, self.feed_forward)
-
-
-def fwd_src_mask_eq_zero(self, x, src_mask):
-    """src_mask == 0, a PyTorch habit (its key_padding_mask is True at padding)."""
-    x = self.sublayers[0](x, lambda y: self.self_attn(y, y, y, src_mask == 0))
-    return self.sublayers[1](x, self.feed_forward)
-
-
-def fwd_order_swapped(self, x, src_mask):
-    x = self.sublayers[0](x, self.feed_forward)
-    return self.sublayers[1](x, lambda y: self.self_attn(y, y, y, src_mask))
-
-
-def fwd_norms_swapped(self, x, src_mask):
-    x = self.sublayers[1](x, lambda y: self.self_attn(y, y, y, src_mask))
-    return self.sublayers[0](x, self.feed_forward)
-
-
-def fwd_first_sublayer_twice(self, x, src_mask):
-    x = self.sublayers[0](x, lambda y: self.self_attn(y, y, y, src_mask))
-    return self.sublayers[0](x, self.feed_forward)
-
-
-def fwd_no_residual(self, x, src_mask):
-    post = not self.sublayers[0].norm_first
-    for sub, f in zip(self.sublayers, (lambda y: self.self_attn(y, y, y, src_mask), self.feed_forward)):
-        x = sub.norm(sub.dropout(f(x))) if post else sub.dropout(f(sub.norm(x)))
-    return x
-
-
-def fwd_norm_inside(self, x, src_mask):
-    for sub, f in zip(self.sublayers, (lambda y: self.self_attn(y, y, y, src_mask), self.feed_forward)):
-        x = x + sub.norm(sub.dropout(f(x)))
-    return x
-
-
-def fwd_pre_norm_residual_after_norm(self, x, src_mask):
-    for sub, f in zip(self.sublayers, (lambda y: self.self_attn(y, y, y, src_mask), self.feed_forward)):
-        if sub.norm_first:
-            n = sub.norm(x)
-            x = n + sub.dropout(f(n))
-        else:
-            x = sub(x, f)
-    return x
-
-
-def fwd_functional_dropout(self, x, src_mask):
-    """F.dropout without training=self.training: random even in eval mode."""
-    x = self.sublayers[0](x, lambda y: F.dropout(self.self_attn(y, y, y, src_mask), 0.5))
-    return self.sublayers[1](x, self.feed_forward)
-
-
-def one_sublayer_repeated(d, p, nf):
-    return nn.ModuleList([SublayerConnection(d, p, nf)] * 2)
-
-
-def sublayers_in_a_list(d, p, nf):
-    return [SublayerConnection(d, p, nf) for _ in range(2)]
-
-
-LAYER_MISTAKES = [
-    ("norm_first ignored", layer_variant(fixed_norm_first=False), ["norm_first ignored"]),
-    ("always pre-norm", layer_variant(fixed_norm_first=True), ["pre-norm computed where post-norm was asked"]),
-    ("src_mask not passed to self-attention", layer_variant(fwd=fwd_src_mask_ignored), ["src_mask not passed"]),
-    ("src_mask inverted", layer_variant(fwd=fwd_src_mask_inverted), ["src_mask inverted"]),
-    ("src_mask == 0", layer_variant(fwd=fwd_src_mask_eq_zero), ["src_mask inverted"]),
-    ("sublayer order wrong", layer_variant(fwd=fwd_order_swapped), ["sublayer order wrong"]),
-    ("sublayer norms swapped", layer_variant(fwd=fwd_norms_swapped), ["norms swapped"]),
-    ("sublayers[0] used twice", layer_variant(fwd=fwd_first_sublayer_twice), ["sublayers[0] used for both"]),
-    ("residual missing", layer_variant(fwd=fwd_no_residual), ["residual connection missing"]),
-    ("norm on the sublayer output only", layer_variant(fwd=fwd_norm_inside), ["x + LayerNorm(sublayer(x))"]),
-    ("pre-norm residual after the norm", layer_variant(fwd=fwd_pre_norm_residual_after_norm),
-     ["residual taken after the norm"]),
-    ("one sublayer object repeated", layer_variant(sublayers=one_sublayer_repeated), ["repeated", "* n"]),
-    ("sublayers in a Python list", layer_variant(sublayers=sublayers_in_a_list), ["plain Python list"]),
-    ("dropout argument ignored", layer_variant(fixed_dropout=0.1), ["dropout argument is ignored"]),
-    ("dropout never applied", layer_variant(fixed_dropout=0.0), ["dropout argument is not used"]),
-    ("F.dropout active in eval mode", layer_variant(fwd=fwd_functional_dropout), ["eval mode"]),
-]
-
-
-@pytest.mark.parametrize("label,cls,keywords", LAYER_MISTAKES, ids=[m[0] for m in LAYER_MISTAKES])
-def test_encoder_layer_mistakes_are_caught(label, cls, keywords):
-    assert_caught(cls, "EncoderLayer", *keywords)
-
-
-class LayerWithoutBias(solutions.EncoderLayer):
-    """Attention projections named differently from the contract: copying weights in must say so."""
-
-    def __init__(self, d_model, n_heads, d_ff, dropout=0.1, norm_first=False):
-        super().__init__(d_model, n_heads, d_ff, dropout, norm_first)
-        self.self_attn.query = self.self_attn.w_q
-        del self.self_attn.w_q
-
-
-def test_wrong_attribute_names_are_named():
-    points, text = assert_caught(LayerWithoutBias, "EncoderLayer", "self_attn.w_q", "contract")
-    assert points == 0  # every check needs the contract's names
-
-
-# ---------------------------------------------------------------- classic mistakes: Encoder
-def encoder_variant(layers=None, norm=None, layer_norm_first=None, fwd=None):
-    class Variant(solutions.Encoder):
-        def __init__(self, d_model, n_heads, d_ff, n_layers, dropout=0.1, norm_first=False):
-            super().__init__(d_model, n_heads, d_ff, n_layers, dropout, norm_first)
-            if layer_norm_first is not None:
-                self.layers = nn.ModuleList(solutions.EncoderLayer(d_model, n_heads, d_ff, dropout, layer_norm_first)
-                                            for _ in range(n_layers))
-            if layers is not None:
-                del self.layers  # a learner's __init__ would assign it only once
-                self.layers = layers(d_model, n_heads, d_ff, n_layers, dropout, norm_first)
-            if norm is not None:
-                self.norm = norm(d_model)
-
-        if fwd is not None:
-            def forward(self, x, src_mask):
-                return fwd(self, x, src_mask)
-    return Variant
-
-
-def repeated_layer(d, h, ff, n, p, nf):
-    return nn.ModuleList([solutions.EncoderLayer(d, h, ff, p, nf)] * n)
-
-
-def shared_attention(d, h, ff, n, p, nf):
-    layers = nn.ModuleList(solutions.EncoderLayer(d, h, ff, p, nf) for _ in range(n))
-    for layer in layers[1:]:
-        layer.self_attn = layers[0].self_attn
-    return layers
-
-
-def layers_in_a_list(d, h, ff, n, p, nf):
-    return [solutions.EncoderLayer(d, h, ff, p, nf) for _ in range(n)]
-
-
-def fwd_no_final_norm(self, x, src_mask):
-    for layer in self.layers:
-        x = layer(x, src_mask)
-    return x
-
-
-def fwd_each_on_input(self, x, src_mask):
-    out = x
-    for layer in self.layers:
-        out = layer(x, src_mask)
-    return self.norm(out)
-
-
-def fwd_mask_first_only(self, x, src_mask):
-    for i, layer in enumerate(self.layers):
-        x = layer(x, src_mask if i == 0 else None)
-    return self.norm(x)
-
-
-def fwd_no_mask(self, x, src_mask):
-    for layer in self.layers:
-        x = layer(x, None)
-    return self.norm(x)
-
-
-def fwd_return_in_loop(self, x, src_mask):
-    for layer in self.layers:
-        return self.norm(layer(x, src_mask))
-
-
-ENCODER_MISTAKES = [
-    ("one layer repeated n times", encoder_variant(layers=repeated_layer), ["repeated", "deepcopy"]),
-    ("layers share parameters", encoder_variant(layers=shared_attention), ["share parameter"]),
-    ("layers in a Python list", encoder_variant(layers=layers_in_a_list), ["plain Python list"]),
-    ("final norm in post-norm", encoder_variant(norm=LayerNorm), ["final norm present in the post-norm"]),
-    ("final norm missing in pre-norm", encoder_variant(norm=lambda d: nn.Identity()), ["final norm missing"]),
-    ("final norm built but not applied", encoder_variant(fwd=fwd_no_final_norm), ["final norm missing"]),
-    ("norm_first not passed to the layers", encoder_variant(layer_norm_first=False), ["norm_first not passed"]),
-    ("pre-norm layers in a post-norm stack", encoder_variant(layer_norm_first=True), ["norm_first ignored"]),
-    ("src_mask not passed", encoder_variant(fwd=fwd_no_mask), ["mask is not passed"]),
-    ("src_mask to the first layer only", encoder_variant(fwd=fwd_mask_first_only), ["first layer only"]),
-    ("each layer applied to the input", encoder_variant(fwd=fwd_each_on_input), ["stack's input"]),
-    ("return inside the loop", encoder_variant(fwd=fwd_return_in_loop), ["only the first layer"]),
-]
-
-
-@pytest.mark.parametrize("label,cls,keywords", ENCODER_MISTAKES, ids=[m[0] for m in ENCODER_MISTAKES])
-def test_encoder_mistakes_are_caught(label, cls, keywords):
-    assert_caught(cls, "Encoder", *keywords)
-
-
-# ---------------------------------------------------------------- review: more styles, more mistakes
-class EncoderLayerLoop(nn.Module):
-    """The sublayers zipped with a list of callables; deep-copied connections; an extra keyword argument."""
-
-    def __init__(self, d_model, n_heads, d_ff, dropout=0.1, norm_first=False, activation="relu"):
-        super().__init__()
-        self.self_attn = MultiHeadAttention(d_model, n_heads, dropout)
-        self.feed_forward = PositionwiseFeedForward(d_model, d_ff, dropout)
-        self.sublayers = nn.ModuleList(copy.deepcopy(SublayerConnection(d_model, dropout, norm_first)) for _ in "ab")
-
-    def forward(self, x, src_mask=None):
-        steps = [lambda t: self.self_attn(t, t, t, mask=src_mask), self.feed_forward]
-        for connection, step in zip(self.sublayers, steps):
-            x = connection(x, step)
-        return x
-
-
-class EncoderLayerSequentialHolder(nn.Module):
-    """The two connections in an nn.Sequential (indexable), a named inner function for the attention."""
-
-    def __init__(self, d_model, n_heads, d_ff, dropout=0.1, norm_first=False):
-        super().__init__()
-        self.self_attn = MultiHeadAttention(d_model, n_heads, dropout)
-        self.feed_forward = PositionwiseFeedForward(d_model, d_ff, dropout)
-        self.sublayers = nn.Sequential(SublayerConnection(d_model, dropout, norm_first),
-                                       SublayerConnection(d_model, dropout, norm_first))
-
-    def forward(self, x, src_mask):
-        def attend(q):
-            return self.self_attn(q, q, q, src_mask)
-        return self.sublayers[1](self.sublayers[0](x, attend), self.feed_forward)
-
-
-class EncoderLayerMaskExpanded(EncoderLayerLoop):
-    """Expands the (B, 1, 1, L) mask to (B, 1, L, L) itself: still the contract's broadcasting."""
-
-    def forward(self, x, src_mask=None):
-        m = None if src_mask is None else src_mask.expand(-1, 1, x.size(1), -1)
-        return super().forward(x, m)
-
-
-class EncoderRecursive(nn.Module):
-    def __init__(self, d_model, n_heads, d_ff, n_layers, dropout=0.1, norm_first=False):
-        super().__init__()
-        self.layers = nn.ModuleList(EncoderLayerLoop(d_model, n_heads, d_ff, dropout, norm_first) for _ in range(n_layers))
-        self.norm = LayerNorm(d_model) if norm_first else nn.Identity()
-
-    def run(self, x, mask, i=0):
-        return x if i == len(self.layers) else self.run(self.layers[i](x, mask), mask, i + 1)
-
-    def forward(self, x, src_mask):
-        return self.norm(self.run(x, src_mask))
-
-
-class EncoderFunctionNorm(nn.Module):
-    """Layers appended one by one; in post-norm `norm` is a plain function (no parameters)."""
-
-    def __init__(self, d_model, n_heads, d_ff, n_layers, dropout=0.1, norm_first=False):
-        super().__init__()
-        self.layers = nn.ModuleList()
-        for _ in range(n_layers):
-            self.layers.append(solutions.EncoderLayer(d_model, n_heads, d_ff, dropout, norm_first=norm_first))
-        self.norm = LayerNorm(d_model) if norm_first else (lambda t: t)
-
-    def forward(self, x, src_mask):
-        for i in range(len(self.layers)):
-            x = self.layers[i](x, src_mask)
-        return self.norm(x)
-
-
-@pytest.mark.parametrize("cls", [EncoderLayerLoop, EncoderLayerSequentialHolder, EncoderLayerMaskExpanded])
-def test_more_correct_encoder_layers(cls):
-    assert_full_marks(cls, "EncoderLayer")
-
-
-@pytest.mark.parametrize("cls", [EncoderRecursive, EncoderFunctionNorm])
-def test_more_correct_encoders(cls):
-    assert_full_marks(cls, "Encoder")
-
-
-class DropoutOnResidualSum(EncoderLayerExplicit):
-    """Every train-mode output differs from eval, as it should, but the dropout sits on the sum."""
-
-    def forward(self, x, src_mask):
-        steps = (lambda y: self.self_attn(y, y, y, src_mask), self.feed_forward)
-        for sub, f in zip(self.sublayers, steps):
-            x = x + sub.dropout(f(sub.norm(x))) if self.norm_first else sub.norm(sub.dropout(x + f(x)))
-        return x
-
-
-class FeedForwardTwiceDModel(EncoderLayerLoop):
-    """d_ff written as 2 * d_model: the check's own sizes (16, 32) would hide it."""
-
-    def __init__(self, d_model, n_heads, d_ff, dropout=0.1, norm_first=False):
-        super().__init__(d_model, n_heads, d_ff, dropout, norm_first)
-        self.feed_forward = PositionwiseFeedForward(d_model, 2 * d_model, dropout)
-
-
-class AttentionOnOuterX(EncoderLayerLoop):
-    def forward(self, x, src_mask=None):
-        h = self.sublayers[0](x, lambda y: self.self_attn(x, x, x, src_mask))
-        return self.sublayers[1](h, self.feed_forward)
-
-
-class ResidualAddedInPlace(EncoderLayerExplicit):
-    def forward(self, x, src_mask):
-        steps = (lambda y: self.self_attn(y, y, y, src_mask), self.feed_forward)
-        for sub, f in zip(self.sublayers, steps):
-            if self.norm_first:
-                x += sub.dropout(f(sub.norm(x)))
-            else:
-                x = sub.norm(x + sub.dropout(f(x)))
-        return x
-
-
-class PreNormLayerNormalizesItsOutput(EncoderLayerLoop):
-    def forward(self, x, src_mask=None):
-        x = super().forward(x, src_mask)
-        return self.sublayers[1].norm(x) if self.sublayers[1].norm_first else x
-
-
-REVIEW_LAYER_MISTAKES = [
-    ("dropout on the residual sum", DropoutOnResidualSum, ["dropout applied to the residual sum"]),
-    ("d_ff hard-coded as 2 * d_model", FeedForwardTwiceDModel, ["feed_forward.w_1.weight", "no fixed sizes"]),
-    ("the lambda uses x, not its argument", AttentionOnOuterX, ["lambda uses x instead of its argument"]),
-    ("x += ... in place", ResidualAddedInPlace, ["changed in place"]),
-    ("pre-norm layer normalizes its output", PreNormLayerNormalizesItsOutput, ["normalized again at its end"]),
-]
-
-
-@pytest.mark.parametrize("label,cls,keywords", REVIEW_LAYER_MISTAKES, ids=[m[0] for m in REVIEW_LAYER_MISTAKES])
-def test_more_encoder_layer_mistakes_are_caught(label, cls, keywords):
-    assert_caught(cls, "EncoderLayer", *keywords)
-
-
-def fwd_norm_after_every_layer(self, x, src_mask):
-    for layer in self.layers:
-        x = self.norm(layer(x, src_mask))
-    return x
-
-
-def fwd_norm_twice(self, x, src_mask):
-    for layer in self.layers:
-        x = layer(x, src_mask)
-    return self.norm(self.norm(x))
-
-
-def fwd_copied_into_input(self, x, src_mask):
-    for layer in self.layers:
-        x.copy_(layer(x, src_mask))
-    return self.norm(x)
-
-
-REVIEW_ENCODER_MISTAKES = [
-    ("final norm after every layer", encoder_variant(fwd=fwd_norm_after_every_layer), ["after every layer"]),
-    ("final norm applied twice", encoder_variant(fwd=fwd_norm_twice), ["final norm applied twice"]),
-    ("layers' outputs copied into x", encoder_variant(fwd=fwd_copied_into_input), ["changed in place"]),
-]
-
-
-@pytest.mark.parametrize("label,cls,keywords", REVIEW_ENCODER_MISTAKES, ids=[m[0] for m in REVIEW_ENCODER_MISTAKES])
-def test_more_encoder_mistakes_are_caught(label, cls, keywords):
-    assert_caught(cls, "Encoder", *keywords)
-
-
-# ---------------------------------------------------------------- stubs
-def test_stubs_get_zero_and_say_not_implemented():
-    from autograder import REGISTRY
-
-    class EncoderLayer(nn.Module):
-        def __init__(self, d_model, n_heads, d_ff, dropout=0.1, norm_first=False):
-            super().__init__()
-            raise NotImplementedError()
-
-    class Encoder(nn.Module):
-        def __init__(self, d_model, n_heads, d_ff, n_layers, dropout=0.1, norm_first=False):
-            super().__init__()
-            raise NotImplementedError()
-
-    for stub in (EncoderLayer, Encoder):
-        points, text = grade(stub)
-        assert points == 0 and text.count("not implemented yet") == len(REGISTRY[stub.__name__]), text
-
-
-class EncoderLayerTorch(nn.TransformerEncoderLayer):
-    """PyTorch's encoder layer under the contract's name."""
-
-    def __init__(self, d_model, self_attn=None, feed_forward=None, dropout=0.1, norm_first=False):
-        super().__init__(d_model, 4, 4 * d_model, dropout, batch_first=True, norm_first=norm_first)
-
-
-def test_pytorch_encoder_layer_earns_nothing():
-    points, text = grade(EncoderLayerTorch, "EncoderLayer")
-    assert points == 0 and text.count("PyTorch's nn.Transformer modules") == text.count("✗") > 0, text
-
-
-# ---------------------------------------------------------------- the dropout argument reaches the layers
-class EncoderFixedDropout(solutions.Encoder):
-    def __init__(self, d_model, n_heads, d_ff, n_layers, dropout=0.1, norm_first=False):
-        super().__init__(d_model, n_heads, d_ff, n_layers, 0.1, norm_first)  # the argument dropped
-
-
-class EncoderNoDropout(solutions.Encoder):
-    def __init__(self, d_model, n_heads, d_ff, n_layers, dropout=0.1, norm_first=False):
-        super().__init__(d_model, n_heads, d_ff, n_layers, 0.0, norm_first)  # layers built without dropout
-
-
-@pytest.mark.parametrize("cls,keyword", [(EncoderFixedDropout, "dropout argument is ignored"),
-                                         (EncoderNoDropout, "dropout argument is not used")])
-def test_encoder_that_drops_the_dropout_argument_is_caught(cls, keyword):
-    assert_caught(cls, "Encoder", keyword)
-
-
-# ---------------------------------------------------------------- second review: more correct styles
 
 
 class SDPAAttention(nn.Module):
@@ -602,6 +107,34 @@ class Float64Attention(nn.Module):
         return self.w_o(torch.bmm(w, v).view(B, h, Lq, dk).permute(0, 2, 1, 3).reshape(B, Lq, d))
 
 
+class AdditiveAttention(nn.Module):
+    """Takes an additive float mask (0 or -1e9) instead of a boolean one."""
+
+    def __init__(self, d_model, n_heads, dropout=0.1):
+        super().__init__()
+        self.h = n_heads
+        self.w_q, self.w_k, self.w_v, self.w_o = (nn.Linear(d_model, d_model) for _ in range(4))
+        self.drop = nn.Dropout(dropout)
+
+    def forward(self, q, k, v, add=None):
+        B, L, d = q.shape
+        Q, K = self.w_q(q).view(B, L, self.h, -1), self.w_k(k).view(B, k.size(1), self.h, -1)
+        V = self.w_v(v).view(B, k.size(1), self.h, -1)
+        s = torch.einsum("bqhd,bkhd->bhqk", Q, K) / math.sqrt(Q.size(-1))
+        if add is not None:
+            s = s + add
+        return self.w_o(torch.einsum("bhqk,bkhd->bqhd", self.drop(s.softmax(-1)), V).reshape(B, L, d))
+
+
+class FeedForward(nn.Module):
+    def __init__(self, d_model, d_ff, dropout):
+        super().__init__()
+        self.w_1, self.w_2, self.p = nn.Linear(d_model, d_ff), nn.Linear(d_ff, d_model), dropout
+
+    def forward(self, x):
+        return self.w_2(F.dropout(F.relu(self.w_1(x)), self.p, training=self.training))
+
+
 class SequentialFeedForward(nn.Module):
     """w_1 and w_2 registered, and run through an nn.Sequential with an in-place ReLU."""
 
@@ -626,6 +159,14 @@ class VarMeanLayerNorm(nn.Module):
         return torch.addcmul(self.bias, self.weight, (x - mean) * torch.rsqrt(var + self.eps))
 
 
+class Residual(nn.Module):
+    """Holds a PyTorch LayerNorm and a dropout rate; the layer writes the residual sum out itself."""
+
+    def __init__(self, d_model, dropout):
+        super().__init__()
+        self.norm, self.dropout = nn.LayerNorm(d_model), nn.Dropout(dropout)
+
+
 class InPlaceConnection(nn.Module):
     """Its own connection: an in-place dropout, and `out += x` on the tensor it created itself."""
 
@@ -639,6 +180,76 @@ class InPlaceConnection(nn.Module):
         out = self.dropout(f(x))
         out += x
         return self.norm(out)
+
+
+# ---------------------------------------------------------------- EncoderLayer: correct, written differently
+class EncoderLayerExplicit(nn.Module):
+    """Everything written out: einsum attention, nn.LayerNorm, the residual sums in forward."""
+
+    def __init__(self, d_model, n_heads, d_ff, dropout=0.1, norm_first=False):
+        super().__init__()
+        self.self_attn = EinsumAttention(d_model, n_heads, dropout)
+        self.feed_forward = FeedForward(d_model, d_ff, dropout)
+        self.sublayers = nn.ModuleList(Residual(d_model, dropout) for _ in range(2))
+        self.norm_first = norm_first
+
+    def forward(self, x, src_mask):
+        steps = (lambda y: self.self_attn(y, y, y, src_mask), self.feed_forward)
+        for sub, f in zip(self.sublayers, steps):
+            if self.norm_first:
+                x = x + sub.dropout(f(sub.norm(x)))
+            else:
+                x = sub.norm(x + sub.dropout(f(x)))
+        return x
+
+
+class EncoderLayerSolutionsParts(nn.Module):
+    """The course's parts, the sublayers built one by one, an extra attribute of its own."""
+
+    def __init__(self, d_model, n_heads, d_ff, dropout=0.1, norm_first=False):
+        super().__init__()
+        self.self_attn = MultiHeadAttention(d_model, n_heads, dropout)
+        self.feed_forward = PositionwiseFeedForward(d_model, d_ff, dropout)
+        self.sublayers = nn.ModuleList()
+        self.sublayers.append(SublayerConnection(d_model, dropout, norm_first))
+        self.sublayers.append(SublayerConnection(d_model, dropout, norm_first))
+        self.size = d_model
+
+    def forward(self, x, src_mask=None):
+        attended = self.sublayers[0](x, lambda q: self.self_attn(query=q, key=q, value=q, mask=src_mask))
+        return self.sublayers[1](attended, lambda h: self.feed_forward(h))
+
+
+class EncoderLayerLoop(nn.Module):
+    """The sublayers zipped with a list of callables; deep-copied connections; an extra keyword argument."""
+
+    def __init__(self, d_model, n_heads, d_ff, dropout=0.1, norm_first=False, activation="relu"):
+        super().__init__()
+        self.self_attn = MultiHeadAttention(d_model, n_heads, dropout)
+        self.feed_forward = PositionwiseFeedForward(d_model, d_ff, dropout)
+        self.sublayers = nn.ModuleList(copy.deepcopy(SublayerConnection(d_model, dropout, norm_first)) for _ in "ab")
+
+    def forward(self, x, src_mask=None):
+        steps = [lambda t: self.self_attn(t, t, t, mask=src_mask), self.feed_forward]
+        for connection, step in zip(self.sublayers, steps):
+            x = connection(x, step)
+        return x
+
+
+class EncoderLayerSequentialHolder(nn.Module):
+    """The two connections in an nn.Sequential (indexable), a named inner function for the attention."""
+
+    def __init__(self, d_model, n_heads, d_ff, dropout=0.1, norm_first=False):
+        super().__init__()
+        self.self_attn = MultiHeadAttention(d_model, n_heads, dropout)
+        self.feed_forward = PositionwiseFeedForward(d_model, d_ff, dropout)
+        self.sublayers = nn.Sequential(SublayerConnection(d_model, dropout, norm_first),
+                                       SublayerConnection(d_model, dropout, norm_first))
+
+    def forward(self, x, src_mask):
+        def attend(q):
+            return self.self_attn(q, q, q, src_mask)
+        return self.sublayers[1](self.sublayers[0](x, attend), self.feed_forward)
 
 
 class EncoderLayerSDPA(nn.Module):
@@ -668,14 +279,8 @@ class EncoderLayerFloat64(nn.Module):
         return self.sublayers[1](x, self.feed_forward)
 
 
-class EncoderLayerPerSentence(nn.Module):
+class EncoderLayerPerSentence(solutions.EncoderLayer):
     """One sentence at a time, on its real tokens only (no mask needed then); zeros at the padding positions."""
-
-    def __init__(self, d_model, n_heads, d_ff, dropout=0.1, norm_first=False):
-        super().__init__()
-        self.self_attn = MultiHeadAttention(d_model, n_heads, dropout)
-        self.feed_forward = PositionwiseFeedForward(d_model, d_ff, dropout)
-        self.sublayers = nn.ModuleList(SublayerConnection(d_model, dropout, norm_first) for _ in range(2))
 
     def one(self, x):
         x = self.sublayers[0](x, lambda t: self.self_attn(t, t, t))
@@ -711,23 +316,6 @@ class EncoderLayerPartial(nn.Module):
         return self.sublayers[1](h, self.feed_forward.forward)
 
 
-class AdditiveAttention(nn.Module):
-    def __init__(self, d_model, n_heads, dropout=0.1):
-        super().__init__()
-        self.h = n_heads
-        self.w_q, self.w_k, self.w_v, self.w_o = (nn.Linear(d_model, d_model) for _ in range(4))
-        self.drop = nn.Dropout(dropout)
-
-    def forward(self, q, k, v, add=None):
-        B, L, d = q.shape
-        Q, K = self.w_q(q).view(B, L, self.h, -1), self.w_k(k).view(B, k.size(1), self.h, -1)
-        V = self.w_v(v).view(B, k.size(1), self.h, -1)
-        s = torch.einsum("bqhd,bkhd->bhqk", Q, K) / math.sqrt(Q.size(-1))
-        if add is not None:
-            s = s + add
-        return self.w_o(torch.einsum("bhqk,bkhd->bqhd", self.drop(s.softmax(-1)), V).reshape(B, L, d))
-
-
 class EncoderLayerNoGradMask(nn.Module):
     """An additive float mask built under torch.no_grad() (harmless: the mask needs no gradient)."""
 
@@ -761,21 +349,238 @@ class EncoderLayerFloat64FeedForward(solutions.EncoderLayer):
         return self.sublayers[1](x, self.ff64)
 
 
-class EncoderLayerStoresOutput(solutions.EncoderLayer):
-    """Keeps its last output, detached, for a plot (harmless)."""
+CORRECT_LAYERS = {
+    "explicit": EncoderLayerExplicit, "the course's parts": EncoderLayerSolutionsParts, "a loop": EncoderLayerLoop,
+    "connections in an nn.Sequential": EncoderLayerSequentialHolder, "SDPA, in-place connections": EncoderLayerSDPA,
+    "float64 attention": EncoderLayerFloat64, "one sentence at a time": EncoderLayerPerSentence,
+    "functools.partial, *args": EncoderLayerPartial, "an additive mask built under no_grad": EncoderLayerNoGradMask,
+    "float64 feed-forward": EncoderLayerFloat64FeedForward,
+    "the mask expanded to (B, 1, L, L)": edit(LAYER, forward_first(LAYER, "src_mask = None if src_mask is None else "
+                                                                           "src_mask.expand(-1, 1, x.size(1), -1)")),
+    "its output kept, detached": edit(LAYER, ("return self.sublayers[1](x, self.feed_forward)",
+                                              "out = self.sublayers[1](x, self.feed_forward)\n"
+                                              "        self.last = out.detach()\n        return out")),
+    "no autograd in eval mode": edit(LAYER, forward_under(LAYER, "with torch.set_grad_enabled(self.training and "
+                                                                  "torch.is_grad_enabled()):")),
+}
+
+
+@pytest.mark.parametrize("cls", CORRECT_LAYERS.values(), ids=CORRECT_LAYERS)
+def test_other_correct_encoder_layers(cls):
+    assert_full_marks(cls, "EncoderLayer")
+
+
+_DROP = init_also("self.drop = nn.Dropout(dropout)")  # a dropout of the layer's own
+
+
+def test_one_dropout_in_the_lambda_instead_of_the_connection_is_fine():
+    """The connections built without dropout, each sublayer's output dropped once in its lambda instead."""
+    cls = edit(LAYER, _DROP, ("(d_model, dropout, norm_first)", "(d_model, 0.0, norm_first)"),
+               ("self.self_attn(y, y, y, src_mask)", "self.drop(self.self_attn(y, y, y, src_mask))"),
+               ("(x, self.feed_forward)", "(x, lambda y: self.drop(self.feed_forward(y)))"))
+    points, line = grade_one(cls, "EncoderLayer", "uses the dropout argument")
+    assert points == 1, line
+
+
+# ---------------------------------------------------------------- EncoderLayer: classic mistakes
+def _layer(*changes):
+    return edit(LAYER, *changes)
+
+
+def _attend(new):
+    return edit(LAYER, ("self.self_attn(y, y, y, src_mask)", new))
+
+
+def _connection(new):
+    return edit(LAYER, ("SublayerConnection(d_model, dropout, norm_first)", new))
+
+
+def _connections(new):
+    return edit(LAYER, ("nn.ModuleList([SublayerConnection(d_model, dropout, norm_first) for _ in range(2)])", new))
+
+
+def _forward(*lines):
+    return edit(LAYER, new_forward(LAYER, *lines))
+
+
+def _first(*lines):
+    return edit(LAYER, forward_first(LAYER, *lines))
+
+
+def _each_sublayer(*lines):
+    """The forward as a loop over (connection, sublayer) pairs, the connection's parts used by hand."""
+    return _forward("for sub, f in zip(self.sublayers, (lambda y: self.self_attn(y, y, y, src_mask), "
+                    "self.feed_forward)):", *(f"    {line}" for line in lines), "return x")
+
+
+_ATTEND, _FEED = "x = self.sublayers[0]", "return self.sublayers[1]"
+ENCODER_LAYER_MISTAKES = [
+    # the sublayer connections
+    Mistake("norm_first ignored", _connection("SublayerConnection(d_model, dropout)"), 4, "norm_first ignored"),
+    Mistake("always pre-norm", _connection("SublayerConnection(d_model, dropout, True)"), 3,
+            "pre-norm computed where post-norm was asked"),
+    Mistake("SublayerConnection(d_model, norm_first)", _connection("SublayerConnection(d_model, norm_first)"), 3,
+            ("norm_first ignored", "SublayerConnection(d_model, dropout, norm_first), in that order")),
+    Mistake("one sublayer object repeated",
+            _connections("nn.ModuleList([SublayerConnection(d_model, dropout, norm_first)] * 2)"), 1,
+            ("repeated", "* n")),
+    Mistake("sublayers in a Python list",
+            _connections("[SublayerConnection(d_model, dropout, norm_first) for _ in range(2)]"), 3,
+            "plain Python list"),
+    # which sublayer, through which connection, on what
+    Mistake("sublayer order wrong", _forward("x = self.sublayers[0](x, self.feed_forward)", "return self.sublayers[1]"
+                                             "(x, lambda y: self.self_attn(y, y, y, src_mask))"), 2,
+            "sublayer order wrong"),
+    Mistake("sublayer norms swapped", _layer((_FEED, "return self.sublayers[0]"), (_ATTEND, "x = self.sublayers[1]")),
+            2, "norms swapped"),
+    Mistake("sublayers[0] used twice", _layer((_FEED, "return self.sublayers[0]")), 2, "sublayers[0] used for both"),
+    Mistake("feed-forward sublayer missing", _layer((_ATTEND, "return self.sublayers[0]")), 2,
+            "feed-forward sublayer is missing"),
+    Mistake("feed-forward on the layer's input", _layer((_ATTEND, "self.sublayers[0]")), 2, "got the layer's input x"),
+    Mistake("the lambda uses x, not its argument", _attend("self.self_attn(x, x, x, src_mask)"), 4,
+            "lambda uses x instead of its argument"),
+    Mistake("pre-norm: keys and values from x", _attend("self.self_attn(y, x, x, src_mask)"), 4,
+            "keys and values taken from x"),
+    # the residual sum and the norms
+    Mistake("residual missing", _each_sublayer("x = sub.norm(sub.dropout(f(x))) if not sub.norm_first else "
+                                               "sub.dropout(f(sub.norm(x)))"), 2, "residual connection missing"),
+    Mistake("norm on the sublayer output only", _each_sublayer("x = x + sub.norm(sub.dropout(f(x)))"), 2,
+            "x + LayerNorm(sublayer(x))"),
+    Mistake("no LayerNorm at all", _each_sublayer("x = x + sub.dropout(f(x))"), 2, "LayerNorm missing"),
+    Mistake("pre-norm residual after the norm",
+            _each_sublayer("if sub.norm_first:", "    n = sub.norm(x)", "    x = n + sub.dropout(f(n))", "else:",
+                           "    x = sub(x, f)"), 4, "residual taken after the norm"),
+    Mistake("pre-norm layer normalizes its output",
+            _layer((_FEED + "(x, self.feed_forward)", "x = self.sublayers[1](x, self.feed_forward)\n        return "
+                    "self.sublayers[1].norm(x) if self.sublayers[1].norm_first else x")), 4,
+            "normalized again at its end"),
+    Mistake("x += ... in place", _each_sublayer("if sub.norm_first:", "    x += sub.dropout(f(sub.norm(x)))", "else:",
+                                                "    x = sub(x, f)"), 4, "changed in place"),
+    Mistake("residual path detached", _each_sublayer("x = sub.norm(x.detach() + sub.dropout(f(x))) "
+                                                     "if not sub.norm_first else x + sub.dropout(f(sub.norm(x)))"),
+            4, ("gradient with respect to x", "cut off from autograd")),
+    Mistake("forward under torch.no_grad()", _layer(forward_under(LAYER, "with torch.no_grad():")), 4,
+            ("cut off from autograd", "no_grad")),
+    Mistake("self.eval() inside forward", _first("self.eval()"), 4, "switched to eval mode"),
+    # the mask
+    Mistake("src_mask not passed to self-attention", _attend("self.self_attn(y, y, y, None)"), 4,
+            "src_mask not passed"),
+    Mistake("src_mask inverted", _attend("self.self_attn(y, y, y, ~src_mask)"), 0, "src_mask inverted"),
+    Mistake("src_mask == 0", _attend("self.self_attn(y, y, y, src_mask == 0)"), 0,  # PyTorch's key_padding_mask habit
+            "src_mask inverted"),
+    Mistake("mask transposed onto the queries",
+            _attend("self.self_attn(y, y, y, None if src_mask is None else src_mask.transpose(-1, -2))"), 4,
+            "hides queries instead of keys"),
+    Mistake("mask.unsqueeze(1) on a 4-d mask",  # the Annotated Transformer's habit; it raised deep inside multi-head
+            _first("src_mask = None if src_mask is None else src_mask.unsqueeze(1)"), 2,  # attention with no Likely
+            ("works without the mask and fails with it", "no mask.unsqueeze(1)")),
+    Mistake("the first call's mask kept",
+            _layer(init_also("self.mask = None"), ("y, y, y, src_mask", "y, y, y, self.mask"),
+                   (_ATTEND, "self.mask = src_mask if self.mask is None else self.mask\n        " + _ATTEND)), 4,
+            ("second batch", "earlier call")),
+    Mistake("the caller's mask flipped in place",  # then flipped back for its own use: the next layer gets it flipped
+            _first("if src_mask is not None:", "    src_mask.logical_not_()", "    src_mask = ~src_mask"), 2,
+            ("src_mask after the call", "changed in place")),
+    # the dropout argument
+    Mistake("dropout argument ignored", _layer(init_also("dropout = 0.1")), 4, "dropout argument is ignored"),
+    Mistake("dropout never applied", _layer(init_also("dropout = 0.0")), 4, "dropout argument is not used"),
+    Mistake("attention dropout left at its default", _layer(("(d_model, n_heads, dropout)", "(d_model, n_heads)")), 4,
+            "dropout argument is ignored"),
+    Mistake("F.dropout active in eval mode",
+            _attend("torch.nn.functional.dropout(self.self_attn(y, y, y, src_mask), 0.5)"), 1, "eval mode"),
+    Mistake("dropout on the residual sum", _each_sublayer("x = x + sub.dropout(f(sub.norm(x))) if sub.norm_first "
+                                                          "else sub.norm(sub.dropout(x + f(x)))"),
+            4, "dropout applied to the residual sum"),
+    Mistake("a second dropout on self_attn's output",  # which the connection drops again (p = 1 cannot tell)
+            _layer(_DROP, ("self.self_attn(y, y, y, src_mask)", "self.drop(self.self_attn(y, y, y, src_mask))")), 0,
+            ("second dropout on the self_attn sublayer", "dropped twice"), title="uses the dropout argument"),
+    Mistake("a second dropout on feed_forward's output",
+            _layer(_DROP, ("(x, self.feed_forward)", "(x, lambda y: self.drop(self.feed_forward(y)))")), 0,
+            ("second dropout on the feed_forward sublayer", "dropped twice"), title="uses the dropout argument"),
+    # the contract's names and sizes
+    Mistake("d_ff hard-coded as 2 * d_model",  # the check's own sizes (16, 32) would hide it
+            _layer(("(d_model, d_ff, dropout)", "(d_model, 2 * d_model, dropout)")), 4,
+            ("feed_forward.w_1.weight", "no fixed sizes")),
+    Mistake("self_attn.w_q named otherwise",  # every check needs the contract's names: all lose their point
+            _layer(("n_heads, dropout)\n", "n_heads, dropout)\n        self.self_attn.query = self.self_attn.w_q\n"
+                                            "        del self.self_attn.w_q\n")), 0, ("self_attn.w_q", "contract")),
+]
+
+
+@pytest.mark.parametrize("m", mistakes("EncoderLayer", ENCODER_LAYER_MISTAKES))
+def test_encoder_layer_mistakes(m):
+    assert_mistake(m)
+
+
+class EncoderLayerTorch(nn.TransformerEncoderLayer):
+    """PyTorch's encoder layer under the contract's name."""
+
+    def __init__(self, d_model, self_attn=None, feed_forward=None, dropout=0.1, norm_first=False):
+        super().__init__(d_model, 4, 4 * d_model, dropout, batch_first=True, norm_first=norm_first)
+
+
+def test_pytorch_encoder_layer_earns_nothing():
+    points, text = grade(EncoderLayerTorch, "EncoderLayer")
+    assert points == 0 and text.count("PyTorch's nn.Transformer modules") == text.count("✗") > 0, text
+
+
+# ---------------------------------------------------------------- Encoder: correct, written differently
+class EncoderClones(nn.Module):
+    """The Annotated Transformer's way: deep copies of one layer, PyTorch's LayerNorm at the end."""
+
+    def __init__(self, d_model, n_heads, d_ff, n_layers, dropout=0.1, norm_first=False):
+        super().__init__()
+        layer = EncoderLayerExplicit(d_model, n_heads, d_ff, dropout, norm_first)
+        self.layers = nn.ModuleList(copy.deepcopy(layer) for _ in range(n_layers))
+        self.norm = nn.LayerNorm(d_model) if norm_first else nn.Identity()
 
     def forward(self, x, src_mask):
-        out = super().forward(x, src_mask)
-        self.last = out.detach()
-        return out
+        for layer in self.layers:
+            x = layer(x, src_mask)
+        return self.norm(x)
 
 
-class EncoderLayerNoGradInEval(solutions.EncoderLayer):
-    """Skips autograd in eval mode (an inference shortcut); gradients flow in train mode, where it is trained."""
+class EncoderReduce(nn.Module):
+    """functools.reduce over the layers; `norm` is None in post-norm (it has no parameters either way)."""
+
+    def __init__(self, d_model, n_heads, d_ff, n_layers, dropout=0.1, norm_first=False):
+        super().__init__()
+        self.layers = nn.ModuleList(EncoderLayerSolutionsParts(d_model, n_heads, d_ff, dropout, norm_first)
+                                    for _ in range(n_layers))
+        self.norm = LayerNorm(d_model) if norm_first else None
 
     def forward(self, x, src_mask):
-        with torch.set_grad_enabled(self.training and torch.is_grad_enabled()):
-            return super().forward(x, src_mask)
+        x = functools.reduce(lambda h, layer: layer(h, src_mask), self.layers, x)
+        return x if self.norm is None else self.norm(x)
+
+
+class EncoderRecursive(nn.Module):
+    def __init__(self, d_model, n_heads, d_ff, n_layers, dropout=0.1, norm_first=False):
+        super().__init__()
+        self.layers = nn.ModuleList(EncoderLayerLoop(d_model, n_heads, d_ff, dropout, norm_first) for _ in range(n_layers))
+        self.norm = LayerNorm(d_model) if norm_first else nn.Identity()
+
+    def run(self, x, mask, i=0):
+        return x if i == len(self.layers) else self.run(self.layers[i](x, mask), mask, i + 1)
+
+    def forward(self, x, src_mask):
+        return self.norm(self.run(x, src_mask))
+
+
+class EncoderFunctionNorm(nn.Module):
+    """Layers appended one by one; in post-norm `norm` is a plain function (no parameters)."""
+
+    def __init__(self, d_model, n_heads, d_ff, n_layers, dropout=0.1, norm_first=False):
+        super().__init__()
+        self.layers = nn.ModuleList()
+        for _ in range(n_layers):
+            self.layers.append(solutions.EncoderLayer(d_model, n_heads, d_ff, dropout, norm_first=norm_first))
+        self.norm = LayerNorm(d_model) if norm_first else (lambda t: t)
+
+    def forward(self, x, src_mask):
+        for i in range(len(self.layers)):
+            x = self.layers[i](x, src_mask)
+        return self.norm(x)
 
 
 class EncoderCheckpointed(solutions.Encoder):
@@ -784,13 +589,6 @@ class EncoderCheckpointed(solutions.Encoder):
     def forward(self, x, src_mask):
         for layer in self.layers:
             x = checkpoint.checkpoint(layer, x, src_mask, use_reentrant=True)
-        return self.norm(x)
-
-
-class EncoderCheckpointedNonReentrant(solutions.Encoder):
-    def forward(self, x, src_mask):
-        for layer in self.layers:
-            x = checkpoint.checkpoint(layer, x, src_mask, use_reentrant=False)
         return self.norm(x)
 
 
@@ -859,271 +657,109 @@ class EncoderReinitialisedCopies(nn.Module):
         return self.norm(out)
 
 
-SECOND_ROUND_LAYERS = [EncoderLayerSDPA, EncoderLayerFloat64, EncoderLayerPerSentence, EncoderLayerPartial,
-                       EncoderLayerNoGradMask, EncoderLayerFloat64FeedForward, EncoderLayerStoresOutput,
-                       EncoderLayerNoGradInEval]
-SECOND_ROUND_ENCODERS = [EncoderCheckpointed, EncoderCheckpointedNonReentrant, EncoderChildren,
-                         EncoderSequentialIndexed, EncoderPerSentence, EncoderReinitialisedCopies]
+CORRECT_ENCODERS = {
+    "deep copies of one layer": EncoderClones, "functools.reduce": EncoderReduce, "recursive": EncoderRecursive,
+    "a function as the post-norm norm": EncoderFunctionNorm, "checkpointed, reentrant": EncoderCheckpointed,
+    "checkpointed": edit(ENCODER, ("x = layer(x, src_mask)",
+                                   "x = torch.utils.checkpoint.checkpoint(layer, x, src_mask, use_reentrant=False)")),
+    "children()": EncoderChildren, "nn.Sequential, indexed": EncoderSequentialIndexed,
+    "one sentence at a time": EncoderPerSentence, "re-initialised copies": EncoderReinitialisedCopies,
+}
 
 
-@pytest.mark.parametrize("cls", SECOND_ROUND_LAYERS)
-def test_second_round_correct_encoder_layers(cls):
-    assert_full_marks(cls, "EncoderLayer")
-
-
-@pytest.mark.parametrize("cls", SECOND_ROUND_ENCODERS)
-def test_second_round_correct_encoders(cls):
+@pytest.mark.parametrize("cls", CORRECT_ENCODERS.values(), ids=CORRECT_ENCODERS)
+def test_other_correct_encoders(cls):
     assert_full_marks(cls, "Encoder")
 
 
-# ---------------------------------------------------------------- second review: more mistakes
-class LayerNoGrad(solutions.EncoderLayer):
-    def forward(self, x, src_mask):
-        with torch.no_grad():
-            return super().forward(x, src_mask)
-
-
-class LayerResidualDetached(solutions.EncoderLayer):
-    def forward(self, x, src_mask):
-        for sub, f in zip(self.sublayers, (lambda y: self.self_attn(y, y, y, src_mask), self.feed_forward)):
-            x = sub.norm(x.detach() + sub.dropout(f(x))) if not sub.norm_first else x + sub.dropout(f(sub.norm(x)))
-        return x
-
-
-class LayerEvalInForward(solutions.EncoderLayer):
-    def forward(self, x, src_mask):
-        self.eval()
-        return super().forward(x, src_mask)
-
-
-class LayerCachesMask(solutions.EncoderLayer):
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.mask = None
-
-    def forward(self, x, src_mask):
-        if self.mask is None:
-            self.mask = src_mask
-        return super().forward(x, self.mask)
-
-
-class LayerFlipsMaskInPlace(solutions.EncoderLayer):
-    """~ computed in place on the caller's mask (then inverted back for its own use): the next layer gets it flipped."""
-
-    def forward(self, x, src_mask):
-        if src_mask is None:
-            return super().forward(x, None)
-        src_mask.logical_not_()
-        return super().forward(x, ~src_mask)
-
-
-class LayerMaskOnQueries(solutions.EncoderLayer):
-    def forward(self, x, src_mask):
-        return super().forward(x, None if src_mask is None else src_mask.transpose(-1, -2))
-
-
-class LayerKeysFromOuterX(solutions.EncoderLayer):
-    def forward(self, x, src_mask):
-        h = self.sublayers[0](x, lambda y: self.self_attn(y, x, x, src_mask))
-        return self.sublayers[1](h, self.feed_forward)
-
-
-class LayerWithoutNorm(solutions.EncoderLayer):
-    def forward(self, x, src_mask):
-        for sub, f in zip(self.sublayers, (lambda y: self.self_attn(y, y, y, src_mask), self.feed_forward)):
-            x = x + sub.dropout(f(x))
-        return x
-
-
-class LayerWithoutFeedForward(solutions.EncoderLayer):
-    def forward(self, x, src_mask):
-        return self.sublayers[0](x, lambda y: self.self_attn(y, y, y, src_mask))
-
-
-class LayerFeedForwardOnInput(solutions.EncoderLayer):
-    def forward(self, x, src_mask):
-        self.sublayers[0](x, lambda y: self.self_attn(y, y, y, src_mask))
-        return self.sublayers[1](x, self.feed_forward)
-
-
-class LayerPositionalSlip(solutions.EncoderLayer):
-    """SublayerConnection(d_model, norm_first): norm_first lands in the dropout slot."""
-
-    def __init__(self, d_model, n_heads, d_ff, dropout=0.1, norm_first=False):
-        super().__init__(d_model, n_heads, d_ff, dropout, norm_first)
-        del self.sublayers
-        self.sublayers = nn.ModuleList(SublayerConnection(d_model, norm_first) for _ in range(2))
-
-
-class LayerAttentionDefaultDropout(solutions.EncoderLayer):
-    def __init__(self, d_model, n_heads, d_ff, dropout=0.1, norm_first=False):
-        super().__init__(d_model, n_heads, d_ff, dropout, norm_first)
-        self.self_attn = MultiHeadAttention(d_model, n_heads)  # dropout left at its default 0.1
-
-
-SECOND_ROUND_LAYER_MISTAKES = [
-    ("forward under torch.no_grad()", LayerNoGrad, ["cut off from autograd", "no_grad"]),
-    ("residual path detached", LayerResidualDetached, ["gradient with respect to x", "cut off from autograd"]),
-    ("self.eval() inside forward", LayerEvalInForward, ["switched to eval mode"]),
-    ("the first call's mask kept", LayerCachesMask, ["second batch", "earlier call"]),
-    ("the caller's mask flipped in place", LayerFlipsMaskInPlace, ["src_mask after the call", "changed in place"]),
-    ("mask transposed onto the queries", LayerMaskOnQueries, ["hides queries instead of keys"]),
-    ("pre-norm: keys and values from x", LayerKeysFromOuterX, ["keys and values taken from x"]),
-    ("no LayerNorm at all", LayerWithoutNorm, ["LayerNorm missing"]),
-    ("feed-forward sublayer missing", LayerWithoutFeedForward, ["feed-forward sublayer is missing"]),
-    ("feed-forward on the layer's input", LayerFeedForwardOnInput, ["got the layer's input x"]),
-    ("SublayerConnection(d_model, norm_first)", LayerPositionalSlip,
-     ["norm_first ignored", "SublayerConnection(d_model, dropout, norm_first), in that order"]),
-    ("attention dropout left at its default", LayerAttentionDefaultDropout, ["dropout argument is ignored"]),
-]
-
-
-@pytest.mark.parametrize("label,cls,keywords", SECOND_ROUND_LAYER_MISTAKES,
-                         ids=[m[0] for m in SECOND_ROUND_LAYER_MISTAKES])
-def test_second_round_encoder_layer_mistakes_are_caught(label, cls, keywords):
-    assert_caught(cls, "EncoderLayer", *keywords)
-
-
-class EncoderNoGrad(solutions.Encoder):
-    @torch.no_grad()
-    def forward(self, x, src_mask):
-        return super().forward(x, src_mask)
-
-
-class EncoderInputDropout(solutions.Encoder):
-    """Dropout on the stack's input: the positional encoding has already dropped the embeddings."""
-
-    def __init__(self, d_model, n_heads, d_ff, n_layers, dropout=0.1, norm_first=False):
-        super().__init__(d_model, n_heads, d_ff, n_layers, dropout, norm_first)
-        self.drop = nn.Dropout(dropout)
-
-    def forward(self, x, src_mask):
-        return super().forward(self.drop(x), src_mask)
-
-
-def fwd_skip_first(self, x, src_mask):
-    for i in range(1, len(self.layers)):
-        x = self.layers[i](x, src_mask)
-    return self.norm(x)
-
-
-def fwd_skip_last(self, x, src_mask):
-    for layer in self.layers[:-1]:
-        x = layer(x, src_mask)
-    return self.norm(x)
-
-
-def fwd_reversed(self, x, src_mask):
-    for layer in reversed(self.layers):
-        x = layer(x, src_mask)
-    return self.norm(x)
-
-
-def fwd_mask_inverted(self, x, src_mask):
-    for layer in self.layers:
-        x = layer(x, ~src_mask)
-    return self.norm(x)
-
-
-SECOND_ROUND_ENCODER_MISTAKES = [
-    ("forward under torch.no_grad()", EncoderNoGrad, ["cut off from autograd"]),
-    ("dropout on the stack's input", EncoderInputDropout, ["dropout applied to the encoder's input"]),
-    ("the first layer skipped", encoder_variant(fwd=fwd_skip_first), ["first layer skipped"]),
-    ("the last layer skipped", encoder_variant(fwd=fwd_skip_last), ["stops early"]),
-    ("layers in reverse order", encoder_variant(fwd=fwd_reversed), ["reverse order"]),
-    ("mask inverted before the layers", encoder_variant(fwd=fwd_mask_inverted), ["src_mask inverted"]),
-]
-
-
-@pytest.mark.parametrize("label,cls,keywords", SECOND_ROUND_ENCODER_MISTAKES,
-                         ids=[m[0] for m in SECOND_ROUND_ENCODER_MISTAKES])
-def test_second_round_encoder_mistakes_are_caught(label, cls, keywords):
-    assert_caught(cls, "Encoder", *keywords)
-
-
-# ---------------------------------------------------------------- third review
-class LayerExtraDropoutInLambda(solutions.EncoderLayer):
-    """A dropout of its own on the attention's output, which the sublayer connection drops again (p = 1 cannot tell)."""
-
-    def __init__(self, d_model, n_heads, d_ff, dropout=0.1, norm_first=False):
-        super().__init__(d_model, n_heads, d_ff, dropout, norm_first)
-        self.drop = nn.Dropout(dropout)
-
-    def forward(self, x, src_mask):
-        x = self.sublayers[0](x, lambda y: self.drop(self.self_attn(y, y, y, src_mask)))
-        return self.sublayers[1](x, self.feed_forward)
-
-
-class LayerExtraDropoutOnFeedForward(LayerExtraDropoutInLambda):
-    def forward(self, x, src_mask):
-        x = self.sublayers[0](x, lambda y: self.self_attn(y, y, y, src_mask))
-        return self.sublayers[1](x, lambda y: self.drop(self.feed_forward(y)))
-
-
-class LayerDropoutInLambdaOnly(LayerExtraDropoutInLambda):
-    """Correct: the connections built without dropout, each sublayer's output dropped once in its lambda instead."""
-
-    def __init__(self, d_model, n_heads, d_ff, dropout=0.1, norm_first=False):
-        super().__init__(d_model, n_heads, d_ff, dropout, norm_first)
-        del self.sublayers
-        self.sublayers = nn.ModuleList(SublayerConnection(d_model, 0.0, norm_first) for _ in range(2))
-
-    def forward(self, x, src_mask):
-        x = self.sublayers[0](x, lambda y: self.drop(self.self_attn(y, y, y, src_mask)))
-        return self.sublayers[1](x, lambda y: self.drop(self.feed_forward(y)))
-
-
-@pytest.mark.parametrize("cls,part", [(LayerExtraDropoutInLambda, "self_attn"),
-                                      (LayerExtraDropoutOnFeedForward, "feed_forward")])
-def test_a_second_dropout_on_a_sublayer_output_is_caught(cls, part):
-    points, line = grade_one(cls, "EncoderLayer", "uses the dropout argument")
-    assert points == 0 and f"second dropout on the {part} sublayer" in line and "dropped twice" in line, line
-
-
-def test_one_dropout_in_the_lambda_instead_of_the_connection_is_fine():
-    points, line = grade_one(LayerDropoutInLambdaOnly, "EncoderLayer", "uses the dropout argument")
-    assert points == 1, line
-
-
-# ---------------------------------------------------------------- dropout not passed on: one point, not two
-class LayerAttentionDropoutForgotten(solutions.EncoderLayer):
-    """MultiHeadAttention(d_model, n_heads): its default dropout (0.1) where dropout=0.0 was asked."""
-
-    def __init__(self, d_model, n_heads, d_ff, dropout=0.1, norm_first=False):
-        super().__init__(d_model, n_heads, d_ff, dropout, norm_first)
-        self.self_attn = MultiHeadAttention(d_model, n_heads)
-
-
-class EncoderLayersDropoutForgotten(solutions.Encoder):
-    """Its layers built without the dropout argument (their default 0.1)."""
-
-    def __init__(self, d_model, n_heads, d_ff, n_layers, dropout=0.1, norm_first=False):
-        super().__init__(d_model, n_heads, d_ff, n_layers, dropout, norm_first)
-        self.layers = nn.ModuleList(solutions.EncoderLayer(d_model, n_heads, d_ff, norm_first=norm_first)
-                                    for _ in range(n_layers))
-
-
-@pytest.mark.parametrize("cls,name,title", [(LayerAttentionDropoutForgotten, "EncoderLayer", "post-norm equals"),
-                                            (EncoderLayersDropoutForgotten, "Encoder", "post-norm stack")])
+@pytest.mark.parametrize("cls,name,title", [
+    (edit(LAYER, ("MultiHeadAttention(d_model, n_heads, dropout)", "MultiHeadAttention(d_model, n_heads)")),
+     "EncoderLayer", "post-norm equals"),
+    (edit(ENCODER, ("EncoderLayer(d_model, n_heads, d_ff, dropout, norm_first)",
+                    "EncoderLayer(d_model, n_heads, d_ff, norm_first=norm_first)")), "Encoder", "post-norm stack")],
+    ids=["attention", "layers"])
 def test_dropout_not_passed_on_is_not_blamed_on_detach(cls, name, title):
-    points, line = grade_one(cls, name, title)  # the dropout check alone names it
+    """A part built without the dropout argument (its default 0.1 where 0.0 was asked): the dropout check alone
+    names it."""
+    points, line = grade_one(cls, name, title)
     assert points == 1, line
 
 
-class LayerUnsqueezesTheMask(solutions.EncoderLayer):
-    """The Annotated Transformer's habit, mask.unsqueeze(1), with the course's 4-d masks: it raised deep inside
-    multi-head attention and the message had no 'Likely' (found by a learner simulation)."""
-
-    def forward(self, x, src_mask=None):
-        return super().forward(x, None if src_mask is None else src_mask.unsqueeze(1))
+# ---------------------------------------------------------------- Encoder: classic mistakes
+def _encoder(*changes):
+    return edit(ENCODER, *changes)
 
 
-def test_a_mask_unsqueezed_on_the_way_is_named():
-    assert_caught(LayerUnsqueezesTheMask, "EncoderLayer", "works without the mask and fails with it",
-                  "no mask.unsqueeze(1)")
+def _layers(new):
+    return edit(ENCODER, ("nn.ModuleList([EncoderLayer(d_model, n_heads, d_ff, dropout, norm_first)\n"
+                          "                                     for _ in range(n_layers)])", new))
 
 
-# ---------------------------------------------------------------- issue 17: an error in the learner's code
+def _final(new):
+    return edit(ENCODER, ("LayerNorm(d_model) if norm_first else nn.Identity()", new))
+
+
+def _loop(new):
+    return edit(ENCODER, ("for layer in self.layers:", new))
+
+
+_EACH, _NORM = "x = layer(x, src_mask)", "return self.norm(x)"
+_LAYER = "EncoderLayer(d_model, n_heads, d_ff, dropout, norm_first)"
+ENCODER_MISTAKES = [
+    # the layers
+    Mistake("one layer repeated n times", _layers(f"nn.ModuleList([{_LAYER}] * n_layers)"), 1,
+            ("repeated", "deepcopy")),
+    Mistake("layers share parameters", _layers(f"nn.ModuleList({_LAYER} for _ in range(n_layers))\n"
+                                               "        for layer in self.layers[1:]:\n"
+                                               "            layer.self_attn = self.layers[0].self_attn"), 1,
+            "share parameter"),
+    Mistake("layers in a Python list", _layers(f"[{_LAYER} for _ in range(n_layers)]"), 4, "plain Python list"),
+    Mistake("norm_first not passed to the layers", _encoder(("dropout, norm_first)\n", "dropout)\n")), 4,
+            "norm_first not passed"),
+    Mistake("pre-norm layers in a post-norm stack", _encoder(("dropout, norm_first)\n", "dropout, True)\n")), 3,
+            "norm_first ignored"),
+    # the final norm
+    Mistake("final norm in post-norm", _final("LayerNorm(d_model)"), 2, "final norm present in the post-norm"),
+    Mistake("final norm missing in pre-norm", _final("nn.Identity()"), 3, "final norm missing"),
+    Mistake("final norm built but not applied", _encoder((_NORM, "return x")), 4, "final norm missing"),
+    Mistake("final norm after every layer", _encoder((_EACH, "x = self.norm(layer(x, src_mask))"), (_NORM, "return x")),
+            4, "after every layer"),
+    Mistake("final norm applied twice", _encoder((_NORM, "return self.norm(self.norm(x))")), 4,
+            "final norm applied twice"),
+    # the loop
+    Mistake("each layer applied to the input", _encoder(("for layer", "out = x\n        for layer"),
+                                                        (_EACH, "out = layer(x, src_mask)"),
+                                                        (_NORM, "return self.norm(out)")), 2, "stack's input"),
+    Mistake("return inside the loop", _encoder((_EACH, "return self.norm(layer(x, src_mask))")), 2,
+            "only the first layer"),
+    Mistake("the first layer skipped", _loop("for layer in self.layers[1:]:"), 2, "first layer skipped"),
+    Mistake("the last layer skipped", _loop("for layer in self.layers[:-1]:"), 2, "stops early"),
+    Mistake("layers in reverse order", _loop("for layer in reversed(self.layers):"), 2, "reverse order"),
+    Mistake("layers' outputs copied into x", _encoder((_EACH, "x.copy_(layer(x, src_mask))")), 1, "changed in place"),
+    Mistake("dropout on the stack's input",  # the positional encoding has already dropped the embeddings
+            _encoder(("self.norm = ", "self.drop = nn.Dropout(dropout)\n        self.norm = "),
+                     ("for layer", "x = self.drop(x)\n        for layer")), 4,
+            "dropout applied to the encoder's input"),
+    Mistake("forward under torch.no_grad()", _encoder(forward_under(ENCODER, "with torch.no_grad():")), 4,
+            "cut off from autograd"),
+    # the mask
+    Mistake("src_mask not passed", _encoder((_EACH, "x = layer(x, None)")), 4, "mask is not passed"),
+    Mistake("src_mask to the first layer only", _encoder(("layer in self.layers", "i, layer in enumerate(self.layers)"),
+                                                         (_EACH, "x = layer(x, src_mask if i == 0 else None)")), 4,
+            "first layer only"),
+    Mistake("mask inverted before the layers", _encoder((_EACH, "x = layer(x, ~src_mask)")), 1, "src_mask inverted"),
+    # the dropout argument
+    Mistake("dropout argument ignored", _encoder(init_also("dropout = 0.1")), 4, "dropout argument is ignored"),
+    Mistake("layers built without dropout", _encoder(init_also("dropout = 0.0")), 4, "dropout argument is not used"),
+]
+
+
+@pytest.mark.parametrize("m", mistakes("Encoder", ENCODER_MISTAKES))
+def test_encoder_mistakes(m):
+    assert_mistake(m)
+
+
+# ---------------------------------------------------------------- an error in the learner's code: where, which shapes
 class EncoderLayerTransposesTheAttention(solutions.EncoderLayer):
     """A shape mistake of no known kind: the message says where, with which shapes, after which call, and guesses no
     cause (5 is the length of both x and h: the sizes do not point at one tensor's dimension)."""
