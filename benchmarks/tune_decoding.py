@@ -1,7 +1,7 @@
 """Beam size and length penalty for a trained model, chosen on the validation set, never on the test set.
 
     python benchmarks/tune_decoding.py runs/cpu15/model.pt --data ../shared/data/multi30k \
-        [--beams 1 4 6] [--alphas 0.6 1.0]
+        [--beams 1 4 6] [--alphas 0.6 1.0] [--json results/tune.json]
 
 Decodes Multi30k's validation set (1,014 sentences) with every beam size and length penalty asked for
 (beam 1 is greedy decoding, which has no penalty), prints each one's sacreBLEU, then scores the test set
@@ -12,6 +12,7 @@ prints. The decoding is the lesson's own (solutions.translate.evaluate_bleu).
 from __future__ import annotations
 
 import argparse
+import json
 import pathlib
 import sys
 import time
@@ -36,6 +37,7 @@ def main(argv=None) -> None:
     ap.add_argument("--data", default="multi30k", help="multi30k, or a Multi30k mirror (URL or folder)")
     ap.add_argument("--beams", type=int, nargs="+", default=[1, 4, 6])
     ap.add_argument("--alphas", type=float, nargs="+", default=[0.6, 1.0])
+    ap.add_argument("--json", help="also write every score to this file")
     args = ap.parse_args(argv)
     model, tokenizer, config = load_checkpoint(args.checkpoint)
     _, splits = load_data(args.data)
@@ -48,10 +50,17 @@ def main(argv=None) -> None:
                   f"({results[beam, alpha][1]:.0f} s)", flush=True)
     best = max(results, key=lambda k: results[k][0])
     print(f"best on validation: beam {best[0]}, alpha {best[1]:.1f}")
+    test = {}
     for name, (beam, alpha) in {"greedy": (1, 0.0), "the model's setting": (config.beam_size, config.alpha),
                                 "best on validation": best}.items():
         bleu, seconds = score(model, tokenizer, config, test_de, test_en, beam, alpha)
+        test[name] = {"beam": beam, "alpha": alpha, "bleu": bleu}
         print(f"test  {name:<20} beam {beam} alpha {alpha:.1f}: {bleu:.2f} ({seconds:.0f} s)", flush=True)
+    if args.json:
+        pathlib.Path(args.json).write_text(json.dumps({
+            "checkpoint": args.checkpoint, "seed": config.seed,
+            "validation": [{"beam": b, "alpha": a, "bleu": r[0]} for (b, a), r in results.items()],
+            "best_on_validation": {"beam": best[0], "alpha": best[1]}, "test": test}, indent=1) + "\n")
 
 
 if __name__ == "__main__":

@@ -124,7 +124,7 @@ def test_departures_name_every_difference_from_the_paper():
     bf16 = ["number format"] if cpu_has_bf16() else []  # "auto": bf16 autocast on a CPU with bf16 units
     assert default == ["layer normalization", "gradient clipping", "model size", "batch size", "warmup and peak rate",
                        "BPE vocabulary", "maximum output length", "attention dropout", "checkpoint averaging",
-                       "data", "training time", *bf16, "BLEU"]
+                       "beam search", "data", "training time", *bf16, "BLEU"]
     assert [what for what, *_ in departures(paper_config("cpu"))] == ["data", "training time", *bf16, "BLEU"]
     assert [what for what, *_ in departures(paper_config("cpu", precision="fp32"))] == ["data", "training time", "BLEU"]
     assert [what for what, *_ in departures(paper_config("cuda"))] == ["data", "training time", "number format", "BLEU"]
@@ -134,6 +134,8 @@ def test_departures_name_every_difference_from_the_paper():
     assert decoding_args(paper)["max_output"] == (1.0, 50)  # input length + 50
     why = {what: reason for what, _, _, reason in departures(config_for("cpu"))}
     assert "31.2 against 20.8" in why["layer normalization"]  # benchmarks/translate_cpu.md: 31.16 and 20.79
+    assert "validation set" in why["beam search"] and config_for("cpu").alpha == 1.0  # tuned on val, not test
+    assert config_for("cuda").alpha == 0.6  # the paper's, until a GPU run measures another
 
 
 def test_bleu_scores_put_corpus_bleu_beside_sacrebleu():
