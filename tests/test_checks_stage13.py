@@ -1012,6 +1012,8 @@ BEAM_MISTAKES = [
     Mistake("log p times the penalty", beam_mistake(penalty="mul"), 4, "multiplied by length_penalty"),
     Mistake("length ** alpha as the penalty", beam_mistake(penalty="power"), 4, "length ** alpha"),
     Mistake("alpha ignored", beam_mistake(fixed_alpha=0.6), 5, "alpha argument is ignored"),
+    Mistake("beam_size ignored (4 kept)", edit(BEAM, ("device, K = src.device, beam_size", "device, K = src.device, 4")),
+            7, "Likely: the beam_size argument is ignored"),
     Mistake("<eos> left out of the length", edit(BEAM, ("top_val[s, j].item() / length_penalty(t, alpha)",
                                                       "top_val[s, j].item() / length_penalty(t - 1, alpha)")),
             5, "left out <eos>"),

@@ -370,6 +370,8 @@ INIT_COPIES = ("the search started with beam_size copies of <bos>, all with log 
                "copies of one hypothesis (a beam of one); start with a single hypothesis, or give the copies log p "
                "-inf")
 ALPHA_IGNORED = "the alpha argument is ignored (0.6 used)"
+BEAM_SIZE_IGNORED = ("the beam_size argument is ignored: the search keeps 4 hypotheses (the default) whatever "
+                     "beam_size says; use the argument wherever the width is set (topk, the number kept)")
 PENALTY_MUL = ("log p multiplied by length_penalty instead of divided by it: the score is log p / "
                "length_penalty(length, alpha)")
 PENALTY_POWER = "the penalty is length ** alpha: divide by length_penalty(length, alpha) = ((5 + length) / 6) ** alpha"
@@ -420,6 +422,8 @@ def _beam_variants(next_logits, sources, max_len, K, alpha, bos=BOS, eos=EOS):
         out[INIT_COPIES] = [_ref_beam(next_logits, s, max_len, 1, alpha, bos, eos) for s in sources]
     if alpha != 0.6:
         out[ALPHA_IGNORED] = [_ref_beam(next_logits, s, max_len, K, 0.6, bos, eos) for s in sources]
+    if K != 4:
+        out[BEAM_SIZE_IGNORED] = [_ref_beam(next_logits, s, max_len, 4, alpha, bos, eos) for s in sources]
     out[NO_GENERATOR] = [_ref_beam(_without_generator(next_logits), s, max_len, K, alpha, bos, eos) for s in sources]
     out["<bos> is in the output: return the generated tokens only"] = [[bos] + e for e in expected]
     out["searched max_len + 1 tokens: at most max_len tokens are generated, <eos> included"] = \
@@ -895,7 +899,7 @@ def _beam_greedy(beam_search):
                   "with one hypothesis and no length penalty, each step keeps the most probable open extension: "
                   "greedy decoding", lambda: _beam_variants(fn, keys, 6, 1, 0.0)[1], rows,
                   alone=_alone(beam_search, fn, 7, src, mask, 6, beam_size=1, alpha=0.0),
-                  rank=_beam_ranker(beam_search))
+                  rank=_beam_ranker(beam_search), prefer=(BEAM_SIZE_IGNORED,))
 
 
 @register("beam_search", "a beam as wide as the search space finds the brute-force best log p / penalty")
