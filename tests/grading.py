@@ -42,15 +42,6 @@ def assert_full_marks(obj, name=None):
     assert points == top, f"{name or obj.__name__}: {points}/{top}\n{text}"
 
 
-def assert_caught(obj, name, *keywords):
-    """The mutant loses points, and the report names the mistake (every keyword appears, case-insensitive)."""
-    points, text = grade(obj, name)
-    assert points < max_points(name), f"mutant of {name} got full marks:\n{text}"
-    missing = [k for k in keywords if k.lower() not in text.lower()]
-    assert not missing, f"mutant of {name} lost points but the report does not say {missing}:\n{text}"
-    return points, text
-
-
 def grade_one(obj, name, title_start):
     """(points, printed line) of the one check of `name` whose title starts with `title_start`: a test about one
     check need not pay for all of them (a whole model's take seconds)."""
