@@ -4,7 +4,6 @@ tests/test_registry.py)."""
 import timeit
 
 import pytest
-from torch import nn
 
 import solutions
 from tests.grading import Mistake, assert_full_marks, assert_mistake, edit, mistakes
