@@ -10,11 +10,12 @@ Regenerate it with `python -m tests.test_checks_stage01` (from the repository ro
 import collections
 import contextlib
 import functools
-import heapq
+import inspect
 import io
 import itertools
 import json
 import math
+import pathlib
 import pickle
 import random
 import re
@@ -73,18 +74,13 @@ def subword_nmt_segment(words, merges):
 
 # name: (corpus, num_merges, min_frequency); what each small case is for is in its check's title
 LEARN_CASES = {
-    "docstring": (["low low low lower"], 2, 2),
-    "weighted": (["xy xy xy zw zw"], 1, 1),
+    "docstring": (["low low low lower"], 2, 2), "weighted": (["xy xy xy zw zw"], 1, 1),
     "weighted_2": (["ab ab ab cd cd ef"], 2, 1),
     "ties": (["bb ab cb bb ab cb"], 3, 1),  # three pairs seen twice each: greatest (c, b</w>) first
-    "ties_2": (["abc abc bcd bcd"], 3, 1),
-    "end_of_word": (["ab ab ab a a a a c"], 2, 1),
-    "overlap": (["aaaa aaaaa aaab aaab aaab"], 3, 1),
-    "min_frequency_1": (["ab ab cd"], 5, 1),
-    "min_frequency_2": (["ab ab cd"], 5, 2),
-    "min_frequency_3": (["ab ab cd"], 5, 3),
-    "min_frequency_default": (["ab ab ab cd cd ef"], 5, 2),
-    "no_pair_left": (["ab"], 10, 1),
+    "ties_2": (["abc abc bcd bcd"], 3, 1), "end_of_word": (["ab ab ab a a a a c"], 2, 1),
+    "overlap": (["aaaa aaaaa aaab aaab aaab"], 3, 1), "min_frequency_1": (["ab ab cd"], 5, 1),
+    "min_frequency_2": (["ab ab cd"], 5, 2), "min_frequency_3": (["ab ab cd"], 5, 3),
+    "min_frequency_default": (["ab ab ab cd cd ef"], 5, 2), "no_pair_left": (["ab"], 10, 1),
     "corpus_a": (built_corpus(1, 250, 220), 100, 2),
     "corpus_b": (built_corpus(2, 120, 90), 300, 1),  # runs until no pair is left: 249 merges
     "corpus_c": (built_corpus(2, 120, 90), 200, 3),  # stops at min_frequency: 143 merges
@@ -93,17 +89,13 @@ LEARN_CASES = {
 
 # name: (word, merges) for apply_bpe
 APPLY_CASES = {
-    "docstring": ("lowest", [("l", "o"), ("lo", "w"), ("e", "s")]),
-    "priority": ("low", [("o", "w</w>"), ("l", "o")]),
+    "docstring": ("lowest", [("l", "o"), ("lo", "w"), ("e", "s")]), "priority": ("low", [("o", "w</w>"), ("l", "o")]),
     "priority_2": ("banana", [("a", "n"), ("b", "a"), ("n", "a</w>")]),
     "repeat": ("abc", [("ab", "c</w>"), ("a", "b")]),
     "repeat_2": ("hello", [("he", "llo</w>"), ("l", "o</w>"), ("l", "lo</w>"), ("h", "e")]),
-    "end": ("lower", [("e", "r</w>"), ("l", "o"), ("lo", "w")]),
-    "no_merge": ("xyz", [("a", "b")]),
-    "one_letter": ("a", [("a", "b"), ("a", "a")]),
-    "unseen_character": ("Ωlow", [("l", "o"), ("lo", "w</w>")]),
-    "overlap": ("aaaa", [("a", "a")]),
-    "overlap_2": ("aaaaa", [("a", "a"), ("aa", "a</w>"), ("aa", "aa")]),
+    "end": ("lower", [("e", "r</w>"), ("l", "o"), ("lo", "w")]), "no_merge": ("xyz", [("a", "b")]),
+    "one_letter": ("a", [("a", "b"), ("a", "a")]), "unseen_character": ("Ωlow", [("l", "o"), ("lo", "w</w>")]),
+    "overlap": ("aaaa", [("a", "a")]), "overlap_2": ("aaaaa", [("a", "a"), ("aa", "a</w>"), ("aa", "aa")]),
 }
 
 UNSEEN_A = ["lowering", "newestest", "aaaaaaa", "Straßen", "bananas", "東京都", "Ωμέγαλο", "xyzzy", "q", "théâtre",
@@ -115,20 +107,12 @@ def corpus_words(lines):
 
 
 def build_fixture():
-    learn = {}
-    for name, (corpus, n, m) in LEARN_CASES.items():
-        learn[name] = {"corpus": corpus, "num_merges": n, "min_frequency": m,
-                       "merges": subword_nmt_merges(corpus, n, m)}
+    learn = {name: {"corpus": corpus, "num_merges": n, "min_frequency": m, "merges": subword_nmt_merges(corpus, n, m)}
+             for name, (corpus, n, m) in LEARN_CASES.items()}
     tok_words = corpus_words(LEARN_CASES["tokenizer"][0])
-    unseen_tok = [w[::-1] for w in tok_words if len(w) > 3 and w[::-1] not in tok_words][:8]
-    segment = {
-        "corpus_a": {"merges_of": "corpus_a", "words": subword_nmt_segment(
-            corpus_words(LEARN_CASES["corpus_a"][0]) + UNSEEN_A, learn["corpus_a"]["merges"])},
-        "corpus_b": {"merges_of": "corpus_b", "words": subword_nmt_segment(
-            corpus_words(LEARN_CASES["corpus_b"][0]), learn["corpus_b"]["merges"])},
-        "tokenizer": {"merges_of": "tokenizer",
-                      "words": subword_nmt_segment(tok_words, learn["tokenizer"]["merges"])},
-    }
+    segment = {name: {"merges_of": name, "words": subword_nmt_segment(
+        corpus_words(LEARN_CASES[name][0]) + extra, learn[name]["merges"])}
+        for name, extra in (("corpus_a", UNSEEN_A), ("corpus_b", []), ("tokenizer", []))}
     apply = {name: {"word": w, "merges": [list(p) for p in merges],
                     "subwords": subword_nmt_segment([w], merges)[w]} for name, (w, merges) in APPLY_CASES.items()}
     import subword_nmt
@@ -136,7 +120,8 @@ def build_fixture():
         "note": "Made by subword-nmt " + getattr(subword_nmt, "__version__", "0.3.8") + " (learn_bpe.learn_bpe on "
                 "io.StringIO input, apply_bpe.BPE for segmentations, `l@@ ow` written ['l', 'ow</w>']) on the "
                 "corpora of tests/test_checks_stage01.py; regenerate with `python -m tests.test_checks_stage01`.",
-        "learn": learn, "segment": segment, "apply": apply, "unseen_words": {"tokenizer": unseen_tok},
+        "learn": learn, "segment": segment, "apply": apply,
+        "unseen_words": {"tokenizer": [w[::-1] for w in tok_words if len(w) > 3 and w[::-1] not in tok_words][:8]},
     }
 
 
@@ -158,7 +143,6 @@ def test_fixture_sizes():
     assert len(fx["unseen_words"]["tokenizer"]) == 8
 
 
-
 def test_checks_do_not_use_solutions():
     import autograder.checks.stage01_tokenization as module
     source = open(module.__file__, encoding="utf-8").read()
@@ -170,11 +154,12 @@ def _word(w):
     return tuple(w[:-1]) + (w[-1] + "</w>",)
 
 
-def using(reference, **names):
-    """`reference` recompiled (edit() with no change) with some of the names it calls replaced: a mistake made in
-    a helper, e.g. using(LEARN_BPE, merge_pair=merge_overlapping)."""
-    made = edit(reference)
-    made.__globals__.update(names)
+def using(reference, *changes, name=None, **names):
+    """`reference` changed by edit() (or not at all) with some of the names it calls replaced or added: a mistake
+    made in a helper, e.g. using(LEARN_BPE, merge_pair=merge_overlapping), or a style that calls numpy."""
+    made = edit(reference, *changes, name=name)
+    fn = made if inspect.isfunction(made) else next(f for f in vars(made).values() if inspect.isfunction(f))
+    fn.__globals__.update(names)
     return made
 
 
@@ -186,65 +171,13 @@ def correct(name, *objs):
 
 
 # ========================================================================= get_pair_stats
-def get_pair_stats_defaultdict(vocab):
-    stats = collections.defaultdict(int)
-    for word, freq in vocab.items():
-        for i in range(len(word) - 1):
-            stats[word[i], word[i + 1]] += freq
-    return stats
-
-
-def get_pair_stats_pairwise_get(vocab):
-    """itertools.pairwise and dict.get: a plain dict."""
-    counts = {}
-    for symbols, n in vocab.items():
-        for pair in itertools.pairwise(symbols):
-            counts[pair] = counts.get(pair, 0) + n
-    return counts
-
-
-def get_pair_stats_repeat_update(vocab):
-    """Counter.update with each word's pair list repeated count times."""
-    stats = collections.Counter()
-    for symbols in vocab:
-        stats.update(list(zip(symbols[:-1], symbols[1:])) * vocab[symbols])
-    return stats
-
-
-def get_pair_stats_counter_sum(vocab):
-    """Counter arithmetic: each word's pairs scaled by its count, added up."""
-    total = collections.Counter()
-    for symbols, n in vocab.items():
-        total += collections.Counter({p: k * n for p, k in collections.Counter(zip(symbols, symbols[1:])).items()})
-    return total
-
-
-def get_pair_stats_numpy_ints(vocab):
-    """numpy int64 counts in a plain dict, pairs found from the end of each word."""
-    out = {}
-    for symbols, n in vocab.items():
-        for i in range(len(symbols) - 1, 0, -1):
-            key = (symbols[i - 1], symbols[i])
-            out[key] = out.get(key, np.int64(0)) + np.int64(n)
-    return out
-
-
-def get_pair_stats_ordered(vocab):
-    """The most frequent words first; an OrderedDict."""
-    stats = collections.OrderedDict()
-    for symbols, n in sorted(vocab.items(), key=lambda kv: -kv[1]):
-        for a, b in zip(symbols[:-1], symbols[1:]):
-            stats[(a, b)] = stats.get((a, b), 0) + n
-    return stats
-
-
-def get_pair_stats_float(vocab, *, weight=1.0):
-    """float counts (3.0 == 3) and a keyword-only extra argument."""
-    stats = collections.defaultdict(float)
-    for symbols, n in vocab.items():
-        for pair in itertools.pairwise(symbols):
-            stats[pair] += n * weight
-    return dict(stats)
+_stats = functools.partial(using, GET_PAIR_STATS)  # _stats((old, new), ...): the reference so changed
+PAIRS, ADD, NEW = "zip(symbols, symbols[1:])", "stats[pair] += count", "stats = Counter()"
+LOOP, GET = f"for pair in {PAIRS}:\n            {ADD}", "stats[pair] = stats.get(pair, 0) + count"
+get_pair_stats_defaultdict = _stats(  # a defaultdict(int), pairs by index
+    (NEW, "stats = defaultdict(int)"),
+    (LOOP, "for i in range(len(symbols) - 1):\n            stats[symbols[i], symbols[i + 1]] += count"),
+    name="get_pair_stats_defaultdict")
 
 
 def get_pair_stats_repeat(vocab):
@@ -262,12 +195,28 @@ def get_pair_stats_rows(vocab):
     return collections.Counter(d)
 
 
-correct("get_pair_stats", get_pair_stats_defaultdict, get_pair_stats_pairwise_get, get_pair_stats_repeat_update,
-        get_pair_stats_counter_sum, get_pair_stats_numpy_ints, get_pair_stats_ordered, get_pair_stats_float,
-        get_pair_stats_repeat, get_pair_stats_rows)
-
-
-_stats = functools.partial(edit, GET_PAIR_STATS)  # _stats((old, new), ...): the reference so changed
+correct("get_pair_stats", get_pair_stats_defaultdict, get_pair_stats_repeat, get_pair_stats_rows,
+        # itertools.pairwise and dict.get: a plain dict
+        _stats((NEW, "stats = {}"), (PAIRS, "itertools.pairwise(symbols)"), (ADD, GET),
+               name="get_pair_stats_pairwise_get", itertools=itertools),
+        # Counter.update with each word's pair list repeated count times
+        _stats((LOOP, "stats.update(list(zip(symbols[:-1], symbols[1:])) * count)"),
+               name="get_pair_stats_repeat_update"),
+        # Counter arithmetic: each word's pairs scaled by its count, added up
+        _stats((LOOP, "stats += Counter({p: k * count for p, k in Counter(zip(symbols, symbols[1:])).items()})"),
+               name="get_pair_stats_counter_sum"),
+        # numpy int64 counts in a plain dict, pairs found from the end of each word
+        _stats((NEW, "stats = {}"), (PAIRS, "((symbols[i - 1], symbols[i]) for i in range(len(symbols) - 1, 0, -1))"),
+               (ADD, "stats[pair] = stats.get(pair, np.int64(0)) + np.int64(count)"), name="get_pair_stats_numpy_ints",
+               np=np),
+        # the most frequent words first; an OrderedDict
+        _stats((NEW, "stats = collections.OrderedDict()"), (ADD, GET),
+               ("vocab.items()", "sorted(vocab.items(), key=lambda kv: -kv[1])"), name="get_pair_stats_ordered",
+               collections=collections),
+        # float counts (3.0 == 3) and a keyword-only extra argument; a plain dict returned
+        _stats(("vocab: dict[tuple[str, ...], int])", "vocab, *, weight=1.0)"), (NEW, "stats = defaultdict(float)"),
+               (PAIRS, "itertools.pairwise(symbols)"), (ADD, "stats[pair] += count * weight"),
+               ("return stats", "return dict(stats)"), name="get_pair_stats_float", itertools=itertools))
 
 
 def stats_across_words(vocab):
@@ -276,8 +225,7 @@ def stats_across_words(vocab):
     return collections.Counter(zip(flat, flat[1:]))
 
 
-PAIRS, ADD = "zip(symbols, symbols[1:])", "stats[pair] += count"
-GET_PAIR_STATS_MISTAKES = [
+ROWS = mistakes("get_pair_stats", [
     Mistake("word counts ignored", _stats((ADD, "stats[pair] += 1")), 0, "word counts ignored"),
     Mistake("repeated pair once per word", _stats((PAIRS, f"set({PAIRS})")), 3, "counted once"),
     Mistake("pairs across words", stats_across_words, 0, "across words"),
@@ -286,20 +234,18 @@ GET_PAIR_STATS_MISTAKES = [
     Mistake("the last pair of each word missed", _stats((PAIRS, "zip(symbols, symbols[1:-1])")), 0,
             "last pair of each word"),
     Mistake("a mutable default Counter", _stats(("int]) -> Counter:", "int], stats=Counter()) -> Counter:"),
-                                                ("    stats = Counter()\n", "")), 0,
-            ("called twice", "mutable default")),
+                                                (f"    {NEW}\n", "")), 0, ("called twice", "mutable default")),
     Mistake("keys 'a b' strings", _stats((ADD, "stats[' '.join(pair)] += count")), 0, "tuple (left, right)"),
     Mistake("character pairs", _stats((PAIRS, "zip(''.join(symbols), ''.join(symbols)[1:])")), 0,
             "pairs of characters"),
-]
-
-
-@pytest.mark.parametrize("m", mistakes("get_pair_stats", GET_PAIR_STATS_MISTAKES))
-def test_get_pair_stats_mistakes(m):
-    assert_mistake(m)
+])
 
 
 # ========================================================================= merge_pair
+_merge = functools.partial(using, MERGE_PAIR)  # _merge((old, new), ...): the reference so changed
+MATCH = "(symbols[i], symbols[i + 1]) == pair"
+
+
 def merge_pair_regex(symbols, pair):
     """The paper's (Sennrich et al. 2016, Algorithm 1) regex on the space-joined symbols."""
     bigram = re.escape(" ".join(pair))
@@ -325,20 +271,6 @@ def merge_pair_stack(symbols, pair):
         else:
             out.append(s)
             just_merged = False
-    return tuple(out)
-
-
-def merge_pair_split_parts(symbols, pair):
-    """Joined with a separator that cannot occur (NUL), split again, then a left-to-right scan."""
-    parts = "\x00".join(symbols).split("\x00")
-    out, i = [], 0
-    while i < len(parts):
-        if i + 1 < len(parts) and parts[i] == pair[0] and parts[i + 1] == pair[1]:
-            out.append(parts[i] + parts[i + 1])
-            i += 2
-        else:
-            out.append(parts[i])
-            i += 1
     return tuple(out)
 
 
@@ -406,11 +338,11 @@ def merge_pair_tab_regex(symbols, pair, sep="\t"):
     return tuple(pattern.sub(lambda m: pair[0] + pair[1], sep.join(symbols)).split(sep))
 
 
-correct("merge_pair", merge_pair_regex, merge_pair_recursive, merge_pair_stack, merge_pair_split_parts,
-        merge_pair_gpt2, merge_pair_skip_flag, merge_pair_slice_assign, merge_pair_reduce, merge_pair_tab_regex)
-
-
-_merge = functools.partial(edit, MERGE_PAIR)  # _merge((old, new), ...): the reference so changed
+correct("merge_pair", merge_pair_regex, merge_pair_recursive, merge_pair_stack, merge_pair_gpt2, merge_pair_skip_flag,
+        merge_pair_slice_assign, merge_pair_reduce, merge_pair_tab_regex,
+        # joined with a separator that cannot occur (NUL), split again, then the left-to-right scan
+        _merge(("    out, i = [], 0\n", '    symbols = "\\x00".join(symbols).split("\\x00")\n    out, i = [], 0\n'),
+               (MATCH, "symbols[i] == pair[0] and symbols[i + 1] == pair[1]"), name="merge_pair_split_parts"))
 
 
 def merge_right_to_left(symbols, pair):
@@ -425,17 +357,10 @@ def merge_right_to_left(symbols, pair):
     return tuple(out)
 
 
-def merge_replace(symbols, pair):
-    return tuple(" ".join(symbols).replace(" ".join(pair), "".join(pair)).split(" "))
-
-
-def merge_regex_without_boundaries(symbols, pair):
-    return tuple(re.sub(re.escape(" ".join(pair)), "".join(pair), " ".join(symbols)).split(" "))
-
-
+merge_replace = edit(merge_pair_regex, (  # str.replace on the space-joined symbols
+    'p.sub("".join(pair), " ".join(symbols))', '" ".join(symbols).replace(" ".join(pair), "".join(pair))'))
 merge_overlapping = _merge(("i += 2", "i += 1"))  # the right symbol is used again: a a a -> aa aa a
-MATCH = "(symbols[i], symbols[i + 1]) == pair"
-MERGE_PAIR_MISTAKES = [
+ROWS += mistakes("merge_pair", [
     Mistake("overlapping occurrences", merge_overlapping, 1, ("overlapping", "i + 2")),
     Mistake("right to left", merge_right_to_left, 3, "right to left"),
     Mistake("first occurrence only", _merge(("i += 2", "return tuple(out) + tuple(symbols[i + 2:])")), 2,
@@ -450,24 +375,17 @@ MERGE_PAIR_MISTAKES = [
             "last symbol was lost"),
     Mistake("merged with a space", _merge(("symbols[i] + symbols[i + 1])", "symbols[i] + ' ' + symbols[i + 1])")), 1,
             "'l' + 'o' -> 'lo'"),
-    Mistake("a regex without boundaries", merge_regex_without_boundaries, 1, "inside a symbol"),
+    Mistake("a regex without boundaries", edit(merge_pair_regex, ('r"(?<!\\S)" + bigram + r"(?!\\S)"', "bigram")), 1,
+            "inside a symbol"),
     Mistake("the joined text compared", _merge((MATCH, "symbols[i] + symbols[i + 1] == pair[0] + pair[1]")), 3,
             ("joined text", "== pair")),
-]
-
-
-@pytest.mark.parametrize("m", mistakes("merge_pair", MERGE_PAIR_MISTAKES))
-def test_merge_pair_mistakes(m):
-    assert_mistake(m)
+])
 
 
 # ========================================================================= learn_bpe
 def learn_bpe_recount(corpus, num_merges, min_frequency=2):
     """Slow but correct: recount every pair after each merge, over the words of every line."""
-    vocab = collections.Counter()
-    for line in corpus:
-        for word in line.split():
-            vocab[tuple(word[:-1]) + (word[-1] + "</w>",)] += 1
+    vocab = collections.Counter(_word(w) for line in corpus for w in line.split())
     merges = []
     for _ in range(num_merges):
         stats = get_pair_stats_defaultdict(vocab)
@@ -506,9 +424,9 @@ def learn_bpe_paper(corpus, num_merges, min_frequency=2):
 
 
 def learn_bpe_indexed(corpus, num_merges, min_frequency=2):
-    """Incremental pair counts with an index pair -> words; the best pair by max over the live counts."""
+    """Incremental pair counts with an index pair -> words; the best pair by max over the current counts."""
     freq = collections.Counter(w for line in corpus for w in line.split())
-    seg = {w: tuple(w[:-1]) + (w[-1] + "</w>",) for w in freq}
+    seg = {w: _word(w) for w in freq}
     stats, holders = collections.Counter(), collections.defaultdict(set)
     for w, s in seg.items():
         for p in zip(s, s[1:]):
@@ -533,189 +451,50 @@ def learn_bpe_indexed(corpus, num_merges, min_frequency=2):
     return merges
 
 
-def learn_bpe_sorted_strings(corpus, num_merges, min_frequency=2):
-    """Words kept as space-joined strings; the winner is the last of sorted(stats, key=(count, pair))."""
-    vocab = collections.Counter(" ".join(tuple(w[:-1]) + (w[-1] + "</w>",)) for line in corpus
-                                for w in line.split(" ") if w)
-    merges = []
-    for _ in range(num_merges):
-        stats = collections.Counter()
-        for w, n in vocab.items():
-            s = w.split(" ")
-            for p in zip(s, s[1:]):
-                stats[p] += n
-        if not stats:
-            break
-        best = sorted(stats, key=lambda p: (stats[p], p))[-1]
-        if stats[best] < min_frequency:
-            break
-        merges.append(best)
-        vocab = collections.Counter({" ".join(merge_pair_stack(tuple(w.split(" ")), best)): n
-                                     for w, n in vocab.items()})
-    return tuple(merges)  # a tuple of pairs: fine too
-
-
-def learn_bpe_items_max(corpus, num_merges, min_frequency=2):
-    """max over items by kv[::-1] = (count, pair); entries [symbols, freq] updated in place."""
-    counts = collections.Counter()
-    for line in corpus:
-        counts.update(line.split())
-    vocab = [[_word(w), f] for w, f in counts.items()]
-    merges = []
-    while len(merges) < num_merges:
-        stats = collections.Counter()
-        for s, f in vocab:
-            for p in zip(s, s[1:]):
-                stats[p] += f
-        if not stats:
-            break
-        best, count = max(stats.items(), key=lambda kv: kv[::-1])
-        if count < min_frequency:
-            break
-        merges.append(best)
-        for entry in vocab:
-            entry[0] = merge_pair_gpt2(entry[0], best)
-    return merges
-
-
-def learn_bpe_heap_codepoints(corpus, num_merges, min_frequency=2):
-    """A heap keyed by (-count, the pair's code points negated), stale entries skipped."""
-    def key(p):
-        return tuple(tuple(-ord(c) for c in s) + (1,) for s in p)
-    freq = collections.Counter(w for line in corpus for w in line.split(" ") if w)
-    seg = {w: _word(w) for w in freq}
-    stats = collections.Counter()
-    for w, s in seg.items():
-        for p in zip(s, s[1:]):
-            stats[p] += freq[w]
-    heap = [(-c, key(p), p) for p, c in stats.items()]
-    heapq.heapify(heap)
-    merges = []
-    while heap and len(merges) < num_merges:
-        c, _, p = heapq.heappop(heap)
-        if stats.get(p, 0) != -c:
-            continue
-        if -c < min_frequency:
-            break
-        merges.append(p)
-        touched = set()
-        for w, s in seg.items():
-            new = solutions.merge_pair(s, p)
-            if new != s:
-                for q in zip(s, s[1:]):
-                    stats[q] -= freq[w]
-                    touched.add(q)
-                for q in zip(new, new[1:]):
-                    stats[q] += freq[w]
-                    touched.add(q)
-                seg[w] = new
-        for q in touched:
-            if stats[q] > 0:
-                heapq.heappush(heap, (-stats[q], key(q), q))
-            else:
-                stats.pop(q, None)
-    return merges
-
-
-def learn_bpe_numpy_counts(corpus, num_merges, min_frequency=2):
-    """Pair counts in a numpy array indexed by pair ids; the greatest pair among the maxima."""
-    words = collections.Counter(w for line in iter(corpus) for w in line.split())
-    segs = [list(_word(w)) for w in words]
-    freqs = np.array(list(words.values()), dtype=np.int64)
-    merges = []
-    for _ in range(num_merges):
-        index, counts = {}, []
-        for s, f in zip(segs, freqs):
-            for p in zip(s, s[1:]):
-                if p not in index:
-                    index[p] = len(counts)
-                    counts.append(0)
-                counts[index[p]] += int(f)
-        if not counts:
-            break
-        arr = np.array(counts)
-        top = arr.max()
-        if top < min_frequency:
-            break
-        best = max(p for p, k in index.items() if arr[k] == top)
-        merges.append(best)
-        segs = [list(merge_pair_skip_flag(tuple(s), best)) for s in segs]
-    return merges
-
-
-def learn_bpe_verbose_keyword(corpus, num_merges, min_frequency=2, *, verbose=False):
-    """Words as space-joined strings; the best pair the last of the sorted maxima; a keyword-only extra."""
-    vocab = collections.Counter(" ".join(_word(w)) for line in corpus for w in line.split())
-    merges = []
-    while len(merges) < num_merges:
-        stats = collections.defaultdict(int)
-        for w, n in vocab.items():
-            s = w.split()
-            for i in range(len(s) - 1):
-                stats[s[i], s[i + 1]] += n
-        if not stats:
-            break
-        top = max(stats.values())
-        if top < min_frequency:
-            break
-        best = sorted(p for p, c in stats.items() if c == top)[-1]
-        if verbose:
-            print(best)
-        merges.append(best)
-        vocab = collections.Counter({" ".join(merge_pair_reduce(tuple(w.split()), best)): n for w, n in vocab.items()})
-    return merges
-
-
-def learn_bpe_live_counts(corpus, num_merges, min_frequency=2):
-    """Incremental counts kept with zeros (filtered when choosing); merges returned as lists."""
-    freq = collections.Counter(w for line in corpus for w in line.split())
-    vocab = [[_word(w), f] for w, f in sorted(freq.items(), key=lambda x: -x[1])]
-    stats = collections.defaultdict(int)
-    for s, f in vocab:
-        for p in zip(s, s[1:]):
-            stats[p] += f
-    merges = []
-    while len(merges) < num_merges:
-        live = {p: c for p, c in stats.items() if c > 0}
-        if not live:
-            break
-        best = max(live, key=lambda p: (live[p], p))
-        if live[best] < min_frequency:
-            break
-        merges.append(list(best))
-        for entry in vocab:
-            s, f = entry
-            new = solutions.merge_pair(s, best)
-            if new != s:
-                for p in zip(s, s[1:]):
-                    stats[p] -= f
-                for p in zip(new, new[1:]):
-                    stats[p] += f
-                entry[0] = new
-    return merges
-
-
-def learn_bpe_argmax(corpus, num_merges, min_frequency=2):
-    """Pairs sorted descending, counts in a float64 tensor: argmax's first maximum is the greatest pair."""
-    vocab = {_word(w): f for w, f in collections.Counter(w for line in corpus for w in line.split()).items()}
-    merges = []
-    for _ in range(num_merges):
-        stats = solutions.get_pair_stats(vocab)
-        if not stats:
-            break
-        pairs = sorted(stats, reverse=True)
-        counts = torch.tensor([stats[p] for p in pairs], dtype=torch.float64)
-        k = int(torch.argmax(counts))
-        if counts[k] < min_frequency:
-            break
-        merges.append(pairs[k])
-        vocab = {solutions.merge_pair(s, pairs[k]): f for s, f in vocab.items()}
-    return merges
-
-
-correct("learn_bpe", learn_bpe_recount, learn_bpe_paper, learn_bpe_indexed, learn_bpe_sorted_strings,
-        learn_bpe_items_max, learn_bpe_heap_codepoints, learn_bpe_numpy_counts, learn_bpe_verbose_keyword,
-        learn_bpe_live_counts, learn_bpe_argmax)
+_recount = functools.partial(using, learn_bpe_recount)  # the slow, recounting learn_bpe (correct, above) so changed
+BEST_PAIR, MERGED = "best = max(stats, key=lambda p: (stats[p], p))", "merge_pair_regex(w, best)"
+STOP_AT = "stats[best] <"
+learn_bpe_items_max = _recount(  # max over items by kv[::-1] = (count, pair)
+    (BEST_PAIR, "best, count = max(stats.items(), key=lambda kv: kv[::-1])"), (STOP_AT, "count <"),
+    (MERGED, "merge_pair_gpt2(w, best)"), name="learn_bpe_items_max")
+learn_bpe_live_counts = edit(  # incremental counts kept with zeros (filtered when choosing); merges returned as lists
+    learn_bpe_indexed,
+    ("                if not stats[p]:\n                    del stats[p]\n", ""),
+    ("and stats:\n        best = max(stats, key=lambda p: (stats[p], p))\n        if stats[best]",
+     "and any(stats.values()):\n        live = {p: c for p, c in stats.items() if c > 0}\n"
+     "        best = max(live, key=lambda p: (live[p], p))\n        if live[best]"),
+    ("merges.append(best)", "merges.append(list(best))"), name="learn_bpe_live_counts")
+correct("learn_bpe", learn_bpe_recount, learn_bpe_paper, learn_bpe_indexed, learn_bpe_items_max, learn_bpe_live_counts,
+        # the reference's heap keyed by (-count, the pair's code points negated), not by its key class
+        using(LEARN_BPE,
+              ("    counts = Counter(", "    def key(p):\n"
+                                       "        return tuple(tuple(-ord(c) for c in s) + (1,) for s in p)\n\n"
+                                       "    counts = Counter("),
+              ("(-c, Descending(p))", "(-c, key(p), p)"),
+              ("neg, key = heapq.heappop(heap)\n        best = key.pair", "neg, _, best = heapq.heappop(heap)"),
+              ("(-stats[pair], Descending(pair))", "(-stats[pair], key(pair), pair)"),
+              name="learn_bpe_heap_codepoints"),
+        # words kept as space-joined strings; the winner is the last of sorted(stats, key=(count, pair)); a tuple
+        _recount(("_word(w) for line", '" ".join(_word(w)) for line'),
+                 ("(vocab)", "({tuple(w.split(' ')): f for w, f in vocab.items()})"),
+                 (BEST_PAIR, "best = sorted(stats, key=lambda p: (stats[p], p))[-1]"),
+                 (MERGED, "' '.join(merge_pair_stack(tuple(w.split(' ')), best))"),
+                 ("return merges", "return tuple(merges)"), name="learn_bpe_sorted_strings"),
+        # pair counts in a numpy array; the greatest pair among the maxima
+        _recount((BEST_PAIR, "counts = np.array(list(stats.values()), dtype=np.int64)\n"
+                             "        best = max(p for p, k in zip(stats, counts) if k == counts.max())"),
+                 (STOP_AT, "counts.max() <"), (MERGED, "merge_pair_skip_flag(w, best)"), name="learn_bpe_numpy_counts"),
+        # the best pair the last of the sorted maxima; a keyword-only extra
+        _recount(("min_frequency=2):", "min_frequency=2, *, verbose=False):"),
+                 (BEST_PAIR, "top = max(stats.values())\n"
+                             "        best = sorted(p for p, c in stats.items() if c == top)[-1]\n"
+                             "        if verbose:\n            print(best)"),
+                 (MERGED, "merge_pair_reduce(w, best)"), name="learn_bpe_verbose_keyword"),
+        # pairs sorted descending, counts in a float64 tensor: argmax's first maximum is the greatest pair
+        _recount((BEST_PAIR, "pairs = sorted(stats, reverse=True)\n"
+                             "        counts = torch.tensor([stats[p] for p in pairs], dtype=torch.float64)\n"
+                             "        best = pairs[int(torch.argmax(counts))]"),
+                 (STOP_AT, "counts.max() <"), name="learn_bpe_argmax"))
 
 
 def test_slow_learn_bpe_is_fast_enough():
@@ -733,7 +512,6 @@ def test_slow_learn_bpe_is_fast_enough():
 
 
 _learn = functools.partial(edit, LEARN_BPE)  # _learn((old, new), ...): the reference so changed
-_recount = functools.partial(edit, learn_bpe_recount)  # the slow, recounting learn_bpe (correct, above) so changed
 
 
 def learn_bpe_mutable_default(corpus, num_merges, min_frequency=2, _words=collections.Counter()):  # noqa: B008
@@ -745,11 +523,10 @@ def learn_bpe_mutable_default(corpus, num_merges, min_frequency=2, _words=collec
 DEFAULT_2 = "min_frequency: int = 2"
 WORDS, SEGMENTED = 'line.strip("\\r\\n ").split(" ")', "[word_to_symbols(w) for w in counts]"
 TIE, STOP = "return self.pair > other.pair", "        if -neg < min_frequency:\n            break\n"
-BEST_PAIR, MERGED = "best = max(stats, key=lambda p: (stats[p], p))", "merge_pair_regex(w, best)"
 LEARN_NO_END = _learn((SEGMENTED, "[tuple(w) for w in counts]"))
 LINES_AS_WORDS = _learn((f"for word in {WORDS} if word", "for word in [line] if word"))
 DOCSTRING_EXAMPLE = "learns the docstring example"
-LEARN_BPE_MISTAKES = [
+ROWS += mistakes("learn_bpe", [
     # ties
     Mistake("ties to the smallest pair (min)", _learn((TIE, "return self.pair < other.pair")), 5, "smallest pair"),
     Mistake("sorted by (-count, pair)",
@@ -769,8 +546,8 @@ LEARN_BPE_MISTAKES = [
     Mistake("lines taken as words: named by the first check", LINES_AS_WORDS, 0, "each line counted as one word",
             title=DOCSTRING_EXAMPLE, not_says="one of these"),
     Mistake("pairs across words (line as one row)", _recount((
-        '        for word in line.split():\n            vocab[tuple(word[:-1]) + (word[-1] + "</w>",)] += 1',
-        "        vocab[tuple(s for w in line.split() for s in _word(w))] += 1")), 2, "across words"),
+        "_word(w) for line in corpus for w in line.split()", "tuple(s for w in line.split() for s in _word(w))"
+        " for line in corpus")), 2, "across words"),
     Mistake("word counts in a mutable default", learn_bpe_mutable_default, 1,
             ("not in this corpus", "mutable default")),
     Mistake("corpus emptied", _learn((f"    words = {SEGMENTED}", f"    corpus.clear()\n    words = {SEGMENTED}")), 0,
@@ -805,12 +582,7 @@ LEARN_BPE_MISTAKES = [
     # what is returned
     Mistake("merged strings returned", _learn(("merges.append(best)", "merges.append(best[0] + best[1])")), 0,
             "(left, right) pairs"),
-]
-
-
-@pytest.mark.parametrize("m", mistakes("learn_bpe", LEARN_BPE_MISTAKES))
-def test_learn_bpe_mistakes(m):
-    assert_mistake(m)
+])
 
 
 # ========================================================================= apply_bpe
@@ -825,21 +597,6 @@ def apply_bpe_ranks(word, merges):
         symbols = list(solutions.merge_pair(tuple(symbols), merges[r]))
 
 
-def apply_bpe_scan(word, merges):
-    """Scans the merge list from the start after every merge (slow, correct)."""
-    symbols = tuple(word[:-1]) + (word[-1] + "</w>",)
-    changed = True
-    while changed:
-        changed = False
-        present = set(zip(symbols, symbols[1:]))
-        for pair in merges:
-            if pair in present:
-                symbols = merge_pair_regex(symbols, pair)
-                changed = True
-                break
-    return tuple(symbols)  # a tuple: fine too
-
-
 def apply_bpe_first_occurrence(word, merges):
     """Merges only the first occurrence of the best pair, then looks again: same result."""
     rank = {}
@@ -852,17 +609,6 @@ def apply_bpe_first_occurrence(word, merges):
             return s
         _, i = min(found)
         s[i:i + 2] = [s[i] + s[i + 1]]
-
-
-def apply_bpe_list_index(word, merges, dropout=0.0):
-    """merges.index as the rank (slow, correct), an extra keyword with a default."""
-    merges = [tuple(m) for m in merges]
-    s = tuple(word[:-1]) + (word[-1] + "</w>",)
-    while True:
-        present = [p for p in zip(s, s[1:]) if p in merges]
-        if not present:
-            return list(s)
-        s = merge_pair_recursive(s, min(present, key=merges.index))
 
 
 def apply_bpe_gpt2(word, merges):
@@ -891,33 +637,6 @@ def apply_bpe_cached(word, merges, _cache={}):
     return list(_cache[key])
 
 
-def apply_bpe_sorted_candidates(word, merges):
-    rank = {}
-    for i, m in enumerate(merges):
-        rank.setdefault(tuple(m), i)
-    s = list(_word(word))
-    while len(s) > 1:
-        candidates = sorted((rank[p], p) for p in zip(s, s[1:]) if p in rank)
-        if not candidates:
-            break
-        s = list(merge_pair_skip_flag(tuple(s), candidates[0][1]))
-    return s
-
-
-def apply_bpe_numpy_argmin(word, merges):
-    rank = {}
-    for i, m in enumerate(merges):
-        rank.setdefault(tuple(m), i)
-    never = np.iinfo(np.int64).max
-    s = _word(word)
-    while True:
-        r = np.array([rank.get(p, never) for p in zip(s, s[1:])], dtype=np.int64)
-        if r.size == 0 or r.min() == never:
-            return list(s)
-        k = int(r.argmin())
-        s = merge_pair_slice_assign(s, (s[k], s[k + 1]))
-
-
 def apply_bpe_replay(word, merges, *, dropout=0.0):
     """Replays the merges in order, back to the first one after every merge that changed the word."""
     s, i = _word(word), 0
@@ -938,25 +657,34 @@ def apply_bpe_recursive(word, merges):
     return go(_word(word))
 
 
-correct("apply_bpe", apply_bpe_ranks, apply_bpe_scan, apply_bpe_first_occurrence, apply_bpe_list_index, apply_bpe_gpt2,
-        apply_bpe_cached, apply_bpe_sorted_candidates, apply_bpe_numpy_argmin, apply_bpe_replay, apply_bpe_recursive)
-
-
-_apply = functools.partial(edit, APPLY_BPE)  # _apply((old, new), ...): the reference so changed
-
-
-def apply_bpe_each_merge_once(word, merges):
-    symbols = _word(word)
-    for pair in merges:
-        symbols = solutions.merge_pair(symbols, tuple(pair))
-    return list(symbols)
-
-
-def apply_bpe_consumes_merges(word, merges):
-    """Right answer, but empties the caller's list: a retrained tokenizer would lose its merges."""
-    out = solutions.apply_bpe(word, list(merges))
-    merges.clear()
-    return out
+_apply = functools.partial(using, APPLY_BPE)  # _apply((old, new), ...): the reference so changed
+START, BEST, END_OF = "symbols = word_to_symbols(word)", "pair = min(", "return list(symbols)"
+BEST_MIN = "pair = min(zip(symbols, symbols[1:]), key=lambda p: ranks.get(p, math.inf))"
+MERGE = "merge_pair(symbols, pair)"
+RANKS = "ranks = merge_ranks(merges)  # given: {pair: rank}, computed once per list of merges"
+apply_bpe_sorted_candidates = _apply(  # the candidates (rank, pair) sorted
+    (BEST_MIN, "candidates = sorted((ranks[p], p) for p in zip(symbols, symbols[1:]) if p in ranks)\n"
+               "        pair = candidates[0][1] if candidates else None"),
+    (MERGE, "merge_pair_skip_flag(symbols, pair)"), name="apply_bpe_sorted_candidates",
+    merge_pair_skip_flag=merge_pair_skip_flag)
+correct("apply_bpe", apply_bpe_ranks, apply_bpe_first_occurrence, apply_bpe_gpt2, apply_bpe_cached,
+        apply_bpe_sorted_candidates, apply_bpe_replay, apply_bpe_recursive,
+        # scans the merge list from the start after every merge (slow, correct); a tuple: fine too
+        _apply((BEST_MIN, "present = set(zip(symbols, symbols[1:]))\n"
+                          "        pair = next((m for m in merges if m in present), None)"),
+               (MERGE, "merge_pair_regex(symbols, pair)"), (END_OF, "return tuple(symbols)"), name="apply_bpe_scan",
+               merge_pair_regex=merge_pair_regex),
+        # merges.index as the rank (slow, correct), an extra keyword with a default
+        _apply(("merges: list[tuple[str, str]])", "merges, dropout=0.0)"),
+               (RANKS, "merges = [tuple(m) for m in merges]"),
+               ("ranks.get(p, math.inf)", "merges.index(p) if p in merges else math.inf"),
+               ("if pair not in ranks", "if pair not in merges"), (MERGE, "merge_pair_recursive(symbols, pair)"),
+               name="apply_bpe_list_index", merge_pair_recursive=merge_pair_recursive),
+        # the ranks in a numpy int64 array, int64's maximum for no rank; argmin
+        _apply((BEST_MIN, "r = np.array([ranks.get(p, NEVER) for p in zip(symbols, symbols[1:])], dtype=np.int64)\n"
+                          "        pair = symbols[int(r.argmin())], symbols[int(r.argmin()) + 1]"),
+               (MERGE, "merge_pair_slice_assign(symbols, pair)"), name="apply_bpe_numpy_argmin", np=np,
+               NEVER=np.iinfo(np.int64).max, merge_pair_slice_assign=merge_pair_slice_assign))
 
 
 def apply_bpe_cache_by_word(word, merges, _cache={}):  # noqa: B006  (the mistake itself)
@@ -965,16 +693,15 @@ def apply_bpe_cache_by_word(word, merges, _cache={}):  # noqa: B006  (the mistak
     return list(_cache[word])
 
 
-START, BEST, END_OF = "symbols = word_to_symbols(word)", "pair = min(", "return list(symbols)"
-APPLY_BPE_MISTAKES = [
+ROWS += mistakes("apply_bpe", [
     # the order of the merges
     Mistake("left to right in the word",
-            _apply(("pair = min(zip(symbols, symbols[1:]), key=lambda p: ranks.get(p, math.inf))",
-                    "pair = next((p for p in zip(symbols, symbols[1:]) if p in ranks), None)")), 3,
+            _apply((BEST_MIN, "pair = next((p for p in zip(symbols, symbols[1:]) if p in ranks), None)")), 3,
             "left to right in the word"),
     Mistake("latest merge first", _apply((BEST, "pair = max("), ("ranks.get(p, math.inf)", "ranks.get(p, -1)")), 3,
             "LATEST merge"),
-    Mistake("each merge once in list order", apply_bpe_each_merge_once, 5, "applied once in list order"),
+    Mistake("each merge once in list order", edit(apply_bpe_replay, ("(new, 0) if new != s else (s, i + 1)",
+                                                                     "new, i + 1")), 5, "applied once in list order"),
     Mistake("stops with two symbols", _apply(("while len(symbols) > 1:", "while len(symbols) > 2:")), 4,
             "two symbols left"),
     Mistake("ranks keyed by the joined text (tiktoken-style)", edit(apply_bpe_first_occurrence, (
@@ -992,17 +719,12 @@ APPLY_BPE_MISTAKES = [
     Mistake("overlapping occurrences merged", using(APPLY_BPE, merge_pair=merge_overlapping), 0, "overlapping"),
     Mistake("merged right to left", using(APPLY_BPE, merge_pair=merge_right_to_left), 4, "right to left"),
     # what it returns, what it changes
-    Mistake("a joined string returned", _apply((END_OF, "return ' '.join(symbols)")), 0,
-            "list or tuple of strings"),
+    Mistake("a joined string returned", _apply((END_OF, "return ' '.join(symbols)")), 0, "list or tuple of strings"),
     Mistake("the word lowercased", _apply(("word_to_symbols(word)", "word_to_symbols(word.lower())")), 4, "lowercased"),
-    Mistake("merges list emptied", apply_bpe_consumes_merges, 0, ("merges list passed in", "unchanged")),
+    Mistake("merges list emptied", _apply(("    return list(symbols)\n", "    merges.clear()  # the caller's list\n"
+                                           "    return list(symbols)\n")), 0, ("merges list passed in", "unchanged")),
     Mistake("a cache keyed by the word", apply_bpe_cache_by_word, 4, ("EARLIER call", "cache")),
-]
-
-
-@pytest.mark.parametrize("m", mistakes("apply_bpe", APPLY_BPE_MISTAKES))
-def test_apply_bpe_mistakes(m):
-    assert_mistake(m)
+])
 
 
 # ========================================================================= BPETokenizer
@@ -1044,21 +766,6 @@ class TokenizerOwnVocab:
         tok.merges, tok.vocab = [tuple(m) for m in data["m"]], data["v"]
         tok.vocab_size = len(tok.vocab)
         return tok
-
-
-class TokenizerNumpySize(BPETokenizer):
-    """vocab_size a numpy integer, encode a tensor, decode by splitting on </w>."""
-
-    @property
-    def vocab_size(self):
-        return np.int64(len(self.itos))
-
-    def encode(self, text):
-        return torch.tensor([self.stoi.get(s, 3) for s in self.tokenize(text)], dtype=torch.long)
-
-    def decode(self, ids):
-        text = "".join(self.itos[int(i)] for i in ids if int(i) > 2)
-        return " ".join(part for part in text.split("</w>") if part)
 
 
 class TokenizerRebuildsVocab:
@@ -1167,17 +874,6 @@ class TokenizerPickle:
         return tok
 
 
-class TokenizerTupleIds(BPETokenizer):
-    """encode gives a tuple; decode goes through a tensor and a regex."""
-
-    def encode(self, text):
-        return tuple(self.stoi.get(s, 3) for s in self.tokenize(text))
-
-    def decode(self, ids):
-        ids = torch.as_tensor(list(ids), dtype=torch.long)
-        return re.sub(r"\s+", " ", "".join(self.itos[i] for i in ids[ids > 2].tolist()).replace("</w>", " ")).strip()
-
-
 class TokenizerInitArguments:
     """__init__(merges=None, itos=None), used by load; merges first in the vocabulary; vocab_size an attribute."""
     SPECIALS = ("<pad>", "<bos>", "<eos>", "<unk>")
@@ -1220,12 +916,10 @@ class TokenizerLoadNew(BPETokenizer):
     """pathlib for the file; load builds the instance with cls.__new__ and fills __dict__."""
 
     def save(self, path):
-        import pathlib
         pathlib.Path(path).write_text(json.dumps({"merges": self.merges, "itos": self.itos}), encoding="utf-8")
 
     @classmethod
     def load(cls, path):
-        import pathlib
         data = json.loads(pathlib.Path(path).read_text(encoding="utf-8"))
         tok = cls.__new__(cls)
         tok.__dict__.update(merges=[tuple(m) for m in data["merges"]], itos=data["itos"],
@@ -1233,70 +927,59 @@ class TokenizerLoadNew(BPETokenizer):
         return tok
 
 
-class TokenizerNumpyTable(BPETokenizer):
-    """decode indexes a numpy object array and splits on </w>."""
+_tok = functools.partial(using, BPETokenizer)  # _tok((old, new), ...): the reference so changed
+ENCODED, SKIP = "[self.stoi.get(s, UNK) for s in self.tokenize(text)]", "skip = {PAD, BOS, EOS}"
+TOKENIZE = "    def tokenize("  # where a method is added
+DECODED = '"".join(symbols).replace(END, " ").strip()'
+IN_RANGE = ("[self.itos[i] if 0 <= i < len(self.itos) else SPECIALS[UNK]\n"
+            "                   for i in (int(i) for i in ids)")
+correct("BPETokenizer", TokenizerOwnVocab, TokenizerRebuildsVocab, TokenizerPickle, TokenizerInitArguments,
+        TokenizerLoadNew,
+        # encode gives a tuple; decode goes through a tensor and a regex
+        _tok((ENCODED, "tuple(self.stoi.get(s, UNK) for s in self.tokenize(text))"),
+             (f"        {SKIP}\n", "        ids = torch.as_tensor(list(ids), dtype=torch.long)\n"),
+             ("in (int(i) for i in ids) if i not in skip]", "in ids[ids > 2].tolist()]"),
+             (DECODED, 're.sub(r"\\s+", " ", "".join(symbols).replace(END, " ")).strip()'), name="TokenizerTupleIds",
+             re=re),
+        # decode indexes a numpy object array and splits on </w>
+        _tok((f"        {SKIP}\n", "        ids = [i for i in ids if i >= 3]\n"),
+             (f"{IN_RANGE} if i not in skip]", "np.array(self.itos, dtype=object)[ids] if ids else []"),
+             (DECODED, '" ".join(p for p in "".join(symbols).split(END) if p.strip()).strip()'),
+             name="TokenizerNumpyTable", np=np),
+        # vocab_size a numpy integer, encode a tensor, decode by splitting on </w>
+        _tok((TOKENIZE, "    @property\n    def vocab_size(self):\n        return np.int64(len(self.itos))\n\n"
+                        + TOKENIZE),
+             (ENCODED, f"torch.tensor({ENCODED}, dtype=torch.long)"),
+             (DECODED, '" ".join(part for part in "".join(symbols).split(END) if part)'), name="TokenizerNumpySize",
+             np=np),
+        # train(corpus, num_merges, *, min_frequency=2)
+        _tok(("num_merges: int, min_frequency", "num_merges: int, *, min_frequency"), name="TokenizerKeywordOnlyTrain"),
+        # encode gives a numpy array of ids
+        _tok((ENCODED, f"np.array({ENCODED}, dtype=np.int64)"), name="TokenizerNumpyIds", np=np))
 
-    def decode(self, ids):
-        table = np.array(self.itos, dtype=object)
-        ids = [i for i in ids if i >= 3]
-        text = "".join(table[ids]) if ids else ""
-        return " ".join(p for p in text.split("</w>") if p.strip()).strip()
+
+def _base(*changes):
+    """BPETokenizer on its given base (TokenizerBase: __init__, vocab_size, save, load) changed by edit()."""
+    return type("BPETokenizer", (edit(solutions.tokenization.TokenizerBase, *changes), BPETokenizer), {})
 
 
-class TokenizerKeywordOnlyTrain(BPETokenizer):
-    """train(corpus, num_merges, *, min_frequency=2), the corpus passed on as a generator."""
-
-    def train(self, corpus, num_merges, *, min_frequency=2):
-        return super().train((line for line in corpus), num_merges, min_frequency)
+LOADED_MERGES = 'tok.merges = [tuple(m) for m in data["merges"]]'
 
 
-class TokenizerNumpyIds(BPETokenizer):
-    """encode gives a numpy array of ids."""
+class TokLoadKeepsLists(_base((LOADED_MERGES, 'tok.merges = data["merges"]'))):
+    """load keeps JSON's lists, and encode tests `pair in self.merges`: after loading no merge applies."""
 
     def encode(self, text):
-        return np.array([self.stoi.get(s, 3) for s in self.tokenize(text)], dtype=np.int64)
-
-
-correct("BPETokenizer", TokenizerOwnVocab, TokenizerNumpySize, TokenizerRebuildsVocab, TokenizerPickle,
-        TokenizerTupleIds, TokenizerInitArguments, TokenizerLoadNew, TokenizerNumpyTable, TokenizerKeywordOnlyTrain,
-        TokenizerNumpyIds)
-
-
-_tok = functools.partial(edit, BPETokenizer)  # _tok((old, new), ...): the reference so changed
-
-
-class TokSpecialsLast(BPETokenizer):
-    def train(self, corpus, num_merges, min_frequency=2):
-        super().train(corpus, num_merges, min_frequency)
-        self.itos = self.itos[4:] + self.itos[:4]
-        self.stoi = {s: i for i, s in enumerate(self.itos)}
-        return self
-
-    def encode(self, text):
-        return [self.stoi.get(s, self.stoi["<unk>"]) for s in self.tokenize(text)]
-
-    def decode(self, ids):
-        skip = {self.stoi[s] for s in ("<pad>", "<bos>", "<eos>")}
-        return "".join(self.itos[i] for i in ids if i not in skip).replace("</w>", " ").strip()
-
-
-class TokSharedVocab(BPETokenizer):
-    """The vocabulary lives in class attributes: every tokenizer shares and grows it."""
-    itos = list(solutions.tokenization.SPECIALS)
-    stoi = {s: i for i, s in enumerate(solutions.tokenization.SPECIALS)}
-
-    def __init__(self):
-        self.merges = []
-
-    def train(self, corpus, num_merges, min_frequency=2):
-        corpus = [" ".join(line.split()) for line in corpus]
-        self.merges = solutions.learn_bpe(corpus, num_merges, min_frequency)
-        chars = sorted({c for line in corpus for c in line if c != " "})
-        for s in chars + [c + "</w>" for c in chars] + ["".join(m) for m in self.merges]:
-            if s not in self.stoi:
-                self.stoi[s] = len(self.itos)
-                self.itos.append(s)
-        return self
+        out = []
+        for w in text.split():
+            s = _word(w)
+            while True:
+                present = [p for p in zip(s, s[1:]) if p in self.merges]
+                if not present:
+                    break
+                s = solutions.merge_pair(s, min(present, key=self.merges.index))
+            out += [self.stoi.get(x, solutions.UNK) for x in s]
+        return out
 
 
 class TokSharedCache(BPETokenizer):
@@ -1323,89 +1006,28 @@ class TokUnknownWord(BPETokenizer):
         return out
 
 
-class TokSplitOnSpace(BPETokenizer):
-    def tokenize(self, text):
-        return [s for word in text.split(" ") if word for s in solutions.apply_bpe(word, self.merges)]
-
-
-class TokVocabSizeMethod(BPETokenizer):
-    vocab_size = None
-
-    def vocab_size(self):  # noqa: F811  (a method, not a property)
-        return len(self.itos)
-
-
-class TokLoadLosesMerges(BPETokenizer):
-    @classmethod
-    def load(cls, path):
-        tok = super().load(path)
-        tok.merges = []
-        return tok
-
-
-class TokLoadNotClassmethod(BPETokenizer):
-    def load(self, path):  # noqa: D102  (an instance method: BPETokenizer.load(path) fails)
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
-        self.merges, self.itos = [tuple(m) for m in data["merges"]], data["itos"]
-        self.stoi = {s: i for i, s in enumerate(self.itos)}
-        return self
-
-
-class TokSavesOnlyVocabulary(BPETokenizer):
-    def save(self, path):
-        with open(path, "w", encoding="utf-8") as f:
-            json.dump({"itos": self.itos}, f)
-
-    @classmethod
-    def load(cls, path):
-        with open(path, encoding="utf-8") as f:
-            tok = cls()
-            tok.itos = json.load(f)["itos"]
-        tok.stoi = {s: i for i, s in enumerate(tok.itos)}
-        return tok
-
-
-class TokLoadKeepsLists(BPETokenizer):
-    """load keeps JSON's lists, and encode tests `pair in self.merges`: after loading no merge applies."""
-
-    @classmethod
-    def load(cls, path):
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
-        tok = cls()
-        tok.merges, tok.itos = data["merges"], data["itos"]
-        tok.stoi = {s: i for i, s in enumerate(tok.itos)}
-        return tok
-
-    def encode(self, text):
-        out = []
-        for w in text.split():
-            s = _word(w)
-            while True:
-                present = [p for p in zip(s, s[1:]) if p in self.merges]
-                if not present:
-                    break
-                s = solutions.merge_pair(s, min(present, key=self.merges.index))
-            out += [self.stoi.get(x, solutions.UNK) for x in s]
-        return out
-
-
-ENCODED, SKIP = "[self.stoi.get(s, UNK) for s in self.tokenize(text)]", "skip = {PAD, BOS, EOS}"
-SYMBOLS = "symbols = chars + [c + END for c in chars] + "
+SYMBOLS, RETURN_SELF = "symbols = chars + [c + END for c in chars] + ", "        return self\n"
 # train rebuilds itos but leaves stoi with the specials only: encode gives <unk>; load rebuilds stoi
-STALE_STOI = _tok(("        return self\n", "        self.stoi = {s: i for i, s in enumerate(self.itos[:4])}\n"
-                                         "        return self\n"))
-BPE_TOKENIZER_MISTAKES = [
+STALE_STOI = _tok((RETURN_SELF, "        self.stoi = {s: i for i, s in enumerate(self.itos[:4])}\n" + RETURN_SELF))
+ROWS += mistakes("BPETokenizer", [
     # the vocabulary
-    Mistake("specials not at 0-3", TokSpecialsLast, 5, "specials first"),
+    Mistake("specials not at 0-3", _tok(
+        (RETURN_SELF, "        self.itos = self.itos[4:] + self.itos[:4]  # the specials last\n"
+                      "        self.stoi = {s: i for i, s in enumerate(self.itos)}\n" + RETURN_SELF),
+        ("self.stoi.get(s, UNK)", 'self.stoi.get(s, self.stoi["<unk>"])'),
+        (SKIP, 'skip = {self.stoi[s] for s in ("<pad>", "<bos>", "<eos>")}')), 5, "specials first"),
     Mistake("no word-final characters in the vocabulary", _tok((SYMBOLS, "symbols = chars + ")), 5,
             "alone and with </w>"),
     Mistake("a vocabulary of merges only", _tok((SYMBOLS, "symbols = ")), 5, "every character of the corpus"),
-    Mistake("vocabulary in class attributes", TokSharedVocab, 7, "class attributes"),
-    Mistake("vocab_size a method", TokVocabSizeMethod, 7, "@property"),
+    Mistake("vocabulary in class attributes", _tok(  # every tokenizer shares and grows them
+        (TOKENIZE, "    itos, stoi = list(SPECIALS), {s: i for i, s in enumerate(SPECIALS)}\n\n"
+                   "    def __init__(self):\n        self.merges = []\n\n" + TOKENIZE),
+        ("        self.itos = list(SPECIALS)\n        self.stoi = {s: i for i, s in enumerate(self.itos)}\n", "")), 7,
+            "class attributes"),
+    Mistake("vocab_size a method", _tok((TOKENIZE, "    def vocab_size(self):\n        return len(self.itos)\n\n"
+                                                   + TOKENIZE)), 7, "@property"),
     Mistake("train's min_frequency 1", _tok((DEFAULT_2, "min_frequency: int = 1")), 7, "min_frequency=2"),
-    Mistake("train does not return self", _tok(("        return self\n", "")), 7, "return self"),
+    Mistake("train does not return self", _tok((RETURN_SELF, "")), 7, "return self"),
     Mistake("lowercases", _tok(('" ".join(line.split())', '" ".join(line.lower().split())'),
                                ("self.tokenize(text)", "self.tokenize(text.lower())")), 6, "lowercased"),
     Mistake("train did not rebuild stoi: save(path)", STALE_STOI, 0, "did not rebuild stoi", title="save(path)",
@@ -1418,7 +1040,8 @@ BPE_TOKENIZER_MISTAKES = [
     Mistake("unknown symbols as <pad>", _tok(("self.stoi.get(s, UNK)", "self.stoi.get(s, PAD)")), 7,
             "<unk>, whose id is 3"),
     Mistake("one <unk> for a whole word", TokUnknownWord, 7, "not the whole word to one <unk>"),
-    Mistake("words split on ' ' only", TokSplitOnSpace, 7, "str.split()"),
+    Mistake("words split on ' ' only", _tok(("split_cached(self, text, apply_bpe)", "[s for word in text.split(' ') "
+                                             "if word for s in apply_bpe(word, self.merges)]")), 7, "str.split()"),
     Mistake("a cache in a class attribute", TokSharedCache, 7, ("cache", "class attribute")),
     # decode
     Mistake("decode keeps the specials", _tok((SKIP, "skip = set()")), 7, "skip the ids of <pad>"),
@@ -1427,28 +1050,20 @@ BPE_TOKENIZER_MISTAKES = [
                                                        '" ".join(symbols).replace(END, "")')), 7, "joined with spaces"),
     Mistake("decode not stripped", _tok(('.replace(END, " ").strip()', '.replace(END, " ")')), 7, "strip the result"),
     # save and load
-    Mistake("load loses the merges", TokLoadLosesMerges, 7, "after save and load"),
-    Mistake("save keeps only the vocabulary", TokSavesOnlyVocabulary, 7, "after save and load"),
-    Mistake("load not a classmethod", TokLoadNotClassmethod, 7, "@classmethod"),
+    Mistake("load loses the merges", _base((LOADED_MERGES, "tok.merges = []")), 7, "after save and load"),
+    Mistake("save keeps only the vocabulary", _base(('{"merges": [list(m) for m in self.merges], "itos": self.itos}',
+                                                     '{"itos": self.itos}'), (f"        {LOADED_MERGES}\n", "")), 7,
+            "after save and load"),
+    Mistake("load not a classmethod", _base(("    @classmethod\n    def load(cls, path):", "    def load(self, path):"),
+                                            ("tok = cls()", "tok = self")), 7, "@classmethod"),
     Mistake("load keeps JSON's lists", TokLoadKeepsLists, 7, ("lists", "tuple(m)")),
-]
-
-
-@pytest.mark.parametrize("m", mistakes("BPETokenizer", BPE_TOKENIZER_MISTAKES))
-def test_bpe_tokenizer_mistakes(m):
-    assert_mistake(m)
+])
 
 
 # ========================================================================= pad_sequences
 def pad_sequences_torch(seqs, pad_id=0):
     return nn.utils.rnn.pad_sequence([torch.tensor(s, dtype=torch.long) for s in seqs], batch_first=True,
                                      padding_value=pad_id)
-
-
-def pad_sequences_lists(seqs, pad_id=0):
-    seqs = [list(s) for s in seqs]
-    width = max(map(len, seqs))
-    return torch.LongTensor([s + [pad_id] * (width - len(s)) for s in seqs])
 
 
 def pad_sequences_zip_longest(seqs, pad_id=0):
@@ -1485,11 +1100,6 @@ def pad_sequences_cat(seqs, pad_id=0, *, dtype=torch.long):
                         for s in seqs])
 
 
-def pad_sequences_int32_then_long(seqs, pad_id=0):
-    width = max(len(s) for s in seqs)
-    return torch.tensor([list(s) + [pad_id] * (width - len(s)) for s in seqs], dtype=torch.int32).long()
-
-
 def pad_sequences_mask(seqs, pad_id=0):
     """A length mask filled with the concatenated ids."""
     lengths = torch.tensor([len(s) for s in seqs])
@@ -1499,18 +1109,13 @@ def pad_sequences_mask(seqs, pad_id=0):
     return out
 
 
-def pad_sequences_tuples(seqs, pad_id=0):
-    seqs = [tuple(s) for s in seqs]
-    width = max(len(s) for s in seqs)
-    return torch.LongTensor([s + (pad_id,) * (width - len(s)) for s in seqs])
-
-
-correct("pad_sequences", pad_sequences_torch, pad_sequences_lists, pad_sequences_zip_longest, pad_sequences_fpad,
-        pad_sequences_full_loop, pad_sequences_numpy, pad_sequences_cat, pad_sequences_int32_then_long,
-        pad_sequences_mask, pad_sequences_tuples)
-
-
-_pad = functools.partial(edit, PAD_SEQUENCES)  # _pad((old, new), ...): the reference so changed
+_pad = functools.partial(using, PAD_SEQUENCES)  # _pad((old, new), ...): the reference so changed
+ROW, LONGEST, TENSOR = "s + [pad_id] * (longest - len(s))", "longest = max(len(s) for s in seqs)", "dtype=torch.long)"
+LONG_TENSOR = (("torch.tensor(", "torch.LongTensor("), (", dtype=torch.long)", ")"))  # the legacy constructor
+correct("pad_sequences", pad_sequences_torch, pad_sequences_zip_longest, pad_sequences_fpad, pad_sequences_full_loop,
+        pad_sequences_numpy, pad_sequences_cat, pad_sequences_mask, _pad(*LONG_TENSOR, name="pad_sequences_lists"),
+        _pad((TENSOR, "dtype=torch.int32).long()"), name="pad_sequences_int32_then_long"),
+        _pad((ROW, "tuple(s) + (pad_id,) * (longest - len(s))"), *LONG_TENSOR, name="pad_sequences_tuples"))
 
 
 def pad_extends_inputs(seqs, pad_id=0):
@@ -1520,8 +1125,7 @@ def pad_extends_inputs(seqs, pad_id=0):
     return torch.tensor(seqs, dtype=torch.long)
 
 
-ROW, LONGEST, TENSOR = "s + [pad_id] * (longest - len(s))", "longest = max(len(s) for s in seqs)", "dtype=torch.long)"
-PAD_SEQUENCES_MISTAKES = [
+ROWS += mistakes("pad_sequences", [
     Mistake("left padding", _pad((ROW, "[pad_id] * (longest - len(s)) + s")), 0, "left-padded"),
     Mistake("rows sorted by length",
             _pad(("for s in seqs], dtype", "for s in sorted(seqs, key=len, reverse=True)], dtype")), 2, "reordered"),
@@ -1540,98 +1144,10 @@ PAD_SEQUENCES_MISTAKES = [
     Mistake("returns a list", _pad((TENSOR, f"{TENSOR}.tolist()")), 0, "torch.LongTensor"),
     Mistake("a numpy array", _pad((TENSOR, f"{TENSOR}.numpy()")), 0, ("torch.LongTensor", "ndarray")),
     Mistake("extends the caller's lists", pad_extends_inputs, 0, ("lists passed in", "unchanged")),
-]
-
-
-@pytest.mark.parametrize("m", mistakes("pad_sequences", PAD_SEQUENCES_MISTAKES))
-def test_pad_sequences_mistakes(m):
-    assert_mistake(m)
+])
 
 
 # ========================================================================= TokenEmbedding
-class TokenEmbeddingFunctional(nn.Module):
-    def __init__(self, vocab_size, d_model, padding_idx=None):
-        super().__init__()
-        self.embedding = nn.Embedding(vocab_size, d_model, padding_idx)
-        self.scale = d_model ** 0.5
-
-    def forward(self, ids):
-        return nn.functional.embedding(ids, self.embedding.weight, self.embedding.padding_idx) * self.scale
-
-
-class TokenEmbeddingBuffer(nn.Module):
-    def __init__(self, vocab_size, d_model, padding_idx=None):
-        super().__init__()
-        self.embedding = nn.Embedding(vocab_size, d_model, padding_idx=padding_idx)
-        self.register_buffer("scale", torch.tensor(float(d_model)).sqrt())
-
-    def forward(self, ids):
-        return self.embedding(ids).mul(self.scale)
-
-
-class TokenEmbeddingInPlace(nn.Module):
-    """Scales the embedding's output in place (a fresh tensor: autograd is fine)."""
-
-    def __init__(self, vocab_size, d_model, padding_idx=None):
-        super().__init__()
-        self.embedding = nn.Embedding(vocab_size, d_model, padding_idx=padding_idx)
-
-    def forward(self, ids):
-        out = self.embedding(ids)
-        out *= math.sqrt(self.embedding.embedding_dim)
-        return out
-
-
-class TokenEmbeddingFloat64(nn.Module):
-    """Weights in float64, the scale a float64 buffer."""
-
-    def __init__(self, vocab_size, d_model, padding_idx=None):
-        super().__init__()
-        self.embedding = nn.Embedding(vocab_size, d_model, padding_idx=padding_idx, dtype=torch.float64)
-        self.register_buffer("scale", torch.full((1,), math.sqrt(d_model), dtype=torch.float64))
-
-    def forward(self, ids):
-        return self.embedding(ids) * self.scale
-
-
-class TokenEmbeddingScaleBuffer(nn.Module):
-    def __init__(self, vocab_size, d_model, padding_idx=None):
-        super().__init__()
-        self.embedding = nn.Embedding(vocab_size, d_model, padding_idx=padding_idx)
-        self.register_buffer("scale", torch.sqrt(torch.tensor(d_model, dtype=torch.float32)), persistent=False)
-
-    def forward(self, ids):
-        return torch.mul(self.embedding(ids), self.scale)
-
-
-class TokenEmbeddingKeywords(nn.Module):
-    """Keyword arguments to nn.Embedding, a keyword-only extra, ids.long(), the scale from embedding_dim."""
-
-    def __init__(self, vocab_size, d_model, padding_idx=None, *, init_std=None):
-        super().__init__()
-        self.embedding = nn.Embedding(num_embeddings=vocab_size, embedding_dim=d_model, padding_idx=padding_idx)
-        if init_std is not None:
-            nn.init.normal_(self.embedding.weight, std=init_std)
-
-    def forward(self, ids):
-        return self.embedding(ids.long()).mul(self.embedding.embedding_dim ** 0.5)
-
-
-class TokenEmbeddingFairseqInit(nn.Module):
-    """fairseq's init, normal(0, d^-0.5), with the padding row zeroed again."""
-
-    def __init__(self, vocab_size, d_model, padding_idx=None):
-        super().__init__()
-        self.embedding = nn.Embedding(vocab_size, d_model, padding_idx=padding_idx)
-        nn.init.normal_(self.embedding.weight, mean=0, std=d_model ** -0.5)
-        if padding_idx is not None:
-            nn.init.constant_(self.embedding.weight[padding_idx], 0)
-        self.d_model = d_model
-
-    def forward(self, ids):
-        return math.sqrt(self.d_model) * self.embedding(ids)
-
-
 class TokenEmbeddingScaleModule(nn.Module):
     class Scale(nn.Module):
         def __init__(self, s):
@@ -1650,68 +1166,63 @@ class TokenEmbeddingScaleModule(nn.Module):
         return self.scale(self.embedding(ids))
 
 
-class TokenEmbeddingFromPretrained(nn.Module):
-    def __init__(self, vocab_size, d_model, padding_idx=None):
-        super().__init__()
-        w = torch.randn(vocab_size, d_model)
-        if padding_idx is not None:
-            w[padding_idx] = 0
-        self.embedding = nn.Embedding.from_pretrained(w, freeze=False, padding_idx=padding_idx)
-        self.factor = float(np.sqrt(d_model))
-
-    def forward(self, ids):
-        return self.embedding(ids) * self.factor
-
-
-class TokenEmbeddingDoubleMath(nn.Module):
-    """The product in float64, cast back to the weights' dtype."""
-
-    def __init__(self, vocab_size, d_model, padding_idx=None):
-        super().__init__()
-        self.embedding = nn.Embedding(vocab_size, d_model, padding_idx=padding_idx)
-
-    def forward(self, ids):
-        e = self.embedding(ids)
-        return (e.double() * torch.tensor(e.size(-1), dtype=torch.float64).sqrt()).to(e.dtype)
-
-
-correct("TokenEmbedding", TokenEmbeddingFunctional, TokenEmbeddingBuffer, TokenEmbeddingInPlace, TokenEmbeddingFloat64,
-        TokenEmbeddingScaleBuffer, TokenEmbeddingKeywords, TokenEmbeddingFairseqInit, TokenEmbeddingScaleModule,
-        TokenEmbeddingFromPretrained, TokenEmbeddingDoubleMath)
-
-
-_emb = functools.partial(edit, TokenEmbedding)  # _emb((old, new), ...): the reference so changed
-
+_emb = functools.partial(using, TokenEmbedding)  # _emb((old, new), ...): the reference so changed
 SCALED = "self.embedding(ids) * math.sqrt(self.d_model)"
-D_MODEL, PADDING = "self.d_model = d_model", "padding_idx=padding_idx)"
+D_MODEL, PADDING, INIT = "self.d_model = d_model", "padding_idx=padding_idx)", "padding_idx: int | None = None)"
+EMBEDDING = "self.embedding = nn.Embedding(vocab_size, d_model, padding_idx=padding_idx)"
+correct("TokenEmbedding", TokenEmbeddingScaleModule,
+        # F.embedding on the module's weight, padding_idx passed by position, d_model ** 0.5
+        _emb((PADDING, "padding_idx)"),
+             (SCALED, "nn.functional.embedding(ids, self.embedding.weight, self.embedding.padding_idx) * "
+                      "self.d_model ** 0.5"), name="TokenEmbeddingFunctional"),
+        # the scale a buffer, torch's sqrt
+        _emb((D_MODEL, 'self.register_buffer("scale", torch.tensor(float(d_model)).sqrt())'),
+             (SCALED, "self.embedding(ids).mul(self.scale)"), name="TokenEmbeddingBuffer"),
+        # scales the embedding's output in place (a fresh tensor: autograd is fine)
+        _emb((f"return {SCALED}", "out = self.embedding(ids)\n"
+                                  "        out *= math.sqrt(self.embedding.embedding_dim)\n"
+                                  "        return out"), name="TokenEmbeddingInPlace"),
+        # weights in float64, the scale a float64 buffer
+        _emb((PADDING, "padding_idx=padding_idx, dtype=torch.float64)"), (SCALED, "self.embedding(ids) * self.scale"),
+             (D_MODEL, 'self.register_buffer("scale", torch.full((1,), math.sqrt(d_model), dtype=torch.float64))'),
+             name="TokenEmbeddingFloat64"),
+        # a float32 buffer not saved in the state dict, torch.mul
+        _emb((D_MODEL, 'self.register_buffer("scale", torch.sqrt(torch.tensor(d_model, dtype=torch.float32)), '
+                       'persistent=False)'),
+             (SCALED, "torch.mul(self.embedding(ids), self.scale)"), name="TokenEmbeddingScaleBuffer"),
+        # keyword arguments to nn.Embedding, a keyword-only extra, ids.long(), the scale from embedding_dim
+        _emb((INIT, "padding_idx: int | None = None, *, init_std=None)"),
+             ("nn.Embedding(vocab_size, d_model, ", "nn.Embedding(num_embeddings=vocab_size, embedding_dim=d_model, "),
+             (PADDING, PADDING + "\n        if init_std is not None:\n"
+                                 "            nn.init.normal_(self.embedding.weight, std=init_std)"),
+             (SCALED, "self.embedding(ids.long()).mul(self.embedding.embedding_dim ** 0.5)"),
+             name="TokenEmbeddingKeywords"),
+        # fairseq's init, normal(0, d^-0.5), with the padding row zeroed again
+        _emb((PADDING, PADDING + "\n        nn.init.normal_(self.embedding.weight, mean=0, std=d_model ** -0.5)\n"
+                                 "        if padding_idx is not None:\n"
+                                 "            nn.init.constant_(self.embedding.weight[padding_idx], 0)"),
+             (SCALED, "math.sqrt(self.d_model) * self.embedding(ids)"), name="TokenEmbeddingFairseqInit"),
+        # nn.Embedding.from_pretrained(random weights, freeze=False), the factor from numpy
+        _emb((EMBEDDING, "w = torch.randn(vocab_size, d_model)\n"
+                         "        if padding_idx is not None:\n            w[padding_idx] = 0\n"
+                         "        self.embedding = nn.Embedding.from_pretrained(w, freeze=False, "
+                         "padding_idx=padding_idx)"),
+             (SCALED, "self.embedding(ids) * float(np.sqrt(self.d_model))"), name="TokenEmbeddingFromPretrained",
+             np=np),
+        # the product in float64, cast back to the weights' dtype
+        _emb((f"return {SCALED}", "e = self.embedding(ids)\n        return (e.double() * torch.tensor(e.size(-1), "
+                                  "dtype=torch.float64).sqrt()).to(e.dtype)"), name="TokenEmbeddingDoubleMath"))
 
 
 def _scaled(new):
     return _emb((SCALED, new))
 
 
-class EmbeddingScaledAtInit(nn.Module):
-    """Scaled, but once in __init__: weights copied in (or trained) come out unscaled."""
-
-    def __init__(self, vocab_size, d_model, padding_idx=None):
-        super().__init__()
-        self.embedding = nn.Embedding(vocab_size, d_model, padding_idx=padding_idx)
-        with torch.no_grad():
-            self.embedding.weight.mul_(math.sqrt(d_model))
-
-    def forward(self, ids):
-        return self.embedding(ids)
-
-
-class EmbeddingScalesWeightsInForward(TokenEmbedding):
-    def forward(self, ids):
-        with torch.no_grad():
-            self.embedding.weight.mul_(math.sqrt(self.d_model))
-        return self.embedding(ids)
-
-
+SCALED_AT_INIT = _emb(  # scaled, but once in __init__: weights copied in (or trained) come out unscaled
+    (PADDING, PADDING + "\n        with torch.no_grad():\n            self.embedding.weight.mul_(math.sqrt(d_model))"),
+    (SCALED, "self.embedding(ids)"))
 NOT_SCALED = _scaled("self.embedding(ids)")
-TOKEN_EMBEDDING_MISTAKES = [
+ROWS += mistakes("TokenEmbedding", [
     # the scale
     Mistake("not scaled", NOT_SCALED, 2, "not scaled"),
     Mistake("not scaled: not blamed on __init__", NOT_SCALED, 0, "not scaled", title="forward =", not_says="__init__"),
@@ -1723,10 +1234,12 @@ TOKEN_EMBEDDING_MISTAKES = [
     Mistake("sqrt rounded", _scaled("self.embedding(ids) * math.isqrt(self.d_model)"), 4, "rounded"),
     Mistake("d_model ** 1/2", _scaled("self.embedding(ids) * self.d_model ** 1 / 2"), 2, "d_model ** 1/2"),
     Mistake("sqrt(512) hard-coded", _scaled("self.embedding(ids) * math.sqrt(512)"), 2, "hard-coded"),
-    Mistake("weights scaled once at init", EmbeddingScaledAtInit, 2, "not scaled"),
-    *[Mistake(f"weights scaled once at init: {title}", EmbeddingScaledAtInit, 0, "once in __init__", title=title)
+    Mistake("weights scaled once at init", SCALED_AT_INIT, 2, "not scaled"),
+    *[Mistake(f"weights scaled once at init: {title}", SCALED_AT_INIT, 0, "once in __init__", title=title)
       for title in ("forward =", "scales by the exact", "keeps ids' shape")],
-    Mistake("weights scaled in forward", EmbeddingScalesWeightsInForward, 2, "weights in place"),
+    Mistake("weights scaled in forward", _emb((f"return {SCALED}", (
+        "with torch.no_grad():\n            self.embedding.weight.mul_(math.sqrt(self.d_model))\n"
+        "        return self.embedding(ids)"))), 2, "weights in place"),
     # the nn.Embedding
     Mistake("nn.Embedding(d_model, vocab_size)", _emb(("(vocab_size, d_model,", "(d_model, vocab_size,")), 0,
             "arguments swapped"),
@@ -1746,15 +1259,15 @@ TOKEN_EMBEDDING_MISTAKES = [
                                      (SCALED, f"self.dropout({SCALED})")), 4, "dropout inside TokenEmbedding"),
     Mistake("ids flattened", _emb(("self.embedding(ids)", "self.embedding(ids.reshape(-1))")), 1,
             "(B, L) -> (B, L, d_model)"),
-]
+])
 
 
-@pytest.mark.parametrize("m", mistakes("TokenEmbedding", TOKEN_EMBEDDING_MISTAKES))
-def test_token_embedding_mistakes(m):
+# ========================================================================= the tables
+@pytest.mark.parametrize("m", ROWS)
+def test_mistakes(m):
     assert_mistake(m)
 
 
-# ========================================================================= every correct style: full marks
 @pytest.mark.parametrize("name,obj", CORRECT)
 def test_other_correct_implementations(name, obj):
     assert_full_marks(obj, name)
