@@ -1,0 +1,385 @@
+"""Running one submission for `python -m autograder grade` (autograder/grade.py): `grade_notebook`.
+
+The notebook read by autograder/submission.py runs in a fresh kernel started by autograder.jail (its own
+namespaces, as `nobody`, on a read-only file system with its scratch and connection folders only, the lesson's
+own stage of `solutions` cleared), with a time limit per cell and per notebook. Each graded cell is replaced by
+a call to autograder/serve.py, which connects to the checker (autograder/checker.py), a process started before
+the kernel that holds the checks and never runs the notebook's code: it calls the learner's objects across the
+socket (autograder/remote.py) and keeps its verdicts in a file that only the grade command reads. Points come
+only from the checker's file: the outputs stored in the submission, what its cells print, and the points its
+metadata claims count for nothing. Afterwards every process the notebook started is killed.
+
+The kernel is driven by a child process of its own (`python -m autograder.kernel SPEC`, `_execute`), which
+keeps the notebook's deadline and reports how the run ended.
+"""
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+if __name__ == "__main__":
+    # This module's own child process (driving the kernel with nbclient) validates notebooks and never an IRI: without this, importing
+    # nbformat imports jsonschema's optional IRI checker, rfc3987_syntax, which builds its grammar at import time
+    # (1.4 s of the child's start here; jsonschema issue #1428). jsonschema skips that format checker when the
+    # import fails, which a None in sys.modules makes it do.
+    sys.modules.setdefault("rfc3987_syntax", None)
+
+import nbformat
+
+from .submission import _grade_id, _lessons, _max_points, lesson_of, read_submission
+
+NOTEBOOK_TIMEOUT = 600    # seconds for a whole notebook
+CELL_TIMEOUT = 180        # seconds for one cell
+STOP_GRACE = 20          # seconds the notebook's own process gets, past the time limit, to stop and report
+MEMORY_GB = float(os.environ.get("AUTOGRADER_MEMORY_GB", 4))  # the kernel's address space (RLIMIT_AS)
+FILE_SIZE = 1 << 30       # the largest file the kernel may write (RLIMIT_FSIZE)
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+KERNEL_NAME = "autograder-jail"
+_ISOLATION_LOCK = threading.Lock()
+
+
+# -------------------------------------------------------------------------- the notebook to run
+def prepare(nb, expected, problems, socket_path: str) -> tuple[object, dict[str, str], list]:
+    """The notebook to execute: the submission's code cells with each graded cell replaced by a call to
+    the checker (other copies of graded cells dropped), and the graded cells it lacks at the end. Returns
+    it, {cell nonce: contract name}, and for each of its cells the submission's cell number (1-based; None
+    for the cells the grader added)."""
+    out = nbformat.v4.new_notebook()
+    out.metadata = {"kernelspec": {"name": KERNEL_NAME, "display_name": "autograder", "language": "python"},
+                    "language_info": {"name": "python"}}
+    origin: list = []
+    names = {gid: (name, points) for gid, name, points in expected}
+    nonces: dict[str, str] = {}
+    done: set = set()
+
+    def grader(gid):
+        nonce = secrets.token_hex(16)
+        nonces[nonce] = names[gid][0]
+        done.add(gid)
+        return nbformat.v4.new_code_cell(f"# the autograder grades {names[gid][0]} here, from outside this kernel\n"
+                                         f"__import__('autograder.serve', fromlist=['grade']).grade("
+                                         f"{names[gid][0]!r}, {nonce!r}, {socket_path!r})")
+    for number, cell in enumerate(nb.cells, 1):
+        gid = _grade_id(cell)
+        is_check = bool(gid and (gid in names or (gid.startswith("check_") and
+                                                   cell.get("metadata", {}).get("nbgrader", {}).get("grade"))))
+        if is_check:
+            if gid in names and gid not in done and cell.cell_type == "code":
+                if cell.source.strip() != f"check({names[gid][0]})":
+                    problems.append(f"graded cell {gid} was edited: graded as in the lesson")
+                out.cells.append(grader(gid))
+                origin.append(number)
+            continue
+        if cell.cell_type == "code":
+            out.cells.append(nbformat.v4.new_code_cell(cell.source))
+            origin.append(number)
+    for gid, name, _ in expected:
+        if gid not in done:
+            problems.append(f"graded cell {gid} is missing (deleted, or not a code cell): graded at the end")
+            out.cells.append(grader(gid))
+            origin.append(None)
+    return out, nonces, origin
+
+
+# ----------------------------------------------------------------------- the child that runs it
+def _execute(spec_path: str) -> None:
+    """Child process: start the checker, then execute the prepared notebook with the jailed kernel; write
+    {"error": ...}. Outputs are dropped as they come (nothing is read from them)."""
+    from nbclient import NotebookClient
+
+    class Stop(BaseException):
+        pass
+
+    stopped = []  # the reason, once the notebook's time is up
+
+    def time_up() -> bool:
+        if not stopped and time.time() >= spec["deadline"]:
+            stopped.append(f"stopped after {spec['timeout']:g} s (the notebook's time limit)")
+        return bool(stopped)
+
+    class Client(NotebookClient):
+        current = None
+        interrupted: list = []
+
+        def create_kernel_manager(self):  # nbclient's own (asynchronous) manager, over Unix sockets
+            self.km = self.kernel_manager_class(kernel_name=KERNEL_NAME, transport="ipc", ip=spec["ipc"],
+                                                connection_file=spec["connection_file"], config=self.config)
+            return self.km
+
+        async def async_execute_cell(self, cell, cell_index, *args, **kwargs):
+            if time_up():  # no cell starts after the time limit
+                raise Stop(stopped[0])
+            self.current = cell_index
+            return await super().async_execute_cell(cell, cell_index, *args, **kwargs)
+
+        def output(self, outs, msg, display_id, cell_index):
+            return None
+
+        async def _async_handle_timeout(self, timeout, cell=None):
+            self.interrupted.append(self.current)
+            return await super()._async_handle_timeout(timeout, cell)
+
+    def stop(signum, frame):
+        # the parent's fallback; an asyncio signal handler installed by the kernel client can replace this
+        # one (seen with IPython 9's stack), which is why the deadline is kept here, by the cells' timeouts
+        stopped.append(f"stopped after {spec['timeout']:g} s (the notebook's time limit)")
+        raise Stop(stopped[0])
+
+    spec = json.loads(pathlib.Path(spec_path).read_text())
+    signal.signal(signal.SIGTERM, stop)
+    status = {"error": None, "cell": None, "interrupted": []}
+    log = open(spec["log"], "wb")
+    checker = subprocess.Popen([sys.executable, "-m", "autograder.checker", spec["checker"]], stdout=subprocess.PIPE,
+                               stderr=log, cwd=spec["private"], text=True)
+    try:
+        if (checker.stdout.readline() or "").strip() != "listening":
+            raise RuntimeError("the checker did not start")
+        nb = nbformat.read(spec["prepared"], as_version=4)
+        # each cell may run until its own limit or the notebook's, whichever comes first: at the notebook's the
+        # kernel is interrupted, and the next cell does not start
+        client = Client(nb, timeout_func=lambda cell: max(1.0, min(spec["cell_timeout"], spec["deadline"] - time.time())),
+                        allow_errors=True, interrupt_on_timeout=True, kernel_name=KERNEL_NAME, startup_timeout=120,
+                        resources={"metadata": {"path": spec["work"]}})
+        try:
+            client.execute(cwd=spec["work"], stdout=subprocess.DEVNULL, stderr=log)
+        finally:
+            status["interrupted"] = [i for i in client.interrupted if isinstance(i, int)]
+    except BaseException as e:  # noqa: BLE001  (reported to the parent)
+        status["cell"] = getattr(locals().get("client"), "current", None)
+        status["error"] = f"{type(e).__name__}: {str(e).strip().splitlines()[0][:300] if str(e).strip() else ''}"
+        status["stopped"] = isinstance(e, Stop) or bool(stopped)
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        _kill_token(os.environ.get("AUTOGRADER_TOKEN", ""))
+        checker.kill()
+        checker.wait()
+        log.close()
+        pathlib.Path(spec["status"]).write_text(json.dumps(status))
+        os._exit(0)  # now, even if a thread of the kernel client is still waiting on the dead kernel
+
+
+# ---------------------------------------------------------------------------- processes, files
+def _kill_token(token: str) -> int:
+    """Kill every process whose environment carries the notebook's token (but this one); how many."""
+    if not token:
+        return 0
+    needle = f"AUTOGRADER_TOKEN={token}".encode()
+    killed = 0
+    for entry in pathlib.Path("/proc").iterdir() if pathlib.Path("/proc").is_dir() else []:
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            env = (entry / "environ").read_bytes()
+        except OSError:
+            continue
+        if needle in env.split(b"\0"):
+            try:
+                os.kill(int(entry.name), signal.SIGKILL)
+                killed += 1
+            except OSError:
+                pass
+    return killed
+
+
+_ISOLATION: list = []
+
+
+def isolation() -> bool:
+    """Whether kernels get their own namespaces with read-only file systems (probed once; set
+    AUTOGRADER_ISOLATION=off to do without)."""
+    with _ISOLATION_LOCK:
+        if not _ISOLATION:
+            from .jail import isolation_available
+            _ISOLATION.append(os.environ.get("AUTOGRADER_ISOLATION", "auto") != "off" and isolation_available())
+        return _ISOLATION[0]
+
+
+# ------------------------------------------------------------------------------------- grading
+def _private_dirs(tmp: pathlib.Path, isolated: bool) -> dict[str, pathlib.Path]:
+    """The folders of one notebook: `private` (the grade command's and the checker's, never shown to the
+    kernel), and the kernel's `work`, `home` and `conn` (its connection folder: the kernel's sockets and
+    the checker's), which are the kernel user's."""
+    dirs = {name: tmp / name for name in ("private", "work", "home", "conn")}
+    for d in dirs.values():
+        d.mkdir(parents=True)
+    for sub in ("tmp", ".cache", ".config", ".ipython", ".local"):
+        (dirs["home"] / sub).mkdir()
+    os.chmod(dirs["private"], 0o700)
+    if isolated:
+        from .jail import NOBODY
+        for name in ("work", "home", "conn"):
+            for p in [dirs[name], *dirs[name].rglob("*")]:
+                os.chown(p, NOBODY, NOBODY)
+    return dirs
+
+
+def _results(path: pathlib.Path) -> dict[str, dict]:
+    """{cell nonce: verdict} from the checker's results file."""
+    out = {}
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return out
+    for line in lines:
+        try:
+            r = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(r, dict) and isinstance(r.get("cell"), str):
+            out.setdefault(r["cell"], r)
+    return out
+
+
+def grade_notebook(path: str | os.PathLike, timeout: float = NOTEBOOK_TIMEOUT, *, cell_timeout: float = CELL_TIMEOUT,
+                   memory_gb: float = MEMORY_GB, threads: int | None = None, protected: list | None = None,
+                   lesson: str | None = None, batch: str | os.PathLike | None = None) -> dict:
+    """Grade one notebook: {"path", "points", "max_points", "error", "problems", "cells": [{"grade_id",
+    "points", "max_points", "message"}], "seconds", "isolated", "lesson"}. `lesson`: the assignment (else
+    taken from the file's or folder's name); `batch`: the folder of the batch's working files (a new one
+    by default), which the kernel never sees."""
+    start = time.time()
+    path = pathlib.Path(path)
+    isolated = isolation()
+    result = {"path": str(path), "points": 0.0, "max_points": 0.0, "error": None, "problems": [], "cells": [],
+              "seconds": 0.0, "isolated": isolated, "lesson": None}
+    nb, expected, problems, stem, error = read_submission(path, lesson)
+    if error and not expected:  # unreadable, but the assignment is known: its cells, each at 0
+        stem, _ = lesson_of(path, lesson)
+        found = {s: checks for s, _, checks in _lessons()}
+        expected = [(gid, gid[len("check_"):], _max_points(gid[len("check_"):]) or 0.0) for gid in found.get(stem, [])]
+    result["problems"], result["lesson"] = problems, stem
+    result["max_points"] = float(sum(p for _, _, p in expected))
+    if error:
+        result["error"] = error
+        result["cells"] = [{"grade_id": g, "points": 0.0, "max_points": p, "message": error} for g, _, p in expected]
+        result["seconds"] = round(time.time() - start, 1)
+        return result
+    token = secrets.token_hex(16)
+    own = batch is None
+    batch = pathlib.Path(tempfile.mkdtemp(prefix="autograder-")) if own else pathlib.Path(batch)
+    tmp = pathlib.Path(tempfile.mkdtemp(prefix="nb-", dir=batch)).resolve()
+    os.chmod(tmp, 0o711)
+    verdicts: dict = {}
+    try:
+        dirs = _private_dirs(tmp, isolated)
+        private, work, home, conn = dirs["private"], dirs["work"], dirs["home"], dirs["conn"]
+        socket_path = str(conn / "grader.sock")
+        prepared, nonces, origin = prepare(nb, expected, problems, socket_path)
+        from .views import build as build_views
+        views = build_views(stem, tmp / "views")
+        from .jail import NOBODY, python_paths
+        threads = threads or 1
+        (private / "checker.json").write_text(json.dumps({
+            "socket": socket_path, "results": str(private / "results.jsonl"), "cells": nonces,
+            "uid": NOBODY if isolated else None, "threads": threads, "exchange": str(home / "tmp"),
+            "memory": int(memory_gb * (1 << 30)) if memory_gb else None}))
+        (private / "jail.json").write_text(json.dumps({
+            "work": str(work), "home": str(home), "conn": str(conn), "writable": [str(work), str(home), str(conn)],
+            "token": token, "memory": int(memory_gb * (1 << 30)) if memory_gb else None, "file_size": FILE_SIZE,
+            "isolate": isolated, "threads": threads, "protected": [str(p) for p in (protected or [])][:50],
+            "hide": [str(batch.resolve()), str(ROOT)], "show": python_paths(), "views": views}))
+        kernels = private / "kernels" / KERNEL_NAME
+        kernels.mkdir(parents=True)
+        pythonpath = os.pathsep.join([str(ROOT)] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else []))
+        (kernels / "kernel.json").write_text(json.dumps({
+            "argv": [sys.executable, "-m", "autograder.jail", str(private / "jail.json"), "--",
+                     sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+            "display_name": "autograder", "language": "python", "interrupt_mode": "signal",
+            "env": {"PYTHONPATH": pythonpath}}))
+        nbformat.write(prepared, str(private / "prepared.ipynb"))
+        spec = {"prepared": str(private / "prepared.ipynb"), "status": str(private / "status.json"),
+                "work": str(work), "cell_timeout": cell_timeout, "log": str(private / "kernel.log"), "timeout": timeout,
+                "deadline": start + timeout, "checker": str(private / "checker.json"), "private": str(private),
+                "ipc": str(conn / "kernel"), "connection_file": str(conn / "kernel.json")}
+        (private / "spec.json").write_text(json.dumps(spec))
+        env = dict(os.environ, JUPYTER_PATH=str(private), AUTOGRADER_TOKEN=token, PYTHONPATH=pythonpath)
+        proc = subprocess.Popen([sys.executable, "-m", "autograder.kernel", str(private / "spec.json")],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True, text=True,
+                                env=env, cwd=str(private))
+        stopped = False
+        try:  # the child keeps the deadline itself; this is the fallback for a child that cannot
+            _, err = proc.communicate(timeout=max(0.0, start + timeout - time.time()) + STOP_GRACE)
+        except subprocess.TimeoutExpired:  # the child stops the kernel, then reports
+            stopped = True
+            try:
+                os.killpg(proc.pid, signal.SIGTERM)
+                _, err = proc.communicate(timeout=60)
+            except (OSError, subprocess.TimeoutExpired):
+                for kill in (lambda: os.killpg(proc.pid, signal.SIGKILL), proc.kill):
+                    try:
+                        kill()
+                    except OSError:
+                        pass
+                _, err = proc.communicate()
+        finally:
+            _kill_token(token)
+        err = (err or "")[-20000:]
+        try:
+            status = json.loads((private / "status.json").read_text())
+        except (OSError, ValueError):
+            status = {"error": f"the grader's runner failed: {(err.strip().splitlines() or ['no report'])[-1][:300]}"}
+        verdicts = _results(private / "results.jsonl")
+        if stopped or status.get("stopped"):
+            result["error"] = f"stopped after {timeout:g} s (the notebook's time limit)"
+        elif status.get("error"):
+            cell = status.get("cell")
+            number = origin[cell] if isinstance(cell, int) and 0 <= cell < len(origin) else None
+            where = f" while running the notebook's cell {number}" if number else \
+                " while grading" if isinstance(cell, int) else ""
+            e = status["error"]
+            if "DeadKernel" in e or "died" in e.lower():
+                result["error"] = (f"the kernel died{where} (the notebook's code exited, was killed, or crashed): "
+                                   "the cells after it did not run")
+            elif "checker did not start" in e or cell is None:
+                try:
+                    log = (private / "kernel.log").read_text(errors="replace").strip().splitlines()
+                except OSError:
+                    log = []
+                result["error"] = f"the kernel could not start: {e}" + (f" ({log[-1][:200]})" if log else "")
+            elif "Timeout" in e:
+                result["error"] = f"a cell{where} ran past {cell_timeout:g} s and could not be interrupted"
+            else:
+                result["error"] = f"the run stopped{where}: {e}"
+        for index in status.get("interrupted") or []:
+            number = origin[index] if isinstance(index, int) and 0 <= index < len(origin) else None
+            if number:
+                problems.append(f"cell {number} ran past the cell time limit ({cell_timeout:g} s) and was interrupted; "
+                                "the cells after it still ran")
+    finally:
+        if not os.environ.get("AUTOGRADER_KEEP"):  # the working files, kept to debug the grader
+            shutil.rmtree(tmp, ignore_errors=True)
+            if own:
+                shutil.rmtree(batch, ignore_errors=True)
+    by_name = {}
+    for nonce, name in (nonces if "nonces" in locals() else {}).items():
+        if nonce in verdicts:
+            by_name.setdefault(name, verdicts[nonce])
+    for gid, name, top in expected:
+        verdict = by_name.get(name)
+        if verdict is None:
+            why = f"not run: {result['error']}" if result["error"] else \
+                "not graded: the graded cell did not reach the grader (the notebook's code stopped it)"
+            result["cells"].append({"grade_id": gid, "points": 0.0, "max_points": top, "message": why})
+            continue
+        lines = [str(x) for x in verdict.get("lines") or []]
+        flags = list(dict.fromkeys(str(f) for f in verdict.get("flags") or []))
+        message = "\n".join(lines + [f"✗ refused: {f}" for f in flags] +
+                            ([f"✗ {verdict['error']}"] if verdict.get("error") else []))
+        points = 0.0 if flags or verdict.get("error") else max(0.0, min(float(verdict.get("points") or 0.0), top))
+        result["cells"].append({"grade_id": gid, "points": points, "max_points": top, "message": message})
+    result["points"] = float(sum(c["points"] for c in result["cells"]))
+    result["seconds"] = round(time.time() - start, 1)
+    return result
+
+
+if __name__ == "__main__" and len(sys.argv) == 2:
+    _execute(sys.argv[1])

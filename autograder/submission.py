@@ -1,0 +1,227 @@
+"""Reading a submission for `python -m autograder grade` (autograder/grade.py), without running any of it.
+
+A submission is read in a process of its own with a memory limit (`python -m autograder.submission`, fed the
+file's bytes): a regular file (no symlink, no second hard link), at most MAX_NOTEBOOK_BYTES, valid JSON, a
+Jupyter notebook (nbformat 4, valid), at most MAX_CELLS cells; its outputs are dropped. Its lesson is the
+assignment's (--lesson, else the file's name, else its folder's name), not guessed from its contents; graded
+cells of another lesson are reported. The lesson says which graded cells there are and what each is worth (the
+checks' max_points). A graded cell that was deleted is graded at the end of the notebook, one that was copied is
+graded once, an edited one as if untouched (autograder/kernel.py's `prepare`); each is reported under "problems".
+"""
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import resource
+import stat
+import subprocess
+import sys
+import threading
+
+if __name__ == "__main__":
+    # This module's own child process (reading a notebook's bytes from stdin) validates notebooks and never an IRI: without this, importing
+    # nbformat imports jsonschema's optional IRI checker, rfc3987_syntax, which builds its grammar at import time
+    # (1.4 s of the child's start here; jsonschema issue #1428). jsonschema skips that format checker when the
+    # import fails, which a None in sys.modules makes it do.
+    sys.modules.setdefault("rfc3987_syntax", None)
+
+import nbformat
+
+MAX_NOTEBOOK_BYTES = 20 << 20   # a lesson with its outputs is well under 5 MB
+MAX_CELLS = 2000
+READ_MEMORY = 1 << 30     # the address space of the process that reads a submission
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def graded_cells(nb) -> list:
+    return [c for c in nb.cells if c.cell_type == "code" and c.get("metadata", {}).get("nbgrader", {}).get("grade")]
+
+
+def _grade_id(cell) -> str | None:
+    meta = cell.get("metadata", {})
+    nbg = meta.get("nbgrader") if isinstance(meta, dict) else None
+    gid = nbg.get("grade_id") if isinstance(nbg, dict) else None
+    return gid if isinstance(gid, str) else None
+
+
+_LESSONS: list = []
+_LESSONS_LOCK = threading.Lock()
+
+
+def _lessons() -> list[tuple[str, set, list]]:
+    """(stem, every grade_id, the check cells' grade_ids in order) of each course lesson."""
+    with _LESSONS_LOCK:
+        if not _LESSONS:
+            from .notebooks import lesson_paths
+            found = []
+            for path in lesson_paths():
+                try:
+                    nb = nbformat.read(str(path), as_version=4)
+                except Exception:  # noqa: BLE001
+                    continue
+                ids = [_grade_id(c) for c in nb.cells]
+                checks = [c.metadata["nbgrader"]["grade_id"] for c in graded_cells(nb)
+                          if c.metadata["nbgrader"].get("grade_id", "").startswith("check_")]
+                if checks:
+                    found.append((path.stem, {i for i in ids if i}, checks))
+            _LESSONS.append(found)
+        return _LESSONS[0]
+
+
+def _max_points(name: str) -> float | None:
+    from .core import REGISTRY, max_points
+    return max_points(name) if name in REGISTRY else None
+
+
+def _open_regular(path: pathlib.Path) -> tuple[bytes | None, str | None]:
+    """The bytes of a submission that is a regular file of its own (not a symlink, not a second hard link
+    to someone else's file, not a FIFO or a device), at most MAX_NOTEBOOK_BYTES; else why not."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError as e:
+        if path.is_symlink():
+            return None, "not graded: the submission is a symbolic link, not a file of its own"
+        return None, f"cannot read the file: {e.strerror or e}"
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return None, "not graded: the submission is not a regular file"
+        if st.st_nlink > 1:
+            return None, "not graded: the submission is a hard link shared with another file"
+        if st.st_size > MAX_NOTEBOOK_BYTES:
+            return None, f"not graded: the file is {st.st_size >> 20} MB, more than {MAX_NOTEBOOK_BYTES >> 20} MB"
+        chunks, total = [], 0
+        while True:
+            chunk = os.read(fd, 1 << 20)
+            if not chunk:
+                break
+            total += len(chunk)
+            if total > MAX_NOTEBOOK_BYTES:
+                return None, f"not graded: the file is more than {MAX_NOTEBOOK_BYTES >> 20} MB"
+            chunks.append(chunk)
+        return b"".join(chunks), None
+    finally:
+        os.close(fd)
+
+
+def _parse(data: bytes) -> dict:
+    """In the reading process: {"cells": [{cell_type, source, metadata: {nbgrader}}]} or {"error"}."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        return {"error": f"not a notebook: the file is not UTF-8 text ({e.reason} at byte {e.start})"}
+    try:
+        raw = json.loads(text)
+    except json.JSONDecodeError as e:
+        return {"error": f"not valid JSON: {e.msg} (line {e.lineno}, column {e.colno})"}
+    if not isinstance(raw, dict) or not isinstance(raw.get("cells"), list) or "nbformat" not in raw:
+        return {"error": "not a Jupyter notebook: the JSON has no \"cells\" list or no \"nbformat\""}
+    if len(raw["cells"]) > MAX_CELLS:
+        return {"error": f"not graded: {len(raw['cells'])} cells, more than {MAX_CELLS}"}
+    del raw
+    try:
+        nb = nbformat.reads(text, as_version=4)
+        nbformat.validate(nb)
+    except Exception as e:  # noqa: BLE001  (nbformat's ValidationError and anything it trips on)
+        msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        return {"error": f"not a valid notebook (nbformat): {msg[:300]}"}
+    cells = []
+    for c in nb.cells:
+        meta = c.get("metadata", {})
+        nbg = meta.get("nbgrader") if isinstance(meta.get("nbgrader"), dict) else None
+        cells.append({"cell_type": c.cell_type, "source": c.source, "metadata": {"nbgrader": nbg} if nbg else {}})
+    return {"cells": cells}
+
+
+def _read_limited(data: bytes) -> dict:
+    """_parse(data) in a process of its own with READ_MEMORY of address space and a minute: a notebook
+    built to exhaust the reader costs only its own grade."""
+    def limit():
+        resource.setrlimit(resource.RLIMIT_AS, (READ_MEMORY, READ_MEMORY))
+    try:
+        out = subprocess.run([sys.executable, "-m", "autograder.submission"], input=data, capture_output=True,
+                             timeout=60, preexec_fn=limit, cwd=str(ROOT),
+                             env=dict(os.environ, PYTHONPATH=os.pathsep.join(
+                                 [str(ROOT)] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else []))))
+    except subprocess.TimeoutExpired:
+        return {"error": "not graded: reading the notebook took more than a minute"}
+    if out.returncode != 0:
+        why = "it needs more memory than a notebook may" if b"MemoryError" in out.stderr else \
+            (out.stderr.decode(errors="replace").strip().splitlines() or ["no reason"])[-1][:200]
+        return {"error": f"not graded: the notebook could not be read ({why})"}
+    try:
+        return json.loads(out.stdout)
+    except ValueError:
+        return {"error": "not graded: the notebook could not be read"}
+
+
+def lesson_of(path, lesson: str | None = None) -> tuple[str | None, str | None]:
+    """(the lesson a submission is graded as, how that was decided): --lesson, else a file or folder named
+    after a lesson (nbgrader's submitted/<student>/<lesson>/<lesson>.ipynb)."""
+    stems = {stem for stem, _, _ in _lessons()}
+    if lesson:
+        return (lesson, "the assignment") if lesson in stems else (None, f"--lesson {lesson} is not a lesson")
+    path = pathlib.Path(path)
+    for candidate, how in ((path.stem, "its file name"), (path.parent.name, "its folder's name")):
+        if candidate in stems:
+            return candidate, how
+    return None, None
+
+
+def read_submission(path, lesson: str | None = None) -> tuple[object, list, list, str | None, str | None]:
+    """(notebook or None, expected graded cells [(grade_id, name, points)], problems, lesson stem, error)."""
+    path = pathlib.Path(path)
+    problems: list[str] = []
+    data, error = _open_regular(path)
+    if error:
+        return None, [], problems, None, error
+    parsed = _read_limited(data)
+    del data
+    if parsed.get("error") or not isinstance(parsed.get("cells"), list):
+        return None, [], problems, None, str(parsed.get("error") or "not graded: the notebook could not be read")
+    nb = nbformat.v4.new_notebook()
+    for c in parsed["cells"]:
+        cell = (nbformat.v4.new_code_cell if c.get("cell_type") == "code" else nbformat.v4.new_markdown_cell)(
+            str(c.get("source", "")))
+        cell.metadata = c.get("metadata") or {}
+        nb.cells.append(cell)
+
+    ids = [_grade_id(c) for c in nb.cells]
+    counts: dict[str, int] = {}
+    for i in ids:
+        if i:
+            counts[i] = counts.get(i, 0) + 1
+    for gid, n in counts.items():
+        if n > 1:
+            problems.append(f"grade_id {gid} appears {n} times (a cell was copied): graded once")
+    found = {stem: checks for stem, _, checks in _lessons()}
+    by_content, best = None, 0
+    for stem, lesson_ids, checks in _lessons():
+        overlap = len(lesson_ids & set(counts))
+        if overlap > best:
+            by_content, best = stem, overlap
+    stem, how = lesson_of(path, lesson)
+    if lesson and stem is None:
+        return nb, [], problems, None, how
+    if stem is None and by_content is not None:
+        stem = by_content
+        problems.append(f"graded as lesson {stem}, recognised by its graded cells (no assignment given: use --lesson)")
+    elif stem is not None and by_content is not None and by_content != stem:
+        problems.append(f"this notebook's graded cells are lesson {by_content}'s, but it is graded as lesson {stem} "
+                        f"({how}): another lesson's notebook under this lesson's name?")
+    expected: list[tuple[str, str, float]] = []
+    if stem is not None:
+        for gid in found[stem]:
+            name = gid[len("check_"):]
+            expected.append((gid, name, _max_points(name) or 0.0))
+        extra = [gid for gid in counts if gid.startswith("check_") and gid not in found[stem]]
+        if extra:
+            problems.append(f"graded cells not in lesson {stem}, not graded: {', '.join(extra)}")
+    if not expected:
+        return nb, [], problems, None, "no graded cells of a course lesson in this notebook"
+    return nb, expected, problems, stem, None
+
+
+if __name__ == "__main__":
+    sys.stdout.write(json.dumps(_parse(sys.stdin.buffer.read())))
