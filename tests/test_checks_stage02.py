@@ -13,6 +13,8 @@ from autograder import max_points
 from tests.grading import Mistake, assert_full_marks, assert_mistake, edit, grade, mistakes, run_silently
 
 SIN, PE = solutions.sinusoidal_encoding, solutions.PositionalEncoding
+_ANGLE = "torch.exp(-math.log(10000.0) * two_i / d_model)"
+_COLUMNS = "pe[:, 0::2] = torch.sin(angle)\n    pe[:, 1::2] = torch.cos(angle)"
 
 
 # ---------------------------------------------------------------- sinusoidal_encoding: correct, written differently
@@ -28,14 +30,10 @@ def sinusoidal_loops(max_len, d_model):
     return torch.from_numpy(pe)
 
 
-def sinusoidal_stack(max_len, d_model):
-    """sin and cos stacked on a new last axis, then flattened: interleaved."""
-    if d_model % 2:
-        raise ValueError(f"odd d_model {d_model}")
-    pos = torch.arange(max_len).float().unsqueeze(1)
-    freq = torch.pow(10000.0, -torch.arange(0, d_model, 2).float() / d_model)
-    angle = pos * freq
-    return torch.stack([angle.sin(), angle.cos()], dim=-1).reshape(max_len, d_model)
+# sin and cos stacked on a new last axis, then flattened: interleaved
+sinusoidal_stack = edit(SIN, (_ANGLE, "torch.pow(10000.0, -two_i / d_model)"), (_COLUMNS + "\n    return pe",
+                        "return torch.stack([angle.sin(), angle.cos()], dim=-1).reshape(max_len, d_model)"),
+                        name="sinusoidal_stack")
 
 
 def sinusoidal_polar(max_len, d_model):
@@ -136,17 +134,9 @@ def table_logspace(max_len, d_model):
     return torch.stack((ang.sin(), ang.cos()), dim=2).flatten(1).float()
 
 
-@pytest.mark.parametrize("fn", [sinusoidal_loops, sinusoidal_stack, sinusoidal_polar, sinusoidal_phase,
-                                sinusoidal_transposed_view, table_outer_f64, table_numpy_rates, table_einsum_permuted,
-                                table_python_lists, table_in_place, table_logspace])
-def test_other_correct_tables(fn):
-    assert_full_marks(fn, "sinusoidal_encoding")
-
-
 # ---------------------------------------------------------------- PositionalEncoding: correct, written differently
 class PositionalEncodingAnnotated(nn.Module):
     """The Annotated Transformer's way: a (1, max_len, d) buffer, persistent, requires_grad_(False)."""
-
     def __init__(self, d_model, max_len=5000, dropout=0.1):
         super().__init__()
         self.dropout = nn.Dropout(p=dropout)
@@ -175,7 +165,6 @@ class PositionalEncodingFunctional(nn.Module):
 
 class PositionalEncodingHandDropout(nn.Module):
     """A hand-written dropout, index_select of the positions, an extra forward keyword, the length from dim -2."""
-
     def __init__(self, d_model, max_len=5000, dropout=0.1):
         super().__init__()
         self.p = dropout
@@ -193,7 +182,6 @@ class PositionalEncodingHandDropout(nn.Module):
 
 class PositionalEncodingFloat64Buffer(nn.Module):
     """A buffer slot registered empty, then filled with a float64 table; cast to x's dtype in forward."""
-
     def __init__(self, d_model, max_len=5000, dropout=0.1):
         super().__init__()
         self.register_buffer("pe", None)
@@ -209,7 +197,6 @@ class PositionalEncodingFloat64Buffer(nn.Module):
 
 class PEIdentityWhenNoDropout(nn.Module):
     """A persistent buffer with another name; nn.Identity when dropout is 0; a keyword-only extra."""
-
     def __init__(self, d_model, max_len=5000, dropout=0.1, *, scale_input=False):
         super().__init__()
         self.register_buffer("pos_table", table_outer_f64(max_len, d_model).float())
@@ -223,24 +210,9 @@ class PEIdentityWhenNoDropout(nn.Module):
         return self.dropout(x + self.pos_table[:n].unsqueeze(0))
 
 
-class PETransposedTable(nn.Module):
-    """The table stored (d_model, max_len); its columns sliced and transposed back in forward."""
-
-    def __init__(self, d_model, max_len=5000, dropout=0.1):
-        super().__init__()
-        self.register_buffer("pe_t", solutions.sinusoidal_encoding(max_len, d_model).t().contiguous())
-        self.drop = nn.Dropout(p=dropout)
-
-    def forward(self, x):
-        if x.size(1) > self.pe_t.size(1):
-            raise ValueError("too long for max_len")
-        return self.drop(x + self.pe_t[:, : x.size(1)].t())
-
-
 class PEEmbeddingLookup(nn.Module):
     """F.embedding of position ids into the table under no_grad (the table needs no gradient anyway);
     in-place F.dropout on the fresh sum."""
-
     def __init__(self, d_model, max_len=5000, dropout=0.1):
         super().__init__()
         self.max_len, self.p = max_len, dropout
@@ -257,7 +229,6 @@ class PEEmbeddingLookup(nn.Module):
 
 class PECloneAddInPlace(nn.Module):
     """Clones x and adds in place; dropout by a bernoulli mask written by hand."""
-
     def __init__(self, d_model, max_len=5000, dropout=0.1):
         super().__init__()
         pe = torch.zeros(max_len, d_model)
@@ -298,7 +269,6 @@ class PEAddSubmodule(nn.Module):
 
 class PEFloat64TableCastLike(nn.Module):
     """A float64 buffer cast with .to(x) and expand_as(x); also takes unbatched (L, d) input."""
-
     def __init__(self, d_model, max_len=5000, dropout=0.1):
         super().__init__()
         self.register_buffer("pe", table_outer_f64(max_len, d_model))
@@ -311,12 +281,25 @@ class PEFloat64TableCastLike(nn.Module):
         return self.dropout(x + self.pe[:L].to(x).expand_as(x))
 
 
-@pytest.mark.parametrize("cls", [PositionalEncodingAnnotated, PositionalEncodingFunctional,
-                                 PositionalEncodingHandDropout, PositionalEncodingFloat64Buffer,
-                                 PEIdentityWhenNoDropout, PETransposedTable, PEEmbeddingLookup, PECloneAddInPlace,
-                                 PEAddSubmodule, PEFloat64TableCastLike])
-def test_other_correct_modules(cls):
-    assert_full_marks(cls, "PositionalEncoding")
+# the table stored (d_model, max_len); its columns sliced and transposed back in forward
+PETransposedTable = edit(PE, ('"pe", sinusoidal_encoding(max_len, d_model), persistent=False',
+                              '"pe_t", sinusoidal_encoding(max_len, d_model).t().contiguous()'),
+                         ("x.size(1) > self.pe.size(0)", "x.size(1) > self.pe_t.size(1)"),
+                         ("max_len={self.pe.size(0)}", "max_len={self.pe_t.size(1)}"),
+                         ("self.pe[: x.size(1)].to(x.dtype)", "self.pe_t[:, : x.size(1)].t()"),
+                         name="PETransposedTable")
+CORRECT = [*(pytest.param("sinusoidal_encoding", f, id=f.__name__) for f in (
+    sinusoidal_loops, sinusoidal_stack, sinusoidal_polar, sinusoidal_phase, sinusoidal_transposed_view, table_outer_f64,
+    table_numpy_rates, table_einsum_permuted, table_python_lists, table_in_place, table_logspace)), *(
+    pytest.param("PositionalEncoding", cls, id=cls.__name__) for cls in (
+        PositionalEncodingAnnotated, PositionalEncodingFunctional, PositionalEncodingHandDropout,
+        PositionalEncodingFloat64Buffer, PEIdentityWhenNoDropout, PETransposedTable, PEEmbeddingLookup,
+        PECloneAddInPlace, PEAddSubmodule, PEFloat64TableCastLike))]
+
+
+@pytest.mark.parametrize("contract, impl", CORRECT)
+def test_other_correct_code(contract, impl):
+    assert_full_marks(impl, contract)
 
 
 # ---------------------------------------------------------------- sinusoidal_encoding: classic mistakes
@@ -328,21 +311,7 @@ def _sin_returns(new):
     return edit(SIN, ("return pe", f"return {new}"))
 
 
-_ANGLE = "torch.exp(-math.log(10000.0) * two_i / d_model)"
-_COLUMNS = "pe[:, 0::2] = torch.sin(angle)\n    pe[:, 1::2] = torch.cos(angle)"
-
-
-def table_four_i(max_len, d_model):
-    """torch.arange(0, d_model, 2) (already 2i) doubled again: exponent 4i/d_model."""
-    if d_model % 2:
-        raise ValueError("odd")
-    angle = torch.arange(max_len).float()[:, None] / 10000 ** (2 * torch.arange(0, d_model, 2).float() / d_model)
-    return torch.stack([angle.sin(), angle.cos()], -1).reshape(max_len, d_model)
-
-
-def table_assert(max_len, d_model):
-    assert d_model % 2 == 0, "odd d_model"
-    return SIN(max_len, d_model)
+_ODD = "if d_model % 2:"
 
 
 TABLE_MISTAKES = [
@@ -353,7 +322,8 @@ TABLE_MISTAKES = [
             2, "swapped"),
     Mistake("exponent i/d instead of 2i/d", _sin(_ANGLE, _ANGLE.replace("two_i", "two_i / 2")), 2,
             "exponent i/d_model instead of 2i/d_model"),
-    Mistake("exponent 4i/d (2i doubled)", table_four_i, 2, "exponent 4i/d_model"),
+    Mistake("exponent 4i/d (2i doubled)", _sin(_ANGLE, _ANGLE.replace("two_i", "2 * two_i")), 2,  # two_i: 2i already
+            "exponent 4i/d_model"),
     Mistake("cos column with its own exponent",
             _sin("torch.cos(angle)", "torch.cos(pos * torch.exp(-math.log(10000.0) * (two_i + 1) / d_model))"), 2,
             "(2i+1)/d_model"),
@@ -366,8 +336,9 @@ TABLE_MISTAKES = [
     Mistake("positions 1..max_len", lambda max_len, d_model: SIN(max_len + 1, d_model)[1:], 2,
             "positions counted from 1"),
     # odd d_model
-    Mistake("no ValueError for odd d_model", _sin("if d_model % 2:", "if False:"), 4, ("ValueError", "odd d_model")),
-    Mistake("assert instead of ValueError", table_assert, 4, ("ValueError", "AssertionError")),
+    Mistake("no ValueError for odd d_model", _sin(_ODD, "if False:"), 4, ("ValueError", "odd d_model")),
+    Mistake("assert instead of ValueError", _sin(_ODD + "\n        raise ValueError(", "assert not d_model % 2, ("), 4,
+            ("ValueError", "AssertionError")),
     # what is returned
     Mistake("float16", _sin_returns("pe.half()"), 0, "float32 or float64"),
     Mistake("an int64 table", _sin_returns("pe.long()"), 0, ("float32", "int64")),  # the sines truncated
@@ -377,48 +348,23 @@ TABLE_MISTAKES = [
 ]
 
 
-@pytest.mark.parametrize("m", mistakes("sinusoidal_encoding", TABLE_MISTAKES))
-def test_table_mistakes(m):
-    assert_mistake(m)
-
-
 # ---------------------------------------------------------------- sinusoidal_encoding: the report when no cause fits
-def sin_positions_as_fractions(max_len, d_model):
-    """Positions scaled into 0..1 (pos / max_len): no classic mistake gives these numbers."""
-    if d_model % 2:
-        raise ValueError(f"d_model must be even, got {d_model}")
-    pos = torch.arange(max_len, dtype=torch.float32)[:, None] / max_len
-    angle = pos / 10000 ** (torch.arange(0, d_model, 2, dtype=torch.float32) / d_model)
-    pe = torch.zeros(max_len, d_model)
-    pe[:, 0::2], pe[:, 1::2] = torch.sin(angle), torch.cos(angle)
-    return pe
-
-
-def sin_positions_from_half(max_len, d_model):
-    """Positions 0.5, 1.5, ...: not a precision problem, whatever the table's size."""
-    if d_model % 2:
-        raise ValueError(f"d_model must be even, got {d_model}")
-    pos = torch.arange(max_len, dtype=torch.float64)[:, None] + 0.5
-    angle = pos / 10000 ** (torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)
-    return torch.stack([torch.sin(angle), torch.cos(angle)], dim=-1).reshape(max_len, d_model).float()
-
-
-def sin_float16(max_len, d_model):
-    """The right formula in half precision: right for small tables, off for the paper's sizes."""
-    pos = torch.arange(max_len, dtype=torch.float16)[:, None]
-    angle = pos * torch.exp(-math.log(10000.0) * torch.arange(0, d_model, 2, dtype=torch.float16) / d_model)
-    pe = torch.zeros(max_len, d_model)
-    pe[:, 0::2], pe[:, 1::2] = torch.sin(angle.float()), torch.cos(angle.float())
-    return pe
+def _angle_in(dtype, *changes):
+    """The reference with the positions and 2i, so the angle, in `dtype`."""
+    return edit(SIN, ("max_len, dtype=torch.float32)", f"max_len, dtype={dtype})"),
+                ("2, dtype=torch.float32)", f"2, dtype={dtype})"), *changes)
 
 
 _FORMULA = "there (PE[pos, 2i] = sin(pos / 10000^(2i/d_model)), PE[pos, 2i+1] = cos(the same angle)); got"
 MESSAGE_MISTAKES = [  # no classic mistake gives these numbers: the formula is restated and no cause guessed
-    Mistake("positions as fractions of max_len", sin_positions_as_fractions, max_points("sinusoidal_encoding") - 3,
-            _FORMULA, not_says="Likely:"),  # the example, the formula, the large table lost
-    Mistake("positions from 0.5", sin_positions_from_half, max_points("sinusoidal_encoding") - 3, _FORMULA,
-            not_says="Likely:"),  # not a precision problem either, whatever the table's size
-    Mistake("angle in half precision", sin_float16, 0, "Likely: compute the angle in float32 or float64, "
+    Mistake("positions as fractions of max_len", _sin("unsqueeze(1)", "unsqueeze(1) / max_len"),
+            max_points("sinusoidal_encoding") - 3, _FORMULA, not_says="Likely:"),  # the example, formula, large table
+    Mistake("positions from 0.5", _angle_in("torch.float64", ("unsqueeze(1)", "unsqueeze(1) + 0.5")),
+            max_points("sinusoidal_encoding") - 3, _FORMULA, not_says="Likely:"),  # float64: not a precision problem
+    Mistake("angle in half precision",  # the right formula in half precision: right for small tables, not large
+            _angle_in("torch.float16", ("torch.sin(angle)", "torch.sin(angle.float())"),
+                      ("torch.cos(angle)", "torch.cos(angle.float())")), 0,
+            "Likely: compute the angle in float32 or float64, "
             "pos / 10000^(2i/d_model) = pos * exp(-ln(10000) * 2i / d_model)", title="stays accurate"),
 ]
 
@@ -536,8 +482,11 @@ MODULE_MISTAKES = [
 ]
 
 
-@pytest.mark.parametrize("m", mistakes("PositionalEncoding", MODULE_MISTAKES))
-def test_module_mistakes(m):
+ROWS = [*mistakes("sinusoidal_encoding", TABLE_MISTAKES), *mistakes("PositionalEncoding", MODULE_MISTAKES)]
+
+
+@pytest.mark.parametrize("m", ROWS)
+def test_mistakes(m):
     assert_mistake(m)
 
 
