@@ -2,7 +2,6 @@
 it earns and the words that name it (the reference and the stub: tests/test_registry.py)."""
 import functools
 import inspect
-import math
 
 import pytest
 import torch

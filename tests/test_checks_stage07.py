@@ -7,7 +7,6 @@ import inspect
 import timeit
 
 import pytest
-import torch
 from torch import nn
 
 import solutions
