@@ -82,10 +82,43 @@ def close(a: torch.Tensor, b: torch.Tensor, atol: float = 1e-4, rtol: float = 1e
             and torch.allclose(a.detach().double(), b.detach().double(), atol=atol, rtol=rtol))
 
 
+SEVERAL_MISTAKES = "one of these mistakes (they give the same answer here): "
+
+
+def matching_mistakes(got, mistakes, same, every: bool = False) -> list[str]:
+    """Compare, then diagnose: the descriptions of the classic mistakes whose answer `got` is, in the table's order.
+    `mistakes` maps a description to the wrong answer that mistake gives, or to a function computing it (called only
+    when it is reached: costly answers are made for a wrong answer only); None (or a function returning None): the
+    mistake does not apply here. `mistakes` itself may also be a function returning the table (called only here).
+    `same(got, wrong)`: the comparison (==, close with tolerances, equal masks...). every=False: the first match
+    alone (the table is read no further); every=True: each match (several can coincide on one small example)."""
+    if callable(mistakes):
+        mistakes = mistakes()
+    found = []
+    for description, wrong in (mistakes or {}).items():
+        if callable(wrong):
+            wrong = wrong()
+        if wrong is not None and same(got, wrong):
+            found.append(description)
+            if not every:
+                break
+    return found
+
+
+def diagnose(got, mistakes, same, every: bool = False) -> str | None:
+    """The mistake `got` matches (see matching_mistakes), as a hint, or None. every=True: when several match, one
+    hint names them all (SEVERAL_MISTAKES)."""
+    found = matching_mistakes(got, mistakes, same, every)
+    if len(found) > 1:
+        return SEVERAL_MISTAKES + " | ".join(found)
+    return found[0] if found else None
+
+
 def expect_close(got, expected: torch.Tensor, what: str, hint: str | None = None, atol: float = 1e-4,
                  rtol: float = 1e-4, mistakes: dict[str, torch.Tensor] | None = None, formula: str | None = None) -> None:
     """Fail unless got ≈ expected. `mistakes` maps a classic mistake's description to the output it
-    would give: when got matches one, the message names that mistake instead of the generic hint. `formula`:
+    would give (see matching_mistakes: lazily computed answers, or a function making the table, work too): when got
+    matches one, the message names that mistake instead of the generic hint. `formula`:
     how the right values are made, said beside the expected value when no mistake matches (then no cause is
     guessed: a formula restated is not a likely cause)."""
     got = expect_shape(got, expected.shape, what, hint)
@@ -95,12 +128,10 @@ def expect_close(got, expected: torch.Tensor, what: str, hint: str | None = None
                            hint or "an overflow (exp of a large number) or 0/0 (a row with nothing to attend to)")
     if close(got, expected, atol, rtol):
         return
-    named = False
-    for description, wrong in (mistakes or {}).items():
-        if close(got, wrong, atol, rtol):
-            hint, named = description, True
-            break
-    if formula is not None and not named:
+    named = diagnose(got, mistakes, lambda g, w: close(g, w, atol, rtol))
+    if named is not None:
+        hint = named
+    if formula is not None and named is None:
         hint = None
     # a NaN difference (NaN in the expected values: e.g. the learner's code changed an input in place) counts
     # as the largest, so there is always an index to name
@@ -108,7 +139,7 @@ def expect_close(got, expected: torch.Tensor, what: str, hint: str | None = None
     where = tuple(int(i) for i in torch.nonzero(diff == diff.max())[0].tolist())
     raise CheckFailure(f"{what}: values differ (largest difference {diff.max().item():.3g} at index {where})",
                        fmt(expected.flatten()[diff.flatten().argmax()].item()) + " there"
-                       + (f" ({formula})" if formula is not None and not named else ""),
+                       + (f" ({formula})" if formula is not None and named is None else ""),
                        fmt(got.detach().flatten()[diff.flatten().argmax()].item()), hint)
 
 
@@ -139,6 +170,13 @@ def build(cls, *args, what: str, **kwargs):
 
 def _sig(args, kwargs):
     return ", ".join([repr(a) for a in args] + [f"{k}={v!r}" for k, v in kwargs.items()])
+
+
+def as_module(obj, what: str):
+    """The learner's object, which must be an nn.Module."""
+    if not isinstance(obj, nn.Module):
+        raise CheckFailure(what, "an nn.Module", type(obj).__name__, "subclass nn.Module and call super().__init__()")
+    return obj
 
 
 def expect_attr(module: nn.Module, name: str, kind, what: str) -> object:
@@ -194,3 +232,48 @@ def expect_grads(got_fn, ref_fn, leaves: dict[str, tuple[torch.Tensor, torch.Ten
             raise CheckFailure(where, "a tensor (the output depends on it)", "None", hint)
         wrong = {d: g[name] for d, g in (mistakes or {}).items() if name in g}
         expect_close(mine.grad, theirs.grad, where, hint=hint, mistakes=wrong)
+
+
+# ------------------------------------------------------------------------------------------------ dropout
+# the tests dropout's checks share: a module called again on the same input in eval mode (no dropout) or in train mode
+# at p = 1 (everything dropped) gives the same output; train mode survives a call
+NO_DROPOUT_IN_EVAL = "the same output (no dropout in eval mode)"
+DROPOUT_IN_EVAL = ("dropout still acts in eval mode: use an nn.Dropout module (off after .eval()), "
+                   "not F.dropout(..., training=True)")
+DROPOUT_FIXED_RATE = ("the dropout argument is not used (a fixed rate such as 0.1?): "
+                      "self.dropout = nn.Dropout(dropout)")
+
+
+def expect_same_again(first, again, what: str, expected: str, hint, equal_nan: bool = False) -> None:
+    """Two calls of a module on the same input, where no dropout may make them differ, give the same output.
+    `hint`: the hint, or a function making it (called only when they differ)."""
+    if not torch.allclose(first, again, equal_nan=equal_nan):
+        raise CheckFailure(f"{what}, called twice", expected, "two different outputs",
+                           hint() if callable(hint) else hint)
+
+
+def expect_no_dropout_in_eval(first, second, what: str, hint=DROPOUT_IN_EVAL) -> None:
+    """Two calls in eval mode (outputs of one shape: another shape is the other checks' business) agree."""
+    if first.shape == second.shape:
+        expect_same_again(first, second, what, NO_DROPOUT_IN_EVAL, hint)
+
+
+def expect_all_dropped(got, expected: torch.Tensor, rerun, seed: int, what: str, drops: str,
+                       equal_nan: bool = False) -> None:
+    """Train mode with dropout=1.0 drops every `drops` (weight, hidden unit, value), so the output is `expected` at
+    every call: when got is another output of its shape, a second call, rerun() under `seed`, that differs from it
+    shows a dropout whose rate is not the argument. A reproducible wrong output is left to the caller's diagnosis."""
+    if not close(got, expected) and isinstance(got, torch.Tensor) and got.shape == expected.shape:
+        with seeded(seed):
+            again = rerun()
+        expect_same_again(got, again, what, f"the same output (p=1 drops every {drops})", DROPOUT_FIXED_RATE,
+                          equal_nan)
+
+
+def expect_still_training(module: nn.Module, what: str, noun: str) -> None:
+    """After a call in train mode, the module and all its parts are still in train mode (forward leaves the mode to
+    the caller). `noun`: what the hint calls it (the module, the model)."""
+    if not all(part.training for part in module.modules()):
+        raise CheckFailure(f"{what}.train(), after a call", "still in train mode", "switched to eval mode",
+                           f"forward calls .eval() (or .train(False)) on the {noun} or one of its parts: dropout would "
+                           "never be active in training; leave the mode to the caller")

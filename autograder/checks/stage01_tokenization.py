@@ -12,6 +12,7 @@ import functools
 import json
 import math
 import numbers
+import operator
 import os
 import tempfile
 import time
@@ -23,7 +24,7 @@ import torch
 from torch import nn
 
 from ..registry import CheckFailure, register
-from ._util import build, close, expect_attr, expect_close, expect_shape, fmt, seeded
+from ._util import build, close, diagnose, expect_attr, expect_close, expect_shape, fmt, seeded
 
 END = "</w>"
 PAD, BOS, EOS, UNK = 0, 1, 2, 3
@@ -50,25 +51,11 @@ def _segmentation(name: str) -> tuple[list[tuple[str, str]], dict[str, list[str]
 
 def _expect(got, expected, what: str, hint: str | None = None, mistakes: dict | None = None) -> None:
     """Fail unless got == expected; `mistakes` maps a mistake's description to the answer it gives
-    (or to a function computing it, called only when needed)."""
+    (or to a function computing it, called only when needed): each one got equals is named."""
     if got == expected:
         return
-    hint = _named(got, mistakes) or hint
+    hint = diagnose(got, mistakes, operator.eq, every=True) or hint
     raise CheckFailure(what, fmt(expected), fmt(got), hint)
-
-
-def _named(got, mistakes: dict | None) -> str | None:
-    """The description of every mistake in `mistakes` whose answer equals got (several can coincide on
-    one small example: then each is named), or None."""
-    found = []
-    for description, wrong in (mistakes or {}).items():
-        if callable(wrong):
-            wrong = wrong()
-        if wrong is not None and got == wrong:
-            found.append(description)
-    if len(found) > 1:
-        return "one of these mistakes (they give the same answer here): " + " | ".join(found)
-    return found[0] if found else None
 
 
 # ------------------------------------------------------------------------------ answers' shapes
@@ -508,13 +495,13 @@ def _learn_small(learn_bpe, name, hint, defaults=False):
     if got == expected:
         return
     mistakes = _learn_mistakes(corpus, n, m)
-    hint = _learn_shape_hint(got, corpus) or _named(got, mistakes) or hint
+    hint = _learn_shape_hint(got, corpus) or diagnose(got, mistakes, operator.eq, every=True) or hint
     if LINES_AS_WORDS in hint and hint != LINES_AS_WORDS:  # the answer fits several mistakes: a second call tells
         if _lines_as_words(learn_bpe):
             hint = LINES_AS_WORDS
         else:
             del mistakes[LINES_AS_WORDS]
-            hint = _named(got, mistakes) or hint
+            hint = diagnose(got, mistakes, operator.eq, every=True) or hint
     raise CheckFailure(call + " (merges made by subword-nmt)", fmt(expected), fmt(got), hint)
 
 
@@ -596,7 +583,7 @@ def _learn_fixture(learn_bpe, name):
     if got == expected:
         return
     k = next((i for i, (a, b) in enumerate(zip(got, expected)) if a != b), min(len(got), len(expected)))
-    hint = _learn_shape_hint(got, corpus) or _named(got, _learn_mistakes(corpus, n, m))
+    hint = _learn_shape_hint(got, corpus) or diagnose(got, _learn_mistakes(corpus, n, m), operator.eq, every=True)
     if k < len(got) and k < len(expected):
         c_exp, c_got = _count_at(corpus, expected, k, [expected[k], got[k]])
         if hint is None:
@@ -1032,7 +1019,7 @@ def _pad_check(pad_sequences, seqs, pad_id, what, mistakes_extra=None):
     if torch.equal(got[real], expected[real]) and fill.numel() == 1:
         mistakes[f"padded with {fill.item()} instead of pad_id" + (" (its default is PAD = 0)" if pad_id is None else
                                                                    f" = {p}")] = got
-    hint = next((d for d, t in mistakes.items() if torch.equal(got, t)), "copy each sequence to the start of its row")
+    hint = diagnose(got, mistakes, torch.equal) or "copy each sequence to the start of its row"
     raise CheckFailure(what, str(expected.tolist()), str(got.tolist()), hint)
 
 
