@@ -72,7 +72,7 @@ def _expect_close_lazy(got, expected, what, hint, atol, mistakes, formula=None):
         diff = (got.detach().double() - expected).abs() - atol * (1 + expected.abs())
         if diff.max().item() <= 0:  # NaN fails this test too
             return
-    expect_close(got, expected, what, hint=hint, atol=atol, rtol=atol, mistakes=mistakes(), formula=formula)
+    expect_close(got, expected, what, hint=hint, atol=atol, rtol=atol, mistakes=mistakes, formula=formula)
 
 
 # -------------------------------------------------------------------------------- sinusoidal_encoding
