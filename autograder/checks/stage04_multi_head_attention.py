@@ -11,7 +11,8 @@ from torch import nn
 from torch.nn.modules.module import register_module_forward_pre_hook
 
 from ..registry import CheckFailure, forbid, register
-from ._util import LEFT_AUTOGRAD, as_tensor, build, close, expect_close, expect_grads, expect_shape, seeded
+from ._util import (LEFT_AUTOGRAD, as_module, as_tensor, build, close, expect_all_dropped, expect_close, expect_grads,
+                    expect_no_dropout_in_eval, expect_shape, seeded)
 
 # the lesson's own work, which a library module must not do for the learner (allowed in later lessons)
 forbid("MultiHeadAttention", "nn.MultiheadAttention (or F.multi_head_attention_forward)",
@@ -212,10 +213,7 @@ def _linears(mha, d_model, what):
 
 
 def _make(MHA, d_model, h, dropout=0.0, what="MultiHeadAttention"):
-    mha = build(MHA, d_model, h, dropout=dropout, what=f"{what}({d_model}, {h}, dropout={dropout})")
-    if not isinstance(mha, nn.Module):
-        raise CheckFailure(what, "an nn.Module", type(mha).__name__, "subclass nn.Module and call super().__init__()")
-    return mha
+    return as_module(build(MHA, d_model, h, dropout=dropout, what=f"{what}({d_model}, {h}, dropout={dropout})"), what)
 
 
 def _pair(MHA, d_model=12, h=3, dropout=0.0, seed=0):
@@ -528,9 +526,7 @@ def _mha_dropout(MHA):
     with torch.no_grad():
         expected = ref(x, x, x, need_weights=False)[0]
         first, second = _forward(mha, x, x, x, what=what), _forward(mha, x, x, x, what=what)
-        if first.shape == second.shape and not torch.allclose(first, second):
-            raise CheckFailure(f"{what}, called twice", "the same output (no dropout in eval mode)",
-                               "two different outputs", _eval_dropout_hint(mha, x))
+        expect_no_dropout_in_eval(first, second, what, lambda: _eval_dropout_hint(mha, x))
         expect_close(first, expected, what, hint="in eval mode it must equal nn.MultiheadAttention without dropout",
                      mistakes=_mistakes(ref, x, x, x))
     # train mode with p = 1: every attention weight is dropped, so each head's output is 0 and only w_o's bias is left
@@ -542,13 +538,7 @@ def _mha_dropout(MHA):
         if isinstance(got, torch.Tensor) and got.shape == (2, 4, 8) and not torch.isfinite(got).all():
             return _dropout_half(MHA)  # a hand-written dropout, w * keep / (1 - p), is 0/0 at p = 1
         b_o = mha.w_o.bias.detach().expand(2, 4, 8)
-        if not close(got, b_o) and isinstance(got, torch.Tensor) and got.shape == (2, 4, 8):
-            with seeded(16):
-                again = _forward(mha, x, x, x, what=what)
-            if not torch.allclose(got, again):
-                raise CheckFailure(f"{what}, called twice", "the same output (p=1 drops every weight)",
-                                   "two different outputs", "the dropout argument is not used (a fixed rate such "
-                                   "as 0.1?): self.dropout = nn.Dropout(dropout)")
+        expect_all_dropped(got, b_o, lambda: _forward(mha, x, x, x, what=what), 16, what, "weight")
         W, b = ref.in_proj_weight.detach(), ref.in_proj_bias.detach()
         v = _heads_of(F.linear(x, W[16:], b[16:]), 2)
         uniform = torch.ones(2, 2, 4, 4) / 4 @ v  # the scores dropped (all 0): uniform weights
