@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from ..registry import CheckFailure, CheckTimeout, register
-from ._util import as_tensor, expect_shape, fmt
+from ._util import as_tensor, diagnose, expect_shape, fmt
 
 NOT_BOOL = ("the mask is not bool: masks are boolean, True = may attend (e.g. `ids != pad_id`, or "
             "torch.ones(..., dtype=torch.bool)); a float 0/1 or 0/-inf mask breaks `~mask` and masked_fill")
@@ -42,10 +42,7 @@ def _expect_mask(got, expected: torch.Tensor, what: str, hint: str, mistakes: di
         values = values != 0
     if torch.equal(values, expected):
         return
-    for description, wrong in (mistakes or {}).items():
-        if wrong.shape == values.shape and torch.equal(values, wrong):
-            hint = description
-            break
+    hint = diagnose(values, mistakes, lambda v, wrong: wrong.shape == v.shape and torch.equal(v, wrong)) or hint
     where = tuple(int(i) for i in torch.nonzero(values != expected)[0].tolist())
     raise CheckFailure(f"{what}: wrong values (first at index {where})",
                        fmt(expected.int()) if expected.numel() <= 8 else f"{expected[where].item()} there",
