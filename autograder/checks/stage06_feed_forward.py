@@ -7,15 +7,14 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..registry import CheckFailure, register
-from ._util import as_tensor, build, close, expect_close, expect_shape, seeded
+from ._util import (as_module, as_tensor, build, close, expect_all_dropped, expect_close, expect_no_dropout_in_eval,
+                    expect_shape, seeded)
 
 
 def _make(FFN, d_model=6, d_ff=10, dropout=0.0, seed=0):
     ffn = build(FFN, d_model, d_ff, dropout=dropout,
                 what=f"PositionwiseFeedForward({d_model}, {d_ff}, dropout={dropout})")
-    if not isinstance(ffn, nn.Module):
-        raise CheckFailure("PositionwiseFeedForward", "an nn.Module", type(ffn).__name__,
-                           "subclass nn.Module and call super().__init__()")
+    as_module(ffn, "PositionwiseFeedForward")
     w_1, w_2 = _linears(ffn, d_model, d_ff)
     with seeded(seed), torch.no_grad():  # random weights and biases, whatever the learner's initialisation
         for lin in (w_1, w_2):
@@ -175,13 +174,7 @@ def _ffn_dropout_place(FFN):
         got = _forward(ffn, x, what)
         finite = not (isinstance(got, torch.Tensor) and got.shape == (2, 3, 6) and not torch.isfinite(got).all())
         if finite:  # a hand-written dropout, h * keep / (1 - p), is 0/0 at p = 1: judged at p = 0.5 alone
-            if not close(got, b2.expand(2, 3, 6)) and isinstance(got, torch.Tensor) and got.shape == (2, 3, 6):
-                with seeded(14):
-                    again = _forward(ffn, x, what)
-                if not torch.allclose(got, again):
-                    raise CheckFailure(f"{what}, called twice", "the same output (p=1 drops every hidden unit)",
-                                       "two different outputs", "the dropout argument is not used (a fixed rate such "
-                                       "as 0.1?): self.dropout = nn.Dropout(dropout)")
+            expect_all_dropped(got, b2.expand(2, 3, 6), lambda: _forward(ffn, x, what), 14, what, "hidden unit")
             # p = 1 zeroes every hidden unit, so w_2 sees zeros and returns its bias at every position
             mistakes = {"dropout after w_2 instead of between relu and w_2: w_2(dropout(relu(w_1(x))))":
                             torch.zeros(2, 3, 6),
@@ -272,11 +265,7 @@ def _ffn_dropout_modes(FFN):
     with torch.no_grad():
         ffn.eval()
         first, second = _forward(ffn, x, what), _forward(ffn, x, what)
-        if first.shape == second.shape and not torch.allclose(first, second):
-            raise CheckFailure(f"{what}, called twice", "the same output (no dropout in eval mode)",
-                               "two different outputs",
-                               "dropout still acts in eval mode: use an nn.Dropout module (off after .eval()), "
-                               "not F.dropout(..., training=True)")
+        expect_no_dropout_in_eval(first, second, what)
         expect_close(first, _formula(ffn, x), what, hint="in eval mode: w_2(relu(w_1(x))), no dropout",
                      mistakes=_mistakes(ffn, x))
         ffn.train()
