@@ -9,8 +9,8 @@ from torch import nn
 
 from ..explain import failing_line
 from ..registry import CheckFailure, forbid, register
-from ._util import (LEFT_AUTOGRAD, as_tensor, build, close, expect_close, expect_grads, expect_shape,
-                    reduces_without_keepdim, seeded)
+from ._util import (LEFT_AUTOGRAD, as_module, as_tensor, build, close, diagnose, expect_all_dropped, expect_close, expect_grads,
+                    expect_no_dropout_in_eval, expect_shape, reduces_without_keepdim, seeded)
 
 # the lesson's own work, which a library call must not do for the learner (SublayerConnection may use any
 # LayerNorm: its checks put nn.LayerNorm in place of the learner's)
@@ -45,8 +45,7 @@ def _make_ln(LN, d, eps=None, seed=0):
     """The learner's LayerNorm with random weight and bias, and nn.LayerNorm with the same ones."""
     what = f"LayerNorm({d})" if eps is None else f"LayerNorm({d}, eps={eps})"
     ln = build(LN, d, what=what) if eps is None else build(LN, d, eps=eps, what=what)
-    if not isinstance(ln, nn.Module):
-        raise CheckFailure(what, "an nn.Module", type(ln).__name__, "subclass nn.Module and call super().__init__()")
+    as_module(ln, what)
     weight, bias = _weight_bias(ln, d, what)
     ref = nn.LayerNorm(d, eps=1e-5 if eps is None else eps)
     with seeded(seed), torch.no_grad():
@@ -231,9 +230,7 @@ def _make_sc(SC, d=6, dropout=0.0, norm_first=None, seed=0):
     kwargs = {"dropout": dropout} if norm_first is None else {"dropout": dropout, "norm_first": norm_first}
     args = ", ".join([str(d)] + [f"{k}={v}" for k, v in kwargs.items()])
     sc = build(SC, d, what=f"SublayerConnection({args})", **kwargs)
-    if not isinstance(sc, nn.Module):
-        raise CheckFailure("SublayerConnection", "an nn.Module", type(sc).__name__,
-                           "subclass nn.Module and call super().__init__()")
+    as_module(sc, "SublayerConnection")
     own = _norm_attr(sc, d, f"SublayerConnection({args})")
     norm = nn.LayerNorm(d)
     with seeded(seed), torch.no_grad():
@@ -385,10 +382,8 @@ def _formula_mistake(sc, x, N, S, norm_first, what):
         sc.train()
     if close(got, x + S(N(x)) if norm_first else N(x + S(x))):
         return None
-    for description, wrong in _sc_mistakes(x, N, S, norm_first).items():
-        if close(got, wrong):
-            return description + " (in eval mode too, with the sublayer's output kept)"
-    return None
+    description = diagnose(got, _sc_mistakes(x, N, S, norm_first), close)
+    return None if description is None else description + " (in eval mode too, with the sublayer's output kept)"
 
 
 @register("SublayerConnection",
@@ -404,14 +399,7 @@ def _sc_dropout_place(SC):
             got = _call(sc, x, S, what)
             # p = 1 zeroes the sublayer's output: what remains is the residual path alone
             expected = x if norm_first else N(x)
-            if not close(got, expected) and isinstance(got, torch.Tensor) and got.shape == x.shape:
-                with seeded(1):
-                    again = _call(sc, x, S, what)
-                if not torch.allclose(got, again, equal_nan=True):
-                    raise CheckFailure(f"{what}, called twice", "the same output (p=1 drops every value)",
-                                       "two different outputs",
-                                       "the dropout argument is not used (a fixed rate such as 0.1?): "
-                                       "self.dropout = nn.Dropout(dropout)")
+            expect_all_dropped(got, expected, lambda: _call(sc, x, S, what), 1, what, "value", equal_nan=True)
             formula = _formula_mistake(sc, x, N, S, norm_first, what) if not close(got, expected) else None
             expect_close(got, expected, what,
                          hint="dropout applies to the sublayer's output, before the residual sum: "
@@ -469,11 +457,7 @@ def _sc_eval(SC):
         what = f"SublayerConnection(6, dropout=0.5, norm_first={norm_first}).eval()(x, sublayer)"
         with torch.no_grad():
             first, second = _call(sc, x, S, what), _call(sc, x, S, what)
-            if first.shape == second.shape and not torch.allclose(first, second):
-                raise CheckFailure(f"{what}, called twice", "the same output (no dropout in eval mode)",
-                                   "two different outputs",
-                                   "dropout still acts in eval mode: use an nn.Dropout module (off after .eval()), "
-                                   "not F.dropout(..., training=True)")
+            expect_no_dropout_in_eval(first, second, what)
             expect_close(first, x + S(N(x)) if norm_first else N(x + S(x)), what,
                          mistakes=_sc_mistakes(x, N, S, norm_first),
                          hint="in eval mode: " + ("x + sublayer(norm(x))" if norm_first else "norm(x + sublayer(x))"))
