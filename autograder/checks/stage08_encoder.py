@@ -18,7 +18,7 @@ from torch import nn
 
 from ..explain import _describe_exception
 from ..registry import CheckFailure, forbid, register
-from ._util import build, close, expect_close, expect_shape, seeded
+from ._util import as_module, build, close, expect_close, expect_shape, expect_still_training, seeded
 
 # the lesson's own work, which PyTorch's Transformer modules must not do for the learner
 TORCH_TRANSFORMER = ("torch.nn.TransformerEncoderLayer", "torch.nn.TransformerEncoder", "torch.nn.TransformerDecoderLayer",
@@ -326,12 +326,6 @@ def same_gradients(mine, ref, inputs, real, what, seed=0, module=None):
                                "sublayer): the values match, the gradients do not")
 
 
-def as_module(obj, what):
-    if not isinstance(obj, nn.Module):
-        raise CheckFailure(what, "an nn.Module", type(obj).__name__, "subclass nn.Module and call super().__init__()")
-    return obj
-
-
 def check_parameters_registered(module, parts, what):
     """Every parameter of `parts` must be among module.parameters() (not hidden in a plain list)."""
     registered = {id(p) for p in module.parameters()}
@@ -404,10 +398,7 @@ def check_dropout(make, call, what):
     m.train()
     with seeded(11):
         t = call(m)
-    if not all(part.training for part in m.modules()):
-        raise CheckFailure(f"{what}.train(), after a call", "still in train mode", "switched to eval mode",
-                           "forward calls .eval() (or .train(False)) on the module or one of its parts: dropout would "
-                           "never be active in training; leave the mode to the caller")
+    expect_still_training(m, what, "module")
     if torch.allclose(t, e1):
         raise CheckFailure(f"{what}, dropout=0.5, in train mode", "an output changed by dropout",
                            "the same output as in eval mode",
