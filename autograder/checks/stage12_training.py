@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from ..registry import CheckFailure, register
-from ._util import fmt, learner_side, seeded
+from ._util import diagnose, fmt, learner_side, seeded
 
 PAD, BOS, EOS = 0, 1, 2
 
@@ -32,10 +32,8 @@ def _expect_ids(got, expected: torch.Tensor, what: str, hint: str | None = None,
             raise CheckFailure(f"{what}: dtype", "torch.long (token ids)", str(got.dtype),
                                "token ids are torch.long: build the tensor with dtype=torch.long")
         return
-    for description, wrong in (mistakes or {}).items():
-        if tuple(got.shape) == tuple(wrong.shape) and torch.equal(got.long(), wrong):
-            hint = description
-            break
+    hint = diagnose(got, mistakes, lambda g, wrong: tuple(g.shape) == tuple(wrong.shape)
+                    and torch.equal(g.long(), wrong)) or hint
     if tuple(got.shape) != tuple(expected.shape):
         raise CheckFailure(f"{what}: wrong shape", f"shape {tuple(expected.shape)}: {_ids(expected)}",
                            f"shape {tuple(got.shape)}: {_ids(got)}", hint)
@@ -66,10 +64,7 @@ def _expect_mask(got, expected: torch.Tensor, what: str, hint: str, mistakes: di
                            "a 0/1 number mask: compare with != pad_id, which gives a bool tensor" if same else hint)
     if torch.equal(values, expected):
         return
-    for description, wrong in mistakes.items():
-        if torch.equal(values, wrong.expand(full)):
-            hint = description
-            break
+    hint = diagnose(values, mistakes, lambda v, wrong: torch.equal(v, wrong.expand(full))) or hint
     raise CheckFailure(what, f"{full}, True at {int(expected.sum())} places", f"True at {int(values.sum())} places",
                        hint)
 
