@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from ..registry import CheckFailure, CheckTimeout, register
-from ._util import fmt
+from ._util import fmt, matching_mistakes
 
 PAD, BOS, EOS = 0, 1, 2
 
@@ -499,7 +499,7 @@ def _expect_lists(got, expected, what, hint, mistakes=None, sources=None, eos=EO
                            f"the answer holds <pad> ({PAD}) tokens: the rows of a batch that finished early were "
                            "padded, and the padding was returned; each answer is the generated tokens before its "
                            "<eos>, nothing after it")
-    names = [d for d, wrong in (mistakes or {}).items() if wrong == got]
+    names = matching_mistakes(got, mistakes, lambda g, wrong: wrong == g, every=True)
     batch_level = [d for d in names if d in BATCH_MISTAKES]
     if batch_level:  # a mistake that shows only in a batch: named as it is, not as 'sources disturb each other'
         names = batch_level + [d for d in names if d not in batch_level]
@@ -1139,7 +1139,7 @@ def _expect_bleu(corpus_bleu, hyps, refs, max_n, what, hint):
     expected, mistakes = _bleu_mistakes(hyps, refs, max_n)
     if math.isclose(got, expected, rel_tol=1e-6, abs_tol=1e-6):
         return
-    names = [d for d, v in mistakes.items() if math.isclose(got, v, rel_tol=1e-6, abs_tol=1e-6)]
+    names = matching_mistakes(got, mistakes, lambda g, v: math.isclose(g, v, rel_tol=1e-6, abs_tol=1e-6), every=True)
     names = _confirmed(corpus_bleu, names, max_n)
     shown = f"{got:.4f}" if math.isfinite(got) else str(got)
     if names:
