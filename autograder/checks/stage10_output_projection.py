@@ -13,7 +13,7 @@ from torch import nn
 
 from ..explain import _describe_exception
 from ..registry import CheckFailure, forbid, register
-from ._util import build, close, expect_close, expect_shape, seeded
+from ._util import build, close, expect_close, expect_shape, expect_still_training, seeded
 from .stage08_encoder import (NO_GRAD, STATE, TORCH_TRANSFORMER, D, FF, H, PAD, as_module, close_at, copy_final_norm,
                               copy_layer, default_layer_norm, enc_layer_ref, get_path, inverted, randomize, stack_layers)
 from .stage09_decoder import mentions_both
@@ -376,10 +376,7 @@ def _check_dropout_used(Transformer, src, tgt, sm, tm):
     model.train()
     with seeded(8):
         call(model, src, tgt, sm, tm, what=f"{what}.train()(src, tgt_in, src_mask, tgt_mask)")
-    if not all(part.training for part in model.modules()):
-        raise CheckFailure(f"{what}.train(), after a call", "still in train mode", "switched to eval mode",
-                           "forward calls .eval() (or .train(False)) on the model or one of its parts: dropout would "
-                           "never be active in training; leave the mode to the caller")
+    expect_still_training(model, what, "model")
     encoder, decoder = get_path(model, "encoder", what), get_path(model, "decoder", what)
     with seeded(8):
         memory = torch.randn(src.size(0), src.size(1), D)
