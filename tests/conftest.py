@@ -9,7 +9,8 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 # the real Multi30k files, beside the repository on the development machine only (never committed)
 MULTI30K = pathlib.Path(os.environ.get("MULTI30K_MIRROR", ROOT.parent / "shared" / "data" / "multi30k"))
 
-torch.set_num_threads(min(2, torch.get_num_threads()))
+# at most 2 threads, shared among pytest-xdist's workers (one per core): 1 each on a 2-core machine
+torch.set_num_threads(max(1, min(2, torch.get_num_threads() // int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", 1)))))
 
 
 @pytest.fixture(autouse=True)

@@ -74,7 +74,9 @@ def run_tiny(tmp_path, ci, files):
     (tmp_path / "conftest.py").write_text(TINY_CONFTEST)
     for name, source in files.items():
         (tmp_path / name).write_text(source)
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    # not a worker of this run's pytest-xdist (pytest-benchmark, seeing a worker's variables, warns on stderr)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST")}
+    env.update(PYTHONPATH=str(ROOT))
     env.pop("CI", None)
     if ci is not None:
         env["CI"] = ci
