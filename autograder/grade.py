@@ -18,6 +18,7 @@ import json
 import os
 import pathlib
 import shutil
+import subprocess
 import sys
 import tempfile
 import threading
@@ -54,6 +55,32 @@ def _protected_paths(notebooks) -> list:
     return [p for p in course if p.exists()] + [pathlib.Path(n).resolve() for n in notebooks]
 
 
+def _checker_server(batch: str):
+    """The batch's checker process (autograder.checker.serve), which forks each notebook's checker: (process,
+    its socket), or None where it does not start (each notebook then starts a checker of its own)."""
+    control = os.path.join(batch, "checkers.sock")
+    try:
+        proc = subprocess.Popen([sys.executable, "-m", "autograder.checker", "--serve", control], cwd=batch,
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                                env=dict(os.environ, PYTHONPATH=os.pathsep.join(
+                                    [str(ROOT)] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else []))))
+    except OSError:
+        return None
+    if (proc.stdout.readline() or "").strip() != "ready":
+        _stop(proc)
+        return None
+    return proc, control
+
+
+def _stop(proc) -> None:
+    try:
+        proc.stdin.close()  # serve() exits when its input closes
+        proc.wait(timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        proc.kill()
+        proc.wait()
+
+
 def labels(paths) -> list[str]:
     """How the report names each notebook: its file name, or, when names repeat (one lesson, many students),
     its path below the folder they share. Example: [".../alice/03_attention/03_attention.ipynb",
@@ -83,10 +110,12 @@ def grade(paths, json_path=None, timeout: float = NOTEBOOK_TIMEOUT, stream=sys.s
     seen_changes: set = set()
     lock = threading.Lock()
     batch = tempfile.mkdtemp(prefix="autograder-")
+    checkers = _checker_server(batch) if len(paths) > 1 else None
 
     def one(p):
         r = grade_notebook(p, timeout, cell_timeout=cell_timeout, memory_gb=memory_gb, threads=threads,
-                           protected=[q for q in protected if q.is_dir()], lesson=lesson, batch=batch)
+                           protected=[q for q in protected if q.is_dir()], lesson=lesson, batch=batch,
+                           checker_server=checkers and checkers[1])
         now = _hash_files(protected)
         with lock:
             changed = sorted(k for k in set(baseline) | set(now) if baseline.get(k) != now.get(k)
@@ -135,6 +164,8 @@ def grade(paths, json_path=None, timeout: float = NOTEBOOK_TIMEOUT, stream=sys.s
                 report["notebooks"].append(r)
                 show(r, p)
     finally:
+        if checkers:
+            _stop(checkers[0])
         if not os.environ.get("AUTOGRADER_KEEP"):
             shutil.rmtree(batch, ignore_errors=True)
     if json_path:

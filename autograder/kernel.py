@@ -138,11 +138,25 @@ def _execute(spec_path: str) -> None:
     signal.signal(signal.SIGTERM, stop)
     status = {"error": None, "cell": None, "interrupted": []}
     log = open(spec["log"], "wb")
-    checker = subprocess.Popen([sys.executable, "-m", "autograder.checker", spec["checker"]], stdout=subprocess.PIPE,
-                               stderr=log, cwd=spec["private"], text=True)
+    checker = connection = pidfd = None
     try:
-        if (checker.stdout.readline() or "").strip() != "listening":
-            raise RuntimeError("the checker did not start")
+        if spec.get("checker_server"):  # forked by the batch's checker process (autograder.checker.serve)
+            from .checker import connect
+            try:
+                connection, pid = connect(spec["checker_server"], spec["checker"], spec["log"])
+            except (OSError, RuntimeError) as e:  # that process is gone: a checker of this notebook's own
+                log.write(f"autograder.kernel: no forked checker ({e}); starting one\n".encode())
+                log.flush()
+            else:
+                try:
+                    pidfd = os.pidfd_open(pid)
+                except (AttributeError, OSError):  # an older kernel or Python: closing the connection ends it
+                    pass
+        if connection is None:
+            checker = subprocess.Popen([sys.executable, "-m", "autograder.checker", spec["checker"]],
+                                       stdout=subprocess.PIPE, stderr=log, cwd=spec["private"], text=True)
+            if (checker.stdout.readline() or "").strip() != "listening":
+                raise RuntimeError("the checker did not start")
         nb = nbformat.read(spec["prepared"], as_version=4)
         # each cell may run until its own limit or the notebook's, whichever comes first: at the notebook's the
         # kernel is interrupted, and the next cell does not start
@@ -160,8 +174,17 @@ def _execute(spec_path: str) -> None:
     finally:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         _kill_token(os.environ.get("AUTOGRADER_TOKEN", ""))
-        checker.kill()
-        checker.wait()
+        if checker is not None:
+            checker.kill()
+            checker.wait()
+        if connection is not None:  # the forked checker exits when this closes; killed now, to be sure
+            if pidfd is not None:  # (a pidfd names that process, never another that reuses its number)
+                try:
+                    signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+                except OSError:
+                    pass
+                os.close(pidfd)
+            connection.close()
         log.close()
         pathlib.Path(spec["status"]).write_text(json.dumps(status))
         os._exit(0)  # now, even if a thread of the kernel client is still waiting on the dead kernel
@@ -241,11 +264,13 @@ def _results(path: pathlib.Path) -> dict[str, dict]:
 
 def grade_notebook(path: str | os.PathLike, timeout: float = NOTEBOOK_TIMEOUT, *, cell_timeout: float = CELL_TIMEOUT,
                    memory_gb: float = MEMORY_GB, threads: int | None = None, protected: list | None = None,
-                   lesson: str | None = None, batch: str | os.PathLike | None = None) -> dict:
+                   lesson: str | None = None, batch: str | os.PathLike | None = None,
+                   checker_server: str | None = None) -> dict:
     """Grade one notebook: {"path", "points", "max_points", "error", "problems", "cells": [{"grade_id",
     "points", "max_points", "message"}], "seconds", "isolated", "lesson"}. `lesson`: the assignment (else
     taken from the file's or folder's name); `batch`: the folder of the batch's working files (a new one
-    by default), which the kernel never sees."""
+    by default), which the kernel never sees; `checker_server`: the socket of the batch's checker process
+    (autograder.checker.serve), which forks this notebook's checker (else one is started for it)."""
     start = time.time()
     path = pathlib.Path(path)
     isolated = isolation()
@@ -299,7 +324,8 @@ def grade_notebook(path: str | os.PathLike, timeout: float = NOTEBOOK_TIMEOUT, *
         spec = {"prepared": str(private / "prepared.ipynb"), "status": str(private / "status.json"),
                 "work": str(work), "cell_timeout": cell_timeout, "log": str(private / "kernel.log"), "timeout": timeout,
                 "deadline": start + timeout, "checker": str(private / "checker.json"), "private": str(private),
-                "ipc": str(conn / "kernel"), "connection_file": str(conn / "kernel.json")}
+                "ipc": str(conn / "kernel"), "connection_file": str(conn / "kernel.json"),
+                "checker_server": checker_server}
         (private / "spec.json").write_text(json.dumps(spec))
         env = dict(os.environ, JUPYTER_PATH=str(private), AUTOGRADER_TOKEN=token, PYTHONPATH=pythonpath)
         proc = subprocess.Popen([sys.executable, "-m", "autograder.kernel", str(private / "spec.json")],

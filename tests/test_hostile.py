@@ -11,6 +11,7 @@ import pathlib
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from types import SimpleNamespace
 
@@ -110,12 +111,21 @@ def test_the_batch_report(batch):
     assert batch.seconds < 900, f"the batch took {batch.seconds:.0f} s"
 
 
-def test_honest_grades_are_the_ones_they_get_alone(batch, tmp_path):
-    """Graded alone, the honest submissions get what they got in the hostile batch."""
+def test_honest_grades_are_the_ones_they_get_alone(batch, tmp_path, monkeypatch):
+    """Graded alone, the honest submissions get what they got in the hostile batch: in a batch of their own
+    (checkers forked by the batch's checker process), and one by one (a checker started for each). No checker
+    outlives its batch."""
     names = ["honest_solved", "honest_mistake_softmax_over_queries"]
+    # the batch's folder, which its checkers' command names (short: a Unix socket's path has at most 107 bytes)
+    batches = tempfile.mkdtemp(prefix="hostile-")
+    monkeypatch.setattr(tempfile, "tempdir", batches)
     alone = grade([write(CASES[n], tmp_path) for n in names], stream=io.StringIO(), cell_timeout=15)
-    for n, r in zip(names, alone["notebooks"]):
-        assert [c["points"] for c in r["cells"]] == [c["points"] for c in batch.by_name[n]["cells"]], n
+    assert not running(batches.encode()), "a checker of the batch still runs"
+    monkeypatch.undo()
+    os.rmdir(batches)
+    one = grade([write(CASES[names[0]], tmp_path)], stream=io.StringIO(), cell_timeout=15)
+    for n, r in zip(names + names[:1], alone["notebooks"] + one["notebooks"]):
+        assert [c["points"] for c in r["cells"]] == [c["points"] for c in batch.by_name[n]["cells"]], (n, r)
 
 
 def running(marker: bytes) -> list:
