@@ -7,6 +7,12 @@ import argparse
 import os
 import sys
 
+if __name__ == "__main__":
+    # The command validates notebooks (nbformat), never an IRI: without this, importing nbformat imports jsonschema's
+    # optional IRI checker, rfc3987_syntax, which builds its grammar at import (1.7 s of every command here;
+    # jsonschema issue #1428), and jsonschema skips that format checker when the import fails. As in kernel.py.
+    sys.modules.setdefault("rfc3987_syntax", None)
+
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m autograder")

@@ -74,9 +74,10 @@ def run_tiny(tmp_path, ci, files):
     (tmp_path / "conftest.py").write_text(TINY_CONFTEST)
     for name, source in files.items():
         (tmp_path / name).write_text(source)
-    # not a worker of this run's pytest-xdist (pytest-benchmark, seeing a worker's variables, warns on stderr)
+    # not a worker of this run's pytest-xdist (pytest-benchmark, seeing a worker's variables, warns on stderr), and
+    # none of the installed plugins (nbval, xdist, ...: seconds of imports per run), only pytest and the hooks
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST")}
-    env.update(PYTHONPATH=str(ROOT))
+    env.update(PYTHONPATH=str(ROOT), PYTEST_DISABLE_PLUGIN_AUTOLOAD="1")
     env.pop("CI", None)
     if ci is not None:
         env["CI"] = ci
