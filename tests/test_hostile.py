@@ -18,7 +18,7 @@ from types import SimpleNamespace
 import nbformat
 import pytest
 
-from autograder.grade import grade, isolation, read_submission
+from autograder.grade import grade, grade_notebook, isolation, read_submission
 from tests.submissions.corpus import FULL, PORT, cases, harm_cases, write
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -113,8 +113,8 @@ def test_the_batch_report(batch):
 
 def test_honest_grades_are_the_ones_they_get_alone(batch, tmp_path, monkeypatch):
     """Graded alone, the honest submissions get what they got in the hostile batch: in a batch of their own
-    (checkers forked by the batch's checker process), and one by one (a checker started for each). No checker
-    outlives its batch."""
+    (checkers forked by the batch's checker process), and one whose batch's checker process is gone (the runner
+    starts a checker of its own, as for a single notebook). No checker outlives its batch."""
     names = ["honest_solved", "honest_mistake_softmax_over_queries"]
     # the batch's folder, which its checkers' command names (short: a Unix socket's path has at most 107 bytes)
     batches = tempfile.mkdtemp(prefix="hostile-")
@@ -123,8 +123,8 @@ def test_honest_grades_are_the_ones_they_get_alone(batch, tmp_path, monkeypatch)
     assert not running(batches.encode()), "a checker of the batch still runs"
     monkeypatch.undo()
     os.rmdir(batches)
-    one = grade([write(CASES[names[0]], tmp_path)], stream=io.StringIO(), cell_timeout=15)
-    for n, r in zip(names + names[:1], alone["notebooks"] + one["notebooks"]):
+    one = grade_notebook(write(CASES[names[0]], tmp_path), cell_timeout=15, checker_server=str(tmp_path / "gone.sock"))
+    for n, r in zip(names + names[:1], alone["notebooks"] + [one]):
         assert [c["points"] for c in r["cells"]] == [c["points"] for c in batch.by_name[n]["cells"]], (n, r)
 
 
