@@ -24,7 +24,7 @@ import tempfile
 import threading
 
 from .kernel import CELL_TIMEOUT, MEMORY_GB, NOTEBOOK_TIMEOUT, grade_notebook, isolation
-from .submission import lesson_of, read_submission
+from .submission import course_pythonpath, lesson_of, read_submission
 
 __all__ = ["grade", "grade_notebook", "isolation", "labels", "lesson_of", "read_submission", "CELL_TIMEOUT",
            "MEMORY_GB", "NOTEBOOK_TIMEOUT"]
@@ -62,8 +62,7 @@ def _checker_server(batch: str):
     try:
         proc = subprocess.Popen([sys.executable, "-m", "autograder.checker", "--serve", control], cwd=batch,
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-                                env=dict(os.environ, PYTHONPATH=os.pathsep.join(
-                                    [str(ROOT)] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else []))))
+                                env=dict(os.environ, PYTHONPATH=course_pythonpath()))
     except OSError:
         return None
     if (proc.stdout.readline() or "").strip() != "ready":

@@ -35,7 +35,7 @@ if __name__ == "__main__":
 
 import nbformat
 
-from .submission import _grade_id, _lessons, _max_points, lesson_of, read_submission
+from .submission import _grade_id, _lessons, _max_points, course_pythonpath, lesson_of, read_submission
 
 NOTEBOOK_TIMEOUT = 600    # seconds for a whole notebook
 CELL_TIMEOUT = 180        # seconds for one cell
@@ -314,7 +314,7 @@ def grade_notebook(path: str | os.PathLike, timeout: float = NOTEBOOK_TIMEOUT, *
             "hide": [str(batch.resolve()), str(ROOT)], "show": python_paths(), "views": views}))
         kernels = private / "kernels" / KERNEL_NAME
         kernels.mkdir(parents=True)
-        pythonpath = os.pathsep.join([str(ROOT)] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else []))
+        pythonpath = course_pythonpath()
         (kernels / "kernel.json").write_text(json.dumps({
             "argv": [sys.executable, "-m", "autograder.jail", str(private / "jail.json"), "--",
                      sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],

@@ -34,6 +34,12 @@ READ_MEMORY = 1 << 30     # the address space of the process that reads a submis
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
+def course_pythonpath() -> str:
+    """PYTHONPATH for the grader's own child processes (reader, runner, checkers, kernel): the course first,
+    then whatever the caller had."""
+    return os.pathsep.join([str(ROOT)] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else []))
+
+
 def graded_cells(nb) -> list:
     return [c for c in nb.cells if c.cell_type == "code" and c.get("metadata", {}).get("nbgrader", {}).get("grade")]
 
@@ -142,8 +148,7 @@ def _read_limited(data: bytes) -> dict:
     try:
         out = subprocess.run([sys.executable, "-m", "autograder.submission"], input=data, capture_output=True,
                              timeout=60, preexec_fn=limit, cwd=str(ROOT),
-                             env=dict(os.environ, PYTHONPATH=os.pathsep.join(
-                                 [str(ROOT)] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else []))))
+                             env=dict(os.environ, PYTHONPATH=course_pythonpath()))
     except subprocess.TimeoutExpired:
         return {"error": "not graded: reading the notebook took more than a minute"}
     if out.returncode != 0:
