@@ -167,3 +167,18 @@ def test_recorded_table_has_two_seeds_per_reported_row():
     assert {r["steps"] for r in runs} == {runs[0]["steps"]}  # every run the same number of steps
     for s in experiments.summarize(runs):
         assert s["seeds"] == [0, 1], s["row"]
+
+
+def test_table3_cpu_md_states_the_recorded_runs():
+    """benchmarks/table3_cpu.md's table is markdown_table of the recorded runs, row for row, and its averaging
+    sentence counts them: a rerun or a new row cannot leave the page behind."""
+    runs = experiments.load_results(ROOT / "benchmarks" / "results" / "table3")
+    if not runs:
+        pytest.skip("no recorded runs")
+    page = (ROOT / "benchmarks" / "table3_cpu.md").read_text()
+    assert experiments.markdown_table(runs) in page
+    changes = [r["val_ppl_averaged"] - r["val_ppl"] for r in runs]
+    sentence = (f"Over all {len(runs)} runs (every row, both seeds), the average of the last 5 snapshots has the lower "
+                f"validation perplexity in {sum(c < 0 for c in changes)}; the mean change is "
+                f"{sum(changes) / len(changes):+.2f}.")
+    assert sentence in page, sentence
