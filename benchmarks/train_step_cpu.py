@@ -1,6 +1,6 @@
 """The throughput levers of lesson 14's CPU training (issue 22), each against float32 in the same run.
 
-    python benchmarks/train_step_cpu.py [--steps 12] [--compile] [--threads 0] [--vocab 8202]
+    python benchmarks/train_step_cpu.py [--steps 12] [--compile] [--model-levers] [--threads 0] [--vocab 8202]
 
 One training step as solutions.translate.train takes it (forward, label-smoothed loss, backward, gradient
 clipping, an Adam step) of the CPU default model (config_for("cpu"): d_model 256, 3+3 layers; a vocabulary
@@ -12,7 +12,10 @@ after two warm-up steps each, so that a busy moment of the machine falls on all 
 - bf16: torch.autocast("cpu", torch.bfloat16) around forward and loss (Config.precision "bf16");
 - fp32 fused: Adam(fused=True), one fused kernel for the optimizer step;
 - bf16 fused: both;
-- with --compile, bf16 compiled: torch.compile over the model (Config.compile), warm-up not counted.
+- with --compile, bf16 compiled: torch.compile over the model (Config.compile), warm-up not counted;
+- with --model-levers, two other models in bf16: dropout 0.1 on the residuals, embeddings and attention weights
+  (the CPU default until 2026-12-02; the default has none), and untied embeddings and projection
+  (Config.tie_embeddings False): what each costs a step.
 
 Prints each variant's median step time, its target tokens per second and its ratio to fp32 (higher is
 better), and whether this CPU has native bf16 units (solutions.translate.cpu_has_bf16).
@@ -77,6 +80,7 @@ def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=12, help="timed steps per variant (after 2 warm-up steps)")
     ap.add_argument("--compile", action="store_true", help="also time bf16 with torch.compile")
+    ap.add_argument("--model-levers", action="store_true", help="also time bf16 with dropout 0.1, and untied")
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: PyTorch's default)")
     ap.add_argument("--vocab", type=int, default=VOCAB, help="vocabulary size (8,202: BPE 8,000; 5,202: 5,000)")
     args = ap.parse_args(argv)
@@ -88,6 +92,12 @@ def main(argv=None) -> None:
     specs = [("fp32", False, False, False), ("bf16", True, False, False), ("fp32 fused", False, True, False),
              ("bf16 fused", True, True, False)] + ([("bf16 compiled", True, False, True)] if args.compile else [])
     variants = [Variant(n, copy.deepcopy(base), *flags) for n, *flags in specs]
+    if args.model_levers:
+        for name, change in (("bf16 dropout .1", dict(dropout=0.1, attention_dropout=0.1)),
+                             ("bf16 untied", dict(tie_embeddings=False))):
+            model = build_model(config_for("cpu", **change), args.vocab)
+            model.train()
+            variants.append(Variant(name, model, True, False, False))
     data = batches(args.steps + 2, vocab=args.vocab)
     tokens = [int((b.tgt_out != solutions.PAD).sum()) for b in data]
     for i, batch in enumerate(data):

@@ -123,7 +123,7 @@ def test_departures_name_every_difference_from_the_paper():
     default = [what for what, *_ in departures(config_for("cpu"))]
     bf16 = ["number format"] if cpu_has_bf16() else []  # "auto": bf16 autocast on a CPU with bf16 units
     assert default == ["layer normalization", "gradient clipping", "model size", "batch size", "warmup and peak rate",
-                       "BPE vocabulary", "maximum output length", "attention dropout", "checkpoint averaging",
+                       "BPE vocabulary", "maximum output length", "checkpoint averaging", "dropout, label smoothing",
                        "beam search", "data", "training time", *bf16, "BLEU"]
     assert [what for what, *_ in departures(paper_config("cpu"))] == ["data", "training time", *bf16, "BLEU"]
     assert [what for what, *_ in departures(paper_config("cpu", precision="fp32"))] == ["data", "training time", "BLEU"]
@@ -230,3 +230,23 @@ def test_precision_bf16_autocast_on_the_cpu(monkeypatch):
     dtypes.clear()  # decoding on a CPU stays float32, whatever the training's precision (as measured)
     translate_batch(model, data.tokenizer, splits["test"][0][:3], "greedy")
     assert {d for _, d in dtypes} == {torch.float32}, dtypes
+
+
+def test_the_dropout_departure_states_the_fixed_step_records():
+    """"without dropout the same 1,535 steps reached a lower validation loss after every epoch and 1.2 more BLEU":
+    the two recorded runs at row c's step count and batches (benchmarks/translate_cpu.md), dropout 0.1 and 0."""
+    import pathlib
+    import re
+    results = pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / "results"
+    with_, without = (json.loads((results / f"translate_cpu_{name}_steps1535.seed0.json").read_text())
+                      for name in ("warmup500", "dropout0"))
+    why = {what: reason for what, _, _, reason in departures(config_for("cpu"))}["dropout, label smoothing"]
+    said = re.search(r"the same ([\d,]+) steps reached a lower validation loss after every epoch and ([\d.]+) more "
+                     r"BLEU \(greedy, seed 0\)", why)
+    assert said, why
+    assert with_["steps"] == without["steps"] == int(said[1].replace(",", ""))
+    assert (with_["config"]["dropout"], without["config"]["dropout"], without["config"]["attention_dropout"]) == (0.1, 0, 0)
+    same = [{k: v for k, v in run["config"].items() if "dropout" not in k and k != "minutes"} for run in (with_, without)]
+    assert same[0] == same[1], "the two runs differ in more than dropout (and the wall-clock guard)"
+    assert all(a < b for a, b in zip(without["val_loss"], with_["val_loss"]))
+    assert float(said[2]) == round(without["greedy_bleu"] - with_["greedy_bleu"], 1)
