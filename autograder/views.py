@@ -10,6 +10,7 @@ import functools
 import os
 import pathlib
 import shutil
+import threading
 
 from .notebooks import BEGIN, CODE_STUB, END, MODULES
 
@@ -20,6 +21,19 @@ ROOT = HERE.parent
 def stage_of(lesson: str | None) -> int:
     """01_tokenization -> 1; an unknown lesson -> 0 (every stage hidden)."""
     return int(lesson[:2]) if lesson and lesson[:2].isdigit() else 0
+
+
+# The grade command builds views in one thread per notebook being graded. CPython 3.11 keeps the depth counter of
+# ast.parse's tree building in the interpreter, not the thread: two threads parsing at once can corrupt it, and the
+# parse then fails with "SystemError: AST constructor recursion depth mismatch" (python/cpython#106905; seen here
+# as a solved lesson graded to 0 in a batch). One parse at a time.
+_PARSING = threading.Lock()
+
+
+def parse(text: str) -> ast.Module:
+    """ast.parse, one thread at a time (see _PARSING)."""
+    with _PARSING:
+        return ast.parse(text)
 
 
 def cleared(text: str, begin: str = BEGIN, end: str = END, stub: list[str] = CODE_STUB) -> str:
@@ -83,7 +97,7 @@ def reduced_checks(text: str, also: set[str] = frozenset()) -> tuple[str, dict[s
 def _reduced(text: str, also: frozenset) -> tuple[str, dict[str, frozenset]]:
     """reduced_checks, remembered by the module's text: a batch builds one view per notebook, and parsing the
     checks is most of a view's cost (0.8 s for lesson 03's)."""
-    tree = ast.parse(text)
+    tree = parse(text)
     defined = {}
     for node in tree.body:
         targets = [node.name] if isinstance(node, (ast.FunctionDef, ast.ClassDef)) else \

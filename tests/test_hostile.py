@@ -288,3 +288,41 @@ def test_the_kernel_environment_is_its_own():
     assert env["HOME"] == "/k/home" and env["TMPDIR"] == "/k/home/tmp" and env["USER"] == "nobody"
     assert env["TORCHINDUCTOR_CACHE_DIR"].startswith("/k/home/") and env["OMP_NUM_THREADS"] == "2"
     assert kernel_env({"home": "/k", "token": "t"}, parent)["USER"] == "root"  # not isolated: the same user
+
+
+PARSE_RACE = """
+import ast, gc, sys, threading, time
+from autograder import views
+text = open(views.__file__, encoding="utf-8").read()
+sys.setswitchinterval(1e-6)   # threads switch inside ast.parse: in the finalizers that a collection runs there
+gc.set_threshold(20, 1, 1)
+class Cycle:
+    def __del__(self):
+        for _ in range(20):
+            pass
+def race(parse, seconds=1.5):
+    errors, stop = [], time.time() + seconds
+    def work():
+        while time.time() < stop and not errors:
+            for _ in range(50):
+                c = Cycle(); c.me = c
+            try:
+                parse(text)
+            except SystemError as e:
+                errors.append(str(e))
+    threads = [threading.Thread(target=work) for _ in range(3)]
+    [t.start() for t in threads]; [t.join() for t in threads]
+    return errors
+print(repr((race(ast.parse), race(views.parse))))
+"""
+
+
+def test_the_views_parse_one_thread_at_a_time():
+    """A batch builds its views in one thread per notebook; CPython 3.11's ast.parse, run by two threads at once,
+    can fail with 'AST constructor recursion depth mismatch' (python/cpython#106905), which once graded a solved
+    lesson 0. Under a load that makes bare ast.parse fail here within a second, views.parse never fails."""
+    out = subprocess.run([sys.executable, "-c", PARSE_RACE], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    bare, locked = eval(out.stdout)  # noqa: S307  (our own subprocess's repr of two lists of strings)
+    print(f"bare ast.parse: {bare[:1] or 'no error on this Python'}")
+    assert locked == [], f"views.parse failed under threads: {locked[0]}"
