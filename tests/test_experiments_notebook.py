@@ -17,10 +17,6 @@ RECORDED = ROOT / "benchmarks" / "results" / "table3"
 MARK = "LESSON-CLAIMS-JSON:"
 
 
-def _s(row, key="val_ppl"):
-    return f"summary['{row}']['{key}']"
-
-
 # (quote from the lesson's markdown, expression in the executed notebook's namespace, test of its value)
 CLAIMS = [
     ("Every run trains for the same **number of steps**, not minutes",
