@@ -122,3 +122,19 @@ def test_the_allow_list_says_why_for_each_entry():
     for pattern, why in conftest.CI_ALLOWED_SKIPS.items():
         re.compile(pattern)
         assert isinstance(why, str) and len(why.split()) >= 3, (pattern, why)
+
+
+def test_each_worker_s_children_share_the_cores():
+    """The root conftest.py gives a pytest-xdist worker's children its share of the cores, and leaves the
+    controller (whose environment the workers inherit) and a value the user set alone."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("root_conftest", ROOT / "conftest.py")
+    root = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(root)
+    worker = {"PYTEST_XDIST_WORKER_COUNT": "2"}
+    for environ, cores, threads in [(worker, 2, ("1", "1")), (worker, 16, ("8", "8")),
+                                    ({"PYTEST_XDIST_WORKER_COUNT": "4"}, 2, ("1", "1")),
+                                    (dict(worker, OMP_NUM_THREADS="3"), 2, ("3", "1")), ({}, 2, (None, None))]:
+        environ = dict(environ)
+        root.share_the_cores(environ, cores)
+        assert (environ.get("OMP_NUM_THREADS"), environ.get("MKL_NUM_THREADS")) == threads, (environ, cores)
