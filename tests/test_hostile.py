@@ -291,7 +291,7 @@ def test_the_kernel_environment_is_its_own():
 
 
 PARSE_RACE = """
-import ast, gc, sys, threading, time
+import ast, gc, json, sys, threading, time
 from autograder import views
 text = open(views.__file__, encoding="utf-8").read()
 sys.setswitchinterval(1e-6)   # threads switch inside ast.parse: in the finalizers that a collection runs there
@@ -313,7 +313,7 @@ def race(parse, seconds=1.5):
     threads = [threading.Thread(target=work) for _ in range(3)]
     [t.start() for t in threads]; [t.join() for t in threads]
     return errors
-print(repr((race(ast.parse), race(views.parse))))
+print(json.dumps([race(ast.parse), race(views.parse)]))
 """
 
 
@@ -323,6 +323,6 @@ def test_the_views_parse_one_thread_at_a_time():
     lesson 0. Under a load that makes bare ast.parse fail here within a second, views.parse never fails."""
     out = subprocess.run([sys.executable, "-c", PARSE_RACE], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
-    bare, locked = eval(out.stdout)  # noqa: S307  (our own subprocess's repr of two lists of strings)
+    bare, locked = json.loads(out.stdout)
     print(f"bare ast.parse: {bare[:1] or 'no error on this Python'}")
     assert locked == [], f"views.parse failed under threads: {locked[0]}"
