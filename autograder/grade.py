@@ -71,6 +71,30 @@ def _checker_server(batch: str):
     return proc, control
 
 
+def _kernel_server(batch: str, threads: int):
+    """The batch's kernel server (autograder.jail.serve), which forks each isolated kernel from a process that
+    imported PyTorch and ipykernel once: (process, its socket), or None where it does not start (each kernel is
+    then started by its own launcher). Its environment is the variables a kernel keeps, nothing else: the kernels
+    inherit its memory, and the grade command's environment may hold secrets."""
+    from .jail import KEPT_ENV
+    control = os.path.join(batch, "kernels.sock")
+    home = os.path.join(batch, "server-home")
+    os.makedirs(home, mode=0o700, exist_ok=True)
+    env = {k: v for k, v in os.environ.items() if k in KEPT_ENV or k.startswith("LC_")}
+    env.update(PYTHONPATH=course_pythonpath(), HOME=home, PYTHONNOUSERSITE="1", PYTHONDONTWRITEBYTECODE="1",
+               OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads), MPLBACKEND="agg")
+    try:
+        proc = subprocess.Popen([sys.executable, "-m", "autograder.jail", "--serve", control], cwd=home,
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                                env=env)
+    except OSError:
+        return None
+    if (proc.stdout.readline() or "").strip() != "ready":
+        _stop(proc)
+        return None
+    return proc, control
+
+
 def _stop(proc) -> None:
     try:
         proc.stdin.close()  # serve() exits when its input closes
@@ -110,11 +134,13 @@ def grade(paths, json_path=None, timeout: float = NOTEBOOK_TIMEOUT, stream=sys.s
     lock = threading.Lock()
     batch = tempfile.mkdtemp(prefix="autograder-")
     checkers = _checker_server(batch) if len(paths) > 1 else None
+    kernels = _kernel_server(batch, threads) if len(paths) > 1 and isolated and \
+        os.environ.get("AUTOGRADER_KERNEL_SERVER", "on") != "off" else None
 
     def one(p):
         r = grade_notebook(p, timeout, cell_timeout=cell_timeout, memory_gb=memory_gb, threads=threads,
                            protected=[q for q in protected if q.is_dir()], lesson=lesson, batch=batch,
-                           checker_server=checkers and checkers[1])
+                           checker_server=checkers and checkers[1], kernel_server=kernels and kernels[1])
         now = _hash_files(protected)
         with lock:
             changed = sorted(k for k in set(baseline) | set(now) if baseline.get(k) != now.get(k)
@@ -163,8 +189,9 @@ def grade(paths, json_path=None, timeout: float = NOTEBOOK_TIMEOUT, stream=sys.s
                 report["notebooks"].append(r)
                 show(r, p)
     finally:
-        if checkers:
-            _stop(checkers[0])
+        for server in (checkers, kernels):
+            if server:
+                _stop(server[0])
         if not os.environ.get("AUTOGRADER_KEEP"):
             shutil.rmtree(batch, ignore_errors=True)
     if json_path:

@@ -19,6 +19,9 @@ kernel also runs:
   graded lesson's own stage and the later ones have their solutions cleared and their checks reduced to
   what the kernel's side needs, so that no answer can be borrowed from them.
 
+In a batch, the kernels are forked by the batch's kernel server (`python -m autograder.jail --serve SOCKET`, below)
+instead, into the same jail.
+
 Nothing here limits the number of processes or threads, or the CPU time (the grade command's time limits do).
 The threat model is in autograder/GRADING.md.
 """
@@ -28,6 +31,7 @@ import json
 import os
 import resource
 import shutil
+import signal
 import subprocess
 import sys
 import sysconfig
@@ -71,11 +75,11 @@ def kernel_env(cfg, parent=None) -> dict:
     return env
 
 
-def _env(cfg) -> None:
+def _env(cfg, env=None) -> None:
     home = cfg["home"]
     for sub in ("tmp", ".cache", ".config", ".ipython", ".local"):
         os.makedirs(os.path.join(home, sub), exist_ok=True)
-    env = kernel_env(cfg)
+    env = kernel_env(cfg) if env is None else env
     os.environ.clear()
     os.environ.update(env)
 
@@ -180,8 +184,9 @@ def _hidden_tops(cfg, shown: list[str]) -> list[str]:
     return sorted(t for t in tops if not any(t != o and _under(t, o) for o in tops))
 
 
-def _inside(cfg, argv) -> None:
-    """PID 1 of the new namespaces: arrange the file system, drop to nobody, become the kernel."""
+def _inside(cfg, argv, forked: bool = False) -> None:
+    """PID 1 of the new namespaces: arrange the file system, drop to nobody, become the kernel (`forked`: return
+    once the file system is arranged, still root, for _drop_privileges and _kernel)."""
     writable = [os.path.realpath(p) for p in cfg["writable"]]
     shown = sorted({os.path.realpath(p) for p in cfg.get("show", [])} | set(writable), key=len)
     fds = {p: os.open(p, os.O_PATH | os.O_DIRECTORY) for p in shown if os.path.isdir(p)}
@@ -234,11 +239,254 @@ def _inside(cfg, argv) -> None:
         os.close(fd)
     _limits(cfg)
     os.chdir(cfg["work"])
+    if forked:
+        return
     os.execvp("setpriv", ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups",
                           "--bounding-set=-all", "--inh-caps=-all", "--no-new-privs", "--", *argv])
 
 
+# --------------------------------------------------------------------------- a batch's kernels, forked
+# Starting a kernel costs about 3 CPU seconds of imports (PyTorch, ipykernel) before its first cell. In a batch, the
+# grade command starts `python -m autograder.jail --serve SOCKET` once (serve): a root process with an environment of
+# the kept variables only, which imports PyTorch and ipykernel, nothing of the course but this module, and then only
+# forks. Each kernel's launcher (main, with "server" in its config) hands it the config, the kernel's argv and its
+# own standard streams; the fork (_bridge) enters new namespaces, forks PID 1 (_forked_kernel), which arranges the
+# file system as _inside does, drops to nobody in-process as setpriv would (_drop_privileges, verified from
+# /proc/self/status) and runs the kernel. The launcher forwards signals to it and exits with it; when the launcher
+# dies, the kernel is killed. Without the server, or where it cannot be reached, the launcher starts the kernel
+# itself, as above.
+CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC, CLONE_NEWPID, CLONE_NEWNET = 0x20000, 0x4000000, 0x8000000, 0x20000000, \
+    0x40000000
+MS_REC, MS_PRIVATE = 0x4000, 0x40000
+PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS, PR_CAP_AMBIENT = 1, 4, 24, 38, 47
+FORWARDED = ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2")
+
+
+def _libc():
+    import ctypes
+    return ctypes.CDLL(None, use_errno=True)
+
+
+def _check(result: int, what: str) -> None:
+    if result != 0:
+        import ctypes
+        raise OSError(ctypes.get_errno(), f"{what} failed")
+
+
+def serve(control: str) -> None:
+    """The batch's kernel server: import what every kernel imports, print "ready", then fork a _bridge for each
+    connection to `control`, until its standard input closes (the grade command ended)."""
+    import select
+    import socket
+    import torch  # noqa: F401  (what the fork saves each kernel)
+    import ipykernel.kernelapp  # noqa: F401
+    course = [m for m in sys.modules if m.split(".")[0] in ("solutions", "tests") or
+              m.startswith("autograder.") and m != "autograder.jail"]
+    if course:  # the kernels inherit this memory: nothing of the course's answers or checks may be in it
+        sys.stderr.write(f"autograder.jail: the kernel server imported {course}\n")
+        os._exit(70)
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the bridges are reaped by the kernel, never waited for
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(control)
+    os.chmod(control, 0o600)
+    server.listen(64)
+    print("ready", flush=True)
+    while True:
+        readable, _, _ = select.select([server, sys.stdin], [], [])
+        if sys.stdin in readable and not os.read(sys.stdin.fileno(), 4096):
+            os._exit(0)
+        if server not in readable:
+            continue
+        conn, _ = server.accept()
+        if os.fork() == 0:
+            try:
+                server.close()
+                _bridge(conn)
+            except BaseException as e:  # noqa: BLE001
+                sys.stderr.write(f"autograder.jail: {type(e).__name__}: {e}\n")
+            finally:
+                os._exit(70)
+        conn.close()
+
+
+def _bridge(conn) -> None:
+    """Forked by serve() for one kernel: read {"config", "argv"} and the launcher's standard streams, enter new
+    mount, PID, network, IPC and UTS namespaces (as `unshare` does), fork the kernel as their PID 1, then pass
+    signals from the launcher to it and its exit status back; the kernel is killed when the launcher's end closes."""
+    import select
+    import socket
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    os.setsid()
+    conn.settimeout(30)
+    data, streams, _, _ = socket.recv_fds(conn, 65536, 3)
+    conn.settimeout(None)
+    request = json.loads(data)
+    with open(request["config"]) as f:
+        cfg = json.load(f)
+    argv = [str(a) for a in request["argv"]]
+    if not cfg.get("isolate") or len(streams) != 3:
+        raise RuntimeError("a kernel server forks isolated kernels only, with their three standard streams")
+    for fd, stream in zip((0, 1, 2), streams):
+        os.dup2(stream, fd)
+        os.close(stream)
+    _env(cfg, request["env"])
+    os.chdir(cfg["work"])
+    libc = _libc()
+    _check(libc.unshare(CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS), "unshare")
+    # what `unshare --propagation private` does; by the C library, as the first child forked from here is the
+    # namespaces' PID 1 (a `mount` process would be, and with it gone, no other could be forked)
+    _check(libc.mount(None, b"/", None, MS_REC | MS_PRIVATE, None), "mount --make-rprivate /")
+    alive, alive_w = os.pipe()  # the kernel sees end of file on `alive` once this process is gone
+    pid = os.fork()
+    if pid == 0:
+        try:
+            conn.close()
+            os.close(alive_w)
+            _forked_kernel(cfg, argv, alive)
+        except BaseException as e:  # noqa: BLE001
+            sys.stderr.write(f"autograder.jail: the kernel did not start: {type(e).__name__}: {e}\n")
+        finally:
+            os._exit(70)
+
+    # no thread here: after unshare(CLONE_NEWPID) this process cannot start one; the kernel's end is seen by
+    # its pidfd (Linux 5.3), else by polling
+    try:
+        exited = os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        exited = None
+    buffer = b""
+    while True:
+        readable, _, _ = select.select([conn] + ([exited] if exited is not None else []), [], [], 0.5)
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            try:
+                conn.sendall(f"exit {os.waitstatus_to_exitcode(status)}\n".encode())
+            finally:
+                os._exit(0)
+        if conn not in readable:
+            continue
+        chunk = conn.recv(4096)
+        if not chunk:  # the launcher is gone: so is the kernel, and with it everything in its namespaces
+            os.kill(pid, signal.SIGKILL)
+            os._exit(0)
+        buffer += chunk
+        while b"\n" in buffer:
+            line, buffer = buffer.split(b"\n", 1)
+            word, _, number = line.decode().partition(" ")
+            if word == "signal" and number.isdigit() and int(number) in {int(getattr(signal, s)) for s in FORWARDED}:
+                os.kill(pid, int(number))
+
+
+def _forked_kernel(cfg, argv, alive: int) -> None:
+    """PID 1 of the kernel's namespaces, forked by _bridge: /proc of its own, the file system as _inside arranges
+    it, nobody's credentials, then the kernel of argv ([python, -m, ipykernel_launcher, -f, CONNECTION FILE]).
+    It dies with the bridge (PR_SET_PDEATHSIG, set again after the change of credentials, which clears it; a
+    bridge already gone is seen on `alive`)."""
+    import select
+    libc = _libc()
+    _check(libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0), "prctl(PR_SET_PDEATHSIG)")
+    _mount("-t", "proc", "-o", "nosuid,noexec,nodev", "proc", "/proc")
+    _inside(cfg, argv, forked=True)
+    _drop_privileges(libc)
+    _check(libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0), "prctl(PR_SET_PDEATHSIG)")
+    if select.select([alive], [], [], 0)[0]:
+        raise RuntimeError("the bridge is gone")
+    _kernel(cfg, argv)
+
+
+def _drop_privileges(libc) -> None:
+    """What `setpriv --reuid=nobody --regid=nobody --clear-groups --bounding-set=-all --inh-caps=-all
+    --no-new-privs` does, in this process; then /proc/self/status must show it, or the kernel does not start."""
+    import ctypes
+    for cap in range(64):  # the bounding set, while CAP_SETPCAP is still held (past the last one: EINVAL)
+        libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0)
+    _check(libc.prctl(PR_CAP_AMBIENT, 4, 0, 0, 0), "prctl(PR_CAP_AMBIENT_CLEAR_ALL)")
+    os.setgroups([])
+    os.setresgid(NOBODY, NOBODY, NOBODY)
+    os.setresuid(NOBODY, NOBODY, NOBODY)  # from root to nobody: the permitted and effective sets are cleared
+
+    class Header(ctypes.Structure):
+        _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+    class Data(ctypes.Structure):
+        _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
+
+    _check(libc.capset(ctypes.byref(Header(0x20080522, 0)), (Data * 2)()), "capset")  # the inheritable set
+    _check(libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(PR_SET_NO_NEW_PRIVS)")
+    # changing credentials made this process undumpable (its /proc files root's, unreadable to itself); an exec, as
+    # setpriv's, would have made it dumpable again
+    _check(libc.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0), "prctl(PR_SET_DUMPABLE)")
+    status = dict(line.split(":", 1) for line in open("/proc/self/status").read().splitlines() if ":" in line)
+    ids = {key: status[key].split() for key in ("Uid", "Gid")}
+    caps = {key: int(status[key], 16) for key in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb")}
+    if any(x != str(NOBODY) for v in ids.values() for x in v) or any(caps.values()) or \
+            status["NoNewPrivs"].strip() != "1" or status["Groups"].strip() or os.getgroups():
+        raise RuntimeError(f"privileges not dropped: {ids} {caps} {status.get('Groups')!r}")
+
+
+def _kernel(cfg, argv) -> None:
+    """Become the kernel `python -m ipykernel_launcher -f CONNECTION FILE` would be, in this process: nothing of
+    the server's open files or modules of the course, sys.argv and sys.path as that command gives them."""
+    if argv[1:3] != ["-m", "ipykernel_launcher"]:
+        raise RuntimeError(f"a kernel server runs ipykernel only, not {argv}")
+    os.closerange(3, os.sysconf("SC_OPEN_MAX") if hasattr(os, "sysconf") else 65536)
+    for name in [m for m in sys.modules if m == "autograder" or m.startswith("autograder.")]:
+        del sys.modules[name]  # imported again from the views mounted at the same paths, as the kernel imports them
+    import importlib.util
+    sys.argv = [importlib.util.find_spec(argv[2]).origin, *argv[3:]]
+    del sys.path[0]  # the server's working folder, which ipykernel_launcher takes out as well
+    import torch
+    torch.set_num_threads(int(cfg.get("threads", 1)))
+    from ipykernel import kernelapp
+    try:
+        kernelapp.launch_new_instance()
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    os._exit(0)
+
+
+def _through_server(cfg, cfg_path: str, argv) -> None:
+    """The kernel's launcher in a batch: have serve() at cfg["server"] fork the kernel, pass signals on to it and
+    exit as it does. Returns where the server cannot be reached (the launcher then starts the kernel itself)."""
+    import socket
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        conn.settimeout(30)
+        conn.connect(cfg["server"])
+        request = {"config": cfg_path, "argv": argv, "env": kernel_env(cfg)}  # from this launcher's environment
+        socket.send_fds(conn, [json.dumps(request).encode()], [0, 1, 2])
+        conn.settimeout(None)
+    except OSError as e:
+        sys.stderr.write(f"autograder.jail: no kernel server ({e}); starting the kernel here\n")
+        conn.close()
+        return
+
+    def forward(signum, frame):
+        try:
+            conn.sendall(f"signal {signum}\n".encode())
+        except OSError:
+            pass
+    for name in FORWARDED:
+        signal.signal(getattr(signal, name), forward)
+    buffer = b""
+    while True:
+        try:
+            chunk = conn.recv(4096)
+        except InterruptedError:
+            continue
+        if not chunk:
+            os._exit(70)  # the bridge died without the kernel's status
+        buffer += chunk
+        if b"\n" in buffer:
+            word, _, code = buffer.split(b"\n", 1)[0].decode().partition(" ")
+            os._exit(int(code) % 256 if word == "exit" and code.lstrip("-").isdigit() else 70)
+
+
 def main(args) -> None:
+    if args[:1] == ["--serve"]:
+        serve(args[1])
+        return
     cfg_path, rest = args[0], args[1:]
     inside = False
     if rest and rest[0] == "--inside":
@@ -250,6 +498,8 @@ def main(args) -> None:
     if inside:
         _inside(cfg, rest)
         return
+    if cfg.get("isolate") and cfg.get("server"):
+        _through_server(cfg, os.path.abspath(cfg_path), rest)
     _env(cfg)
     os.chdir(cfg["work"])
     if cfg.get("isolate"):

@@ -265,12 +265,14 @@ def _results(path: pathlib.Path) -> dict[str, dict]:
 def grade_notebook(path: str | os.PathLike, timeout: float = NOTEBOOK_TIMEOUT, *, cell_timeout: float = CELL_TIMEOUT,
                    memory_gb: float = MEMORY_GB, threads: int | None = None, protected: list | None = None,
                    lesson: str | None = None, batch: str | os.PathLike | None = None,
-                   checker_server: str | None = None) -> dict:
+                   checker_server: str | None = None, kernel_server: str | None = None) -> dict:
     """Grade one notebook: {"path", "points", "max_points", "error", "problems", "cells": [{"grade_id",
     "points", "max_points", "message"}], "seconds", "isolated", "lesson"}. `lesson`: the assignment (else
     taken from the file's or folder's name); `batch`: the folder of the batch's working files (a new one
     by default), which the kernel never sees; `checker_server`: the socket of the batch's checker process
-    (autograder.checker.serve), which forks this notebook's checker (else one is started for it)."""
+    (autograder.checker.serve), which forks this notebook's checker (else one is started for it);
+    `kernel_server`: the socket of the batch's kernel server (autograder.jail.serve), which forks this notebook's
+    kernel when it is isolated (else its launcher starts it)."""
     start = time.time()
     path = pathlib.Path(path)
     isolated = isolation()
@@ -311,7 +313,8 @@ def grade_notebook(path: str | os.PathLike, timeout: float = NOTEBOOK_TIMEOUT, *
             "work": str(work), "home": str(home), "conn": str(conn), "writable": [str(work), str(home), str(conn)],
             "token": token, "memory": int(memory_gb * (1 << 30)) if memory_gb else None, "file_size": FILE_SIZE,
             "isolate": isolated, "threads": threads, "protected": [str(p) for p in (protected or [])][:50],
-            "hide": [str(batch.resolve()), str(ROOT)], "show": python_paths(), "views": views}))
+            "hide": [str(batch.resolve()), str(ROOT)], "show": python_paths(), "views": views,
+            "server": kernel_server if isolated else None}))
         kernels = private / "kernels" / KERNEL_NAME
         kernels.mkdir(parents=True)
         pythonpath = course_pythonpath()

@@ -267,6 +267,29 @@ else:
         raise NotImplementedError"""
 
 
+# In a batch with isolation, each kernel is forked by the batch's kernel server (autograder/jail.py, serve) rather
+# than started by its launcher: the same jail as a launched kernel's, seen from inside (softmax is wrong otherwise)
+FORKED = r"""import ctypes, os, signal, sys
+death = ctypes.c_int(0)
+ctypes.CDLL(None).prctl(2, ctypes.byref(death), 0, 0, 0)  # PR_GET_PDEATHSIG
+status = dict(line.split(':', 1) for line in open('/proc/self/status').read().splitlines() if ':' in line)
+facts = {
+    'forked by the server': open('/proc/self/cmdline', 'rb').read().split(b'\0')[1:4] == [b'-m', b'autograder.jail',
+                                                                                        b'--serve'],
+    'nobody': os.getresuid() == os.getresgid() == (65534,) * 3 and os.getgroups() == [],
+    'no capability': all(int(status[k], 16) == 0 for k in ('CapInh', 'CapPrm', 'CapEff', 'CapBnd', 'CapAmb')),
+    'no_new_privs': status['NoNewPrivs'].strip() == '1',
+    'PID 1 of its own namespace': os.getpid() == 1,
+    'no secret': b'GRADER_SECRET' not in open('/proc/self/environ', 'rb').read() and 'GRADER_SECRET' not in os.environ,
+    'none of the server': not any(m.startswith('autograder.jail') for m in sys.modules),
+    'dies with its bridge': death.value == signal.SIGKILL,
+}
+print(facts)
+if not all(facts.values()):
+    def softmax(x, dim=-1):
+        return x"""
+
+
 def cases() -> list[Case]:
     full, released = solved(LESSON), _released()
     lean, lean_released = _lean(full), _lean(released)
@@ -440,6 +463,7 @@ def cases() -> list[Case]:
     add("harm_reaches_for_classmates", _insert(lean, "check_softmax", CLASSMATES), FULL, hostile=True,
         needs_isolation=True)
     add("harm_touches_the_machine", _insert(lean, "check_softmax", MACHINE), FULL, hostile=True, needs_isolation=True)
+    add("isolated_kernel_forked_by_the_server", _insert(lean, "check_softmax", FORKED), FULL, needs_isolation=True)
     return out
 
 
