@@ -18,6 +18,26 @@ def share_the_cores(environ, cores):
             environ.setdefault(name, str(share))
 
 
-share_the_cores(os.environ, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+share_the_cores(os.environ, CORES)
 
 collect_ignore = ["lessons/14_translate.ipynb", "lessons/15_experiments.ipynb"]
+
+
+# ---------------------------------------------------------------- pytest-xdist: workers, and the longest files first
+def pytest_xdist_auto_num_workers(config):
+    """`-n auto` (pyproject.toml): one worker more than cores, as a worker often waits rather than computes (a
+    notebook's time limit running out, kernels starting, a batch graded in processes of its own)."""
+    return CORES + 1
+
+
+#: The files that take longest (each a minute or more of one worker, measured with --durations), started first so
+#: that none of them is left running alone at the end; every other file keeps its place after them.
+LONGEST_FIRST = ["tests/test_hostile.py", "tests/test_lessons.py", "tests/test_lesson_claims.py",
+                 "tests/test_checks_stage10.py", "tests/test_nbgrader.py", "tests/test_translate_notebook.py",
+                 "tests/test_checks_stage01.py", "lessons/12_training.ipynb"]
+
+
+def pytest_collection_modifyitems(session, config, items):
+    rank = {path: i for i, path in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))  # stable: the rest keep their order

@@ -3,18 +3,25 @@ import pathlib
 import re
 
 import pytest
-import torch
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 # the real Multi30k files, beside the repository on the development machine only (never committed)
 MULTI30K = pathlib.Path(os.environ.get("MULTI30K_MIRROR", ROOT.parent / "shared" / "data" / "multi30k"))
 
-# at most 2 threads, shared among pytest-xdist's workers (one per core): 1 each on a 2-core machine
-torch.set_num_threads(max(1, min(2, torch.get_num_threads() // int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", 1)))))
+
+def pytest_configure(config):
+    """At most 2 threads, shared among pytest-xdist's workers: 1 each on a 2-core machine. Not in pytest-xdist's
+    controller, which runs no test: importing PyTorch there delays every worker's start by a second or two."""
+    if getattr(config.option, "numprocesses", None) and "PYTEST_XDIST_WORKER" not in os.environ:
+        return
+    import torch
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", 1))
+    torch.set_num_threads(max(1, min(2, torch.get_num_threads() // workers)))
 
 
 @pytest.fixture(autouse=True)
 def _seed():
+    import torch
     torch.manual_seed(0)
 
 

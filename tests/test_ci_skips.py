@@ -124,13 +124,18 @@ def test_the_allow_list_says_why_for_each_entry():
         assert isinstance(why, str) and len(why.split()) >= 3, (pattern, why)
 
 
-def test_each_worker_s_children_share_the_cores():
-    """The root conftest.py gives a pytest-xdist worker's children its share of the cores, and leaves the
-    controller (whose environment the workers inherit) and a value the user set alone."""
+def root_conftest():
     import importlib.util
     spec = importlib.util.spec_from_file_location("root_conftest", ROOT / "conftest.py")
     root = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(root)
+    return root
+
+
+def test_each_worker_s_children_share_the_cores():
+    """The root conftest.py gives a pytest-xdist worker's children its share of the cores, and leaves the
+    controller (whose environment the workers inherit) and a value the user set alone."""
+    root = root_conftest()
     worker = {"PYTEST_XDIST_WORKER_COUNT": "2"}
     for environ, cores, threads in [(worker, 2, ("1", "1")), (worker, 16, ("8", "8")),
                                     ({"PYTEST_XDIST_WORKER_COUNT": "4"}, 2, ("1", "1")),
@@ -138,3 +143,21 @@ def test_each_worker_s_children_share_the_cores():
         environ = dict(environ)
         root.share_the_cores(environ, cores)
         assert (environ.get("OMP_NUM_THREADS"), environ.get("MKL_NUM_THREADS")) == threads, (environ, cores)
+
+
+def test_the_longest_files_start_first_and_the_rest_keep_their_order():
+    """The root conftest.py's schedule for pytest-xdist (--no-loadscope-reorder in pyproject.toml): the files of
+    LONGEST_FIRST, which must exist, in its order, then every other test in collection order; one worker more than
+    cores."""
+    from types import SimpleNamespace
+    root = root_conftest()
+    assert root.LONGEST_FIRST and all((ROOT / path).is_file() for path in root.LONGEST_FIRST), root.LONGEST_FIRST
+    assert "--no-loadscope-reorder" in (ROOT / "pyproject.toml").read_text()
+    first, second = root.LONGEST_FIRST[:2]
+    ids = ["tests/test_a.py::x", f"{second}::y", "tests/test_b.py::z", f"{first}::w", "tests/test_a.py::v",
+           f"{second}::u"]
+    items = [SimpleNamespace(nodeid=i) for i in ids]
+    root.pytest_collection_modifyitems(None, None, items)
+    assert [i.nodeid for i in items] == [f"{first}::w", f"{second}::y", f"{second}::u", "tests/test_a.py::x",
+                                         "tests/test_b.py::z", "tests/test_a.py::v"]
+    assert root.pytest_xdist_auto_num_workers(None) == root.CORES + 1
