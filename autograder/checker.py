@@ -21,7 +21,6 @@ from __future__ import annotations
 import json
 import os
 import resource
-import select
 import signal
 import socket
 import struct
@@ -215,31 +214,12 @@ def serve(control: str) -> None:
     import torch  # noqa: F401  (what the fork saves each checker: PyTorch, the checks, the channel)
     from . import core, remote  # noqa: F401
     from .checks import _util  # noqa: F401
-    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the checkers are reaped by the kernel, never waited for
-    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    server.bind(control)
-    os.chmod(control, 0o600)
-    server.listen(64)
-    print("ready", flush=True)
-    while True:
-        readable, _, _ = select.select([server, sys.stdin], [], [])
-        if sys.stdin in readable and not os.read(sys.stdin.fileno(), 4096):
-            os._exit(0)
-        if server not in readable:
-            continue
-        conn, _ = server.accept()
-        if os.fork() == 0:
-            try:
-                server.close()
-                _forked(conn)
-            finally:
-                os._exit(0)
-        conn.close()
+    from .forkserver import serve_forks
+    serve_forks(control, _forked, "autograder.checker")
 
 
 def _forked(conn) -> None:
     """A checker forked by serve(): read the request, send "listening PID", grade until the connection closes."""
-    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     conn.settimeout(30)
     request = b""
     while not request.endswith(b"\n") and len(request) < 65536:

@@ -18,11 +18,11 @@ import json
 import os
 import pathlib
 import shutil
-import subprocess
 import sys
 import tempfile
 import threading
 
+from . import forkserver
 from .kernel import CELL_TIMEOUT, MEMORY_GB, NOTEBOOK_TIMEOUT, grade_notebook, isolation
 from .submission import course_pythonpath, lesson_of, read_submission
 
@@ -59,16 +59,8 @@ def _checker_server(batch: str):
     """The batch's checker process (autograder.checker.serve), which forks each notebook's checker: (process,
     its socket), or None where it does not start (each notebook then starts a checker of its own)."""
     control = os.path.join(batch, "checkers.sock")
-    try:
-        proc = subprocess.Popen([sys.executable, "-m", "autograder.checker", "--serve", control], cwd=batch,
-                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-                                env=dict(os.environ, PYTHONPATH=course_pythonpath()))
-    except OSError:
-        return None
-    if (proc.stdout.readline() or "").strip() != "ready":
-        _stop(proc)
-        return None
-    return proc, control
+    return forkserver.start([sys.executable, "-m", "autograder.checker", "--serve", control], control,
+                            dict(os.environ, PYTHONPATH=course_pythonpath()), batch)
 
 
 def _kernel_server(batch: str, threads: int):
@@ -83,25 +75,7 @@ def _kernel_server(batch: str, threads: int):
     env = {k: v for k, v in os.environ.items() if k in KEPT_ENV or k.startswith("LC_")}
     env.update(PYTHONPATH=course_pythonpath(), HOME=home, PYTHONNOUSERSITE="1", PYTHONDONTWRITEBYTECODE="1",
                OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads), MPLBACKEND="agg")
-    try:
-        proc = subprocess.Popen([sys.executable, "-m", "autograder.jail", "--serve", control], cwd=home,
-                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-                                env=env)
-    except OSError:
-        return None
-    if (proc.stdout.readline() or "").strip() != "ready":
-        _stop(proc)
-        return None
-    return proc, control
-
-
-def _stop(proc) -> None:
-    try:
-        proc.stdin.close()  # serve() exits when its input closes
-        proc.wait(timeout=10)
-    except (OSError, subprocess.TimeoutExpired):
-        proc.kill()
-        proc.wait()
+    return forkserver.start([sys.executable, "-m", "autograder.jail", "--serve", control], control, env, home)
 
 
 def labels(paths) -> list[str]:
@@ -191,7 +165,7 @@ def grade(paths, json_path=None, timeout: float = NOTEBOOK_TIMEOUT, stream=sys.s
     finally:
         for server in (checkers, kernels):
             if server:
-                _stop(server[0])
+                forkserver.stop(server[0])
         if not os.environ.get("AUTOGRADER_KEEP"):
             shutil.rmtree(batch, ignore_errors=True)
     if json_path:

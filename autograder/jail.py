@@ -276,37 +276,15 @@ def _check(result: int, what: str) -> None:
 def serve(control: str) -> None:
     """The batch's kernel server: import what every kernel imports, print "ready", then fork a _bridge for each
     connection to `control`, until its standard input closes (the grade command ended)."""
-    import select
-    import socket
     import torch  # noqa: F401  (what the fork saves each kernel)
     import ipykernel.kernelapp  # noqa: F401
+    from autograder.forkserver import serve_forks
     course = [m for m in sys.modules if m.split(".")[0] in ("solutions", "tests") or
-              m.startswith("autograder.") and m != "autograder.jail"]
+              m.startswith("autograder.") and m not in ("autograder.jail", "autograder.forkserver")]
     if course:  # the kernels inherit this memory: nothing of the course's answers or checks may be in it
         sys.stderr.write(f"autograder.jail: the kernel server imported {course}\n")
         os._exit(70)
-    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the bridges are reaped by the kernel, never waited for
-    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    server.bind(control)
-    os.chmod(control, 0o600)
-    server.listen(64)
-    print("ready", flush=True)
-    while True:
-        readable, _, _ = select.select([server, sys.stdin], [], [])
-        if sys.stdin in readable and not os.read(sys.stdin.fileno(), 4096):
-            os._exit(0)
-        if server not in readable:
-            continue
-        conn, _ = server.accept()
-        if os.fork() == 0:
-            try:
-                server.close()
-                _bridge(conn)
-            except BaseException as e:  # noqa: BLE001
-                sys.stderr.write(f"autograder.jail: {type(e).__name__}: {e}\n")
-            finally:
-                os._exit(70)
-        conn.close()
+    serve_forks(control, _bridge, "autograder.jail")
 
 
 def _bridge(conn) -> None:
@@ -315,7 +293,6 @@ def _bridge(conn) -> None:
     signals from the launcher to it and its exit status back; the kernel is killed when the launcher's end closes."""
     import select
     import socket
-    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     os.setsid()
     conn.settimeout(30)
     data, streams, _, _ = socket.recv_fds(conn, 65536, 3)
