@@ -1,6 +1,7 @@
 """A process that forks a child of its own for each connection to its Unix socket, until its standard input
 closes: the batch's checker process (autograder/checker.py, `serve`) and the batch's kernel server
-(autograder/jail.py, `serve`) are two, each started by the grade command (autograder/grade.py, `start`).
+(autograder/jail.py, `serve`) are two, each started for a batch by the grade command (autograder/grade.py) with
+`start` below.
 
 The standard library only: the kernel server imports this module, and nothing of the course's answers or checks
 may be in that process (autograder/GRADING.md).
