@@ -326,3 +326,21 @@ def test_the_views_parse_one_thread_at_a_time():
     bare, locked = json.loads(out.stdout)
     print(f"bare ast.parse: {bare[:1] or 'no error on this Python'}")
     assert locked == [], f"views.parse failed under threads: {locked[0]}"
+
+
+@pytest.mark.parametrize("imported,serves", [("", True), ("import autograder.checks._util", False),
+                                             ("import solutions", False)])
+def test_the_kernel_server_holds_nothing_of_the_course(tmp_path, imported, serves):
+    """The batch's kernels inherit the kernel server's memory (autograder/jail.py, serve): it serves only if none of
+    the checks, solutions/ or tests/ was imported into it, and says which one was."""
+    control = tmp_path / "kernels.sock"
+    code = f"{imported}\nimport sys\nfrom autograder.jail import serve\nserve(sys.argv[1])"
+    proc = subprocess.Popen([sys.executable, "-c", code, str(control)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    first = proc.stdout.readline().strip()
+    proc.stdin.close()  # the server exits when its input closes
+    err = proc.stderr.read()
+    assert proc.wait(timeout=60) == (0 if serves else 70), err
+    assert (first == "ready") is serves and control.exists() is serves, (first, err)
+    if not serves:
+        assert "the kernel server imported" in err and imported.split()[-1] in err, err
