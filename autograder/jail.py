@@ -314,16 +314,27 @@ def _bridge(conn) -> None:
     # namespaces' PID 1 (a `mount` process would be, and with it gone, no other could be forked)
     _check(libc.mount(None, b"/", None, MS_REC | MS_PRIVATE, None), "mount --make-rprivate /")
     alive, alive_w = os.pipe()  # the kernel sees end of file on `alive` once this process is gone
+    started, started_w = os.pipe()  # and writes to `started_w` once it is jailed, just before it becomes the kernel
     pid = os.fork()
     if pid == 0:
         try:
             conn.close()
             os.close(alive_w)
-            _forked_kernel(cfg, argv, alive)
+            os.close(started)
+            _forked_kernel(cfg, argv, alive, started_w)
         except BaseException as e:  # noqa: BLE001
             sys.stderr.write(f"autograder.jail: the kernel did not start: {type(e).__name__}: {e}\n")
         finally:
             os._exit(70)
+    os.close(started_w)
+
+    def tell_started():  # "running" to the launcher, once: before it, a failure lets the launcher start the kernel
+        nonlocal started
+        if started is not None and select.select([started], [], [], 0)[0]:
+            if os.read(started, 1) == b"1":
+                conn.sendall(b"running\n")
+            os.close(started)
+            started = None
 
     # no thread here: after unshare(CLONE_NEWPID) this process cannot start one; the kernel's end is seen by
     # its pidfd (Linux 5.3), else by polling
@@ -333,10 +344,13 @@ def _bridge(conn) -> None:
         exited = None
     buffer = b""
     while True:
-        readable, _, _ = select.select([conn] + ([exited] if exited is not None else []), [], [], 0.5)
+        watched = [conn] + [fd for fd in (exited, started) if fd is not None]
+        readable, _, _ = select.select(watched, [], [], 0.5)
+        tell_started()
         done, status = os.waitpid(pid, os.WNOHANG)
         if done:
             try:
+                tell_started()
                 conn.sendall(f"exit {os.waitstatus_to_exitcode(status)}\n".encode())
             finally:
                 os._exit(0)
@@ -354,11 +368,11 @@ def _bridge(conn) -> None:
                 os.kill(pid, int(number))
 
 
-def _forked_kernel(cfg, argv, alive: int) -> None:
+def _forked_kernel(cfg, argv, alive: int, started: int) -> None:
     """PID 1 of the kernel's namespaces, forked by _bridge: /proc of its own, the file system as _inside arranges
     it, nobody's credentials, then the kernel of argv ([python, -m, ipykernel_launcher, -f, CONNECTION FILE]).
     It dies with the bridge (PR_SET_PDEATHSIG, set again after the change of credentials, which clears it; a
-    bridge already gone is seen on `alive`)."""
+    bridge already gone is seen on `alive`); it writes to `started` once jailed, before any of the kernel's code."""
     import select
     libc = _libc()
     _check(libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0), "prctl(PR_SET_PDEATHSIG)")
@@ -368,6 +382,8 @@ def _forked_kernel(cfg, argv, alive: int) -> None:
     _check(libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0), "prctl(PR_SET_PDEATHSIG)")
     if select.select([alive], [], [], 0)[0]:
         raise RuntimeError("the bridge is gone")
+    os.write(started, b"1")
+    os.close(started)
     _kernel(cfg, argv)
 
 
@@ -434,7 +450,7 @@ def _through_server(cfg, cfg_path: str, argv) -> None:
         request = {"config": cfg_path, "argv": argv, "env": kernel_env(cfg)}  # from this launcher's environment
         socket.send_fds(conn, [json.dumps(request).encode()], [0, 1, 2])
         conn.settimeout(None)
-    except OSError as e:
+    except (OSError, AttributeError) as e:  # AttributeError: no socket.send_fds (Python before 3.9)
         sys.stderr.write(f"autograder.jail: no kernel server ({e}); starting the kernel here\n")
         conn.close()
         return
@@ -446,18 +462,32 @@ def _through_server(cfg, cfg_path: str, argv) -> None:
             pass
     for name in FORWARDED:
         signal.signal(getattr(signal, name), forward)
-    buffer = b""
-    while True:
+    buffer, running = b"", False
+    while True:  # until the kernel's exit, or the bridge's end before the kernel ran
         try:
             chunk = conn.recv(4096)
         except InterruptedError:
             continue
         if not chunk:
-            os._exit(70)  # the bridge died without the kernel's status
+            if running:
+                os._exit(70)  # the bridge died without the kernel's status
+            break
         buffer += chunk
-        if b"\n" in buffer:
-            word, _, code = buffer.split(b"\n", 1)[0].decode().partition(" ")
-            os._exit(int(code) % 256 if word == "exit" and code.lstrip("-").isdigit() else 70)
+        lines = buffer.split(b"\n")
+        buffer = lines.pop()
+        words = [line.decode().partition(" ") for line in lines]
+        running = running or any(word == "running" for word, _, _ in words)
+        ends = [code for word, _, code in words if word == "exit"]
+        if ends and running:
+            os._exit(int(ends[0]) % 256 if ends[0].lstrip("-").isdigit() else 70)
+        if ends:
+            break
+    # the server could not jail this kernel (the namespaces, the mounts or the drop to nobody failed before any of
+    # the kernel's code ran): this launcher starts it, as without a server
+    sys.stderr.write("autograder.jail: the kernel server could not start the kernel; starting it here\n")
+    conn.close()
+    for name in FORWARDED:
+        signal.signal(getattr(signal, name), signal.SIG_DFL)
 
 
 def main(args) -> None:

@@ -344,3 +344,24 @@ def test_the_kernel_server_holds_nothing_of_the_course(tmp_path, imported, serve
     assert (first == "ready") is serves and control.exists() is serves, (first, err)
     if not serves:
         assert "the kernel server imported" in err and imported.split()[-1] in err, err
+
+
+def test_a_kernel_the_server_cannot_jail_is_started_by_its_launcher(tmp_path):
+    """Where the kernel server's fork fails to jail a kernel (here its drop to nobody raises), the kernel's launcher
+    starts the kernel itself, jailed as without a server: the notebook is graded as usual."""
+    if not isolation():
+        pytest.skip("needs the kernel's namespaces (isolation), not available here")
+    from autograder import forkserver
+    control = str(tmp_path / "kernels.sock")
+    broken = ("import sys, autograder.jail as jail\n"
+              "def broken(libc):\n    raise PermissionError('no drop here')\n"
+              "jail._drop_privileges = broken\njail.serve(sys.argv[1])")
+    server = forkserver.start([sys.executable, "-c", broken, control], control,
+                              {"PATH": os.environ["PATH"], "PYTHONPATH": str(ROOT), "HOME": str(tmp_path)}, str(ROOT))
+    assert server is not None
+    try:
+        path = write(CASES["honest_solved"], tmp_path)
+        r = grade_notebook(path, timeout=300, lesson="03_attention", kernel_server=control)
+    finally:
+        forkserver.stop(server[0])
+    assert r["error"] is None and r["points"] == 10.0, r
