@@ -153,7 +153,7 @@ def autograder_view(lesson: str | None, dest: pathlib.Path) -> pathlib.Path:
             also.setdefault(m, set()).update(names)
     for src in HERE.rglob("*.py"):
         rel = src.relative_to(HERE)
-        if "__pycache__" in rel.parts:
+        if "__pycache__" in rel.parts or rel.parts[0] == "fixtures":  # fixtures/*.py: how the expected answers are made
             continue
         target = dest / rel
         target.parent.mkdir(parents=True, exist_ok=True)

@@ -2,22 +2,18 @@
 it earns and the words that name it (the reference and the stub: tests/test_registry.py). The points are pinned,
 so one mistake is seen to cost the checks about it, not the whole stage.
 
-This file also says how autograder/fixtures/stage01_bpe.json was made: `build_fixture()` below runs
-subword-nmt (the reference implementation of Sennrich et al. 2016) on the corpora built here, and
-`test_fixture_is_subword_nmt_output` checks that the stored file is still exactly its output.
-Regenerate it with `python -m tests.test_checks_stage01` (from the repository root).
+The BPE checks compare with autograder/fixtures/stage01_bpe.json, subword-nmt's output (the reference implementation
+of Sennrich et al. 2016) on the cases that autograder/fixtures/stage01_bpe.py builds;
+`test_fixture_is_subword_nmt_output` checks that the stored file is still exactly that output.
 """
 import collections
-import contextlib
 import functools
 import inspect
-import io
 import itertools
 import json
 import math
 import pathlib
 import pickle
-import random
 import re
 import time
 
@@ -27,112 +23,18 @@ import torch
 from torch import nn
 
 import solutions
+from autograder.fixtures.stage01_bpe import build_fixture, stored_fixture
 from solutions import BPETokenizer, TokenEmbedding
 from tests.grading import Mistake, assert_full_marks, assert_mistake, edit, mistakes
 
 GET_PAIR_STATS, MERGE_PAIR, LEARN_BPE = solutions.get_pair_stats, solutions.merge_pair, solutions.learn_bpe
 APPLY_BPE, PAD_SEQUENCES = solutions.apply_bpe, solutions.pad_sequences
-FIXTURE_PATH = "autograder/fixtures/stage01_bpe.json"
-
-# ========================================================================= how the fixture is made
-BASE = ("low lower lowest newer newest wider widest older oldest new old wide a I x o aa aaa aaaa aaaaa "
-        "abab ababab banana bandana anna nan na zz zzz mississippi bookkeeper the then there these this "
-        "that than thin think thing things nothing something Straße über naïve café Ωμέγα 日本語 東京 京都 "
-        "Zürich Köln señor mañana jalapeño ça garçon").split()
-SYLLABLES = ["ka", "lo", "mi", "ne", "ra", "to", "su", "ve", "ba", "de", "ing", "er", "est", "an", "on", "ü", "é",
-             "ß", "th", "ch", "qu", "y", "ö"]
 
 
-def built_corpus(seed, n_lines, n_made_up):
-    """Lines of 1-8 words joined by single spaces (so str.split() and split(' ') agree), drawn with
-    Zipf-like frequencies from English words, one-letter words, repeated letters (aaaa), unicode words
-    and made-up words of syllables."""
-    rng = random.Random(seed)
-    made_up = set()
-    while len(made_up) < n_made_up:
-        made_up.add("".join(rng.choice(SYLLABLES) for _ in range(rng.randint(1, 4))))
-    words = BASE + sorted(made_up)
-    rng.shuffle(words)
-    weights = [1.0 / (r + 1) ** 0.9 for r in range(len(words))]
-    return [" ".join(rng.choices(words, weights, k=rng.randint(1, 8))) for _ in range(n_lines)]
-
-
-def subword_nmt_merges(lines, num_merges, min_frequency):
-    from subword_nmt.learn_bpe import learn_bpe
-    out = io.StringIO()
-    with contextlib.redirect_stderr(io.StringIO()):
-        learn_bpe(io.StringIO("\n".join(lines) + "\n"), out, num_merges, min_frequency=min_frequency)
-    return [line.split(" ") for line in out.getvalue().splitlines() if not line.startswith("#version")]
-
-
-def subword_nmt_segment(words, merges):
-    """subword-nmt's segmentations in our notation: `l@@ ow` -> ['l', 'ow</w>']."""
-    from subword_nmt.apply_bpe import BPE
-    bpe = BPE(io.StringIO("#version: 0.2\n" + "".join(f"{a} {b}\n" for a, b in merges)))
-    return {w: [p[:-2] if p.endswith("@@") else p + "</w>" for p in bpe.segment(w).split(" ")] for w in words}
-
-
-# name: (corpus, num_merges, min_frequency); what each small case is for is in its check's title
-LEARN_CASES = {
-    "docstring": (["low low low lower"], 2, 2), "weighted": (["xy xy xy zw zw"], 1, 1),
-    "weighted_2": (["ab ab ab cd cd ef"], 2, 1),
-    "ties": (["bb ab cb bb ab cb"], 3, 1),  # three pairs seen twice each: greatest (c, b</w>) first
-    "ties_2": (["abc abc bcd bcd"], 3, 1), "end_of_word": (["ab ab ab a a a a c"], 2, 1),
-    "overlap": (["aaaa aaaaa aaab aaab aaab"], 3, 1), "min_frequency_1": (["ab ab cd"], 5, 1),
-    "min_frequency_2": (["ab ab cd"], 5, 2), "min_frequency_3": (["ab ab cd"], 5, 3),
-    "min_frequency_default": (["ab ab ab cd cd ef"], 5, 2), "no_pair_left": (["ab"], 10, 1),
-    "corpus_a": (built_corpus(1, 250, 220), 100, 2),
-    "corpus_b": (built_corpus(2, 120, 90), 300, 1),  # runs until no pair is left: 249 merges
-    "corpus_c": (built_corpus(2, 120, 90), 200, 3),  # stops at min_frequency: 143 merges
-    "tokenizer": (built_corpus(3, 60, 40), 40, 2),
-}
-
-# name: (word, merges) for apply_bpe
-APPLY_CASES = {
-    "docstring": ("lowest", [("l", "o"), ("lo", "w"), ("e", "s")]), "priority": ("low", [("o", "w</w>"), ("l", "o")]),
-    "priority_2": ("banana", [("a", "n"), ("b", "a"), ("n", "a</w>")]),
-    "repeat": ("abc", [("ab", "c</w>"), ("a", "b")]),
-    "repeat_2": ("hello", [("he", "llo</w>"), ("l", "o</w>"), ("l", "lo</w>"), ("h", "e")]),
-    "end": ("lower", [("e", "r</w>"), ("l", "o"), ("lo", "w")]), "no_merge": ("xyz", [("a", "b")]),
-    "one_letter": ("a", [("a", "b"), ("a", "a")]), "unseen_character": ("Ωlow", [("l", "o"), ("lo", "w</w>")]),
-    "overlap": ("aaaa", [("a", "a")]), "overlap_2": ("aaaaa", [("a", "a"), ("aa", "a</w>"), ("aa", "aa")]),
-}
-
-UNSEEN_A = ["lowering", "newestest", "aaaaaaa", "Straßen", "bananas", "東京都", "Ωμέγαλο", "xyzzy", "q", "théâtre",
-            "kalomine", "ababa"]
-
-
-def corpus_words(lines):
-    return list(dict.fromkeys(w for line in lines for w in line.split(" ")))
-
-
-def build_fixture():
-    learn = {name: {"corpus": corpus, "num_merges": n, "min_frequency": m, "merges": subword_nmt_merges(corpus, n, m)}
-             for name, (corpus, n, m) in LEARN_CASES.items()}
-    tok_words = corpus_words(LEARN_CASES["tokenizer"][0])
-    segment = {name: {"merges_of": name, "words": subword_nmt_segment(
-        corpus_words(LEARN_CASES[name][0]) + extra, learn[name]["merges"])}
-        for name, extra in (("corpus_a", UNSEEN_A), ("corpus_b", []), ("tokenizer", []))}
-    apply = {name: {"word": w, "merges": [list(p) for p in merges],
-                    "subwords": subword_nmt_segment([w], merges)[w]} for name, (w, merges) in APPLY_CASES.items()}
-    import subword_nmt
-    return {
-        "note": "Made by subword-nmt " + getattr(subword_nmt, "__version__", "0.3.8") + " (learn_bpe.learn_bpe on "
-                "io.StringIO input, apply_bpe.BPE for segmentations, `l@@ ow` written ['l', 'ow</w>']) on the "
-                "corpora of tests/test_checks_stage01.py; regenerate with `python -m tests.test_checks_stage01`.",
-        "learn": learn, "segment": segment, "apply": apply,
-        "unseen_words": {"tokenizer": [w[::-1] for w in tok_words if len(w) > 3 and w[::-1] not in tok_words][:8]},
-    }
-
-
-def stored_fixture():
-    with open(FIXTURE_PATH, encoding="utf-8") as f:
-        return json.load(f)
-
-
+# ========================================================================= the fixture
 def test_fixture_is_subword_nmt_output():
     pytest.importorskip("subword_nmt")
-    assert build_fixture() == stored_fixture(), "regenerate with `python -m tests.test_checks_stage01`"
+    assert build_fixture() == stored_fixture(), "regenerate with `python -m autograder.fixtures.stage01_bpe`"
 
 
 def test_fixture_sizes():
@@ -1272,9 +1174,3 @@ def test_mistakes(m):
 def test_other_correct_implementations(name, obj):
     assert_full_marks(obj, name)
 
-
-if __name__ == "__main__":
-    with open(FIXTURE_PATH, "w", encoding="utf-8") as f:
-        json.dump(build_fixture(), f, ensure_ascii=False, indent=1)
-        f.write("\n")
-    print("wrote", FIXTURE_PATH)

@@ -196,6 +196,13 @@ def test_isolation_probe_is_cached_and_boolean():
     assert isolation() in (True, False) and isolation() == isolation()
 
 
+def test_a_kernel_s_view_of_the_grader_has_no_fixtures(tmp_path):
+    """The expected answers (fixtures/*.json) and how they are made (fixtures/*.py) stay out of a kernel's view."""
+    from autograder.views import autograder_view
+    view = autograder_view("01_tokenization", tmp_path / "autograder")
+    assert (view / "checks" / "stage01_tokenization.py").exists() and not (view / "fixtures").exists()
+
+
 @pytest.mark.skipif(os.geteuid() != 0, reason="the jail's namespaces need root")
 def test_isolated_kernels_see_a_read_only_course(tmp_path):
     """With isolation, a notebook cannot write the course's files (the write fails in the cell)."""

@@ -1,32 +1,15 @@
 """Stage 01 against subword-nmt, the reference implementation of Sennrich et al. (2016)."""
 import gzip
-import io
 import random
 
 import pytest
 import torch
-from subword_nmt.apply_bpe import BPE
-from subword_nmt.learn_bpe import learn_bpe as snmt_learn_bpe
 
+from autograder.fixtures.stage01_bpe import subword_nmt_merges, subword_nmt_segmenter
 from solutions import BOS, EOS, PAD, UNK, BPETokenizer, TokenEmbedding, apply_bpe, learn_bpe, pad_sequences
 from solutions.tokenization import get_pair_stats, merge_pair
 
 from .conftest import MULTI30K
-
-
-def subword_nmt_merges(lines, num_merges, min_frequency=2):
-    out = io.StringIO()
-    snmt_learn_bpe(io.StringIO("\n".join(lines) + "\n"), out, num_merges, min_frequency=min_frequency)
-    return [tuple(line.split(" ")) for line in out.getvalue().splitlines() if not line.startswith("#version")]
-
-
-def subword_nmt_segmenter(merges):
-    """subword-nmt's segmentation of one word, in our notation: `l@@ ow` -> ['l', 'ow</w>']."""
-    bpe = BPE(io.StringIO("#version: 0.2\n" + "".join(f"{a} {b}\n" for a, b in merges)))
-
-    def segment(word):
-        return [p[:-2] if p.endswith("@@") else p + "</w>" for p in bpe.segment(word).split(" ")]
-    return segment
 
 
 def built_corpus():

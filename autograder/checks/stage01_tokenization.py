@@ -1,8 +1,8 @@
 """Stage 01: byte-pair encoding, the tokenizer, padding and the scaled token embedding.
 
 BPE is checked against merges and segmentations made by subword-nmt, the reference implementation of
-Sennrich et al. (2016), stored in autograder/fixtures/stage01_bpe.json (tests/test_checks_stage01.py
-says how they were made and verifies them). The small variants below (`_learn_variant`, ...) are written
+Sennrich et al. (2016), stored in autograder/fixtures/stage01_bpe.json (autograder/fixtures/stage01_bpe.py
+makes them; tests/test_checks_stage01.py verifies them). The small variants below (`_learn_variant`, ...) are written
 from the contract only to NAME a mistake once the learner's answer already differs from the fixture:
 they are never the measure of right and wrong.
 """
