@@ -19,6 +19,17 @@ def pytest_configure(config):
     torch.set_num_threads(max(1, min(2, torch.get_num_threads() // workers)))
 
 
+@pytest.fixture(scope="module")
+def one_thread():
+    """One PyTorch thread for a module's tests, restored after it: tiny models gain little from a second thread, two
+    threads slow down many times over when another process shares the cores, and one thread sums in one order."""
+    import torch
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.fixture(autouse=True)
 def _seed():
     import torch

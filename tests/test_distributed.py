@@ -28,12 +28,7 @@ EXACT = Config(d_model=32, n_heads=4, n_layers=1, d_ff=64, dropout=0.0, attentio
                precision="fp32")  # float32 everywhere: "auto" is bf16 on a CPU with bf16 units
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")

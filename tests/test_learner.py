@@ -31,13 +31,9 @@ def lessons(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def impl(lessons):
+def impl(lessons, one_thread):
     """The independent lesson set collected once (its 186 checks run here)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    lines = []
-    yield collect(lessons, fallback=solutions, log=lines.append)
-    torch.set_num_threads(threads)
+    return collect(lessons, fallback=solutions, log=[].append)
 
 
 def _lesson_of(obj) -> str:

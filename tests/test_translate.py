@@ -23,14 +23,7 @@ TINY = Config(d_model=64, n_heads=4, n_layers=1, d_ff=128, bpe_merges=200, max_t
               warmup_steps=60, max_epochs=4, minutes=3, eval_batch_tokens=3000)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Tiny models gain little from a second thread, and two threads slow down many times over when
-    another process shares the cores; the setting is restored after this module."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")
