@@ -454,6 +454,12 @@ ROWS += mistakes("learn_bpe", [
             ("not in this corpus", "mutable default")),
     Mistake("corpus emptied", _learn((f"    words = {SEGMENTED}", f"    corpus.clear()\n    words = {SEGMENTED}")), 0,
             ("corpus list passed in", "unchanged")),
+    Mistake("empty strings of split(' ') taken for words",  # ''[-1]: the case with runs of spaces crashes
+            _learn((f"{WORDS} if word", 'line.strip("\\r\\n").split(" ")')), 7,
+            ("IndexError", "skip the empty strings")),
+    Mistake("corpus lines stripped in place",  # seen on the case with spaces at the ends of its lines
+            _learn(("    counts = Counter(", "    for i, line in enumerate(corpus):\n        corpus[i] = line.strip()\n"
+                                           "    counts = Counter(")), 7, ("corpus list passed in", "unchanged")),
     # </w>
     Mistake("</w> missing", LEARN_NO_END, 0, "`</w>` missing"),
     Mistake("</w> missing: named as such by the first check", LEARN_NO_END, 0, "`</w>` missing",
@@ -930,6 +936,9 @@ ROWS += mistakes("BPETokenizer", [
                                                    + TOKENIZE)), 7, "@property"),
     Mistake("train's min_frequency 1", _tok((DEFAULT_2, "min_frequency: int = 1")), 7, "min_frequency=2"),
     Mistake("train does not return self", _tok((RETURN_SELF, "")), 7, "return self"),
+    Mistake("train keeps the corpus' whitespace",
+            _tok(('corpus = [" ".join(line.split()) for line in corpus]', "corpus = list(corpus)")), 7,
+            "run of whitespace into one space"),
     Mistake("lowercases", _tok(('" ".join(line.split())', '" ".join(line.lower().split())'),
                                ("self.tokenize(text)", "self.tokenize(text.lower())")), 6, "lowercased"),
     Mistake("train did not rebuild stoi: save(path)", STALE_STOI, 0, "did not rebuild stoi", title="save(path)",
@@ -1136,6 +1145,8 @@ ROWS += mistakes("TokenEmbedding", [
     Mistake("sqrt rounded", _scaled("self.embedding(ids) * math.isqrt(self.d_model)"), 4, "rounded"),
     Mistake("d_model ** 1/2", _scaled("self.embedding(ids) * self.d_model ** 1 / 2"), 2, "d_model ** 1/2"),
     Mistake("sqrt(512) hard-coded", _scaled("self.embedding(ids) * math.sqrt(512)"), 2, "hard-coded"),
+    Mistake("output cast to float64", _scaled("self.embedding(ids).double() * math.sqrt(self.d_model)"), 4,
+            ("dtype", "cast to torch.float64")),
     Mistake("weights scaled once at init", SCALED_AT_INIT, 2, "not scaled"),
     *[Mistake(f"weights scaled once at init: {title}", SCALED_AT_INIT, 0, "once in __init__", title=title)
       for title in ("forward =", "scales by the exact", "keeps ids' shape")],

@@ -361,8 +361,15 @@ MESSAGE_MISTAKES = [  # no classic mistake gives these numbers: the formula is r
             max_points("sinusoidal_encoding") - 3, _FORMULA, not_says="Likely:"),  # the example, formula, large table
     Mistake("positions from 0.5", _angle_in("torch.float64", ("unsqueeze(1)", "unsqueeze(1) + 0.5")),
             max_points("sinusoidal_encoding") - 3, _FORMULA, not_says="Likely:"),  # float64: not a precision problem
+    Mistake("exponent over d_model - 1", _sin(_ANGLE, _ANGLE.replace("two_i / d_model", "two_i / (d_model - 1)")),
+            max_points("sinusoidal_encoding") - 3, _FORMULA, not_says="Likely:"),  # a formula error, not precision
     Mistake("angle in half precision",  # the right formula in half precision: right for small tables, not large
             _angle_in("torch.float16", ("torch.sin(angle)", "torch.sin(angle.float())"),
+                      ("torch.cos(angle)", "torch.cos(angle.float())")), 0,
+            "Likely: compute the angle in float32 or float64, "
+            "pos / 10000^(2i/d_model) = pos * exp(-ln(10000) * 2i / d_model)", title="stays accurate"),
+    Mistake("angle in bfloat16",
+            _angle_in("torch.bfloat16", ("torch.sin(angle)", "torch.sin(angle.float())"),
                       ("torch.cos(angle)", "torch.cos(angle.float())")), 0,
             "Likely: compute the angle in float32 or float64, "
             "pos / 10000^(2i/d_model) = pos * exp(-ln(10000) * 2i / d_model)", title="stays accurate"),
@@ -420,6 +427,11 @@ MODULE_MISTAKES = [
     Mistake("table built (d_model, max_len)", _table("sinusoidal_encoding(max_len, d_model).T.contiguous()",
                                                      (_CHECK, "if x.size(1) > self.pe.size(1):")), 0,
             ("(d_model, max_len)", "arguments in that order")),
+    Mistake("a float16 table", _table("sinusoidal_encoding(max_len, d_model).half()"), 4,
+            ("rounded to float16", "expected -2.0505 there; got -2.0508")),  # enough digits to differ
+    Mistake("a bfloat16 table", _table("sinusoidal_encoding(max_len, d_model).to(torch.bfloat16)"), 4,
+            "rounded to bfloat16"),
+    Mistake("the slice cast to float16", _pe((".to(x.dtype))", ".half())")), 4, "rounded to float16"),
     Mistake("a float64 table not cast", _table("sinusoidal_encoding(max_len, d_model).double()", (".to(x.dtype)", "")),
             5, ("torch.float64", "x.dtype")),
     # the table's shape and its slice

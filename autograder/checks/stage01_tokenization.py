@@ -23,6 +23,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from ..explain import _describe_exception
 from ..registry import CheckFailure, register
 from ._util import build, close, diagnose, expect_attr, expect_close, expect_shape, fmt, seeded
 
@@ -539,9 +540,20 @@ def _learn_ties(learn_bpe):
                      "max(stats, key=lambda p: (stats[p], p))")
 
 
-@register("learn_bpe", "joins </w> to each word's last character; one-letter words have no pair")
+EMPTY_WORDS = ("line.split(' ') gives '' between two spaces (and before a leading or after a trailing one): skip "
+               "the empty strings, `if word`, as subword-nmt does (an empty word has no last character for `</w>`)")
+
+
+@register("learn_bpe", "joins </w> to each word's last character; one-letter words have no pair; "
+          "words between runs of spaces")
 def _learn_end(learn_bpe):
     _learn_small(learn_bpe, "end_of_word", "a word starts as tuple(word[:-1]) + (word[-1] + '</w>',)")
+    corpus, n, m, expected = _case("spaces")
+    try:
+        _learn_small(learn_bpe, "spaces", EMPTY_WORDS)
+    except IndexError as e:  # ''[-1]: the empty strings of line.split(' ') taken for words
+        raise CheckFailure(f"learn_bpe({corpus!r}, {n}, min_frequency={m}) (runs of spaces, spaces at the ends)",
+                           fmt(expected), f"an error: {_describe_exception(e)}", EMPTY_WORDS) from None
 
 
 @register("learn_bpe", "merges non-overlapping occurrences, left to right (a a a -> aa a)")
@@ -839,7 +851,8 @@ def _tok_no_bos(cls):
                                "split the text into words (text.split()), each word into subwords, one id each")
 
 
-@register("BPETokenizer", "segments words like subword-nmt (same subwords, one id per subword)")
+@register("BPETokenizer", "segments words like subword-nmt (same subwords, one id per subword), whatever the "
+          "whitespace of the training lines")
 def _tok_segments(cls):
     tok = _train(cls)
     _, words = _segmentation("tokenizer")
@@ -880,6 +893,34 @@ def _tok_segments(cls):
                                if len(ids) < len(subwords) else
                                "train learns the merges with learn_bpe(corpus, num_merges) and encode splits each "
                                "word with apply_bpe")
+    _tok_messy_whitespace(cls, tok, words)
+
+
+def _messy(lines: list[str]) -> list[str]:
+    """The lines with their spaces turned into runs of spaces and tabs, and whitespace added at both ends."""
+    gaps = ("  ", "\t", " \t ", "   ", "\t\t")
+    return [("\t " if k % 2 else "  ") + "".join(c if c != " " else gaps[(k + j) % len(gaps)]
+                                               for j, c in enumerate(line)) + (" \t" if k % 3 else "   ")
+            for k, line in enumerate(lines)]
+
+
+def _tok_messy_whitespace(cls, tok, words):
+    """A tokenizer trained on the same lines with messy whitespace segments every word as subword-nmt does: its
+    pieces (decode of each id alone, which a harmless extra symbol such as a tab leaves alone) are the clean one's."""
+    corpus, n, _, _ = _case("tokenizer")
+    messy = build(cls, what="BPETokenizer()")
+    messy.train(_messy(corpus), n)
+    hint = ("train first turns every run of whitespace into one space, corpus = [' '.join(line.split()) for line in "
+            "corpus]: tabs, runs of spaces and spaces at the ends of a line separate words like one space")
+    for word, subwords in words.items():
+        what = (f"BPETokenizer().train(the same {len(corpus)} lines with runs of spaces and tabs, whitespace at both "
+                f"ends, {n}).encode({word!r})")
+        ids = _encode(messy, word, what)
+        pieces = [_decode(messy, [i]) for i in ids]
+        clean = [_decode(tok, [i]) for i in _encode(tok, word)]
+        if len(ids) != len(subwords) or pieces != clean:
+            raise CheckFailure(what, f"the pieces {clean}, as after training on the clean lines (subword-nmt's "
+                               f"{subwords})", f"{len(ids)} ids, the pieces {pieces}", hint)
 
 
 @register("BPETokenizer", "decode(encode(s)) gives back s with whitespace collapsed, unseen words included")
@@ -1109,6 +1150,7 @@ def _forward_check(cls, vocab_size, d_model, seed):
                            "changed by forward", "forward scaled the weights in place (embedding.weight.mul_ or "
                            "weight.data *= ...): every call scales them again; scale the output, "
                            "self.embedding(ids) * math.sqrt(d_model)")
+    return out, emb
 
 
 def _backward(out):
@@ -1128,9 +1170,14 @@ def _emb_attr(cls):
                  "nn.Embedding(vocab_size, d_model): one row of d_model numbers per token")
 
 
-@register("TokenEmbedding", "forward = embedding(ids) * sqrt(d_model)")
+@register("TokenEmbedding", "forward = embedding(ids) * sqrt(d_model), in the weights' dtype")
 def _emb_forward(cls):
-    _forward_check(cls, 10, 16, 0)
+    out, emb = _forward_check(cls, 10, 16, 0)
+    if out.dtype != emb.weight.dtype:  # the values are right
+        raise CheckFailure("TokenEmbedding(10, 16)(ids): dtype", f"{emb.weight.dtype}, the dtype of embedding.weight",
+                           str(out.dtype), f"the output was cast to {out.dtype} (.double(), .to(...), or a scale "
+                           f"held in a {out.dtype} tensor): the next layers have {emb.weight.dtype} weights and "
+                           "refuse it; multiply by the Python float math.sqrt(d_model), which keeps the dtype")
 
 
 @register("TokenEmbedding", "scales by the exact sqrt(d_model), e.g. sqrt(6)")
