@@ -68,11 +68,12 @@ ATTENTION_STYLES = {
                 "    s = s.masked_fill(mask == 0, -1e9)", "w = torch.nn.functional.softmax(s, dim=-1)", *_IF_DROPOUT,
                 "out = torch.bmm(w.reshape(-1, Lq, Lk), v.reshape(-1, Lk, v.size(-1)))",
                 "return out.reshape(*lead, Lq, v.size(-1)), w"),
-    # an additive -inf mask; a fully masked row's NaN turned into zeros (finite: allowed)
-    "additive, nan_to_num": _att("s = q.matmul(k.mT) * (1.0 / q.size(-1) ** 0.5)", "if mask is not None:",
-                                 '    s = s + torch.zeros_like(s).masked_fill(~mask, float("-inf"))',
-                                 "w = s.softmax(-1).nan_to_num(0.0)", "if dropout:", "    w = dropout(w)",
-                                 "return w @ v, w"),
+    # masked_fill with -inf, a fully masked row's NaN turned into zeros: finite both ways (masked_fill's backward
+    # zeroes the NaN gradient of the masked scores; an additive -inf mask does not: a mistake below)
+    "-inf fill, nan_to_num": _att("s = q.matmul(k.mT) * (1.0 / q.size(-1) ** 0.5)", "if mask is not None:",
+                                  '    s = s.masked_fill(~mask, float("-inf"))',
+                                  "w = s.softmax(-1).nan_to_num(0.0)", "if dropout:", "    w = dropout(w)",
+                                  "return w @ v, w"),
     "loops": _att(  # one (Lq, Lk) matrix at a time over the leading dims, a fill of -1e4
         "import numpy as np", "lead = q.shape[:-2]",
         "weights = torch.empty(*lead, q.size(-2), k.size(-2), dtype=q.dtype)",
@@ -190,6 +191,24 @@ ATTENTION_MISTAKES = [
     Mistake("masked with 0", _filled("~mask, 0.0"), 5, "filled with 0"),
     Mistake("masked scores filled with -1", _filled("~mask, -1.0"), 5,
             ("masked keys still get weight", "large negative")),
+    Mistake("masked scores filled with -10", _filled("~mask, -10.0"), 6,  # weights of about 1e-5 where masked
+            ("masked keys still get weight", "torch.finfo(scores.dtype).min"), not_says="float('-inf')"),
+    Mistake("mask polarity inverted, a finfo.min fill", _filled("mask, torch.finfo(scores.dtype).min"), 0,
+            "mask polarity inverted: the weight falls only where the mask is False", title="a boolean mask"),
+    # an additive -inf mask patched after the softmax: a finite forward pass, a NaN gradient (lesson 03 shows it)
+    Mistake("additive -inf mask, nan_to_num", _att(
+        "s = q.matmul(k.mT) * (1.0 / q.size(-1) ** 0.5)", "if mask is not None:",
+        '    s = s + torch.zeros_like(s).masked_fill(~mask, float("-inf"))', "w = s.softmax(-1).nan_to_num(0.0)",
+        "if dropout:", "    w = dropout(w)", "return w @ v, w"), 6, ("with respect to q, k", "NaN in the gradient")),
+    Mistake("additive -inf mask, fully masked rows zeroed", _att(
+        "s = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))", "if mask is not None:",
+        '    s = s + torch.where(mask, 0.0, float("-inf"))', "w = torch.softmax(s, -1)", "if mask is not None:",
+        "    w = torch.where(mask.any(-1, keepdim=True), w, 0.0)", *_IF_DROPOUT, "return w @ v, w"), 6,
+            "NaN in the gradient even when the forward pass is patched"),
+    Mistake("exp without the max, a -1e9 fill", edit(
+        ATTENTION, (_MASKED_FILL, "scores = scores.masked_fill(~mask, -1e9)"),
+        ("weights = softmax(scores, dim=-1)", "weights = scores.exp() / scores.exp().sum(-1, keepdim=True)")), 6,
+            ("0/0 = NaN", "subtract the row's max before exp"), not_says="instead of -inf"),
     Mistake("scores[~mask] with a broadcast mask", _fill("scores[~mask] = -1e9"), 6,
             ("boolean indexing", "masked_fill(~mask, ...) lets the mask broadcast")),
     Mistake("mask.unsqueeze(1) on a 4-d mask", _filled("~mask.unsqueeze(1), -1e9"), 4, "the mask gained a dimension"),

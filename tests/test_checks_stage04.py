@@ -53,8 +53,6 @@ SPLIT_STYLES = {
     "any leading dims": split_heads_any_leading_dims,
     "movedim": _checked(lambda x, h, B, L, dk: torch.movedim(x.view(B, L, h, -1), 2, 1)),
     "narrow": _checked(lambda x, h, B, L, dk: torch.stack([x.narrow(-1, i * dk, dk) for i in range(h)], 1)),
-    "numpy": _checked(lambda x, h, B, L, dk: torch.from_numpy(np.ascontiguousarray(
-        x.numpy().reshape(B, L, h, dk).transpose(0, 2, 1, 3)))),
     "two transposes": _checked(lambda x, h, B, L, dk: x.transpose(1, 2).reshape(B, h, dk, L).transpose(2, 3)),
 }
 
@@ -74,7 +72,6 @@ MERGE_STYLES = {
     "filled": merge_heads_filled,
     "contiguous view": lambda x: x.permute(0, 2, 1, 3).contiguous().view(x.size(0), x.size(2), x.size(1) * x.size(3)),
     "dstack": lambda x: torch.dstack(list(x.unbind(dim=1))),
-    "numpy": lambda x: torch.from_numpy(x.numpy().transpose(0, 2, 1, 3).reshape(x.size(0), x.size(2), -1).copy()),
     "movedim": lambda x: x.movedim(1, 2).reshape(x.size(0), x.size(2), -1),
     "in place on a copy": lambda x: x.clone().transpose_(1, 2).flatten(2),
     "two transposes": lambda x: x.transpose(2, 3).reshape(x.size(0), x.size(1) * x.size(3), x.size(2)).transpose(1, 2),
@@ -291,6 +288,12 @@ def _merge_returns(expr):
 
 
 SPLIT_MISTAKES = [
+    # right values, but no gradient reaches w_q, w_k, w_v through them (the numpy one was a correct style once)
+    Mistake("split: x detached",
+            _split_returns("x.detach().view(B, L, n_heads, d_model // n_heads).transpose(1, 2)"), 3,
+            ("requires_grad", "the heads left autograd")),
+    Mistake("split through numpy", _checked(lambda x, h, B, L, dk: torch.from_numpy(np.ascontiguousarray(
+        x.numpy().reshape(B, L, h, dk).transpose(0, 2, 1, 3)))), 3, ("requires grad", "the heads left autograd")),
     Mistake("view(B, h, L, d_k) without transpose", _split_returns("x.view(B, n_heads, L, d_model // n_heads)"), 2,
             "without a transpose"),
     Mistake("features dealt out in turn",
@@ -314,6 +317,11 @@ SPLIT_MISTAKES = [
             "names the problem"),
 ]
 MERGE_MISTAKES = [
+    Mistake("merge: x detached", _merge_returns("x.detach().transpose(1, 2).reshape(B, L, h * d_k)"), 2,
+            ("requires_grad", "the heads left autograd")),
+    Mistake("merge through numpy", lambda x: torch.from_numpy(
+        x.numpy().transpose(0, 2, 1, 3).reshape(x.size(0), x.size(2), -1).copy()), 2,
+            ("requires grad", "the heads left autograd")),
     Mistake("merged without the transpose", _merge_returns("x.reshape(B, L, h * d_k)"), 1,
             "merged without the transpose"),
     Mistake("view without contiguous", _merge_returns("x.transpose(1, 2).view(B, L, h * d_k)"), 1,
@@ -439,6 +447,11 @@ MHA_MISTAKES = [
     Mistake("no w_o at all", edit(MHA, ("self.w_o = nn.Linear(d_model, d_model)", ""),
                                   ("return self.w_o(merge_heads(out))", "return merge_heads(out)")), 1,
             "no output projection"),
+    Mistake("w_q, w_k, w_v without their biases", edit(MHA, *((f"self.{n}({a})", f"({a} @ self.{n}.weight.T)")
+                                                             for n, a in (("w_q", "query"), ("w_k", "key"),
+                                                                          ("w_v", "value")))), 2,
+            "the biases of w_q, w_k and w_v are missing",  # the hints were: pass the mask on, keep the weights...
+            not_says=("pass the mask on", "keep the softmax weights", "without dropout")),
     Mistake("w_o without its bias", _returns("torch.nn.functional.linear(merge_heads(out), self.w_o.weight)"), 3,
             "w_o's bias is missing"),
     Mistake("the residual added inside", _returns("self.w_o(merge_heads(out)) + query"), 3,

@@ -280,7 +280,7 @@ def _attn_mask(attn):
                            "negative number so that a fully masked row is not NaN)")
     _leak(out, w, ref, mask, mistakes, "with a random boolean mask")
     expect_close(out, ref, "output with a random boolean mask", mistakes=mistakes,
-                 hint="scores.masked_fill(~mask, float('-inf')) before the softmax")
+                 hint="scores.masked_fill(~mask, torch.finfo(scores.dtype).min) (or -1e9) before the softmax")
     hidden = w.masked_select(~mask)
     if hidden.numel() and hidden.abs().max() > 1e-6:  # the output is right: these are not the weights it used
         raise CheckFailure("weights where mask is False", "0", f"up to {hidden.abs().max().item():.3g}",
@@ -294,14 +294,18 @@ def _leak(out, w, ref, mask, mistakes, where):
         return
     if w.shape != ref.shape[:-1] + mask.shape[-1:]:
         return
-    hidden = w.detach().masked_select(~mask)
-    sums = w.detach().sum(-1)
-    if hidden.numel() and bool(torch.isfinite(hidden).all()) and hidden.abs().max() > 1e-4 \
+    w, mask = w.detach(), mask.expand_as(w)
+    hidden, sums = w.masked_select(~mask), w.sum(-1)
+    if hidden.numel() and bool(torch.isfinite(hidden).all()) and hidden.abs().max() > 1e-6 \
             and bool(torch.allclose(sums, torch.ones_like(sums), atol=1e-4)):
+        seen = w.masked_select(mask & (~mask).any(-1, keepdim=True))  # the visible keys of rows that hide some
+        inverted = seen.numel() and bool((seen.abs() < 1e-6).all())
         raise CheckFailure(f"weights where mask is False, {where}", "0", f"up to {hidden.abs().max().item():.3g}",
+                           "mask polarity inverted: the weight falls only where the mask is False; True means 'may "
+                           "attend', so fill where ~mask" if inverted else
                            "the masked keys still get weight: fill their scores with a large negative number "
-                           "(-1e9, torch.finfo(scores.dtype).min or float('-inf')) before the softmax, not a small "
-                           "one such as -1 or -100")
+                           "(torch.finfo(scores.dtype).min or -1e9) before the softmax, not a small one such as -1 "
+                           "or -10")
 
 
 @register("scaled_dot_product_attention", "a padding mask (B, 1, 1, Lk) broadcasts over heads and queries")
@@ -317,7 +321,24 @@ def _attn_broadcast(attn):
                  hint="let the mask broadcast: masked_fill(~mask, ...) works for any broadcastable shape")
 
 
-@register("scaled_dot_product_attention", "a query whose keys are all masked gets finite numbers, not NaN")
+NO_MAX = ("the softmax does not subtract the row's max: when every key of a row is masked, exp(fill) is 0 for all of "
+          "them (exp(-1e9) = 0) and 0/0 = NaN, and large scores overflow; subtract the row's max before exp "
+          "(softmax(x) = softmax(x - max x)), as your softmax does, and keep the fill finite")
+GRAD_NAN = ("-inf in the scores makes NaN in the gradient even when the forward pass is patched (nan_to_num or "
+            "torch.where after the softmax): the softmax's backward multiplies by the row's NaN weights; fill with a "
+            "large finite negative number (torch.finfo(scores.dtype).min or -1e9) instead of -inf")
+
+
+def _overflows(attn, q, k, v):
+    """Whether the learner's attention without a mask turns large scores into inf or NaN (no max subtracted)."""
+    try:
+        out, _ = _call(attn, q * 100, k, v)
+    except (CheckFailure, RuntimeError):
+        return False
+    return not bool(torch.isfinite(out).all())
+
+
+@register("scaled_dot_product_attention", "a query whose keys are all masked gets finite numbers, not NaN, both ways")
 def _attn_all_masked(attn):
     q, k, v = _inputs(5)
     mask = torch.ones(2, 3, 4, 5, dtype=torch.bool)
@@ -327,12 +348,27 @@ def _attn_all_masked(attn):
     expect_shape(w, (2, 3, 4, 5), "weights for q (2, 3, 4, 8), k (2, 3, 5, 8)")
     if not (torch.isfinite(out).all() and torch.isfinite(w).all()):
         raise CheckFailure("output for a query row whose keys are all masked", "finite numbers", "NaN",
+                           NO_MAX if _overflows(attn, q, k, v) else
                            "softmax of a row of -inf is 0/0 = NaN: fill with a large finite negative number "
                            "(torch.finfo(scores.dtype).min or -1e9) instead of -inf")
     ref, mistakes = _reference(q, k, v, torch.where(mask.any(-1, keepdim=True), mask, True))
     keep = mask.any(-1)  # queries with something to attend to
     expect_close(out[keep], ref[keep], "the other queries' outputs", mistakes={d: m[keep] for d, m in mistakes.items()},
                  hint="softmax(q k^T / sqrt(d_k)) v, the scores filled where the mask is False")
+    # training goes through that row too: a forward pass patched after the softmax can still backpropagate NaN
+    leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+    try:
+        out, _ = _call(attn, *leaves, mask)
+    except RuntimeError as e:  # numpy() refuses a tensor that requires grad
+        if "requires grad" not in str(e):
+            raise
+        return  # no gradient at all is the business of the check without a mask
+    if out.requires_grad:
+        out.sum().backward()
+        bad = [n for n, t in zip("qkv", leaves) if t.grad is not None and not torch.isfinite(t.grad).all()]
+        if bad:
+            raise CheckFailure(f"the gradient of out.sum() with respect to {', '.join(bad)}, a query's keys all masked",
+                               "finite numbers", "NaN", GRAD_NAN)
 
 
 class _Recorder(nn.Dropout):

@@ -23,6 +23,9 @@ NO_TRANSPOSE_SPLIT = ("heads reshaped without a transpose: x.view(B, h, L, d_k) 
                       "use x.view(B, L, h, d_k).transpose(1, 2)")
 NO_TRANSPOSE_MERGE = ("heads merged without the transpose: x.reshape(B, L, h * d_k) straight from (B, h, L, d_k) mixes "
                       "heads into positions; use x.transpose(1, 2).reshape(B, L, h * d_k)")
+HEADS_AUTOGRAD = ("the heads left autograd (.detach(), .data, torch.no_grad() or numpy): multi-head attention "
+                  "trains w_q, w_k, w_v and w_o through this function, so keep to torch operations on x (view, "
+                  "transpose, reshape)")
 INTERLEAVED = ("features dealt out to the heads in turn (view(B, L, d_k, h)): head i must get the contiguous block of "
                "features i*d_k .. (i+1)*d_k-1, i.e. view(B, L, h, d_k)")
 
@@ -101,7 +104,7 @@ def _split_shape(split_heads):
                  "d_k = d_model // n_heads: use the n_heads argument, not a fixed number")
 
 
-@register("split_heads", "head i holds features i*d_k .. (i+1)*d_k-1 at every position")
+@register("split_heads", "head i holds features i*d_k .. (i+1)*d_k-1 at every position, gradients too")
 def _split_values(split_heads):
     with seeded(1):
         x = torch.randn(2, 5, 12)
@@ -111,6 +114,9 @@ def _split_values(split_heads):
                  hint="out[:, i] must equal x[..., i*d_k:(i+1)*d_k]: x.view(B, L, h, d_k).transpose(1, 2)",
                  mistakes={NO_TRANSPOSE_SPLIT: x.reshape(B, h, L, d // h),
                            INTERLEAVED: x.reshape(B, L, d // h, h).permute(0, 3, 1, 2)})
+    leaf, ref_leaf = x.clone().requires_grad_(), x.clone().requires_grad_()
+    expect_grads(lambda: split_heads(leaf, h), lambda: _heads_of(ref_leaf, h), {"x": (leaf, ref_leaf)}, what,
+                 hint=HEADS_AUTOGRAD)
 
 
 @register("split_heads", "edge cases: one head (d_k = d_model) and d_model heads (d_k = 1)")
@@ -158,7 +164,7 @@ def _merge_shape(merge_heads):
                  "transpose(1, 2) to (B, L, h, d_k), then reshape to (B, L, h * d_k)"))
 
 
-@register("merge_heads", "concatenates the heads' features at each position")
+@register("merge_heads", "concatenates the heads' features at each position, gradients too")
 def _merge_values(merge_heads):
     with seeded(4):
         x = torch.randn(2, 3, 5, 4)
@@ -168,6 +174,9 @@ def _merge_values(merge_heads):
                  hint="out[..., i*d_k:(i+1)*d_k] must equal x[:, i]: x.transpose(1, 2).reshape(B, L, h * d_k)",
                  mistakes={NO_TRANSPOSE_MERGE: x.reshape(2, 5, 12),
                            INTERLEAVED: x.permute(0, 2, 3, 1).reshape(2, 5, 12)})
+    leaf, ref_leaf = x.clone().requires_grad_(), x.clone().requires_grad_()
+    expect_grads(lambda: merge_heads(leaf), lambda: torch.cat(ref_leaf.unbind(1), dim=-1), {"x": (leaf, ref_leaf)},
+                 what, hint=HEADS_AUTOGRAD)
 
 
 @register("merge_heads", "undoes a split: merge_heads(x.view(B, L, h, d_k).transpose(1, 2)) == x")
@@ -309,7 +318,7 @@ def _works_without_mask(mha, query, key, value) -> bool:
 
 def _manual(ref: nn.MultiheadAttention, query, key, value, mask=None, split="ok", merge="ok", w_o=True,
             scale="d_k", proj="qkv", inputs="qkv", mask_mode="ok", softmax_dim=-1, heads=None, o_bias=True,
-            residual=False):
+            residual=False, in_bias=True):
     """Multi-head attention written out with ref's weights, and its classic wrong variants (`heads`: a number
     of heads other than ref's, as code that ignores its n_heads argument computes)."""
     d, h = ref.embed_dim, heads or ref.num_heads
@@ -318,7 +327,7 @@ def _manual(ref: nn.MultiheadAttention, query, key, value, mask=None, split="ok"
     lin = {c: (W[i * d:(i + 1) * d], b[i * d:(i + 1) * d]) for i, c in enumerate("qkv")}
     src = dict(zip("qkv", (query, key, value)))
     src = {c: src[inputs[i]] for i, c in enumerate("qkv")}
-    q, k, v = (F.linear(src[c], *lin[proj[i]]) for i, c in enumerate("qkv"))
+    q, k, v = (F.linear(src[c], lin[proj[i]][0], lin[proj[i]][1] if in_bias else None) for i, c in enumerate("qkv"))
 
     def sp(x):
         B, L, _ = x.shape
@@ -345,6 +354,10 @@ def _manual(ref: nn.MultiheadAttention, query, key, value, mask=None, split="ok"
     return out + query if residual else out
 
 
+IN_BIAS = ("the biases of w_q, w_k and w_v are missing (query @ w_q.weight.T): apply the whole nn.Linear, "
+           "self.w_q(query), self.w_k(key), self.w_v(value)")
+
+
 def _mistakes(ref, query, key, value, mask=None):
     """{description of a classic mistake: the output it gives}; a variant that cannot run on these inputs is
     left out."""
@@ -369,6 +382,7 @@ def _mistakes(ref, query, key, value, mask=None):
         "softmax over dim=1 (the heads): each query's weights must sum to one over the keys, softmax(dim=-1)":
             dict(softmax_dim=1),
         "w_o's bias is missing: apply the whole nn.Linear, self.w_o(concat)": dict(o_bias=False),
+        IN_BIAS: dict(in_bias=False),
         "the input (query) is added to the output: multi-head attention returns w_o(concat) alone; the residual "
         "connection is SublayerConnection's work (stage 07)": dict(residual=True),
     }
@@ -509,11 +523,14 @@ def _mha_weights(MHA):
     bq, bk = ref.in_proj_bias[:12].detach(), ref.in_proj_bias[12:24].detach()
     q, k = _heads_of(F.linear(query, Wq, bq), 3), _heads_of(F.linear(memory, Wk, bk), 3)  # (B, h, L, d_k)
     scores = q @ k.transpose(-2, -1) / d_k ** 0.5  # (B, h, Lq, Lk)
+    q0, k0 = _heads_of(F.linear(query, Wq), 3), _heads_of(F.linear(memory, Wk), 3)  # without the biases
     expect_close(w, expected, what, hint="keep the softmax weights (after masking) of each head",
                  mistakes={"the scores were kept, not the softmax weights": scores,
                            "the scores were kept after masking, not the softmax weights":
                                scores.masked_fill(~real[:, None, None, :], -1e9),
-                           "the weights were computed without the mask": torch.softmax(scores, -1)})
+                           "the weights were computed without the mask": torch.softmax(scores, -1),
+                           IN_BIAS: torch.softmax((q0 @ k0.transpose(-2, -1) / d_k ** 0.5).masked_fill(
+                               ~real[:, None, None, :], -1e9), -1)})
 
 
 @register("MultiHeadAttention", "dropout acts on the attention weights in train mode and is off in eval mode")
