@@ -29,6 +29,17 @@ def _hand_dropout(p, keep="torch.rand_like(h)", scale=True, **kw):
                 f"    h = h * ({keep} >= {p}).float()" + (f" / (1 - {p})" if scale else ""), "return self.w_2(h)", **kw)
 
 
+def _module_dict(inplace_dropout):
+    """The layers in an nn.ModuleDict, w_1 and w_2 as properties, an in-place ReLU, an nn.Dropout(inplace=...)."""
+    return _ffn('for name in ("w_1", "act", "drop", "w_2"):', "    x = self.layers[name](x)", "return x", init="",
+                changes=[(_LINEARS, 'self.layers = nn.ModuleDict({"w_1": nn.Linear(d_model, d_ff), '
+                          '"act": nn.ReLU(inplace=True), '
+                          f'"drop": nn.Dropout(dropout, inplace={inplace_dropout}), '
+                          '"w_2": nn.Linear(d_ff, d_model)})'),
+                         ("    def forward", '    w_1 = property(lambda self: self.layers["w_1"])\n'
+                          '    w_2 = property(lambda self: self.layers["w_2"])\n\n    def forward')])
+
+
 # ---------------------------------------------------------------- correct, written differently
 CORRECT = {
     "nn.Sequential, w_1 and w_2 as names for its members": _ffn("return self.net(x)",
@@ -49,13 +60,9 @@ CORRECT = {
         "h = nn.functional.conv1d(x.transpose(1, 2), self.w_1.weight[:, :, None], self.w_1.bias)",
         "h = self.dropout(nn.functional.relu(h))",
         "return nn.functional.conv1d(h, self.w_2.weight[:, :, None], self.w_2.bias).transpose(1, 2)"),
-    "ModuleDict, w_1 and w_2 as properties, in-place ReLU and dropout": _ffn(
-        'for name in ("w_1", "act", "drop", "w_2"):', "    x = self.layers[name](x)", "return x", init="",
-        changes=[(_LINEARS, 'self.layers = nn.ModuleDict({"w_1": nn.Linear(d_model, d_ff), '
-                  '"act": nn.ReLU(inplace=True), "drop": nn.Dropout(dropout, inplace=True), '
-                  '"w_2": nn.Linear(d_ff, d_model)})'),
-                 ("    def forward", '    w_1 = property(lambda self: self.layers["w_1"])\n'
-                  '    w_2 = property(lambda self: self.layers["w_2"])\n\n    def forward')]),
+    # an in-place ReLU right after a Linear is fine (the Linear's backward does not need its output); an in-place
+    # dropout after it is not (relu's backward does): see the mistakes
+    "ModuleDict, w_1 and w_2 as properties, in-place ReLU": _module_dict(inplace_dropout=False),
     "F.relu in place": _returns("self.w_2(self.dropout(nn.functional.relu(self.w_1(x), inplace=True)))"),
     "clamp_ in place": _returns("self.w_2(self.dropout(self.w_1(x).clamp_(min=0)))"),
     "F.threshold": _returns("self.w_2(self.dropout(nn.functional.threshold(self.w_1(x), 0.0, 0.0)))"),
@@ -119,7 +126,9 @@ MISTAKES = [
             "w_1 and w_2"),
     Mistake("x added inside the FFN", _returns(f"x + {_FORWARD}"), 1, "the input x is added to the output"),
     Mistake("output detached from autograd", _returns(f"{_FORWARD}.detach()"), 4, ("requires_grad", ".detach()")),
-    Mistake("x overwritten in place", _returns(f"x.copy_({_FORWARD})"), 4, "x was modified in place"),
+    # (w_1 saved x for its gradient: backward() in train mode fails too)
+    Mistake("x overwritten in place", _returns(f"x.copy_({_FORWARD})"), 3, "x was modified in place",
+            not_says="in-place dropout"),
     # the dropout
     Mistake("no dropout", _returns("self.w_2(torch.relu(self.w_1(x)))"), 3, ("dropout not applied", "not used")),
     Mistake("dropout after w_2", _returns("self.dropout(self.w_2(torch.relu(self.w_1(x))))"), 4, "dropout after w_2"),
@@ -140,6 +149,14 @@ MISTAKES = [
             "dropout argument is not used"),
     Mistake("hand-written dropout without 1/(1-p)", _hand_dropout("self.dropout.p", scale=False), 4,
             "not scaled by 1 / (1 - p)"),
+    # relu saves its output for backward: an in-place dropout on it breaks backward() in train mode (eval mode, where
+    # dropout does nothing, is fine); used to get full marks
+    Mistake("in-place dropout after relu", edit(FFN, (_DROPOUT, "self.dropout = nn.Dropout(dropout, inplace=True)")),
+            4, ("backward()", "in-place dropout after relu", "without inplace")),
+    Mistake("ModuleDict, in-place ReLU and dropout (was a correct style)", _module_dict(inplace_dropout=True), 4,
+            "in-place dropout after relu"),
+    Mistake("F.dropout in place", _returns("self.w_2(nn.functional.dropout(torch.relu(self.w_1(x)), self.dropout.p, "
+                                           "self.training, inplace=True))"), 4, "without inplace"),
     Mistake("one dropout mask for all positions", _hand_dropout("self.dropout.p", keep="torch.rand(h.shape[-1])"), 4,
             "the same units dropped at every position"),
 ]

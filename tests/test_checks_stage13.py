@@ -196,6 +196,9 @@ GREEDY_MISTAKES = [
     Mistake("the first position's logits", edit(GREEDY, ("out[:, -1]", "out[:, 0]")), 0, "first position"),
     Mistake("model.generator not applied (used to get full marks)",
             edit(GREEDY, ("model.generator(out[:, -1])", "out[:, -1]")), 0, "model.generator was not applied"),
+    Mistake("log_softmax over the batch (dim=0)", edit(GREEDY, ("model.generator(out[:, -1]).argmax(",
+                                                             "model.generator(out[:, -1]).log_softmax(dim=0).argmax(")),
+            2, "Likely: (log_)softmax over the batch axis (dim=0)"),
     Mistake("model.forward called", lambda model, src, src_mask, max_len, bos_id=BOS, eos_id=EOS: model(
         src, src[:, :1], src_mask, None), 0, "model.forward"),
     Mistake("float prefixes (used to get full marks)", edit(GREEDY, ("dtype=torch.long", "dtype=torch.float")), 0,
@@ -386,12 +389,12 @@ def beam_lists(accumulate=True, bos_in_length=False, bound=None, steps=0, memory
 
 def beam_mistake(walk="contract", copies=False, penalty="div", fixed_alpha=None, probs=False, open_norm=True,
                  position=-1, stop_at_k=False, all_eos=False, per_hyp_k=False, stop_first=False, raw=False,
-                 one_by_one=False, bound=False):
+                 one_by_one=False, bound=False, renorm=False):
     """A one-source-at-a-time beam with one classic mistake switched on. walk: "contract" (down the ranking until K
     are open), "step" (its top K, the <eos> ones then set aside), "forever" (the same, one slot fewer per finished
     one), "slots" (finished ones keep their beam slots), "extend" (the top K extended past <eos>, cut there at the
     end) or "naive" (the same, returned with <eos> and what follows). one_by_one: a decode call per hypothesis;
-    bound: the contract's early stop (<=)."""
+    bound: the contract's early stop (<=); renorm: the normalized scores divided by the penalty again at the end."""
     def beam_search(model, src, src_mask, max_len, beam_size=4, alpha=0.6, bos_id=BOS, eos_id=EOS):
         if fixed_alpha is not None:
             alpha = fixed_alpha
@@ -444,7 +447,8 @@ def beam_mistake(walk="contract", copies=False, penalty="div", fixed_alpha=None,
                             break
                 beams = new
                 if not beams or stop_at_k and len(done) >= beam_size or done and (
-                        stop_first or bound and norm(max(s for _, s in beams), max_len) <= max(d[0] for d in done)):
+                        stop_first or bound and t < max_len and norm(max(s for _, s in beams), max_len) <= max(
+                            d[0] for d in done)):
                     break
             else:  # out of room: the open ones count as finished
                 for ids, s in beams:
@@ -454,7 +458,7 @@ def beam_mistake(walk="contract", copies=False, penalty="div", fixed_alpha=None,
                         done.append((norm(s, len(body) + 1), body))
                     else:
                         done.append((norm(s, len(body)) if open_norm else s, body))
-            answers.append(max(done, key=lambda d: d[0])[1])
+            answers.append(max(done, key=lambda d: d[0] / (lp(len(d[1]) + 1, alpha) if renorm else 1.0))[1])
         return answers
     return beam_search
 
@@ -466,15 +470,35 @@ def beam_variant(finished="contract", **mistake):
 
 _PSB_DECODE = "model.decode(ys, memory, mask, causal(t, ys.size(0)))"
 _RANKING = "total.argsort(descending=True)"
+_TOPK_MIN, _TOPK_2K = "total.topk(min(2 * K, total.numel())).indices", "total.topk(2 * K).indices"
+
+
+def beam_topk_live(topk):
+    """Only the live hypotheses, `topk` of their extensions, memory.expand and a (1, 1, t, t) mask."""
+    return per_source(edit(beam_per_source_batched, (_RANKING, topk), (
+        _PSB_DECODE, "model.decode(ys, memory.expand(ys.size(0), -1, -1), mask, causal(t))")))
+
+
+def beam_banned_specials(topk):
+    """<pad> and <bos> never generated (their log p set to -inf), float64, `topk` of the extensions, src_mask
+    expanded, tensor answers."""
+    return per_source(edit(
+        beam_per_source_batched, ("torch.zeros(1)", "torch.zeros(1, dtype=torch.float64)"),
+        ("best_ids = -math.inf, []", "best_ids = -math.inf, torch.zeros(0, dtype=torch.long)"),
+        (f"{_PSB_DECODE}[:, -1]).log_softmax(-1)", "model.decode(ys, memory.expand(ys.size(0), -1, -1), "
+                                                   "mask.expand(ys.size(0), 1, 1, -1), causal(t, ys.size(0)))[:, -1])"
+                                                   ".double()\n        logp = logp - torch.logsumexp(logp, -1, "
+                                                   "keepdim=True)\n        logp[:, [PAD, bos_id]] = -math.inf"),
+        (_RANKING, topk), ("ys[parent, 1:].tolist()", "ys[parent, 1:].clone()"),
+        ("ys[j, 1:].tolist() if", "ys[j, 1:] if")))
 BEAM_STYLES = {
     # a learner's plain beam: one source and one hypothesis per decode call, lists of (ids, log p), the contract's
     # early stop
     "beam_one_at_a_time": beam_variant(bound=True),
     "beam_per_source_batched": per_source(beam_per_source_batched),
-    # the common learner's beam: only the live hypotheses, topk(2 * beam_size) of their n * V extensions (at least
-    # beam_size of those are open), memory.expand and a (1, 1, t, t) mask
-    "beam_topk_live": per_source(edit(beam_per_source_batched, (_RANKING, "total.topk(2 * K).indices"), (
-        _PSB_DECODE, "model.decode(ys, memory.expand(ys.size(0), -1, -1), mask, causal(t))"))),
+    # the common learner's beam: only the live hypotheses, topk(min(2 * beam_size, n * V)) of their n * V extensions
+    # (at least beam_size of those are open), memory.expand and a (1, 1, t, t) mask (without the min: a mistake)
+    "beam_topk_live": beam_topk_live(_TOPK_MIN),
     # every source's beam_size rows in one (B * K, t) batch, empty slots at -inf, the whole ranking walked, float64,
     # no early stop
     "beam_flat_padded": edit(BEAM, ("-math.inf, device=device)", "-math.inf, device=device, dtype=torch.float64)"),
@@ -528,16 +552,9 @@ BEAM_STYLES = {
         beam_dicts_early_stop, (_REPEATED, "memory.expand(len(keys), -1, -1), mask"), ("< max(", "<= max("),
         ("sorted(cand, key=cand.get, reverse=True)", "heapq.nlargest(2 * K, cand, key=cand.get)"),
         ("    beams, finished", "    import heapq\n    beams, finished"))),
-    # <pad> and <bos> never generated (their log p set to -inf), float64 topk(2K), src_mask expanded, tensor answers
-    "beam_banned_specials_tensor_answers": per_source(edit(
-        beam_per_source_batched, ("torch.zeros(1)", "torch.zeros(1, dtype=torch.float64)"),
-        ("best_ids = -math.inf, []", "best_ids = -math.inf, torch.zeros(0, dtype=torch.long)"),
-        (f"{_PSB_DECODE}[:, -1]).log_softmax(-1)", "model.decode(ys, memory.expand(ys.size(0), -1, -1), "
-                                                   "mask.expand(ys.size(0), 1, 1, -1), causal(t, ys.size(0)))[:, -1])"
-                                                   ".double()\n        logp = logp - torch.logsumexp(logp, -1, "
-                                                   "keepdim=True)\n        logp[:, [PAD, bos_id]] = -math.inf"),
-        (_RANKING, "total.topk(2 * K).indices"), ("ys[parent, 1:].tolist()", "ys[parent, 1:].clone()"),
-        ("ys[j, 1:].tolist() if", "ys[j, 1:] if"))),
+    # <pad> and <bos> never generated (their log p set to -inf), float64 topk(min(2K, n * V)), src_mask expanded,
+    # tensor answers (without the min: a mistake)
+    "beam_banned_specials_tensor_answers": beam_banned_specials(_TOPK_MIN),
     # the beams the mistakes below are made from, with no mistake switched on
     "beam_lists()": beam_lists(),
     "beam_mistake()": beam_mistake(),
@@ -566,6 +583,10 @@ BEAM_MISTAKES = [
     Mistake("log p times the penalty", beam_mistake(penalty="mul"), 4, "multiplied by length_penalty"),
     Mistake("length ** alpha as the penalty", beam_mistake(penalty="power"), 4, "length ** alpha"),
     Mistake("alpha ignored", beam_mistake(fixed_alpha=0.6), 5, "alpha argument is ignored"),
+    # finished scores log p / lp(t), then the best chosen by score / lp(len + 1): about alpha doubled (it used to be
+    # told "the length left out <eos>" first)
+    Mistake("divided by the length penalty twice", beam_mistake(bound=True, renorm=True), 5,
+            "Likely: divided by the length penalty twice", not_says="left out <eos>"),
     Mistake("beam_size ignored (4 kept)", edit(BEAM, _K_IS_4), 7, "Likely: the beam_size argument is ignored"),
     Mistake("<eos> left out of the length", edit(BEAM, ("top_val[s, j].item() / length_penalty(t, alpha)",
                                                       "top_val[s, j].item() / length_penalty(t - 1, alpha)")),
@@ -589,12 +610,18 @@ BEAM_MISTAKES = [
     Mistake("topk(K), <eos> ones then removed", beam_mistake(walk="step"), 6, "the beam shrank"),
     Mistake("topk(K), <eos> ones then removed: named first", beam_mistake(walk="step"), 0,  # before no penalty, ...
             "Likely: the beam shrank", title="sets finished hypotheses aside"),
+    # topk(2 * beam_size) of the k * V extensions: at the first step one hypothesis has V < 2 * beam_size of them
+    # when the vocabulary is tiny (both used to be correct styles)
+    Mistake("topk(2K) without min(2K, k * V)", beam_topk_live(_TOPK_2K), 7,
+            ("selected index k out of range", "topk(min(2 * K, k * V))")),
+    Mistake("topk(2K) without min, banned specials", beam_banned_specials(_TOPK_2K), 7, "topk(min(2 * K, k * V))"),
     Mistake("the width drops per finished hypothesis", beam_mistake(walk="forever"), 5, "dropped by one"),
     Mistake("every <eos> extension finished", beam_mistake(all_eos=True), 7, "every <eos> extension"),
     # the stop
     Mistake("stops at the first finished hypothesis", beam_variant(stop_first=True), 2,
             "stopped at the first finished"),
-    Mistake("stops once beam_size have finished", beam_mistake(stop_at_k=True), 4,
+    # (beam 4 over a vocabulary of 5: four hypotheses finish before the best one)
+    Mistake("stops once beam_size have finished", beam_mistake(stop_at_k=True), 3,
             "once beam_size hypotheses had finished"),
     Mistake("bound with the current length", beam_lists(bound="current"), 4, "stopped too early"),
     Mistake("bound with the current length: named first (was 'no length penalty')", beam_lists(bound="current"), 0,
@@ -752,9 +779,16 @@ BLEU_MISTAKES = [
     Mistake("add-one smoothing", _bleu((_ZERO, "    matches = [m + (n > 0) for n, m in enumerate(matches)]\n"
                                                "    totals = [t + (n > 0) for n, t in enumerate(totals)]\n" + _ZERO)),
             1, "smoothed"),
+    # an untrained model's output: ZeroDivisionError (used to get full marks)
+    Mistake("brevity penalty before the test for empty output",
+            _bleu((_BREVITY, "brevity = brevity"), (_ZERO, f"    {_BREVITY}\n    if min(matches) == 0:\n")), 6,
+            ("ZeroDivisionError", "no output at all scores 0")),
     Mistake("log(0) reached", _bleu((_ZERO + "        return 0.0\n", "")), 6, ("math.log(0)", "return 0.0")),
     # the brevity penalty
     Mistake("no brevity penalty", _bleu((_BREVITY, "brevity = 0.0")), 3, "no brevity penalty"),
+    # min(1, exp(1 - c / r)): it used to be told "no brevity penalty"
+    Mistake("brevity penalty for long output", _bleu((_BREVITY, "brevity = min(0.0, 1 - hyp_len / ref_len)")), 2,
+            "punishes LONG output", not_says="no brevity penalty"),
     Mistake("BP = hyp_len / ref_len", _bleu((_BREVITY, "brevity = math.log(min(1.0, hyp_len / ref_len))")), 3,
             "hyp_len / ref_len"),
     Mistake("BP not capped at 1", _bleu((_BREVITY, "brevity = 1 - ref_len / hyp_len")), 5, "not capped at 1"),

@@ -256,7 +256,7 @@ def _dropout_place_half(FFN):
                        "something else", hint)
 
 
-@register("PositionwiseFeedForward", "dropout is off in eval mode and random in train mode")
+@register("PositionwiseFeedForward", "dropout is off in eval mode and random in train mode, backward() works")
 def _ffn_dropout_modes(FFN):
     ffn = _make(FFN, 6, 10, dropout=0.5, seed=4)
     with seeded(14):
@@ -279,3 +279,30 @@ def _ffn_dropout_modes(FFN):
                            "the same output" + (", equal to the formula without dropout"
                                                 if torch.allclose(a, _formula(ffn, x)) else ""),
                            "the dropout argument is not used: self.dropout = nn.Dropout(dropout), applied in forward")
+    _expect_backward_in_train_mode(ffn, x)
+
+
+IN_PLACE_DROPOUT = ("an in-place dropout after relu (nn.Dropout(p, inplace=True), F.dropout(..., inplace=True) or "
+                    "h *= mask) overwrote relu's output, which backward needs: use nn.Dropout(p) without inplace "
+                    "(a new tensor)")
+
+
+def _expect_backward_in_train_mode(ffn, x):
+    """A training step's forward and backward pass (the gradient check runs in eval mode, where dropout does
+    nothing): an in-place dropout on relu's output breaks backward here only."""
+    what = "PositionwiseFeedForward(6, 10, dropout=0.5).train()(x).sum().backward()"
+    ffn.train().zero_grad(set_to_none=True)
+    arg = x.clone()
+    with seeded(16):
+        out = as_tensor(_run(ffn, arg, what), what)
+    if not out.requires_grad:
+        return  # (left autograd: the formula check says so)
+    try:
+        out.sum().backward()
+    except RuntimeError as e:
+        if "inplace" not in str(e) and "in-place" not in str(e):
+            raise
+        raise CheckFailure(what, "gradients for w_1 and w_2", f"RuntimeError: {str(e)[:110]}",
+                           IN_PLACE_DROPOUT if torch.equal(arg, x) else
+                           "x was modified in place, and w_1 needs it to compute its gradient: the layers make new "
+                           "tensors") from None

@@ -269,12 +269,14 @@ def _greedy_variants(next_logits, src, max_len, bos=BOS, eos=EOS):
 def _ref_beam(next_logits, src, max_len, K, alpha, bos=BOS, eos=EOS, penalty=True, eos_counts=True,
               stop_first=False, finished_in_beam=None, raw=False, opens_count=True, bos_counts=False,
               accumulate=True, bound=None, shrink=None, all_eos=False, probs=False, open_raw=False,
-              first_position=False, stop_at_k=False):
+              first_position=False, stop_at_k=False, twice=False):
     """Beam search as the contract says it (defaults), or with one classic mistake put in. `bound`: a wrong
     early stop, the best open log p divided by the penalty of its current length ("current"), of the next one
     ("next") or by nothing ("raw"), against the best finished score. `penalty`: True, False (none), "mul" (log p
-    multiplied by it) or "power" (length ** alpha). `shrink`: "step" (only the top K extensions are walked, <eos>
-    ones included) or "forever" (the same, and the width drops by one for each finished hypothesis)."""
+    multiplied by it) or "power" (length ** alpha). `twice`: the normalized scores divided again at the end (by the
+    penalty of len(ids) + 1), the early stop made with them as they were (about alpha doubled). `shrink`: "step"
+    (only the top K extensions are walked, <eos> ones included) or "forever" (the same, and the width drops by one
+    for each finished hypothesis)."""
     def lp(length):
         return ((5 + length + (1 if bos_counts else 0)) / 6) ** alpha if penalty else 1.0
 
@@ -319,7 +321,7 @@ def _ref_beam(next_logits, src, max_len, K, alpha, bos=BOS, eos=EOS, penalty=Tru
             return norm(s, len(ids)), ids
         return max((final(p, s) for p, s in beams), key=lambda f: f[0])[1]
 
-    open_, finished, width = [((bos,), 0.0)], [], K
+    open_, finished, width = [((bos,), 0.0)], [], K  # finished: (normalized score, ids)
     for t in range(1, max_len + 1):
         cands = sorted((((s if accumulate else 0.0) + v, p + (tok,)) for p, s in open_
                         for tok, v in enumerate(scores(p))), key=lambda c: -c[0])
@@ -340,6 +342,8 @@ def _ref_beam(next_logits, src, max_len, K, alpha, bos=BOS, eos=EOS, penalty=Tru
             break
         if (stop_at_k and len(finished) >= K) or not open_ or width == 0:
             break
+        if twice and finished and t < max_len and max(s for _, s in open_) / lp(max_len) <= max(f[0] for f in finished):
+            break  # (the early stop of the normalized scores, then divided again: see the end)
         if bound and finished and t < max_len and \
                 max(s for _, s in open_) / {"current": lp(t), "next": lp(t + 1)}.get(bound, 1.0) <= \
                 max(f[0] for f in finished):
@@ -347,6 +351,8 @@ def _ref_beam(next_logits, src, max_len, K, alpha, bos=BOS, eos=EOS, penalty=Tru
     else:
         if opens_count or not finished:
             finished += [(s if open_raw else norm(s, max_len), list(p[1:])) for p, s in open_]
+    if twice:  # the normalized scores divided again, by the penalty of the answer's length + 1 (as if it held <eos>)
+        return max(finished, key=lambda f: f[0] / lp(len(f[1]) + 1))[1]
     return max(finished, key=lambda f: f[0])[1]
 
 
@@ -370,6 +376,8 @@ INIT_COPIES = ("the search started with beam_size copies of <bos>, all with log 
                "copies of one hypothesis (a beam of one); start with a single hypothesis, or give the copies log p "
                "-inf")
 ALPHA_IGNORED = "the alpha argument is ignored (0.6 used)"
+PENALTY_TWICE = ("divided by the length penalty twice (as if alpha were doubled): a finished hypothesis's score is "
+                 "log p / length_penalty(length, alpha), compared as it is, not divided again")
 BEAM_SIZE_IGNORED = ("the beam_size argument is ignored: the search keeps 4 hypotheses (the default) whatever "
                      "beam_size says; use the argument wherever the width is set (topk, the number kept)")
 PENALTY_MUL = ("log p multiplied by length_penalty instead of divided by it: the score is log p / "
@@ -383,6 +391,7 @@ BEAM_MISTAKES = {
     EOS_NOT_COUNTED: dict(eos_counts=False),
     PENALTY_MUL: dict(penalty="mul"),
     PENALTY_POWER: dict(penalty="power"),
+    PENALTY_TWICE: dict(twice=True),
     PROBS: dict(probs=True),
     STOP_FIRST: dict(stop_first=True),
     STOP_AT_K: dict(stop_at_k=True),
@@ -595,6 +604,24 @@ def _stopped_at_first(next_logits, keys, max_len, bos=BOS, eos=EOS):
     return [r[:steps] for r in runs]
 
 
+OVER_THE_BATCH = ("(log_)softmax over the batch axis (dim=0) before the argmax: normalize over the vocabulary, "
+                  "dim=-1 (or take the argmax of the logits themselves)")
+
+
+def _over_the_batch(next_logits, keys, max_len, bos=BOS, eos=EOS):
+    """What a batch greedy decoder returns when it takes log_softmax(logits, dim=0), over the sources, before the
+    argmax (finished rows stay in the batch and are given <eos>)."""
+    prefixes, done = [(bos,)] * len(keys), [False] * len(keys)
+    for _ in range(max_len):
+        columns = [_log_softmax(list(c)) for c in zip(*(next_logits(k, p) for k, p in zip(keys, prefixes)))]
+        toks = [eos if d else max(range(len(columns)), key=lambda v: columns[v][b]) for b, d in enumerate(done)]
+        prefixes = [p + (t,) for p, t in zip(prefixes, toks)]
+        done = [d or t == eos for d, t in zip(done, toks)]
+        if all(done):
+            break
+    return [list(p[1:p.index(eos)] if eos in p else p[1:]) for p in prefixes]
+
+
 def _greedy_case(greedy_decode, next_logits, vocab, rows, max_len, what, bos=BOS, eos=EOS, extra=None):
     model = _FakeModel(vocab, next_logits)
     src, mask = _src(rows)
@@ -607,6 +634,7 @@ def _greedy_case(greedy_decode, next_logits, vocab, rows, max_len, what, bos=BOS
         per_source = [_greedy_variants(next_logits, k, max_len, bos, eos) for k in keys]
         out = {d: [v[d] for v in per_source] for d in per_source[0]}
         out[ANY_FINISHED] = _stopped_at_first(next_logits, keys, max_len, bos, eos)
+        out[OVER_THE_BATCH] = _over_the_batch(next_logits, keys, max_len, bos, eos)
         out.update(extra(keys) if extra else {})
         return out
     _expect_lists(got, expected, what, GREEDY_HINT, mistakes, rows, eos,
@@ -908,24 +936,43 @@ def _beam_exhaustive(beam_search):
     # live tokens: <eos>, 3, 4, 5; <pad>, <bos> and 6..59 get -30. (The wide vocabulary lets a beam that takes
     # topk(2 * beam_size) of the extensions of its live hypotheses run, as it would with any real vocabulary.)
     fn = _table(60, seed=54, scale=1.5, banned=(PAD, BOS) + tuple(range(6, 60)), eos_bias=-0.5)
-    keys = _keys(_src(rows)[0])
     for alpha in (0.6, 1.5):
-        model = _FakeModel(60, fn)
-        src, mask = _src(rows)
-        what = f"beam_search(model, 2 sources, max_len=4, beam_size=27, alpha={alpha})"
-        got = _decode_with(beam_search, model, src, mask, 4, beam_size=27, alpha=alpha)
-        expected = [_brute_force(fn, k, 4, alpha) for k in keys]
+        _exhaustive_case(beam_search, fn, 60, rows, 4, 27, alpha, "beam_size 27 = 3 ** 3 keeps every hypothesis "
+                         "that can win open (3 tokens besides <eos> can win)")
+    # a vocabulary of 5 (<pad>, <bos>, <eos>, 3, 4) and beam_size 4 = 2 ** 2: at the first step the one hypothesis
+    # has 5 extensions, fewer than 2 * beam_size
+    _exhaustive_case(beam_search, _table(5, seed=56, scale=1.5), 5, rows, 3, 4, 1.0,
+                     "beam_size 4 = 2 ** 2 keeps every hypothesis that can win open (2 tokens besides <eos> can win)",
+                     " (a vocabulary of 5 tokens)")
 
-        def mistakes(alpha=alpha):
-            out = _beam_variants(fn, keys, 4, 27, alpha)[1]
-            out[NO_PENALTY] = [_brute_force(fn, k, 4, 0.0) for k in keys]
-            out[EOS_NOT_COUNTED] = [_brute_force(fn, k, 4, alpha, eos_counts=False) for k in keys]
-            return out
-        _expect_lists(got, expected, what, "beam_size 27 = 3 ** 3 keeps every hypothesis that can win open "
-                                           "(3 tokens besides <eos> can win), so the answer is the best of all "
-                                           "sequences: " + BEAM_HINT, mistakes, rows,
-                      alone=_alone(beam_search, fn, 60, src, mask, 4, beam_size=27, alpha=alpha),
-                      rank=_beam_ranker(beam_search))
+
+TOPK_TOO_MANY = ("topk(2 * beam_size) asked for more extensions than there are: at the first step one hypothesis has "
+                 "only V = {V} extensions (k * V in general, fewer than 2 * beam_size with a tiny vocabulary); take "
+                 "topk(min(2 * K, k * V)): all the extensions")
+
+
+def _exhaustive_case(beam_search, fn, vocab, rows, max_len, K, alpha, why, about=""):
+    model = _FakeModel(vocab, fn)
+    src, mask = _src(rows)
+    keys = _keys(src)
+    what = f"beam_search(model{about}, 2 sources, max_len={max_len}, beam_size={K}, alpha={alpha})"
+    try:
+        got = _decode_with(beam_search, model, src, mask, max_len, beam_size=K, alpha=alpha)
+    except RuntimeError as e:
+        if "selected index k out of range" not in str(e):
+            raise
+        raise CheckFailure(what, "an answer for each source", f"RuntimeError: {e}",
+                           TOPK_TOO_MANY.format(V=vocab)) from None
+    expected = [_brute_force(fn, k, max_len, alpha) for k in keys]
+
+    def mistakes():
+        out = _beam_variants(fn, keys, max_len, K, alpha)[1]
+        out[NO_PENALTY] = [_brute_force(fn, k, max_len, 0.0) for k in keys]
+        out[EOS_NOT_COUNTED] = [_brute_force(fn, k, max_len, alpha, eos_counts=False) for k in keys]
+        return out
+    _expect_lists(got, expected, what, why + ", so the answer is the best of all sequences: " + BEAM_HINT, mistakes,
+                  rows, alone=_alone(beam_search, fn, vocab, src, mask, max_len, beam_size=K, alpha=alpha),
+                  rank=_beam_ranker(beam_search))
 
 
 @register("beam_search", "equals a reference beam search on a batch (beam 3, alpha 0.6)")
@@ -961,7 +1008,8 @@ def _beam_penalty(beam_search):
     _beam_case(beam_search, _spec(9, PENALTY_SPEC), 9, [[9], [10], [11]], 4, 4, 1.5,
                "beam_search(model, [[9], [10], [11]], max_len=4, beam_size=4, alpha=1.5) choosing between [<eos>] "
                "(log p -1) and [4, 5, <eos>] (log p -1.25, -1.6, -1.5)",
-               prefer=(NO_PENALTY, EOS_NOT_COUNTED, BOS_COUNTED, PENALTY_MUL, PENALTY_POWER, PROBS, ALPHA_IGNORED))
+               prefer=(NO_PENALTY, EOS_NOT_COUNTED, BOS_COUNTED, PENALTY_MUL, PENALTY_POWER, PROBS, ALPHA_IGNORED,
+                       PENALTY_TWICE))
     # beam_size=1 with a penalty is not greedy decoding: [<eos>] (log p -0.8) is set aside, and [4, 5, <eos>]
     # (log p -0.92) wins, -0.92 / (8/6) ** 1.5 = -0.6 > -0.8
     fn = _spec(9, K1_SPEC)
@@ -971,7 +1019,7 @@ def _beam_penalty(beam_search):
                "and [4, 5, <eos>] (log p -0.92): with a penalty, beam_size=1 is not greedy decoding",
                extra=lambda keys: {greedy: [_ref_greedy(fn, k, 4) for k in keys]},
                prefer=(greedy, NO_PENALTY, STOP_FIRST, EOS_NOT_COUNTED, BOS_COUNTED, PENALTY_MUL, PENALTY_POWER,
-                       PROBS, ALPHA_IGNORED))
+                       PROBS, ALPHA_IGNORED, PENALTY_TWICE))
 
 
 @register("beam_search", "passes model.decode the causal mask of the prefix and the source mask")
@@ -1015,13 +1063,14 @@ def _ngrams(tokens, n):
 
 def _bleu_formula(hyps, refs, max_n, clip=True, brevity=True, geometric=True, flipped_bp=False, orders=None,
                   skip_empty=False, recall=False, corpus_clip=False, zero_based=False, no_exp=False,
-                  sentence_bp=False, weight=None, unique=False, bp_ratio=False, bp_uncapped=False):
+                  sentence_bp=False, weight=None, unique=False, bp_ratio=False, bp_uncapped=False, long_bp=False):
     """BLEU written out, with switches for the classic mistakes (`orders`: only n = 1..orders summed, still
     divided by max_n; `skip_empty`: orders without any n-gram left out of the mean; `recall`: divided by the
     reference n-grams; `corpus_clip`: counts clipped over the whole corpus; `zero_based`: orders 0..max_n - 1;
     `no_exp`: the mean of the logs not exponentiated; `sentence_bp`: the mean of the sentence brevity penalties;
     `weight`: a fixed weight per order instead of 1 / max_n; `unique`: each distinct n-gram counted once (a set);
-    `bp_ratio`: BP = hyp_len / ref_len; `bp_uncapped`: BP = exp(1 - ref_len / hyp_len) also above 1)."""
+    `bp_ratio`: BP = hyp_len / ref_len; `bp_uncapped`: BP = exp(1 - ref_len / hyp_len) also above 1; `long_bp`:
+    BP = min(1, exp(1 - hyp_len / ref_len)), a penalty for hypotheses LONGER than the references)."""
     matches, totals, hyp_len, ref_len = [0] * max_n, [0] * max_n, 0, 0
     all_h, all_r = [{} for _ in range(max_n)], [{} for _ in range(max_n)]
     for h, r in zip(hyps, refs):
@@ -1057,6 +1106,8 @@ def _bleu_formula(hyps, refs, max_n, clip=True, brevity=True, geometric=True, fl
         bp = sum(min(1.0, math.exp(1 - len(r) / len(h))) if h else 0.0 for h, r in zip(hyps, refs)) / len(hyps)
     elif bp_uncapped:
         bp = math.exp(1 - ref_len / hyp_len)
+    elif long_bp:
+        bp = min(1.0, math.exp(1 - hyp_len / ref_len))
     elif brevity and hyp_len < ref_len:
         bp = math.exp(1 - hyp_len / ref_len) if flipped_bp else hyp_len / ref_len if bp_ratio else \
             math.exp(1 - ref_len / hyp_len)
@@ -1072,6 +1123,9 @@ def _bleu_mistakes(hyps, refs, max_n):
             _bleu_formula(hyps, refs, max_n, brevity=False),
         "the brevity penalty is upside down: exp(1 - ref_len / hyp_len), with the lengths summed over the corpus":
             _bleu_formula(hyps, refs, max_n, flipped_bp=True),
+        "the brevity penalty is upside down: min(1, exp(1 - hyp_len / ref_len)) punishes LONG output; BP = "
+        "min(1, exp(1 - ref_len / hyp_len)) punishes hypotheses shorter than the references":
+            _bleu_formula(hyps, refs, max_n, long_bp=True),
         "an average of sentence scores: corpus BLEU sums the n-gram matches, n-gram counts and lengths over all "
         "sentences first, then computes one score":
             sum(_bleu_formula([h], [r], max_n) for h, r in zip(hyps, refs)) / len(hyps),
@@ -1123,6 +1177,11 @@ def _expect_bleu(corpus_bleu, hyps, refs, max_n, what, hint):
     except (ValueError, ZeroDivisionError) as e:
         if _sacrebleu(hyps, refs, max_n) != 0.0:
             raise
+        if not any(hyps):
+            raise CheckFailure(what, "0.0: no hypothesis has a token, so nothing matches", f"{type(e).__name__}: {e}",
+                               "no output at all scores 0: test for empty hypotheses (hyp_len == 0) or zero matches "
+                               "before dividing by the hypothesis length (ref_len / hyp_len in the brevity "
+                               "penalty)") from None
         raise CheckFailure(what, "0.0: some order has no matching n-gram (p_n = 0), and without smoothing BLEU is 0",
                            f"{type(e).__name__}: {e}",
                            "math.log(0) (or a division by a zero count) was reached: when some order's clipped "
@@ -1154,7 +1213,7 @@ def _confirmed(corpus_bleu, names, max_n):
     if not names:
         return names
     kept = list(names)
-    for seed, n in ((101, 9), (102, 6)):
+    for seed, n in ((101, 9), (102, 6), (104, 9)):  # (104: hypotheses longer than their references, 59 to 56)
         hyps, refs = _random_corpus(seed, n=n)
         try:
             got = _as_number(corpus_bleu([list(h) for h in hyps], [list(r) for r in refs], max_n=max_n)
@@ -1233,6 +1292,10 @@ def _bleu_zero(corpus_bleu):
                  "the only 4-gram does not match: p_4 = 0, so BLEU = 0 (no smoothing)")
     _expect_bleu(corpus_bleu, [["a", "b", "c"]], [["a", "b", "c"]], 4, "corpus_bleu([['a', 'b', 'c']], same)",
                  "a 3-token corpus has no 4-gram: p_4 = 0/0 counts as 0, so BLEU = 0 (as sacrebleu)")
+    # what an untrained model's translations can be
+    _expect_bleu(corpus_bleu, [[], []], [["a", "b", "c", "d", "e"], ["f", "g"]], 4,
+                 "corpus_bleu([[], []], [['a', 'b', 'c', 'd', 'e'], ['f', 'g']]) (empty hypotheses)",
+                 "no output at all: no n-gram matches, so BLEU = 0")
 
 
 @register("corpus_bleu", "a perfect match scores 100 (a 0..100 scale)")
