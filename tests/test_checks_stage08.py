@@ -382,6 +382,11 @@ ENCODER_LAYER_MISTAKES = [
     Mistake("dropout never applied", _layer(init_also("dropout = 0.0")), 4, "dropout argument is not used"),
     Mistake("attention dropout left at its default", _layer(("(d_model, n_heads, dropout)", "(d_model, n_heads)")), 4,
             "dropout argument is ignored"),
+    # p = 1 drops the whole sublayer output in the connection, hiding a part that drops nothing itself
+    Mistake("attention built with dropout 0.0", _layer(("(d_model, n_heads, dropout)", "(d_model, n_heads, 0.0)")), 4,
+            ("`self_attn` ignores the dropout argument", "attention weights are never dropped")),
+    Mistake("feed-forward built with dropout 0.0", _layer(("(d_model, d_ff, dropout)", "(d_model, d_ff, 0.0)")), 4,
+            ("`feed_forward` ignores the dropout argument", "hidden units are never dropped")),
     Mistake("F.dropout active in eval mode", _layer((_SELF_ATTN, f"torch.nn.functional.dropout({_SELF_ATTN}, 0.5)")), 1,
             "eval mode"),
     Mistake("dropout on the residual sum", _each_sublayer("x = x + sub.dropout(f(sub.norm(x))) if sub.norm_first "
@@ -397,6 +402,9 @@ ENCODER_LAYER_MISTAKES = [
     Mistake("d_ff hard-coded as 2 * d_model",  # the check's own sizes (16, 32) would hide it
             _layer(("(d_model, d_ff, dropout)", "(d_model, 2 * d_model, dropout)")), 4,
             ("feed_forward.w_1.weight", "no fixed sizes")),
+    Mistake("n_heads hard-coded as 8",  # 8 divides the check's d_model, 16
+            _layer(("(d_model, n_heads, dropout)", "(d_model, 8 if d_model % 8 == 0 else n_heads, dropout)")), 2,
+            "n_heads not passed on to MultiHeadAttention: 8 heads computed where 4 were asked"),
     Mistake("self_attn.w_q named otherwise",  # every check needs the contract's names: all lose their point
             _layer(("n_heads, dropout)\n", "n_heads, dropout)\n        self.self_attn.query = self.self_attn.w_q\n"
                                             "        del self.self_attn.w_q\n")), 0, ("self_attn.w_q", "contract")),
@@ -423,6 +431,10 @@ ENCODER_MISTAKES = [
     # the final norm
     Mistake("final norm in post-norm", _final("LayerNorm(d_model)"), 2, "final norm present in the post-norm"),
     Mistake("final norm missing in pre-norm", _final("nn.Identity()"), 3, "final norm missing"),
+    Mistake("final norm without weight and bias",
+            _final("nn.LayerNorm(d_model, elementwise_affine=False) if norm_first else nn.Identity()"), 3,
+            ("without its weight and bias (elementwise_affine=False)", "no weight and bias of its own"),
+            not_says="final norm missing"),
     Mistake("final norm built but not applied", _encoder((_NORM, "return x")), 4, "final norm missing"),
     Mistake("final norm after every layer", _encoder((_EACH, "x = self.norm(layer(x, src_mask))"), (_NORM, "return x")),
             4, "after every layer"),

@@ -292,6 +292,18 @@ DECODER_LAYER_MISTAKES = [
             "gradient with respect to x"),
     # the dropout argument
     Mistake("dropout argument ignored", _layer(init_also("dropout = 0.1")), 6, "dropout argument is ignored"),
+    Mistake("n_heads hard-coded as 8", _layer(*((f"{a} = MultiHeadAttention(d_model, n_heads, dropout)",
+                                                 f"{a} = MultiHeadAttention(d_model, 8, dropout)")
+                                                for a in ("self.self_attn", "self.cross_attn"))), 3,
+            "n_heads not passed on to MultiHeadAttention: 8 heads computed where 4 were asked"),
+    # p = 1 drops the whole sublayer output in the connection, hiding a part that drops nothing itself
+    Mistake("cross-attention built with dropout 0.0", _layer((_CROSS_INIT, _CROSS_INIT.replace("dropout)", "0.0)"))), 6,
+            ("`cross_attn` ignores the dropout argument", "attention weights are never dropped")),
+    Mistake("self-attention built with dropout 0.0", _layer((
+        "self.self_attn = MultiHeadAttention(d_model, n_heads, dropout)",
+        "self.self_attn = MultiHeadAttention(d_model, n_heads, 0.0)")), 6, "`self_attn` ignores the dropout argument"),
+    Mistake("feed-forward built with dropout 0.0", _layer(("(d_model, d_ff, dropout)", "(d_model, d_ff, 0.0)")), 6,
+            ("`feed_forward` ignores the dropout argument", "hidden units are never dropped")),
     Mistake("a second dropout on cross_attn's output", _layer(  # which the sublayer connection drops again
         init_also("self.drop = nn.Dropout(dropout)"), (_CROSS, f"self.drop({_CROSS})")), 0,
             "second dropout on the cross_attn sublayer", title="uses the dropout argument"),
@@ -317,6 +329,10 @@ DECODER_MISTAKES = [
     # the final norm
     Mistake("final norm in post-norm", _final("LayerNorm(d_model)"), 2, "final norm present in the post-norm"),
     Mistake("final norm missing in pre-norm", _final("nn.Identity()"), 3, "final norm missing"),
+    Mistake("final norm without weight and bias", _final("nn.LayerNorm(d_model, elementwise_affine=False) if "
+                                                         "norm_first else nn.Identity()"), 3,
+            ("without its weight and bias (elementwise_affine=False)", "decoder's final norm has no weight and bias"),
+            not_says="final norm missing"),
     Mistake("final norm built but not applied", _decoder((_NORM, "return x")), 4, "final norm missing"),
     # the loop
     Mistake("each layer applied to the input", _decoder(("for layer", "out = x\n        for layer"),

@@ -30,6 +30,12 @@ def _loss(*lines, body=False, **new):
 
 
 # ---------------------------------------------------------------- correct, written differently
+_ONE_AT_A_TIME = ("V = logits.shape[-1]", "rows, labels = logits.reshape(-1, V), target.reshape(-1)",
+                  "total, count = logits.sum() * 0.0, 0",  # a zero connected to the graph, for an all-padding batch
+                  "for i in range(labels.numel()):", "    t = int(labels[i])", "    if t == ignore_index:",
+                  "        continue", "    logp = rows[i] - torch.logsumexp(rows[i], 0)",
+                  "    total = total - (1 - epsilon) * logp[t] - epsilon / (V - 1) * (logp.sum() - logp[t])",
+                  "    count += 1", "return total / max(count, 1)")
 CORRECT = {
     "the smoothed distribution built with scatter; a masked sum over a clamped count": (_DISTRIBUTION := _loss(
         "V = logits.size(-1)", "safe = target.masked_fill(target == ignore_index, 0)",
@@ -42,12 +48,7 @@ CORRECT = {
         "entropy = -(q * q.clamp_min(1e-12).log()).sum(-1).mean()", "return kl + entropy",
         zero="torch.zeros((), requires_grad=True)",
         kept="rows = torch.nonzero(keep).flatten()\n    logp, target = logp[rows], target[rows]"),
-    "one position at a time, logsumexp; a Python count": _loss("V = logits.shape[-1]",
-        "rows, labels = logits.reshape(-1, V), target.reshape(-1)", "total, count = logits.new_zeros(()), 0",
-        "for i in range(labels.numel()):", "    t = int(labels[i])", "    if t == ignore_index:", "        continue",
-        "    logp = rows[i] - torch.logsumexp(rows[i], 0)",
-        "    total = total - (1 - epsilon) * logp[t] - epsilon / (V - 1) * (logp.sum() - logp[t])", "    count += 1",
-        "return total / max(count, 1)", body=True),
+    "one position at a time, logsumexp; a Python count": _loss(*_ONE_AT_A_TIME, body=True),
     "float64 logsumexp, no log_softmax tensor; an extra keyword argument": _loss("V = logits.size(-1)",
         "z, t = logits.double().flatten(0, -2), target.flatten()", "z, t = z[t != ignore_index], t[t != ignore_index]",
         "if t.numel() == 0:", "    return logits.sum() * 0", "z_t = z.gather(-1, t.unsqueeze(-1)).squeeze(-1)",
@@ -158,6 +159,12 @@ MISTAKES = [
             "as if <pad> were a real target"),
     Mistake("ignore_index ignored", _loss(keep="keep = target != 0"), 6, "ignore_index argument is ignored"),
     Mistake("NaN when every target is padding", _loss(empty="if False:"), 6, "0 / 0"),
+    # loss.backward() raises on an all-padding batch (the lesson's zero is logits.sum() * 0.0)
+    Mistake("a detached zero when every target is padding", _loss(zero="torch.tensor(0.0)"), 6,
+            ("loss.backward()", "cut off from the graph", "logits.sum() * 0.0")),
+    Mistake("a Python loop's new zero when every target is padding",
+            _loss(*(("total, count = logits.new_zeros(()), 0" if line.startswith("total, count") else line)
+                    for line in _ONE_AT_A_TIME), body=True), 6, "cut off from the graph"),
     Mistake("divided by the batch size", _loss(mean="loss.sum() / logits.shape[0]"), 1, "batch size"),
     Mistake("mean of the sentences' means", mean_of_sentence_means, 2, "within each sentence"),
     Mistake("averaged over the vocabulary too (an empty mean when all is padding)",

@@ -12,6 +12,8 @@ no dropout outside the sublayers. Stages 09 and 10 reuse these helpers.
 """
 from __future__ import annotations
 
+import copy
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -82,12 +84,29 @@ def copy_layer(ours, ref, what: str) -> None:
         copy_into(ours, f"sublayers.{i}.norm.bias", norm.bias, what)
 
 
+def without_affine(norm) -> str | None:
+    """For a norm module that lacks its weight or its bias (nn.LayerNorm(d, elementwise_affine=False), bias=False):
+    what `got` says of it; None for anything else (no norm at all, the identity)."""
+    missing = [n for n in ("weight", "bias") if not isinstance(getattr(norm, n, None), torch.Tensor)]
+    if not isinstance(norm, nn.Module) or "norm" not in type(norm).__name__.lower() or not missing:
+        return None
+    return f"{type(norm).__name__} without its {' and '.join(missing)}" + \
+        (" (elementwise_affine=False)" if getattr(norm, "elementwise_affine", True) is False else "")
+
+
+NO_AFFINE = ("the pre-norm {stack}'s final norm has no weight and bias of its own (nn.LayerNorm(d_model, "
+             "elementwise_affine=False) or bias=False?): build it as LayerNorm(d_model), with the learned weight and "
+             "bias that every LayerNorm of the model has")
+
+
 def copy_final_norm(ours, ref_norm: nn.LayerNorm, what: str, stack: str, more: str = "") -> None:
     norm = getattr(ours, "norm", None)
     if not isinstance(getattr(norm, "weight", None), torch.Tensor) or \
             not isinstance(getattr(norm, "bias", None), torch.Tensor):
+        bare = without_affine(norm)
         raise CheckFailure(f"{what}: `norm` with norm_first=True", "a LayerNorm(d_model) after the last layer",
-                           type(norm).__name__ if norm is not None else "no `norm`",
+                           bare or (type(norm).__name__ if norm is not None else "no `norm`"),
+                           NO_AFFINE.format(stack=stack) if bare else
                            f"final norm missing in the pre-norm {stack}: each pre-norm layer ends with a residual sum "
                            f"that is never normalized, so the stack needs its own LayerNorm at the end{more}")
     copy_into(ours, "norm.weight", ref_norm.weight, what)
@@ -137,6 +156,23 @@ def mha(m: nn.MultiheadAttention, query, key, value, allowed=None):
     out = F.scaled_dot_product_attention(proj(query, 0), proj(key, 1), proj(value, 2), attn_mask=allowed)
     B, _, Lq, _ = out.shape
     return m.out_proj(out.transpose(1, 2).reshape(B, Lq, d))
+
+
+def with_heads(ref, h: int):
+    """A copy of ref whose attention modules split into h heads (mha reads num_heads): what a layer computes when it
+    builds its attention with another head count than n_heads."""
+    other = copy.deepcopy(ref)
+    for m in other.modules():
+        if isinstance(m, nn.MultiheadAttention):
+            m.num_heads, m.head_dim = h, m.embed_dim // h
+    return other
+
+
+def heads_mistakes(layer_fn, ref) -> dict:
+    """layer_fn(ref) -> a layer's output from ref's weights; the same with every other head count that divides D."""
+    return {f"n_heads not passed on to MultiHeadAttention: {h} heads computed where {H} were asked (a head count "
+            "written into the code?); build it with MultiHeadAttention(d_model, n_heads, dropout)":
+            layer_fn(with_heads(ref, h)) for h in range(1, D + 1) if D % h == 0 and h != H}
 
 
 def ffn(ref, x):
@@ -416,6 +452,43 @@ def check_dropout(make, call, what):
                            "the dropout argument is ignored somewhere (a fixed rate such as 0.1 is used instead)")
 
 
+def part_calls(x, memory=None):
+    """(name, how it is built, call) for a layer's sublayer modules, each called alone on x (cross_attn on memory)."""
+    calls = [("self_attn", "MultiHeadAttention(d_model, n_heads, dropout)", lambda a: a(x, x, x, None))]
+    if memory is not None:
+        calls.append(("cross_attn", "MultiHeadAttention(d_model, n_heads, dropout)",
+                      lambda a: a(x, memory, memory, None)))
+    return calls + [("feed_forward", "PositionwiseFeedForward(d_model, d_ff, dropout)", lambda f: f(x))]
+
+
+def check_parts_drop(layer, calls, what):
+    """layer: built with dropout=0.5; calls: part_calls(...). Each part must drop on its own in train mode (the
+    attention its weights, the feed-forward its hidden units): dropout=1.0 drops the whole sublayer output in the
+    connection and 0.5 changes the layer's output there too, which hides a part built with dropout 0.0. Parts that
+    are not modules or cannot be called as the contract's are left alone (the other checks judge them)."""
+    for name, built, call in calls:
+        part = getattr(layer, name, None)
+        if not isinstance(part, nn.Module):
+            continue
+        try:
+            with torch.no_grad():
+                kept = call(part.eval())
+                with seeded(17):
+                    dropped = call(part.train())
+        except NotImplementedError:
+            raise
+        except Exception:  # noqa: BLE001  (not called as the contract's module: another design)
+            continue
+        if isinstance(kept, torch.Tensor) and isinstance(dropped, torch.Tensor) and kept.shape == dropped.shape \
+                and torch.allclose(kept, dropped):
+            inside = "feed-forward's hidden units" if name == "feed_forward" else "attention weights"
+            raise CheckFailure(f"{what}.train() with dropout=0.5: `{name}` called on its own",
+                               f"an output changed by dropout (the {inside} dropped)",
+                               "the same output as in eval mode",
+                               f"`{name}` ignores the dropout argument (built with a rate of 0.0?): the {inside} are "
+                               f"never dropped; build it with {built}")
+
+
 class _Constant(nn.Module):
     """Stands in for a sublayer's module (attention, feed-forward): `value` everywhere, in its first input's shape."""
 
@@ -519,6 +592,7 @@ def _layer_vs_torch(EncoderLayer, norm_first, seed, lengths, grads=False):
                      "lambda y: self.self_attn(y, y, y, mask)"] = h + ffn(ref, ref.norm2(h))
         mistakes["src_mask inverted (~src_mask or src_mask == 0 given to self-attention): True means 'may attend'; "
                  "pass src_mask on as it is"] = fn(mode, allowed=inverted(key_mask(ids)))
+        mistakes.update(heads_mistakes(lambda r: enc_layer_ref(r, x, key_mask(ids), mode), ref))
         if (ids == PAD).any():
             mistakes["src_mask not passed to self-attention (or reshaped so that it hides queries instead of keys: "
                      "keep its (B, 1, 1, L) shape): the padding positions were attended"] = fn(mode, allowed=None)
@@ -593,6 +667,7 @@ def _el_dropout(EncoderLayer):
         x = torch.randn(2, 6, D)
     check_dropout(lambda p: _make_layer(EncoderLayer, dropout=p)[0], lambda m: m(x, None),
                   f"EncoderLayer({D}, {H}, {FF})")
+    check_parts_drop(_make_layer(EncoderLayer, dropout=0.5)[0], part_calls(x), f"EncoderLayer({D}, {H}, {FF})")
     # p = 1 in train mode drops each sublayer's whole output: only the residual path is left, norm2(norm1(x)) in
     # post-norm and x itself in pre-norm; dropout on the residual path (x or the sum) shows here
     for norm_first in (False, True):
@@ -661,8 +736,10 @@ def check_stack_parts(make, kind):
     pre, what = make(2, norm_first=True)
     norm = getattr(pre, "norm", None)
     if not isinstance(getattr(norm, "weight", None), torch.Tensor) or tuple(norm.weight.shape) != (D,):
+        bare = without_affine(norm)
         raise CheckFailure(f"{what}: `norm` with norm_first=True", f"a LayerNorm({D}) after the last layer",
-                           type(norm).__name__ if norm is not None else "no `norm`",
+                           bare or (type(norm).__name__ if norm is not None else "no `norm`"),
+                           NO_AFFINE.format(stack=kind) if bare else
                            f"final norm missing in the pre-norm {kind}: the last pre-norm layer ends with a residual "
                            "sum that is never normalized")
 

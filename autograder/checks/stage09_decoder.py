@@ -16,7 +16,7 @@ from .stage08_encoder import (MASK_CHANGED, STATE, TORCH_TRANSFORMER, D, FF, H, 
                               check_layer_parts, check_sublayer_dropout, check_residual_path, check_stack_distinct, check_stack_parts, close_at,
                               computes_like, copies_into, copy_final_norm, copy_layer, default_layer_norm, ffn, ids_with_lengths,
                               inverted, key_mask, layer_mistakes, mha, randomize, same_gradients, stack_layers,
-                              stack_mistakes, sublayer)
+                              stack_mistakes, sublayer, check_parts_drop, heads_mistakes, part_calls)
 
 # the lesson's own work, which PyTorch's Transformer modules must not do for the learner
 forbid(("DecoderLayer", "Decoder"), "PyTorch's nn.Transformer modules (nn.TransformerDecoderLayer, nn.TransformerDecoder, ...)",
@@ -198,6 +198,8 @@ def _layer_vs_torch(DecoderLayer, norm_first, seed, tgt_lengths, src_lengths, ho
             "sublayers[1] used for the feed-forward too: each sublayer has its own connection, sublayers[2] for the "
             "feed-forward": fn(norms=(0, 1, 1)),
         })
+        mistakes.update(heads_mistakes(lambda r: dec_layer_ref(r, x, memory, tgt_mask_of(tgt), key_mask(src),
+                                                               "pre" if norm_first else "post"), ref))
         if norm_first:
             L = x.size(1)
 
@@ -358,6 +360,7 @@ def _dl_dropout(DecoderLayer):
                                          "src_mask, tgt_mask)"),
                   f"DecoderLayer({D}, {H}, {FF})")
     layer = _make_layer(DecoderLayer, dropout=0.5)[0]
+    check_parts_drop(layer, part_calls(x, memory), f"DecoderLayer({D}, {H}, {FF})")
     check_memory_untouched(layer, [layer], lambda m: m(x, memory, everything(2, 6), causal(5)), memory,
                            f"DecoderLayer({D}, {H}, {FF}, dropout=0.5)")
     # one dropout per sublayer output, not two: on a pre-norm layer that computes the right numbers

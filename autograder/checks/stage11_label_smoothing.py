@@ -262,13 +262,22 @@ def _ls_all_padding(loss_fn):
     logits, _ = _inputs(5, shape=(2, 3))
     target = torch.full((2, 3), PAD)
     what = "label_smoothed_loss when every target is <pad>"
-    got = _loss(loss_fn, logits, target, what)
+    leaf = logits.requires_grad_(True)
+    got = _loss(loss_fn, leaf * 1.0, target, what)  # not a leaf: an in-place change is told as such
     if not torch.isfinite(got):
         raise CheckFailure(what, "0", fmt(got.item()),
                            "0 / 0: with no real position, the mean over nothing is NaN; return a zero "
                            "(e.g. `if n == 0: return logits.sum() * 0.0`) or divide by max(n, 1)")
     if abs(got.item()) > 1e-7:
         raise CheckFailure(what, "0", fmt(got.item()), PAD_AS_TARGET)
+    try:  # the training loop calls loss.backward() on every batch, this one too
+        got.backward()
+    except RuntimeError as e:
+        raise CheckFailure(f"{what}: loss.backward()", "it to work (a zero still connected to the graph)",
+                           f"RuntimeError: {str(e)[:90]}",
+                           "a zero cut off from the graph (torch.tensor(0.0) has no grad_fn): loss.backward() in the "
+                           "training loop raises on such a batch; return a zero made from the logits, "
+                           "`logits.sum() * 0.0`") from None
 
 
 @register("label_smoothed_loss", "its gradient reaches the logits and equals PyTorch's")
