@@ -153,6 +153,7 @@ PADDING_MISTAKES = [
     Mistake("a trailing .cpu()", _pad("(ids != pad_id)[:, None, None, :].cpu()"), 3, (SENT, MOVED)),
     Mistake("a trailing .to('cpu')", _pad("(ids != pad_id).unsqueeze(1).unsqueeze(2).to('cpu')"), 3, (SENT, MOVED)),
 ]
+_TABLE16 = torch.ones(16, 16, dtype=torch.bool).tril()
 CAUSAL_MISTAKES = [
     Mistake("tril(-1): no diagonal", _causal(("tril()", "tril(-1)")), 2, "diagonal is missing"),
     Mistake("~triu(0): no diagonal", _causal(("torch.ones(", "~torch.ones("), ("tril()", "triu()")), 2,
@@ -166,7 +167,10 @@ CAUSAL_MISTAKES = [
     # right for every size up to 5, as if the longest sentence were 5 tokens
     Mistake("cut from a fixed 5 x 5 table", _causal_is(
         "torch.ones(5, 5, dtype=torch.bool, device=device).tril()[None, None, :size, :size]"), 2,
-            ("causal_mask(9)", "wrong shape")),
+            ("causal_mask(9)", "wrong shape", "capped or hard-coded")),
+    # right for every size up to 16, as if no sentence were longer
+    Mistake("cut from a fixed 16 x 16 table", lambda size, device=None: _TABLE16[:size, :size].to(device)[None, None],
+            2, ("causal_mask(64)", "capped or hard-coded"), not_says="off by one"),
     Mistake("float", _causal((", dtype=torch.bool", "")), 2, "not bool"),
     Mistake("no batch and head dims", _causal(("[None, None]", "")), 1, "add the batch and head dimensions"),
     Mistake("one leading dim", _causal(("[None, None]", "[None]")), 1, "one of the two leading dimensions is missing"),

@@ -170,6 +170,13 @@ LAYER_NORM_MISTAKES = [
                                                "y.div_(y.pow(2).mean(-1, keepdim=True).add(self.eps).sqrt_())",
                                                "return y.mul_(self.weight).add_(self.bias)"), 4,
             ("backward()", "in-place")),
+    # the output's dtype is x's, as nn.LayerNorm's
+    Mistake("float64 parameters", edit(LAYER_NORM, *[(f"torch.{f}(d_model)", f"torch.{f}(d_model, dtype=torch.float64)")
+                                                     for f in ("ones", "zeros")]), 4,
+            ("dtype", "parameters were made torch.float64")),
+    Mistake("input cast to float32", edit(LAYER_NORM, (f"centered = x - {_MEAN}",
+                                                       f"x = x.float()\n        centered = x - {_MEAN}")), 4,
+            ("x of dtype torch.float64", "the input is cast"), not_says="parameters were made"),
     Mistake("detached mean and variance", edit(LAYER_NORM, (_MEAN, f"{_MEAN}.detach()"), (_VAR, f"{_VAR}.detach()")), 4,
             ("gradient", "with respect to x", "detached mean or variance")),
 ]
@@ -346,6 +353,8 @@ CONNECTION_MISTAKES = [
     # right values, no training through them: only the gradient point is lost
     Mistake("sublayer given x.detach()", _sc(post="self.norm(x + self.dropout(sublayer(x.detach())))"), 5,
             ("gradient", "with respect to x", "x.detach()")),
+    Mistake("pre-norm: norm(x) detached", _sc(pre="x + self.dropout(sublayer(self.norm(x).detach()))"), 5,
+            ("with respect to x", "no gradient reaches the norm")),
     # the dropout check names the formula, not the flag
     Mistake("pre-norm normalizes the sum too", _sc(pre=NORM_TWICE), 0, "norm is applied twice", **_BY_DROPOUT_CHECK),
     Mistake("pre-norm residual from norm(x), the dropout check", RESIDUAL_FROM_NORMED, 0,

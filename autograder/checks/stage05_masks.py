@@ -134,7 +134,10 @@ def _causal_mistakes(n):
 
 
 def _causal_shapes(n):
-    return {(n, n): "add the batch and head dimensions: mask[None, None] -> (1, 1, size, size)",
+    capped = {(1, 1, k, k): f"a {k} x {k} mask for size {n}: the size is capped or hard-coded (a fixed table cut "
+              "with [:size, :size]); build the mask for the size asked, torch.ones(size, size, ...)"
+              for k in range(1, n - 1)}
+    return {**capped, (n, n): "add the batch and head dimensions: mask[None, None] -> (1, 1, size, size)",
             (1, n, n): "one of the two leading dimensions is missing: mask[None, None] -> (1, 1, size, size)",
             (1, 1, n - 1, n - 1): "off by one: the mask is size x size, one row and one column per position",
             (1, 1, n + 1, n + 1): "off by one: the mask is size x size, one row and one column per position"}
@@ -146,9 +149,9 @@ def _causal_shape(causal_mask):
     _expect_bool(got, "causal_mask(4)")
 
 
-@register("causal_mask", "True on and below the diagonal (position i sees 0..i)")
+@register("causal_mask", "True on and below the diagonal (position i sees 0..i), sizes 1 to 64")
 def _causal_values(causal_mask):
-    for n in (5, 1, 2, 9):
+    for n in (5, 1, 2, 9, 64):
         got = _expect_shape(causal_mask(n), (1, 1, n, n), f"causal_mask({n})", _causal_shapes(n))
         _expect_mask(got, _causal(n), f"causal_mask({n})", "torch.ones(size, size, dtype=torch.bool).tril()",
                      _causal_mistakes(n))

@@ -4,6 +4,8 @@ SublayerConnection's checks put PyTorch's nn.LayerNorm in place of the learner's
 grade the connection alone, whatever the learner's LayerNorm does."""
 from __future__ import annotations
 
+import copy
+
 import torch
 from torch import nn
 
@@ -155,7 +157,23 @@ def _ln_params(LN):
                            "start from the identity: weight = torch.ones(d_model), bias = torch.zeros(d_model)")
 
 
-@register("LayerNorm", "equals nn.LayerNorm (eps=1e-5) with the same random weight and bias, gradients too")
+def _expect_dtype_kept(ln, x, what):
+    """ln(x) has x's dtype, as nn.LayerNorm's output: float32 in, float32 out; float64 in, float64 out."""
+    for dtype in (torch.float32, torch.float64):
+        got = as_tensor(ln(x.to(dtype)), what).dtype
+        if got != dtype:
+            params = sorted({str(p.dtype) for p in ln.parameters()} - {str(torch.float32)})
+            raise CheckFailure(f"{what}, x of dtype {dtype}: the output's dtype", str(dtype), str(got),
+                               f"the parameters were made {', '.join(params)} (torch.ones(d_model, dtype=...)): "
+                               "they change the output's dtype; keep them in the default dtype, as nn.LayerNorm"
+                               if params and dtype == torch.float32 else
+                               "the input is cast (x.float(), x.double(), .to(some dtype)) and the result not cast "
+                               "back: the output keeps x's dtype, as nn.LayerNorm's (compute in another dtype if "
+                               "you like, then .to(x.dtype))")
+
+
+@register("LayerNorm", "equals nn.LayerNorm (eps=1e-5) with the same random weight and bias, gradients too, "
+          "keeps x's dtype")
 def _ln_default(LN):
     ln, ref = _make_ln(LN, 8, seed=1)
     x = _ln_input(11, (2, 4, 8))
@@ -164,6 +182,7 @@ def _ln_default(LN):
                      "LayerNorm(8)(x), x of shape (2, 4, 8)",
                      hint="weight * (x - mean) / sqrt(var + eps) + bias over the last dimension, biased variance",
                      mistakes=_ln_mistakes(x, ref))
+        _expect_dtype_kept(ln, x, "LayerNorm(8)(x)")
     weight, bias = _weight_bias(ln, 8, "LayerNorm(8)")
     for t in (weight, bias, ref.weight, ref.bias):
         t.grad = None
@@ -324,7 +343,7 @@ def _sc_post(SC):
                  "x.detach() handed to the sublayer)")
 
 
-@register("SublayerConnection", "pre-norm (norm_first=True): x + sublayer(norm(x))")
+@register("SublayerConnection", "pre-norm (norm_first=True): x + sublayer(norm(x)), gradients too")
 def _sc_pre(SC):
     sc, N = _make_sc(SC, 6, 0.0, True, seed=2)
     sc.eval()
@@ -333,6 +352,13 @@ def _sc_pre(SC):
     with torch.no_grad():
         expect_close(_call(sc, x, S, what), x + S(N(x)), what, mistakes=_sc_mistakes(x, N, S, norm_first=True),
                      hint="pre-norm: x + self.dropout(sublayer(self.norm(x)))")
+    ref_norm = copy.deepcopy(N)
+    leaf, ref_leaf = x.clone().requires_grad_(), x.clone().requires_grad_()
+    expect_grads(lambda: sc(leaf, S), lambda: ref_leaf + S(ref_norm(ref_leaf)),
+                 {"x": (leaf, ref_leaf), "norm.weight": (N.weight, ref_norm.weight),
+                  "norm.bias": (N.bias, ref_norm.bias)}, what,
+                 hint=LEFT_AUTOGRAD + "; no gradient reaches the norm, or x through the sublayer: keep norm(x) in the "
+                 "graph (no .detach(), no torch.no_grad() around it), x + dropout(sublayer(norm(x)))")
 
 
 @register("SublayerConnection", "calls the sublayer once, on x (post-norm) or on norm(x) (pre-norm)")
