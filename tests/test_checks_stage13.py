@@ -177,9 +177,10 @@ GREEDY_MISTAKES = [
     Mistake("returns <bos>", edit(GREEDY, ("ys[:, 1:].tolist()", "ys.tolist()")), 0, "<bos> is in the output"),
     Mistake("returns the final <eos>", edit(GREEDY, ("row[: row.index(eos_id)]", "row[: row.index(eos_id) + 1]")), 0,
             "final <eos> is in the output"),
+    # (row[-1] also fails on the empty rows of max_len=0: it used to get 1)
     Mistake("cut at its last <eos>, not its first",
             edit(GREEDY, _NO_EOS_FILL, (_ANSWER, "row[:-1] if row[-1] == eos_id else row")),
-            1, "Likely: the answer goes on after its first <eos> (2), which is where it ends: in a batch a source that "
+            0, "Likely: the answer goes on after its first <eos> (2), which is where it ends: in a batch a source that "
             "has finished keeps getting tokens while the others go on", not_says="disturb each other"),
     Mistake("<pad> returned after <eos>", edit(GREEDY, ("masked_fill(finished, eos_id)", "masked_fill(finished, 0)"),
                                                (_ANSWER, "[t for t in row if t != eos_id]")), 1, ("<pad>", "padding")),
@@ -188,6 +189,9 @@ GREEDY_MISTAKES = [
             ("flat list", "batch of one")),
     Mistake("max_len + 1 tokens", edit(GREEDY, ("range(max_len)", "range(max_len + 1)")), 3, "max_len + 1 tokens"),
     Mistake("max_len - 1 tokens", edit(GREEDY, ("range(max_len)", "range(max_len - 1)")), 3, "max_len - 1 tokens"),
+    # at least one step (a do-while loop): one token for max_len=0 (it used to get full marks)
+    Mistake("a token for max_len=0", edit(GREEDY, ("range(max_len)", "range(max(max_len, 1))")), 4,
+            "max_len=0 allows no token at all"),
     Mistake("stops when one source ends", edit(GREEDY, _STOP_AT_ANY), 1,
             ("as soon as ONE source produced <eos>", "until EVERY source has finished")),
     Mistake("stops when one source ends: named alone", edit(GREEDY, _STOP_AT_ANY), 0,  # not beam search's causes
@@ -586,7 +590,14 @@ BEAM_MISTAKES = [
     # finished scores log p / lp(t), then the best chosen by score / lp(len + 1): about alpha doubled (it used to be
     # told "the length left out <eos>" first)
     Mistake("divided by the length penalty twice", beam_mistake(bound=True, renorm=True), 5,
-            "Likely: divided by the length penalty twice", not_says="left out <eos>"),
+            "Likely: divided by the length penalty twice", not_says=("left out <eos>", "max_len + 1, alpha)")),
+    # the open ones at max_len divided by the penalty of max_len + 1 (the prefix's length, <bos> in it): it used to
+    # be told "divided by the length penalty twice"
+    Mistake("open ones at max_len divided by the penalty of max_len + 1",
+            edit(BEAM, ("scores[s, j].item() / length_penalty(max_len, alpha)",
+                        "scores[s, j].item() / length_penalty(max_len + 1, alpha)")),
+            7, "Likely: hypotheses still open after max_len tokens were divided by length_penalty(max_len + 1",
+            not_says="twice"),
     Mistake("beam_size ignored (4 kept)", edit(BEAM, _K_IS_4), 7, "Likely: the beam_size argument is ignored"),
     Mistake("<eos> left out of the length", edit(BEAM, ("top_val[s, j].item() / length_penalty(t, alpha)",
                                                       "top_val[s, j].item() / length_penalty(t - 1, alpha)")),
@@ -682,6 +693,9 @@ _ZERO = "    if hyp_len == 0 or min(matches) == 0:\n"
 _MEAN = "log_precision = sum(math.log(m / t) for m, t in zip(matches, totals)) / max_n"
 _BREVITY = "brevity = min(0.0, 1 - ref_len / hyp_len)"
 _SCORE = "return 100 * math.exp(brevity + log_precision)"
+
+
+_LOOP = "    for hyp, ref in zip(hypotheses, references):\n"
 
 
 def _bleu(*changes):
@@ -786,6 +800,12 @@ BLEU_MISTAKES = [
     Mistake("log(0) reached", _bleu((_ZERO + "        return 0.0\n", "")), 6, ("math.log(0)", "return 0.0")),
     # the brevity penalty
     Mistake("no brevity penalty", _bleu((_BREVITY, "brevity = 0.0")), 3, "no brevity penalty"),
+    # sentences skipped (the likely 'fix' for the crash on empty output): their other side no longer counts (both
+    # used to get full marks)
+    Mistake("empty hypotheses skipped", _bleu((_LOOP, _LOOP + "        if not hyp:\n            continue\n")), 6,
+            "an empty hypothesis was skipped: it still counts its reference's length"),
+    Mistake("empty references skipped", _bleu((_LOOP, _LOOP + "        if not ref:\n            continue\n")), 6,
+            "an empty reference was skipped: its hypothesis's n-grams still count"),
     # min(1, exp(1 - c / r)): it used to be told "no brevity penalty"
     Mistake("brevity penalty for long output", _bleu((_BREVITY, "brevity = min(0.0, 1 - hyp_len / ref_len)")), 2,
             "punishes LONG output", not_says="no brevity penalty"),

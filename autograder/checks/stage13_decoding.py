@@ -269,14 +269,15 @@ def _greedy_variants(next_logits, src, max_len, bos=BOS, eos=EOS):
 def _ref_beam(next_logits, src, max_len, K, alpha, bos=BOS, eos=EOS, penalty=True, eos_counts=True,
               stop_first=False, finished_in_beam=None, raw=False, opens_count=True, bos_counts=False,
               accumulate=True, bound=None, shrink=None, all_eos=False, probs=False, open_raw=False,
-              first_position=False, stop_at_k=False, twice=False):
+              first_position=False, stop_at_k=False, twice=False, open_extra=0):
     """Beam search as the contract says it (defaults), or with one classic mistake put in. `bound`: a wrong
     early stop, the best open log p divided by the penalty of its current length ("current"), of the next one
     ("next") or by nothing ("raw"), against the best finished score. `penalty`: True, False (none), "mul" (log p
     multiplied by it) or "power" (length ** alpha). `twice`: the normalized scores divided again at the end (by the
     penalty of len(ids) + 1), the early stop made with them as they were (about alpha doubled). `shrink`: "step"
     (only the top K extensions are walked, <eos> ones included) or "forever" (the same, and the width drops by one
-    for each finished hypothesis)."""
+    for each finished hypothesis). `open_extra`: the hypotheses still open at max_len divided by the penalty of
+    max_len + open_extra."""
     def lp(length):
         return ((5 + length + (1 if bos_counts else 0)) / 6) ** alpha if penalty else 1.0
 
@@ -350,7 +351,7 @@ def _ref_beam(next_logits, src, max_len, K, alpha, bos=BOS, eos=EOS, penalty=Tru
             break
     else:
         if opens_count or not finished:
-            finished += [(s if open_raw else norm(s, max_len), list(p[1:])) for p, s in open_]
+            finished += [(s if open_raw else norm(s, max_len + open_extra), list(p[1:])) for p, s in open_]
     if twice:  # the normalized scores divided again, by the penalty of the answer's length + 1 (as if it held <eos>)
         return max(finished, key=lambda f: f[0] / lp(len(f[1]) + 1))[1]
     return max(finished, key=lambda f: f[0])[1]
@@ -408,6 +409,8 @@ BEAM_MISTAKES = {
         dict(opens_count=False),
     "hypotheses still open after max_len tokens were compared by their raw log p: divide them by "
     "length_penalty(max_len, alpha) too": dict(open_raw=True),
+    "hypotheses still open after max_len tokens were divided by length_penalty(max_len + 1, alpha): their length is "
+    "max_len, the tokens generated (the prefix's length also counts <bos>)": dict(open_extra=1),
     BOS_COUNTED: dict(bos_counts=True),
     "log-probabilities not accumulated: a hypothesis's score is the SUM of its tokens' log p (its parent's score "
     "+ the new token's log p), not the last token's log p": dict(accumulate=False),
@@ -515,7 +518,8 @@ def _expect_lists(got, expected, what, hint, mistakes=None, sources=None, eos=EO
         raise CheckFailure(f"{what}: the answer{src}", fmt(expected[i]), fmt(got[i]),
                            "; or ".join(names[:MAX_NAMED]))
     cut = [g[:g.index(eos)] if eos in g else g for g in got]
-    if not names and cut == expected and all(eos not in e for e in expected):  # only what follows a first <eos> is wrong
+    # only what follows a first <eos> is wrong
+    if not names and cut == expected and all(eos not in e for e in expected):
         # the batch is the cause only where each source decoded alone ends right: a decoder that goes past <eos> on its
         # own (a finished hypothesis extended) is not told about batches, which its other lines would contradict
         in_batch = alone is not None and len(expected) > 1 and _right_alone(alone, expected)
@@ -667,6 +671,13 @@ def _greedy_max_len(greedy_decode):
     rows = [[7], [8, 9], [10]]
     _greedy_case(greedy_decode, _script(7, scripts), 7, rows, 4,
                  "greedy_decode(a model that says 9, 3 and 4 tokens then <eos>, max_len=4)")
+    src, mask = _src(rows)
+    what = "greedy_decode(the same model, max_len=0)"
+    got = _as_lists(_decode_with(greedy_decode, _FakeModel(7, _script(7, scripts)), src, mask, 0), 3, what)
+    if got != [[]] * 3:
+        raise CheckFailure(what, fmt([[]] * 3), fmt(got),
+                           "max_len=0 allows no token at all: the loop runs max_len times (for _ in range(max_len)), "
+                           "not at least once (a do-while loop, or range(max(max_len, 1)))")
 
 
 @register("greedy_decode", "passes model.decode the causal mask of the prefix and the source mask")
@@ -1063,17 +1074,21 @@ def _ngrams(tokens, n):
 
 def _bleu_formula(hyps, refs, max_n, clip=True, brevity=True, geometric=True, flipped_bp=False, orders=None,
                   skip_empty=False, recall=False, corpus_clip=False, zero_based=False, no_exp=False,
-                  sentence_bp=False, weight=None, unique=False, bp_ratio=False, bp_uncapped=False, long_bp=False):
+                  sentence_bp=False, weight=None, unique=False, bp_ratio=False, bp_uncapped=False, long_bp=False,
+                  skip=None):
     """BLEU written out, with switches for the classic mistakes (`orders`: only n = 1..orders summed, still
     divided by max_n; `skip_empty`: orders without any n-gram left out of the mean; `recall`: divided by the
     reference n-grams; `corpus_clip`: counts clipped over the whole corpus; `zero_based`: orders 0..max_n - 1;
     `no_exp`: the mean of the logs not exponentiated; `sentence_bp`: the mean of the sentence brevity penalties;
     `weight`: a fixed weight per order instead of 1 / max_n; `unique`: each distinct n-gram counted once (a set);
     `bp_ratio`: BP = hyp_len / ref_len; `bp_uncapped`: BP = exp(1 - ref_len / hyp_len) also above 1; `long_bp`:
-    BP = min(1, exp(1 - hyp_len / ref_len)), a penalty for hypotheses LONGER than the references)."""
+    BP = min(1, exp(1 - hyp_len / ref_len)), a penalty for hypotheses LONGER than the references; `skip`: the
+    sentences whose hypothesis (0) or reference (1) is empty left out)."""
     matches, totals, hyp_len, ref_len = [0] * max_n, [0] * max_n, 0, 0
     all_h, all_r = [{} for _ in range(max_n)], [{} for _ in range(max_n)]
     for h, r in zip(hyps, refs):
+        if skip is not None and not (h, r)[skip]:
+            continue
         hyp_len, ref_len = hyp_len + len(h), ref_len + len(r)
         for n in range(1, max_n + 1):
             k = n - 1 if zero_based else n
@@ -1136,6 +1151,10 @@ def _bleu_mistakes(hyps, refs, max_n):
     }
     out["an order without any n-gram (p_n = 0/0) was left out of the mean: it counts as a zero precision, "
         "so BLEU = 0"] = _bleu_formula(hyps, refs, max_n, skip_empty=True)
+    out["an empty hypothesis was skipped: it still counts its reference's length in ref_len (the brevity "
+        "penalty); do not skip sentences"] = _bleu_formula(hyps, refs, max_n, skip=0)
+    out["an empty reference was skipped: its hypothesis's n-grams still count in the precisions (and its length in "
+        "hyp_len); do not skip sentences"] = _bleu_formula(hyps, refs, max_n, skip=1)
     out["the precision was divided by the REFERENCE n-grams (a recall): p_n = clipped matches / the n-grams of "
         "the hypotheses"] = _bleu_formula(hyps, refs, max_n, recall=True)
     out["the counts were clipped over the whole corpus: clip each sentence's n-gram counts by its own reference, "
@@ -1267,6 +1286,13 @@ def _bleu_brevity(corpus_bleu):
     _expect_bleu(corpus_bleu, [["a", "b", "c", "d", "e", "f"]], [["a", "b", "c", "d"]], 4,
                  "corpus_bleu(a hypothesis longer than its reference)",
                  "no brevity penalty when hyp_len >= ref_len: BP = min(1, exp(1 - ref_len / hyp_len))")
+    # an empty output still counts its reference's length; an empty reference its output's n-grams and length
+    _expect_bleu(corpus_bleu, [list("abcde"), []], [list("abcde"), list("vwxyz")], 4,
+                 "corpus_bleu([list('abcde'), []], [list('abcde'), list('vwxyz')]) (an empty hypothesis)",
+                 "the empty hypothesis adds 5 to ref_len: BP = exp(1 - 10 / 5)")
+    _expect_bleu(corpus_bleu, [list("abcde"), list("xyz")], [list("abcde"), []], 4,
+                 "corpus_bleu([list('abcde'), list('xyz')], [list('abcde'), []]) (an empty reference)",
+                 "the hypothesis of the empty reference adds its unmatched n-grams to the precisions' denominators")
 
 
 @register("corpus_bleu", "sums n-gram counts over the corpus (not an average of sentence scores)")
