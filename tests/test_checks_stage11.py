@@ -171,6 +171,11 @@ MISTAKES = [
             _loss(empty="if False:", mean="loss.mean() / V"), 0, "averaged over the vocabulary"),
     Mistake("summed", _torch_smoothing(reduction="sum"), 0, "summed over positions"),
     Mistake("one loss per position", _torch_smoothing(reduction="none"), 0, "not a single number"),
+    Mistake("one number of shape (1,), not a 0-dim tensor", _loss(mean="loss.mean().reshape(1)"), 6,
+            ("shape (1,)", "not a 0-dim tensor")),
+    Mistake("only (N, V) or (B, L, V) logits taken", edit(LOSS, ("F.log_softmax(logits.float(), dim=-1).reshape(-1, V)",
+            "F.log_softmax(logits.flatten(0, 1) if logits.dim() == 3 else logits.float(), dim=-1)")), 6,
+            ("(..., V) of any shape", "IndexError")),
     Mistake("sign flipped", _loss(mean="-loss.mean()"), 1, "sign is flipped"),
     # the inputs and the graph
     Mistake("target changed in place",  # target.reshape(-1) is a view of the caller's

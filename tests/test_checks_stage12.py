@@ -112,6 +112,10 @@ SHIFT_MISTAKES = [
             "out = torch.cat([bos, tgt[:, :-1]], dim=1)\n    return out.masked_fill(out == EOS, pad_id)")), 3,
             "replaced by <pad>"),
     Mistake("edited in place", shift_in_place, 3, "in place"),
+    Mistake("a batch of one squeezed to 1-D", _as(SHIFT, "t = tgt.squeeze()", "if t.dim() == 1:",
+            "    return torch.cat([torch.tensor([bos_id]), t[:-1]])",
+            "return torch.cat([torch.full_like(t[:, :1], bos_id), t[:, :-1]], 1)"), 0, "batch dimension was lost",
+            title="uses bos_id"),
     Mistake("a view of the input written into", lambda tgt, bos_id=BOS, pad_id=PAD: shift_in_place(tgt[:, :], bos_id),
             3, "in place"),
 ]
@@ -251,7 +255,7 @@ BBT_CORRECT = {
     "adds the example, and takes it back out for the next batch when the batch is now over the limit": _as(
         BBT, "batches, cur = [], []", "for i in sorted(range(len(lengths)), key=lambda i: (lengths[i], i)):",
         "    cur.append(i)", "    if len(cur) > 1 and max(lengths[j] for j in cur) * len(cur) > max_tokens:",
-        "        cur.pop()", "        batches.append(cur)", "        cur = [i]", "return batches + [cur]"),
+        "        cur.pop()", "        batches.append(cur)", "        cur = [i]", "return batches + [cur] * bool(cur)"),
     "itertools.groupby": _as(BBT, order="order = [i for _, group in itertools.groupby(sorted(range(len(lengths)), "
                              "key=lengths.__getitem__), key=lengths.__getitem__) for i in group]"),
     "longest first (torch.sort, stable), a pointer and slices of the sorted index tensor": _as(
@@ -288,6 +292,15 @@ BBT_MISTAKES = [
     Mistake("indices duplicated", _as(BBT, "batches = solutions.batch_by_tokens(lengths, max_tokens)", "return [b + ["
             "batches[k + 1][0]] if k + 1 < len(batches) else b for k, b in enumerate(batches)]"), 0, "more than once"),
     Mistake("an empty batch", bbt_empty_batch, 4, "an empty batch"),
+    # it used to be a correct style: for no lengths it returns [[]], a batch that make_batch cannot build
+    Mistake("the last batch appended even when empty", _as(
+        BBT, "batches, cur = [], []", "for i in sorted(range(len(lengths)), key=lambda i: (lengths[i], i)):",
+        "    cur.append(i)", "    if len(cur) > 1 and max(lengths[j] for j in cur) * len(cur) > max_tokens:",
+        "        cur.pop()", "        batches.append(cur)", "        cur = [i]", "return batches + [cur]"), 4,
+        ("batch_by_tokens([], 10)", "`if current:`")),
+    Mistake("the last batch appended without `if current:`",
+            edit(BBT, ("    if current:\n        batches.append(current)\n", "    batches.append(current)\n")), 4,
+            ("[] (no batches)", "only if it holds an example")),
     Mistake("long examples dropped", _as(BBT, "return [[i for i in b if lengths[i] <= max_tokens] for b in solutions."
             "batch_by_tokens(lengths, max_tokens) if any(lengths[i] <= max_tokens for i in b)]"), 2, "missing"),
     Mistake("sum of lengths limited, not the padded size",
@@ -463,6 +476,12 @@ MAKE_OPTIMIZER_MISTAKES = [
     Mistake("Adam's default eps", _adam("eps=1e-9", "eps=1e-8"), 4, "1e-8"),
     Mistake("amsgrad", _adam("eps=1e-9", "eps=1e-9, amsgrad=True"), 3, "amsgrad"),
     Mistake("Adam's lr not 1.0", _adam("lr=1.0", "lr=1e-3"), 2, "create Adam with lr=1.0"),
+    Mistake("d_model and factor hard-coded in the lambda", _lambda("noam_lr(s + 1, 512, warmup_steps)"), 2,
+            "d_model and factor arguments are ignored", not_says="create Adam with lr=1.0"),
+    Mistake("every argument hard-coded in the lambda", _lambda("noam_lr(s + 1, 512)"), 2,
+            "d_model, warmup_steps and factor arguments are ignored"),
+    Mistake("d_model and factor hard-coded, a constant ratio", _lambda("noam_lr(s + 1, 256, warmup_steps, 2.0)"), 2,
+            ("though the warmup is right", "d_model or factor argument"), not_says="create Adam with lr=1.0"),
     Mistake("off by one: lambda(s) = noam_lr(s)", _lambda("noam_lr(s, d_model, warmup_steps, factor)"), 2,
             "off by one"),
     Mistake("scheduler stepped at creation", opt_scheduler_stepped_early, 2,

@@ -72,6 +72,10 @@ UNSTABLE = ("log-probabilities from log(softmax(logits)): for confident logits t
             "(or logits - logsumexp)")
 WRONG_DIM = ("log_softmax over dim={d} instead of the vocabulary: the probabilities of a position are over its V "
              "tokens, the last dimension: F.log_softmax(logits, dim=-1)")
+SHAPE_ONE = ("one number, but not a 0-dim tensor: no .reshape(1), .view(1), keepdim=True or [None] at the end; "
+             "loss.sum() / n or loss.mean() gives shape ()")
+ANY_SHAPE = ("logits are (..., V) of any shape, target the same without V: work over the last dimension, "
+             "reshape logits to (-1, V) and target to (-1,)")
 MUTATED = ("work on copies: target.masked_fill(...) or torch.where(...) (no in-place `_` methods, no `target[...] = ...`, "
            "no `logits -= ...`) so the caller's tensors stay as they were")
 
@@ -158,9 +162,9 @@ def _mistakes(logits, target, epsilon, ignore_index=PAD):
     return {k: v.float() for k, v in out.items()}
 
 
-def _loss(fn, logits, target, what, **kwargs):
-    """Call the learner's loss; the answer must be a tensor holding one number (returned as a 0-d tensor),
-    and the inputs must come back unchanged."""
+def _loss(fn, logits, target, what, scalar=False, **kwargs):
+    """Call the learner's loss; the answer must be a tensor holding one number (returned as a 0-d tensor; with
+    `scalar`, it must be 0-d already), and the inputs must come back unchanged."""
     logits_before, target_before = logits.detach().clone(), target.clone()
     got = fn(logits, target, **kwargs)
     for name, now, before in (("target", target, target_before), ("logits", logits.detach(), logits_before)):
@@ -174,6 +178,9 @@ def _loss(fn, logits, target, what, **kwargs):
         raise CheckFailure(f"{what}: not a single number", "a scalar tensor (shape ())",
                            f"shape {tuple(got.shape)}",
                            "average over the non-padding positions: the loss is one number, not one per position")
+    if scalar and got.dim() != 0:
+        raise CheckFailure(f"{what}: the shape of the loss", "a 0-dim tensor (shape ()), as F.cross_entropy returns",
+                           f"shape {tuple(got.shape)}", SHAPE_ONE)
     return got.reshape(())
 
 
@@ -185,12 +192,14 @@ def _inputs(seed, shape=(3, 5), V=7, scale=2.0):
 
 
 # -------------------------------------------------------------------------------- label_smoothed_loss
-@register("label_smoothed_loss", "equals cross-entropy against the smoothed distribution (epsilon = 0.1)")
+@register("label_smoothed_loss", "equals cross-entropy against the smoothed distribution (epsilon = 0.1), "
+          "a 0-dim tensor, for any shape (..., V)")
 def _ls_value(loss_fn):
     logits, target = _inputs(0)
     target[0, 3:] = PAD
     target[2, 1:] = PAD
-    got = _loss(loss_fn, logits, target, "label_smoothed_loss(logits (3, 5, 7), target (3, 5) with padding)")
+    got = _loss(loss_fn, logits, target, "label_smoothed_loss(logits (3, 5, 7), target (3, 5) with padding)",
+                scalar=True)
     expect_close(got, _reference(logits, target, 0.1).float(),
                  "label_smoothed_loss(logits (3, 5, 7), target (3, 5) with padding, epsilon=0.1)",
                  hint=FORMULA, atol=1e-5, mistakes=_mistakes(logits, target, 0.1))
@@ -198,8 +207,20 @@ def _ls_value(loss_fn):
     flat_l, flat_t = logits.reshape(-1, 7), target.reshape(-1)
     got = _loss(loss_fn, flat_l, flat_t, "label_smoothed_loss(logits (15, 7), target (15,))")
     expect_close(got, _reference(flat_l, flat_t, 0.1).float(), "label_smoothed_loss(logits (15, 7), target (15,))",
-                 hint="work over the last dimension of any shape: reshape logits to (-1, V) and target to (-1,)",
-                 atol=1e-5, mistakes=_mistakes(flat_l, flat_t, 0.1))
+                 hint=ANY_SHAPE, atol=1e-5, mistakes=_mistakes(flat_l, flat_t, 0.1))
+    # and 4-D inputs (..., V) and (...)
+    deep_l, deep_t = _inputs(7, shape=(2, 3, 4))
+    deep_t[1, 2, 1:] = PAD
+    what = "label_smoothed_loss(logits (2, 3, 4, 7), target (2, 3, 4))"
+    try:
+        got = _loss(loss_fn, deep_l, deep_t, what)
+    except CheckFailure:
+        raise
+    except Exception as e:  # noqa: BLE001 (a learner's code that only takes (B, L, V))
+        raise CheckFailure(what, "the loss, as for (B, L, V)", f"{type(e).__name__}: {str(e)[:90]}",
+                           ANY_SHAPE) from None
+    expect_close(got, _reference(deep_l, deep_t, 0.1).float(), what, hint=ANY_SHAPE, atol=1e-5,
+                 mistakes=_mistakes(deep_l, deep_t, 0.1))
     # confident logits (a trained model's): every log-probability enters the smoothed loss, the smallest about -200
     sure = logits * 40
     what = "label_smoothed_loss(logits * 40 (a confident model), target)"

@@ -82,6 +82,8 @@ EOS_TO_PAD = ("the <eos> was replaced by <pad>: shift_right only shifts (<bos> i
 PAD_IN_FRONT = "<pad> was put in front: the first column is bos_id (<bos>), not pad_id"
 BATCH_AXIS = ("shifted along dim 0 (the batch) instead of dim 1 (the positions): a column of bos_id in front, "
               "tgt[:, :-1] after it, torch.cat(..., dim=1)")
+SQUEEZED = ("the batch dimension was lost for a batch of one sentence (B = 1): no .squeeze() (it drops every size-1 "
+            "dimension); keep (B, L) -> (B, L), e.g. torch.cat([bos column, tgt[:, :-1]], dim=1)")
 BOS_AT_END = "<bos> was put at the end: it goes in FRONT (first column), and the last column is dropped"
 
 
@@ -111,8 +113,10 @@ def _shift_bos(shift_right):
     tgt = torch.tensor([[5, 6, 7, 2]])
     mistakes = _shift_mistakes(tgt, 9)
     mistakes["the bos_id argument is ignored (BOS = 1 was put in front)"] = torch.tensor([[1, 5, 6, 7]])
-    _expect_ids(shift_right(tgt.clone(), bos_id=9), torch.tensor([[9, 5, 6, 7]]),
-                "shift_right([[5, 6, 7, 2]], bos_id=9)", "fill the first column with the bos_id argument", mistakes)
+    got = shift_right(tgt.clone(), bos_id=9)
+    _expect_ids(got, torch.tensor([[9, 5, 6, 7]]), "shift_right([[5, 6, 7, 2]], bos_id=9)",
+                SQUEEZED if isinstance(got, torch.Tensor) and got.dim() < 2 else
+                "fill the first column with the bos_id argument", mistakes)
 
 
 @register("shift_right", "keeps shape (B, L) for any batch and length, L = 1 included")
@@ -453,6 +457,11 @@ def _bbt_partition(fn):
     _expect_partition(_batches(fn, lengths, 400, what), len(lengths), what)
     small = [5, 1, 4, 2]
     _expect_partition(_batches(fn, small, 8, "batch_by_tokens([5, 1, 4, 2], 8)"), 4, "batch_by_tokens([5, 1, 4, 2], 8)")
+    none = _batches(fn, [], 10, "batch_by_tokens([], 10)")
+    if none:
+        raise CheckFailure("batch_by_tokens([], 10): no examples", "[] (no batches)", fmt(none),
+                           "an empty batch: after the loop, append the last batch only if it holds an example "
+                           "(`if current:`); make_batch cannot build a batch of nothing")
 
 
 @register("batch_by_tokens", "each batch's padded size (longest x count) is within max_tokens")
@@ -741,8 +750,18 @@ def _lrs(opt, sched, model, n):
     return out
 
 
-def _expect_schedule(got, d, w, f, what, elsewhere=False):
-    """`elsewhere`: the scheduler drives another optimizer than the one returned."""
+def _base_lr(opt, sched):
+    """The optimizer's lr that a LambdaLR multiplies by its lambda (None when the scheduler keeps none)."""
+    base = opt.param_groups[0].get("initial_lr", (getattr(sched, "base_lrs", None) or [None])[0])
+    try:
+        return None if base is None else float(base)
+    except (TypeError, ValueError):
+        return None
+
+
+def _expect_schedule(got, d, w, f, what, elsewhere=False, base_lr=None):
+    """`elsewhere`: the scheduler drives another optimizer than the one returned; `base_lr`: the optimizer's lr
+    that the scheduler multiplies (None: unknown)."""
     n = len(got)
     expected = [_noam(k, d, w, f) for k in range(1, n + 1)]
     if all(math.isclose(a, b, rel_tol=1e-6) for a, b in zip(got, expected)):
@@ -762,6 +781,11 @@ def _expect_schedule(got, d, w, f, what, elsewhere=False):
         hint = "the factor argument is ignored"
     elif same([_noam(k, 512, w, f) for k in range(1, n + 1)]):
         hint = "the d_model argument is ignored (512 used)"
+    elif same([_noam(k, 512, w, 1.0) for k in range(1, n + 1)]):
+        hint = "the d_model and factor arguments are ignored (512 and 1.0 used): pass them on to noam_lr"
+    elif same([_noam(k, 512, 4000, 1.0) for k in range(1, n + 1)]):
+        hint = ("the d_model, warmup_steps and factor arguments are ignored (noam_lr's defaults or 512 used): pass "
+                "them on: lambda s: noam_lr(s + 1, d_model, warmup_steps, factor)")
     elif elsewhere:
         hint = ("the scheduler was made for another optimizer than the one returned: create the LambdaLR on the "
                 "Adam you return (one optimizer)")
@@ -770,7 +794,10 @@ def _expect_schedule(got, d, w, f, what, elsewhere=False):
                                                if same(seq))
     elif all(math.isclose(a / b, ratio, rel_tol=1e-6) for a, b in zip(got, expected) if b):
         hint = (f"every rate is {ratio:.4g} x the schedule: LambdaLR multiplies the optimizer's lr by the lambda, so "
-                "create Adam with lr=1.0")
+                "create Adam with lr=1.0" if base_lr is not None and not math.isclose(base_lr, 1.0) else
+                f"every rate is {ratio:.4g} x the schedule, though the warmup is right: the constant factor "
+                "factor * d_model ** -0.5 is off, so the d_model or factor argument looks ignored or replaced; pass "
+                "both on: lambda s: noam_lr(s + 1, d_model, warmup_steps, factor)")
     elif len(set(got)) == 1:
         hint = "the rate never changes: step the scheduler (scheduler.step()) after each optimizer step"
     else:
@@ -836,15 +863,16 @@ def _opt_betas(make_optimizer):
 def _opt_schedule(make_optimizer):
     model = _tiny_model()
     opt, sched, what = _make_opt(make_optimizer, model, 64, w=10, f=2.0)
-    _expect_schedule(_lrs(opt, sched, model, 30), 64, 10, 2.0, what, _elsewhere(opt, sched))
+    _expect_schedule(_lrs(opt, sched, model, 30), 64, 10, 2.0, what, _elsewhere(opt, sched), _base_lr(opt, sched))
 
 
 @register("make_optimizer", "follows d_model, warmup_steps and factor")
 def _opt_args(make_optimizer):
-    for d, w, f in ((128, 4, 0.5), (32, 20, 1.0)):
+    # 3 * 128 ** -0.5 is neither 512 ** -0.5, 128 ** -0.5 nor 3 * 512 ** -0.5 (d_model or factor ignored)
+    for d, w, f in ((128, 4, 3.0), (32, 20, 1.0)):
         model = _tiny_model(1)
         opt, sched, what = _make_opt(make_optimizer, model, d, w=w, f=f)
-        _expect_schedule(_lrs(opt, sched, model, 25), d, w, f, what, _elsewhere(opt, sched))
+        _expect_schedule(_lrs(opt, sched, model, 25), d, w, f, what, _elsewhere(opt, sched), _base_lr(opt, sched))
 
 
 @register("make_optimizer", "moves the parameters as Adam at that learning rate would", timeout=FIRST_ADAM_TIMEOUT)
