@@ -5,11 +5,17 @@ It listens on a Unix socket in the kernel's connection folder, prints "listening
 Each graded cell of the notebook (autograder/serve.py) connects and names its cell; the checker grades the
 contract name that the lesson gives that cell (never a name the notebook chooses), with the learner's
 object reached through autograder/remote.py, and appends the verdict to its results file, which only the
-grade command reads. A check that runs past its time limit interrupts the kernel (SIGINT to the process on
-the other end of the socket) and the name's other checks are skipped.
+grade command reads. A check that runs past its time limit has the kernel interrupted (it asks the process that
+started it, the notebook's runner, which signals the kernel it launched: never a pid taken from the socket) and
+the name's other checks are skipped.
+
+It never touches a path the kernel can write or name: its socket is in a folder the kernel may only read, its
+temporary files go to a folder of its own (CONFIG's "tmp"), and a folder a check hands to the learner's code (a
+tokenizer's save and load) is made by the kernel, in the kernel's own temporary folder, at the checker's request
+(remote.Endpoint, "tempdir"); the checker only passes its name back.
 
 CONFIG (JSON): {"socket", "results", "cells": {cell nonce: name}, "uid": the kernel's uid or null,
-"threads", "memory"}.
+"threads", "memory", "tmp"}.
 
 A batch starts its checkers from one process, `python -m autograder.checker --serve SOCKET` (`serve`), which
 imports PyTorch and the checks once and forks a checker per notebook on request (each from the same untouched
@@ -21,7 +27,6 @@ from __future__ import annotations
 import json
 import os
 import resource
-import signal
 import socket
 import struct
 import sys
@@ -35,6 +40,40 @@ HELLO_TIMEOUT = 20.0
 def _peer(conn) -> tuple[int, int]:
     pid, uid, _ = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))
     return pid, uid
+
+
+#: how this checker asks its runner to interrupt the kernel (set by main)
+_INTERRUPT: list = []
+#: the endpoint of the graded cell being served, for a folder a check hands to the kernel (KernelTemporaryDirectory)
+_CURRENT: dict = {}
+
+
+class KernelTemporaryDirectory:
+    """tempfile.TemporaryDirectory in the checker: a folder made by the kernel in its own temporary folder (the
+    kernel's code must write there, and the checker never touches a path the kernel can write); the checker only
+    hands its name to the learner's code. Removed with the kernel's folders. Outside grading: the library's own."""
+    _library = None
+
+    def __new__(cls, *args, **kwargs):
+        ep = _CURRENT.get("ep")
+        if ep is None:
+            return cls._library(*args, **kwargs)
+        return super().__new__(cls)
+
+    def __init__(self, suffix=None, prefix=None, dir=None, *args, **kwargs):
+        name = _CURRENT["ep"].request("tempdir")
+        if not isinstance(name, str) or not name.startswith("/") or "\0" in name or len(name) > 400:
+            raise RuntimeError("the kernel did not make a temporary folder")
+        self.name = name
+
+    def __enter__(self):
+        return self.name
+
+    def __exit__(self, *exc):
+        return False
+
+    def cleanup(self):
+        pass
 
 
 class Grader:
@@ -53,7 +92,7 @@ class Grader:
     def handle(self, conn) -> None:
         from .remote import ChannelError, Endpoint
         core = self.core
-        pid, uid = _peer(conn)
+        _, uid = _peer(conn)
         if self.cfg.get("uid") is not None and uid != self.cfg["uid"]:
             conn.close()
             return
@@ -61,6 +100,7 @@ class Grader:
         ep.passthrough = (core.CheckTimeout,)
         from .checks import _util
         _util.BUILD_ELSEWHERE = ep.build
+        _CURRENT["ep"] = ep
         try:
             hello, _ = core._run_limited(ep.ch.recv, HELLO_TIMEOUT)
         except BaseException:  # noqa: BLE001  (a connection that says nothing)
@@ -79,11 +119,12 @@ class Grader:
         result["max_points"] = core.max_points(name)
         broken: list = []
 
-        def interrupt():
-            try:
-                os.kill(pid, signal.SIGINT)
-            except OSError:
-                pass
+        def interrupt():  # by the runner, which started the kernel: never a pid taken from the socket
+            for tell in _INTERRUPT:
+                try:
+                    tell()
+                except (OSError, ValueError):
+                    pass
 
         def run(check, obj):
             if broken:
@@ -153,43 +194,47 @@ class Grader:
             pass
 
 
-def _share_temp(folder, uid) -> None:
-    """Temporary files and folders the checks make (a path handed to the learner's save()) go to `folder`,
-    which the kernel sees at the same path, and are the kernel's user's, so that its code can write there."""
-    if not folder:
-        return
+def _own_temp(folder) -> None:
+    """The checker's temporary files go to `folder`, its own (the kernel cannot see it); a temporary folder a check
+    hands to the learner's code is the kernel's own (KernelTemporaryDirectory)."""
     import tempfile
-    tempfile.tempdir = folder
-    original = tempfile.mkdtemp
-
-    def mkdtemp(*args, **kwargs):
-        path = original(*args, **kwargs)
-        if uid is not None:
-            os.chown(path, uid, uid)
-        return path
-    tempfile.mkdtemp = mkdtemp
+    if folder:
+        tempfile.tempdir = folder
+        for key in ("TMPDIR", "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR"):
+            os.environ[key] = folder if key == "TMPDIR" else os.path.join(folder, key.split("_")[0].lower())
+    if KernelTemporaryDirectory._library is None:
+        KernelTemporaryDirectory._library = tempfile.TemporaryDirectory
+        tempfile.TemporaryDirectory = KernelTemporaryDirectory
 
 
-def main(cfg_path: str, ready=None) -> None:
-    """Grade the notebook of CONFIG: listen, then call ready() (by default print "listening"), serve its cells."""
+def main(cfg_path: str, ready=None, interrupt=None) -> None:
+    """Grade the notebook of CONFIG: listen, then call ready() (by default print "listening"), serve its cells.
+    interrupt(): how to ask the runner to interrupt the kernel (by default print "interrupt")."""
     with open(cfg_path) as f:
         cfg = json.load(f)
-    if cfg.get("memory"):
-        try:
-            resource.setrlimit(resource.RLIMIT_AS, (int(cfg["memory"]), int(cfg["memory"])))
-        except (ValueError, OSError):
-            pass
-    # listening first: the kernel starts meanwhile, and a graded cell that comes early waits in the backlog
+    try:
+        soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+        limit = int(cfg["memory"]) if cfg.get("memory") else hard  # (not the runner's, inherited)
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit) if cfg.get("memory") else (hard, hard))
+    except (ValueError, OSError):
+        pass
+    _INTERRUPT[:] = [interrupt or (lambda: print("interrupt", flush=True))]
+    # listening first: the kernel starts meanwhile, and a graded cell that comes early waits in the backlog. The
+    # socket's folder is the grade command's (the kernel may only read it): no link in it, and the socket is made
+    # connectable by the umask, not by a chmod of its path
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    if os.path.exists(cfg["socket"]):  # left by a forked checker whose request failed: this one replaces it
+    if os.path.lexists(cfg["socket"]):  # left by a forked checker whose request failed: this one replaces it
         os.unlink(cfg["socket"])
-    server.bind(cfg["socket"])
-    os.chmod(cfg["socket"], 0o666)
+    mask = os.umask(0o111)
+    try:
+        server.bind(cfg["socket"])
+    finally:
+        os.umask(mask)
     server.listen(8)
     (ready or (lambda: print("listening", flush=True)))()
     import torch
     torch.set_num_threads(int(cfg.get("threads") or 1))
-    _share_temp(cfg.get("exchange"), cfg.get("uid"))
+    _own_temp(cfg.get("tmp"))
     grader = Grader(cfg)
     while True:
         conn, _ = server.accept()
@@ -244,7 +289,8 @@ def _forked(conn) -> None:
         finally:
             os._exit(0)
     threading.Thread(target=watch, daemon=True).start()
-    main(req["config"], ready=lambda: conn.sendall(f"listening {os.getpid()}\n".encode()))
+    main(req["config"], ready=lambda: conn.sendall(f"listening {os.getpid()}\n".encode()),
+         interrupt=lambda: conn.sendall(b"interrupt\n"))
 
 
 def connect(control: str, config: str, log: str, timeout: float = 60.0) -> tuple[socket.socket, int]:

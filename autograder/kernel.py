@@ -17,8 +17,8 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import resource
 import secrets
-import shutil
 import signal
 import subprocess
 import sys
@@ -42,6 +42,11 @@ CELL_TIMEOUT = 180        # seconds for one cell
 STOP_GRACE = 20          # seconds the notebook's own process gets, past the time limit, to stop and report
 MEMORY_GB = float(os.environ.get("AUTOGRADER_MEMORY_GB", 4))  # the kernel's address space (RLIMIT_AS)
 FILE_SIZE = 1 << 30       # the largest file the kernel may write (RLIMIT_FSIZE)
+# what the kernel may write in all, with isolation: its working folder, HOME and connection folder are on a tmpfs of
+# this size (three files of 1 GB, each under FILE_SIZE, filled the grader's disk before)
+SCRATCH_MB = int(os.environ.get("AUTOGRADER_SCRATCH_MB", 512))
+RUNNER_MEMORY = 1536 << 20  # the address space of the process that talks to the kernel (nbclient), RLIMIT_AS
+OUTPUT_MESSAGE = 32 << 20  # the largest message the runner takes from the kernel: a larger one is dropped unread
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 KERNEL_NAME = "autograder-jail"
 _ISOLATION_LOCK = threading.Lock()
@@ -93,8 +98,30 @@ def prepare(nb, expected, problems, socket_path: str) -> tuple[object, dict[str,
 # ----------------------------------------------------------------------- the child that runs it
 def _execute(spec_path: str) -> None:
     """Child process: start the checker, then execute the prepared notebook with the jailed kernel; write
-    {"error": ...}. Outputs are dropped as they come (nothing is read from them)."""
+    {"error": ...}. Outputs are dropped as they come (nothing is read from them); a message from the kernel over
+    OUTPUT_MESSAGE is dropped by ZeroMQ before it is read, and this process's address space is RUNNER_MEMORY (soft:
+    the processes it starts set their own). The checker asks it to interrupt the kernel ("interrupt" on the
+    checker's connection or output): it signals the kernel's launcher that it started, never a pid from elsewhere."""
+    import zmq
+    import zmq.asyncio
+    from jupyter_client.asynchronous import AsyncKernelClient
     from nbclient import NotebookClient
+    from traitlets import default
+
+    try:
+        _, hard = resource.getrlimit(resource.RLIMIT_AS)
+        resource.setrlimit(resource.RLIMIT_AS, (RUNNER_MEMORY if hard == resource.RLIM_INFINITY else
+                                                min(RUNNER_MEMORY, hard), hard))
+    except (ValueError, OSError):
+        pass
+
+    class BoundedClient(AsyncKernelClient):
+        @default("context")
+        def _context_default(self):
+            self._created_context = True
+            context = zmq.asyncio.Context()
+            context.setsockopt(zmq.MAXMSGSIZE, OUTPUT_MESSAGE)  # every socket to the kernel: larger ones dropped
+            return context
 
     class Stop(BaseException):
         pass
@@ -113,7 +140,20 @@ def _execute(spec_path: str) -> None:
         def create_kernel_manager(self):  # nbclient's own (asynchronous) manager, over Unix sockets
             self.km = self.kernel_manager_class(kernel_name=KERNEL_NAME, transport="ipc", ip=spec["ipc"],
                                                 connection_file=spec["connection_file"], config=self.config)
+            self.km.client_factory = BoundedClient
             return self.km
+
+        def interrupt(self) -> None:
+            """SIGINT to the kernel's process group, as jupyter_client's interrupt does, while its launcher (this
+            process's child, not yet reaped: its pid and group cannot be another's) runs."""
+            provisioner = getattr(getattr(self, "km", None), "provisioner", None)
+            process, pgid = getattr(provisioner, "process", None), getattr(provisioner, "pgid", None)
+            if process is None or process.poll() is not None:
+                return
+            try:
+                os.killpg(pgid, signal.SIGINT) if pgid else process.send_signal(signal.SIGINT)
+            except OSError:
+                pass
 
         async def async_execute_cell(self, cell, cell_index, *args, **kwargs):
             if time_up():  # no cell starts after the time limit
@@ -138,7 +178,17 @@ def _execute(spec_path: str) -> None:
     signal.signal(signal.SIGTERM, stop)
     status = {"error": None, "cell": None, "interrupted": []}
     log = open(spec["log"], "wb")
-    checker = connection = pidfd = None
+    checker = connection = pidfd = client = None
+
+    def relay(readline) -> None:  # the checker's requests to interrupt the kernel (a check past its time limit)
+        try:
+            for line in iter(readline, b""):
+                if line.strip() in (b"interrupt", "interrupt") and client is not None:
+                    client.interrupt()
+                if not line:
+                    break
+        except (OSError, ValueError):
+            pass
     try:
         if spec.get("checker_server"):  # forked by the batch's checker process (autograder.checker.serve)
             from .checker import connect
@@ -152,11 +202,14 @@ def _execute(spec_path: str) -> None:
                     pidfd = os.pidfd_open(pid)
                 except (AttributeError, OSError):  # an older kernel or Python: closing the connection ends it
                     pass
+                reader = connection.makefile("rb")
+                threading.Thread(target=relay, args=(reader.readline,), daemon=True).start()
         if connection is None:
             checker = subprocess.Popen([sys.executable, "-m", "autograder.checker", spec["checker"]],
                                        stdout=subprocess.PIPE, stderr=log, cwd=spec["private"], text=True)
             if (checker.stdout.readline() or "").strip() != "listening":
                 raise RuntimeError("the checker did not start")
+            threading.Thread(target=relay, args=(checker.stdout.readline,), daemon=True).start()
         nb = nbformat.read(spec["prepared"], as_version=4)
         # each cell may run until its own limit or the notebook's, whichever comes first: at the notebook's the
         # kernel is interrupted, and the next cell does not start
@@ -228,21 +281,47 @@ def isolation() -> bool:
 
 # ------------------------------------------------------------------------------------- grading
 def _private_dirs(tmp: pathlib.Path, isolated: bool) -> dict[str, pathlib.Path]:
-    """The folders of one notebook: `private` (the grade command's and the checker's, never shown to the
-    kernel), and the kernel's `work`, `home` and `conn` (its connection folder: the kernel's sockets and
-    the checker's), which are the kernel user's."""
-    dirs = {name: tmp / name for name in ("private", "work", "home", "conn")}
+    """The folders of one notebook: `private` (the grade command's and the checker's, never shown to the kernel;
+    its `tmp` is the checker's temporary folder), `sock` (the checker's socket: shown to the kernel, read-only),
+    and, in `scratch` (with isolation a tmpfs of SCRATCH_MB, made before the kernel exists), the kernel's `work`,
+    `home` and `conn` (its connection folder), which are the kernel user's. Nothing here is made, changed or
+    removed through a path the kernel can write while it runs."""
+    dirs = {name: tmp / name for name in ("private", "sock", "scratch")}
     for d in dirs.values():
-        d.mkdir(parents=True)
+        d.mkdir()
+    (dirs["private"] / "tmp").mkdir()
+    os.chmod(dirs["private"], 0o700)
+    os.chmod(dirs["sock"], 0o755)
+    if isolated:
+        from .jail import mount_scratch
+        if not mount_scratch(str(dirs["scratch"]), SCRATCH_MB):
+            raise RuntimeError("the kernel's folders could not be mounted")
+    for name in ("work", "home", "conn"):
+        dirs[name] = dirs["scratch"] / name
+        dirs[name].mkdir()
     for sub in ("tmp", ".cache", ".config", ".ipython", ".local"):
         (dirs["home"] / sub).mkdir()
-    os.chmod(dirs["private"], 0o700)
     if isolated:
         from .jail import NOBODY
         for name in ("work", "home", "conn"):
             for p in [dirs[name], *dirs[name].rglob("*")]:
-                os.chown(p, NOBODY, NOBODY)
+                os.chown(p, NOBODY, NOBODY, follow_symlinks=False)
     return dirs
+
+
+def _remove(tmp: pathlib.Path, problems: list) -> None:
+    """Remove one notebook's folders: the kernel's tmpfs detached, the rest removed without following a link or
+    recursing (jail.remove_tree); what could not be removed is said in the notebook's problems, never raised."""
+    from .jail import remove_tree, unmount
+    try:
+        scratch = tmp / "scratch"
+        if os.path.ismount(scratch):
+            unmount(str(scratch))
+        left = remove_tree(tmp)
+    except Exception as e:  # noqa: BLE001
+        left = [f"{type(e).__name__}: {e}"]
+    if left:
+        problems.append(f"the grader could not remove all of the notebook's working files: {left[0][:200]}")
 
 
 def _results(path: pathlib.Path) -> dict[str, dict]:
@@ -299,7 +378,7 @@ def grade_notebook(path: str | os.PathLike, timeout: float = NOTEBOOK_TIMEOUT, *
     try:
         dirs = _private_dirs(tmp, isolated)
         private, work, home, conn = dirs["private"], dirs["work"], dirs["home"], dirs["conn"]
-        socket_path = str(conn / "grader.sock")
+        socket_path = str(dirs["sock"] / "grader.sock")
         prepared, nonces, origin = prepare(nb, expected, problems, socket_path)
         from .views import build as build_views
         views = build_views(stem, tmp / "views")
@@ -307,13 +386,13 @@ def grade_notebook(path: str | os.PathLike, timeout: float = NOTEBOOK_TIMEOUT, *
         threads = threads or 1
         (private / "checker.json").write_text(json.dumps({
             "socket": socket_path, "results": str(private / "results.jsonl"), "cells": nonces,
-            "uid": NOBODY if isolated else None, "threads": threads, "exchange": str(home / "tmp"),
+            "uid": NOBODY if isolated else None, "threads": threads, "tmp": str(private / "tmp"),
             "memory": int(memory_gb * (1 << 30)) if memory_gb else None}))
         (private / "jail.json").write_text(json.dumps({
             "work": str(work), "home": str(home), "conn": str(conn), "writable": [str(work), str(home), str(conn)],
             "token": token, "memory": int(memory_gb * (1 << 30)) if memory_gb else None, "file_size": FILE_SIZE,
             "isolate": isolated, "threads": threads, "protected": [str(p) for p in (protected or [])][:50],
-            "hide": [str(batch.resolve()), str(ROOT)], "show": python_paths(), "views": views,
+            "hide": [str(batch.resolve()), str(ROOT)], "show": python_paths() + [str(dirs["sock"])], "views": views,
             "server": kernel_server if isolated else None}))
         kernels = private / "kernels" / KERNEL_NAME
         kernels.mkdir(parents=True)
@@ -385,9 +464,9 @@ def grade_notebook(path: str | os.PathLike, timeout: float = NOTEBOOK_TIMEOUT, *
                                 "the cells after it still ran")
     finally:
         if not os.environ.get("AUTOGRADER_KEEP"):  # the working files, kept to debug the grader
-            shutil.rmtree(tmp, ignore_errors=True)
+            _remove(tmp, problems)
             if own:
-                shutil.rmtree(batch, ignore_errors=True)
+                _remove(batch, problems)
     by_name = {}
     for nonce, name in (nonces if "nonces" in locals() else {}).items():
         if nonce in verdicts:

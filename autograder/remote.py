@@ -35,8 +35,14 @@ import types
 
 import torch
 
-MAX_MESSAGE = 256 << 20      # bytes in one message, blobs included
+MAX_MESSAGE = 256 << 20      # bytes in one message, blobs included (what the notebook's side accepts)
 MAX_NODES = 2_000_000       # values in one message
+# What the grader's side accepts from the notebook: a message's JSON and its blobs are read only up to these sizes,
+# and the JSON's values are counted in its raw bytes before it is decoded (a 256 MB message of empty lists built
+# whole took a checker to 1.7 GB). The largest message of an honest notebook across every check is under 1 MB.
+TRUSTED_HEAD = 4 << 20       # bytes of one message's JSON
+TRUSTED_MESSAGE = 64 << 20   # bytes of one message, blobs included
+TRUSTED_NODES = 200_000      # values in one message (counted as its JSON's brackets, braces and commas)
 MAX_DEPTH = 64              # nested calls between the two sides
 DTYPES = {str(d).replace("torch.", ""): d for d in (
     torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int64, torch.int32, torch.int16,
@@ -81,8 +87,11 @@ def _recv_exact(sock, n: int) -> bytearray:
 class Channel:
     """Length-prefixed messages: a JSON header and raw blobs."""
 
-    def __init__(self, sock: socket.socket, limit: int = MAX_MESSAGE):
+    def __init__(self, sock: socket.socket, limit: int = MAX_MESSAGE, head_limit: int | None = None,
+                 nodes: int | None = None):
         self.sock, self.limit = sock, limit
+        self.head_limit = limit if head_limit is None else head_limit
+        self.nodes = nodes
 
     def send(self, header: dict, blobs=()) -> None:
         head = json.dumps(header, allow_nan=False, separators=(",", ":")).encode()
@@ -94,12 +103,18 @@ class Channel:
 
     def recv(self) -> tuple[dict, list]:
         n_head, n_blobs = struct.unpack("<II", _recv_exact(self.sock, 8))
-        if n_head > self.limit or n_blobs > 100_000:
+        if n_head > self.head_limit or n_blobs > 100_000:
             raise ChannelError(f"a message of {n_head} bytes and {n_blobs} blobs is over the limit")
+        raw = bytes(_recv_exact(self.sock, n_head))
+        if self.nodes is not None:  # counted before anything is built: each value but the first follows a , [ or {
+            found = raw.count(b",") + raw.count(b"[") + raw.count(b"{")
+            if found > self.nodes:
+                raise ChannelError(f"a message of more than {self.nodes} values")
         try:
-            header = json.loads(bytes(_recv_exact(self.sock, n_head)))
-        except ValueError as e:
-            raise ChannelError(f"a message that is not JSON: {e}") from None
+            header = json.loads(raw)
+        except (ValueError, RecursionError) as e:
+            raise ChannelError(f"a message that is not JSON, or nested too deep: {type(e).__name__}") from None
+        del raw
         if not isinstance(header, dict):
             raise ChannelError("a message that is not a JSON object")
         blobs, total = [], n_head
@@ -227,8 +242,11 @@ class Remote:
     def __deepcopy__(self, memo):
         """copy.deepcopy of the learner's side's module: a local copy, for modules made of PyTorch's own
         classes (a check's reference copy of a model it built on that side)."""
-        spec = self._ep.request("spec", h=self._h)
-        return _materialize(spec)
+        ep, h = object.__getattribute__(self, "_ep"), object.__getattribute__(self, "_h")
+        if h in ep.built:  # a module the grader built: its own copy, never a description from the other side
+            import copy
+            return copy.deepcopy(ep.built[h], memo)
+        return _materialize(ep.request("spec", h=h))
 
     def __instancecheck__(self, instance):
         """isinstance(x, proxy of a class): asked of the other side for its own objects, False for ours."""
@@ -240,6 +258,21 @@ class Remote:
         if not isinstance(sub, Remote) or object.__getattribute__(sub, "_ep") is not self._ep:
             return False
         return self._ep.request("issubclass", h=object.__getattribute__(sub, "_h"), cls=self._h) is True
+
+
+def _module_spec(m, depth=0):
+    """The description of a module made of PyTorch's own classes that _materialize builds again."""
+    if m is None:
+        return None
+    if not isinstance(m, torch.nn.Module) or depth > 20:
+        raise TypeError("only modules can be copied")
+    return {"module": type(m).__module__, "qualname": type(m).__qualname__,
+            "plain": {k: v for k, v in vars(m).items() if not k.startswith("_") and
+                      isinstance(v, (int, float, bool, str, tuple, type(None)))},
+            "params": {k: (None if p is None else p.detach(), p is not None and p.requires_grad)
+                       for k, p in m._parameters.items()},
+            "buffers": {k: (None if b is None else b.detach()) for k, b in m._buffers.items()},
+            "children": {k: _module_spec(c, depth + 1) for k, c in m._modules.items()}}
 
 
 def _materialize(spec, depth=0):
@@ -422,8 +455,11 @@ class Endpoint:
     served); otherwise the learner's side, which serves every request of the grader."""
 
     def __init__(self, sock: socket.socket, trusted: bool, namespace: dict | None = None):
-        self.ch = Channel(sock)
+        self.ch = Channel(sock, TRUSTED_MESSAGE, TRUSTED_HEAD, TRUSTED_NODES) if trusted else Channel(sock)
         self.trusted = trusted
+        self.subclasses: tuple = ()                 # trusted side: the tensor classes of the call being answered
+        self.built: dict[int, object] = {}          # trusted side: handle -> the grader's own copy of what it built
+        self.backwarded: set[int] = set()           # trusted side: records whose gradients were already given
         self.namespace = namespace if namespace is not None else {}
         self.ids = itertools.count(1)
         self.exports: dict[int, object] = {}        # handle -> our object the other side may use
@@ -669,8 +705,13 @@ class Endpoint:
                 raise ChannelError(f"a tensor of shape {shape} and dtype {dt} with {len(raw)} bytes")
             t = torch.frombuffer(raw, dtype=dt).reshape(shape) if n else torch.empty(shape, dtype=dt)
         sub = node.get("sub")
-        if isinstance(sub, list) and len(sub) == 2 and str(sub[0]).startswith("autograder.checks."):
-            cls = getattr(sys.modules.get(str(sub[0])), str(sub[1]), None)
+        if isinstance(sub, list) and len(sub) == 2:
+            if self.trusted:  # only a class of the tensors this side sent in the call being answered
+                cls = next((c for c in self.subclasses if [c.__module__, c.__qualname__] == sub), None)
+            elif str(sub[0]).startswith("autograder.checks."):
+                cls = getattr(sys.modules.get(str(sub[0])), str(sub[1]), None)
+            else:
+                cls = None
             if isinstance(cls, type) and issubclass(cls, torch.Tensor):
                 t = t.as_subclass(cls)
         if (grad and node.get("d") is not None or node.get("rg")) and (t.is_floating_point() or t.is_complex()):
@@ -796,7 +837,14 @@ class Endpoint:
         header["args"] = self.enc(fields["args"], blobs, diff if grad else None, export_callables=True)
         header["kwargs"] = self.enc(fields["kwargs"], blobs, diff if grad else None, export_callables=True)
         _tensors([fields["args"], fields["kwargs"]], sent)
-        value, out_diff, mutated, record = self._exchange(header, blobs)
+        saved = self.subclasses
+        if self.trusted:  # the answer may be of a tensor class the check sent (stage 05's ids "on another device")
+            self.subclasses = tuple({type(t) for t in sent if type(t) is not torch.Tensor and
+                                     (type(t).__module__ or "").startswith("autograder.checks.")})
+        try:
+            value, out_diff, mutated, record = self._exchange(header, blobs)
+        finally:
+            self.subclasses = saved
         for pair in mutated:  # arguments the callee changed in place: changed here too
             if isinstance(pair, list) and len(pair) == 2 and type(pair[0]) is int and 0 <= pair[0] < len(sent) \
                     and isinstance(pair[1], torch.Tensor):
@@ -817,7 +865,11 @@ class Endpoint:
             value = getattr(self, f"_op_{op}", None)
             if value is None:
                 raise ChannelError(f"an unknown request {str(op)[:30]!r}")
-            result = value(msg, blobs, reply, out)
+            saved, self.subclasses = self.subclasses, ()
+            try:
+                result = value(msg, blobs, reply, out)
+            finally:
+                self.subclasses = saved
             reply["ok"] = True
             if "v" not in reply:
                 reply["v"] = self.enc(result, out)
@@ -987,11 +1039,17 @@ class Endpoint:
         record = self.records.get(msg.get("record"))
         if record is None:
             raise ChannelError("a backward request for an unknown call")
+        if self.trusted:  # once per call answered: no pumping gradients into the grader's modules
+            if msg.get("record") in self.backwarded:
+                raise RuntimeError("the gradients of this call were already computed")
+            self.backwarded.add(msg.get("record"))
         leaves, outputs = record
         grads = self.dec(msg.get("grads"), blobs)
-        if not isinstance(grads, list):
+        if not isinstance(grads, list) or len(grads) > len(outputs):
             raise ChannelError("malformed gradients")
         pairs = [(o, g) for o, g in zip(outputs, grads) if isinstance(g, torch.Tensor)]
+        if any(tuple(g.shape) != tuple(o.shape) or not (g.is_floating_point() or g.is_complex()) for o, g in pairs):
+            raise ValueError("gradients that do not have their outputs' shapes")
         saved = [t.grad for t in leaves]
         for t in leaves:
             t.grad = None
@@ -1003,19 +1061,7 @@ class Endpoint:
         return got
 
     def _op_spec(self, msg, blobs, reply, out):
-        def spec(m, depth=0):
-            if m is None:
-                return None
-            if not isinstance(m, torch.nn.Module) or depth > 20:
-                raise TypeError("only modules can be copied")
-            return {"module": type(m).__module__, "qualname": type(m).__qualname__,
-                    "plain": {k: v for k, v in vars(m).items() if not k.startswith("_") and
-                              isinstance(v, (int, float, bool, str, tuple, type(None)))},
-                    "params": {k: (None if p is None else p.detach(), p is not None and p.requires_grad)
-                               for k, p in m._parameters.items()},
-                    "buffers": {k: (None if b is None else b.detach()) for k, b in m._buffers.items()},
-                    "children": {k: spec(c, depth + 1) for k, c in m._modules.items()}}
-        return spec(self._target(msg))
+        return _module_spec(self._target(msg))
 
     def _op_isinstance(self, msg, blobs, reply, out):
         cls = self._target({"h": msg.get("cls")})
@@ -1026,28 +1072,30 @@ class Endpoint:
         return issubclass(sub, cls) if isinstance(cls, type) and isinstance(sub, type) else False
 
     def _op_build(self, msg, blobs, reply, out):
-        """An object a check builds on this side (autograder.checks._util.learner_side): the check's own
-        factory, from this side's copy of the checks, under the caller's random state."""
-        import importlib
-        module, name = msg.get("module"), msg.get("name")
-        if not isinstance(module, str) or not module.startswith("autograder.checks.") or not isinstance(name, str):
-            raise ChannelError("a build request for something that is not a check's factory")
-        factory = getattr(importlib.import_module(module), name)
-        factory = getattr(factory, "__wrapped__", factory)
-        self._set_state(msg.get("state"), blobs)
-        args, kwargs = self.dec(msg.get("args"), blobs), self.dec(msg.get("kwargs"), blobs)
-        result = factory(*args, **kwargs)
-        reply["state"] = self._state(out)
-        reply["v"] = self.enc(result, out, force_handle=True)
+        """A module the grader built (autograder.checks._util.learner_side), made on this side from its description:
+        PyTorch's own classes, the grader's values."""
+        module = _materialize(self.dec(msg.get("spec"), blobs))
+        reply["v"] = self.enc(module, out, force_handle=True)
         return None
 
-    def build(self, module: str, name: str, args, kwargs):
-        """Build a check's object (a model whose parameters the learner's code must own) on the other side."""
+    def build(self, factory, args, kwargs):
+        """A check's object whose parameters the learner's code must own (a model handed to make_optimizer): built
+        here, by the grader's own factory, then made on the other side from its description (PyTorch's own module
+        classes and the values built here); copy.deepcopy of it gives the grader's own copy, as built."""
+        local = factory(*args, **kwargs)
         blobs: list = []
-        header = {"k": "req", "id": next(self.ids), "op": "build", "module": module, "name": name,
-                  "state": self._state(blobs), "args": self.enc(list(args), blobs),
-                  "kwargs": self.enc(dict(kwargs), blobs)}
-        return self._exchange(header, blobs)[0]
+        header = {"k": "req", "id": next(self.ids), "op": "build", "spec": self.enc(_module_spec(local), blobs)}
+        proxy = self._exchange(header, blobs)[0]
+        if not isinstance(proxy, Remote):
+            raise ChannelError("a built object that did not stay on the other side")
+        self.built[object.__getattribute__(proxy, "_h")] = local
+        return proxy
+
+    def _op_tempdir(self, msg, blobs, reply, out):
+        """A new folder in this side's temporary folder, for a path a check hands to the learner's code (a tokenizer's
+        save and load): made here, by this side's user, so that the grader never touches a path this side can write."""
+        import tempfile
+        return tempfile.mkdtemp(prefix="check-")
 
     def _op_ping(self, msg, blobs, reply, out):
         return "pong"

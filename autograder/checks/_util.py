@@ -12,7 +12,8 @@ from torch import nn
 from ..registry import CheckFailure
 
 
-# set by the grade command's checker: builds a learner_side object in the notebook's kernel
+# set by the grade command's checker: BUILD_ELSEWHERE(factory, args, kwargs) builds a learner_side object with the
+# checker's own factory and hands it to the notebook's kernel (autograder/remote.py, Endpoint.build)
 BUILD_ELSEWHERE = None
 
 _REDUCTION = re.compile(r"\b(max|amax|sum|logsumexp|mean|var|std)\(([^()]*)\)")
@@ -31,13 +32,14 @@ def reduces_without_keepdim(line: str) -> bool:
 
 def learner_side(factory):
     """For a check's object whose parameters the learner's code must own (a model handed to make_optimizer):
-    when `python -m autograder grade` runs the checks outside the notebook, the object is built in the
-    notebook's kernel from this same factory (and the same random state), so that the learner's optimizer
-    holds its real parameters; in a lesson's own check() it is built right here."""
+    when `python -m autograder grade` runs the checks outside the notebook, the checker builds it with this factory
+    (its own code, never the kernel's copy) and the notebook's kernel gets a module of PyTorch's own classes with
+    those values, so that the learner's optimizer holds its real parameters; copy.deepcopy of it is the checker's
+    own copy. In a lesson's own check() it is built right here. The factory must build PyTorch's own modules."""
     @functools.wraps(factory)
     def build(*args, **kwargs):
         if BUILD_ELSEWHERE is not None:
-            return BUILD_ELSEWHERE(factory.__module__, factory.__qualname__, args, kwargs)
+            return BUILD_ELSEWHERE(factory, args, kwargs)
         return factory(*args, **kwargs)
     return build
 
