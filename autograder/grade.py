@@ -17,7 +17,6 @@ import hashlib
 import json
 import os
 import pathlib
-import shutil
 import sys
 import tempfile
 import threading
@@ -166,8 +165,9 @@ def grade(paths, json_path=None, timeout: float = NOTEBOOK_TIMEOUT, stream=sys.s
         for server in (checkers, kernels):
             if server:
                 forkserver.stop(server[0])
-        if not os.environ.get("AUTOGRADER_KEEP"):
-            shutil.rmtree(batch, ignore_errors=True)
+        if not os.environ.get("AUTOGRADER_KEEP"):  # no link followed, no recursion, never raises (jail.remove_tree)
+            from .jail import remove_tree
+            remove_tree(batch)
     if json_path:
         pathlib.Path(json_path).write_text(json.dumps(report, indent=2))
     return report
