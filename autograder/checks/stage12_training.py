@@ -710,6 +710,32 @@ def _tiny_model(seed=0):
         return nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Linear(4, 2))
 
 
+def _groups(opt) -> list:
+    """opt.param_groups as data, checked: a list of 1 to 64 dicts with string keys, each with its "params" (a list of
+    tensors) and a number or one-value tensor "lr" (with `python -m autograder grade` the optimizer is the kernel's:
+    what it says about itself is checked before a check reads it)."""
+    groups = getattr(opt, "param_groups", None)
+    bad = None
+    if not isinstance(groups, list) or not 1 <= len(groups) <= 64:
+        bad = f"{type(groups).__name__} of {len(groups) if isinstance(groups, list) else '?'} groups"
+    else:
+        for g in groups:
+            if not isinstance(g, dict) or not all(isinstance(k, str) for k in g):
+                bad = f"a group that is a {type(g).__name__}"
+            elif not isinstance(g.get("params"), list) or len(g["params"]) > 100_000 or \
+                    not all(isinstance(q, torch.Tensor) for q in g["params"]):
+                bad = "a group whose params are not a list of tensors"
+            elif not isinstance(g.get("lr"), (int, float, torch.Tensor)) or isinstance(g.get("lr"), bool) or \
+                    (isinstance(g["lr"], torch.Tensor) and g["lr"].numel() != 1):
+                bad = f"a group whose lr is {type(g.get('lr')).__name__}"
+            if bad:
+                break
+    if bad:
+        raise CheckFailure("optimizer.param_groups", "a list of dicts, each with its params and lr", bad,
+                           "return the torch.optim.Adam itself, as created over model.parameters()")
+    return groups
+
+
 def _make_opt(make_optimizer, model, d, w=None, f=None):
     kwargs = {}
     if w is not None:
@@ -741,7 +767,7 @@ def _lrs(opt, sched, model, n):
     out = []
     x = torch.linspace(-1, 1, 6).view(2, 3)
     for _ in range(n):
-        rates = {float(g["lr"]) for g in opt.param_groups}  # (float: a tensor lr is changed in place)
+        rates = {float(g["lr"]) for g in _groups(opt)}  # (float: a tensor lr is changed in place)
         out.append(rates.pop() if len(rates) == 1 else float("nan"))
         opt.zero_grad()
         model(x).pow(2).sum().backward()
@@ -752,7 +778,7 @@ def _lrs(opt, sched, model, n):
 
 def _base_lr(opt, sched):
     """The optimizer's lr that a LambdaLR multiplies by its lambda (None when the scheduler keeps none)."""
-    base = opt.param_groups[0].get("initial_lr", (getattr(sched, "base_lrs", None) or [None])[0])
+    base = _groups(opt)[0].get("initial_lr", (getattr(sched, "base_lrs", None) or [None])[0])
     try:
         return None if base is None else float(base)
     except (TypeError, ValueError):
@@ -831,23 +857,23 @@ def _opt_params(make_optimizer):
     if not isinstance(opt, torch.optim.Adam):
         raise CheckFailure(what + ": the optimizer", "torch.optim.Adam", type(opt).__name__,
                            "the paper trains with Adam: torch.optim.Adam(model.parameters(), lr=1.0, ...)")
-    held = {id(p) for g in opt.param_groups for p in g["params"]}
+    held = {id(p) for g in _groups(opt) for p in g["params"]}
     missing = [n for n, p in model.named_parameters() if id(p) not in held]
     if missing:
         raise CheckFailure(what + ": the optimizer's parameters", "every parameter of the model",
                            f"missing {missing}", "pass model.parameters() to Adam")
-    wd = {g.get("weight_decay", 0) for g in opt.param_groups}
+    wd = {g.get("weight_decay", 0) for g in _groups(opt)}
     if wd != {0}:
         raise CheckFailure(what + ": weight_decay", "0 (plain Adam)", fmt(sorted(wd)),
                            "the paper's Adam has no weight decay")
-    if any(g.get("amsgrad") for g in opt.param_groups):
+    if any(g.get("amsgrad") for g in _groups(opt)):
         raise CheckFailure(what + ": amsgrad", "False (plain Adam)", "True", "the paper uses plain Adam: amsgrad=False")
 
 
 @register("make_optimizer", "Adam's betas are (0.9, 0.98) and eps is 1e-9, not the defaults")
 def _opt_betas(make_optimizer):
     opt, _, what = _make_opt(make_optimizer, _tiny_model(), 16)
-    g = opt.param_groups[0]
+    g = _groups(opt)[0]
     betas, eps = tuple(float(b) for b in g.get("betas", ())), g.get("eps")
     if betas != (0.9, 0.98):
         raise CheckFailure(what + ": betas", "(0.9, 0.98)", fmt(betas),
