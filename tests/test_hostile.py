@@ -9,9 +9,11 @@ import json
 import os
 import pathlib
 import socket
+import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from types import SimpleNamespace
 
@@ -19,7 +21,7 @@ import nbformat
 import pytest
 
 from autograder.grade import grade, grade_notebook, isolation, read_submission
-from tests.submissions.corpus import FULL, PORT, cases, harm_cases, write
+from tests.submissions.corpus import FULL, PORT, cases, harm_cases, other_lessons, second_red_team, write
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 CASES = {c.name: c for c in cases()}
@@ -28,6 +30,59 @@ SLEEPER = b"4242.4242"  # what hostile_forks_sleepers' children run: sleep 4242.
 
 def sha(path):
     return hashlib.sha256(pathlib.Path(path).read_bytes()).hexdigest() if pathlib.Path(path).exists() else None
+
+
+GRADER = (b"autograder.checker", b"autograder.kernel")  # the checkers, their batch's process, the notebooks' runners
+
+
+class Watch:
+    """While a batch is graded: the peak memory (VmHWM, the most resident memory a process ever had) of each of the
+    grader's own processes (this one, which runs the grade command; every process whose command line names
+    autograder.checker or autograder.kernel), sampled 5 times a second, and the most the file system of the
+    batch's folder ever held beyond what it held at the start."""
+
+    def __init__(self, folder):
+        self.folder, self.peak, self.disk = folder, {}, 0
+        self.start_used = shutil.disk_usage(folder).used
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self.run, daemon=True)
+
+    def sample(self):
+        for entry in pathlib.Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                cmd = (entry / "cmdline").read_bytes()
+                if int(entry.name) != os.getpid() and not any(g in cmd for g in GRADER):
+                    continue
+                status = (entry / "status").read_text()
+            except OSError:
+                continue
+            for line in status.splitlines():
+                if line.startswith("VmHWM:"):
+                    kb = int(line.split()[1])
+                    name = cmd.replace(b"\0", b" ").decode(errors="replace")[:120]
+                    self.peak[name] = max(self.peak.get(name, 0), kb)
+        self.disk = max(self.disk, shutil.disk_usage(self.folder).used - self.start_used)
+
+    def run(self):
+        while not self.done.wait(0.2):
+            self.sample()
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.done.set()
+        self.thread.join()
+        self.sample()
+
+
+def canary_state(folder: pathlib.Path, canary: pathlib.Path):
+    """What must not change outside the notebooks: the folder's names, the canary's bytes, owner, group and mode."""
+    st = os.lstat(canary)
+    return sorted(os.listdir(folder)), sha(canary), (st.st_uid, st.st_gid, oct(st.st_mode))
 
 
 @pytest.fixture(scope="module")
@@ -39,11 +94,13 @@ def batch(tmp_path_factory):
     victims = [folder / "honest_solved.ipynb", folder / "honest_released.ipynb"]
     canary = tmp_path_factory.mktemp("outside") / "canary.txt"
     canary.write_text("canary")
+    os.chmod(canary, 0o600)
     if isolated:  # without namespaces these would really damage the files (the report would say so)
-        harm = harm_cases([str(v) for v in victims], str(canary))
+        harm = harm_cases([str(v) for v in victims], str(canary)) + second_red_team(str(canary.parent), str(canary))
         chosen += harm
         paths += [write(c, folder) for c in harm]
     before = {str(p): sha(p) for p in victims + [canary]}
+    outside = canary_state(canary.parent, canary)
     out = io.StringIO()
     listener = socket.socket()  # a service on the machine's loopback, which no kernel may reach
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -58,8 +115,9 @@ def batch(tmp_path_factory):
     os.environ.update(GRADER_SECRET="s3cret", TORCHINDUCTOR_CACHE_DIR=str(private_cache / "torchinductor_root"))
     start = time.time()
     try:
-        report = grade(paths, folder / "report.json", timeout=300, stream=out, jobs=2, cell_timeout=15,
-                       lesson="03_attention")
+        with Watch(tempfile.gettempdir()) as watch:
+            report = grade(paths, folder / "report.json", timeout=300, stream=out, jobs=2, cell_timeout=15,
+                           lesson="03_attention")
     finally:
         listener.close()
         for k, v in saved.items():
@@ -70,7 +128,7 @@ def batch(tmp_path_factory):
     seconds = time.time() - start
     print(f"\n{len(paths)} notebooks graded in {seconds:.0f} s (jobs=2, isolation={isolated})\n{out.getvalue()}")
     return SimpleNamespace(cases={c.name: c for c in chosen}, report=report, seconds=seconds, isolated=isolated,
-                           hostname=hostname,
+                           hostname=hostname, watch=watch, outside=outside, canary=canary,
                            by_name={pathlib.Path(n["path"]).stem: n for n in report["notebooks"]},
                            before=before, paths=paths, json=folder / "report.json", text=out.getvalue())
 
@@ -372,3 +430,115 @@ def test_a_kernel_the_server_cannot_jail_is_started_by_its_launcher(tmp_path):
     finally:
         forkserver.stop(server[0])
     assert r["error"] is None and r["points"] == 10.0, r
+
+
+# ------------------------------------------------------------------------- the second red team (issue 36)
+RED_TEAM = [c.name for c in second_red_team("/outside", "/outside/canary.txt")]
+
+
+@pytest.mark.parametrize("name", RED_TEAM)
+def test_each_attack_of_the_second_red_team_gets_its_score_and_reason(batch, name):
+    """Links raced into the kernel's folders by helper processes, a folder 1500 deep, messages over the checker's
+    limits, an output of 400 MB, files past the kernel's disk, shortcuts below the watch: each its points and note."""
+    case = batch.cases.get(name)
+    if case is None:
+        pytest.skip("needs the kernel's namespaces (isolation), not available here")
+    r = batch.by_name[name]
+    points, error, says = case.expected(batch.isolated)
+    said = everything_said(r)
+    assert r["points"] == points, f"{name}: {r['points']} instead of {points}\n{said}"
+    assert (r["error"] is not None) == error, f"{name}: error {r['error']!r}"
+    for phrase in says:
+        assert phrase.lower() in said.lower(), f"{name}: the report does not say {phrase!r}:\n{said}"
+    if not name.startswith("below_the_watch"):  # an honest line is never named for review
+        assert not any("library-shortcut watch" in p for p in r["problems"]), r["problems"]
+
+
+def test_nothing_outside_the_notebooks_changes_owner_mode_or_names(batch):
+    """The links the helpers raced, the ones left for the cleanup and the deep folder's all point at the canary's
+    folder: root (the checker, the grade command's cleanup) never followed one. Nothing new in that folder, the
+    canary's bytes, owner, group and mode as they were."""
+    assert canary_state(batch.canary.parent, batch.canary) == batch.outside
+
+
+def test_the_grader_s_processes_stay_under_1_gb(batch):
+    """The grade command, the checkers (and their batch's process) and the notebooks' runners, while the batch (a
+    240 MB message to the checker, a 400 MB output, 1.5 GB of files) is graded: each under 1 GB at its peak."""
+    peaks = batch.watch.peak
+    assert any("autograder.checker" in n for n in peaks) and any("autograder.kernel" in n for n in peaks), peaks
+    over = {n: kb >> 10 for n, kb in peaks.items() if kb >= 1 << 20}
+    assert not over, f"over 1 GB (MB): {over}"
+
+
+def test_the_kernels_disk_is_bounded(batch):
+    """Three files of 1 GB written by one notebook: its folders are a tmpfs of 512 MB (autograder.kernel's
+    SCRATCH_MB), so the grader's disk never holds them (two notebooks at a time: at most 1 GB of tmpfs, in memory)."""
+    from autograder.kernel import SCRATCH_MB
+    assert SCRATCH_MB <= 512
+    if not batch.isolated:
+        pytest.skip("needs the kernel's namespaces (isolation), not available here")
+    assert batch.watch.disk < 1 << 30, f"the temporary folder's disk grew by {batch.watch.disk >> 20} MB"
+
+
+@pytest.fixture(scope="module")
+def others(tmp_path_factory):
+    """Submissions of lessons 01, 05 and 12 (each in a folder of its own, named as the lesson), graded together."""
+    if not isolation():
+        pytest.skip("needs the kernel's namespaces (isolation), not available here")
+    folder = tmp_path_factory.mktemp("other_lessons")
+    canary = tmp_path_factory.mktemp("outside_others") / "canary.txt"
+    canary.write_text("canary")
+    os.chmod(canary, 0o600)
+    chosen = other_lessons(str(canary.parent), str(canary))
+    paths = []
+    for lesson, case in chosen:
+        (folder / case.name).mkdir()
+        paths.append(folder / case.name / f"{lesson}.ipynb")
+        nbformat.write(case.content, str(paths[-1]))
+    outside = canary_state(canary.parent, canary)
+    report = grade(paths, folder / "report.json", timeout=300, stream=io.StringIO(), jobs=2, cell_timeout=30)
+    return SimpleNamespace(cases={c.name: c for _, c in chosen}, outside=outside, canary=canary,
+                           by_name={pathlib.Path(n["path"]).parent.name: n for n in report["notebooks"]})
+
+
+@pytest.mark.parametrize("name", [c.name for _, c in other_lessons("/outside", "/outside/canary.txt")])
+def test_the_kernel_chooses_no_path_type_or_model_of_the_checker(others, name):
+    """Lesson 01: the kernel names the canary's folder for the tokenizer's save (helpers race links there): the checker
+    only hands the name back, the save fails in the kernel. Lesson 05: every tensor tagged as the checks' class of ids
+    'on another device': a CPU mask is still a CPU mask (2/3). Lesson 12: the checks' model factory rebound in the
+    kernel, or what it builds zeroed: Adam(maximize=True) still loses 'moves the parameters as Adam would' (4/5)."""
+    case, r = others.cases[name], others.by_name[name]
+    said = everything_said(r)
+    assert (r["points"], r["max_points"], r["error"]) == (case.points, case.max_points, None), f"{name}: {said}"
+    for phrase in case.says:
+        assert phrase.lower() in said.lower(), f"{name}: the report does not say {phrase!r}:\n{said}"
+    assert canary_state(others.canary.parent, others.canary) == others.outside
+
+
+def test_the_isolation_probes_pass_from_a_virtual_environment_under_tmp(tmp_path):
+    """The README's setup in a virtual environment under /tmp (the interpreter it was made from elsewhere): the jail
+    shows both again at their paths, and the probes of classmates and of the machine count them as shown, and
+    still nothing else (issue 38)."""
+    if not isolation():
+        pytest.skip("needs the kernel's namespaces (isolation), not available here")
+    venv = pathlib.Path(tempfile.mkdtemp(prefix="venv-")) / "venv"
+    try:
+        subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)],
+                       check=True, capture_output=True, timeout=120)
+        python = venv / "bin" / "python"
+        prefix = subprocess.run([str(python), "-c", "import sys; print(sys.prefix, sys.base_prefix)"],
+                                capture_output=True, text=True, check=True).stdout.split()
+        assert prefix[0].startswith(tempfile.gettempdir()) and prefix[0] != prefix[1], prefix
+        names = ["harm_reaches_for_classmates", "harm_touches_the_machine"]
+        paths = [write(CASES[n], tmp_path) for n in names]
+        env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONHOME")}
+        env.update(PYTHONPATH=str(ROOT), VIRTUAL_ENV=str(venv), PATH=f"{venv / 'bin'}:{env.get('PATH', '')}")
+        proc = subprocess.run([str(python), "-m", "autograder", "grade", *map(str, paths), "--lesson", "03_attention",
+                               "--jobs", "2", "--cell-timeout", "30", "--json", str(tmp_path / "r.json")],
+                              cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+        report = json.loads((tmp_path / "r.json").read_text())
+        assert report["isolation"] is True, proc.stdout + proc.stderr
+        for name, r in zip(names, report["notebooks"]):
+            assert r["points"] == FULL and r["error"] is None, (name, everything_said(r))
+    finally:
+        shutil.rmtree(venv.parent, ignore_errors=True)

@@ -128,7 +128,7 @@ def _ask(grader, request, blobs=()):
     out_a, out_b = socket.socketpair()
     grader.ch.sock, saved = out_a, grader.ch.sock
     try:
-        grader.serve(request, list(blobs))
+        grader.serve(request, [bytearray(b) for b in blobs])
         from autograder.remote import Channel
         return Channel(out_b).recv()[0]
     finally:
@@ -182,3 +182,134 @@ def test_what_a_call_hands_back_as_a_generator_is_an_iterator_again(pair):
     grader, ns = pair
     ns["first_device"] = lambda model: str(next(model.parameters()).device)
     assert grader.request("resolve", name="first_device")(nn.Linear(2, 2)) == "cpu"
+
+
+# ---------------------------------------------------------------------------- the second red team (issue 36)
+def _raw(sock, header: bytes, blobs=()):
+    """A message as a hostile kernel could frame it: any JSON bytes, any blobs."""
+    parts = [struct.pack("<II", len(header), len(blobs)), header]
+    for b in blobs:
+        parts += [struct.pack("<Q", len(b)), b]
+    sock.sendall(b"".join(parts))
+
+
+@pytest.mark.parametrize("header,blobs,says", [
+    (b"[" + b"[]," * 2_000_000 + b"[]]", [], "over the limit"),                 # 6 MB of JSON: refused unread
+    (b'{"v": [' + b"0," * 300_000 + b"0]}", [], "more than 200000 values"),     # 600 kB, counted before it is built
+    (b'{"v": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", [], "nested too deep"),
+    (b'{"k": "rep"}', [b"\0" * (1 << 20)] * 70, "over 64 MB"),                  # blobs past the whole message's limit
+])
+def test_the_checker_reads_no_message_past_its_limits(header, blobs, says):
+    """Messages a kernel may send the checker: over 4 MB of JSON, over 200,000 values, nested past the decoder, blobs
+    over 64 MB: each refused with ChannelError (the connection ends), none built whole."""
+    a, b = socket.socketpair()
+    sender = __import__("threading").Thread(target=lambda: _try(lambda: _raw(b, header, blobs)))
+    sender.start()
+    with pytest.raises(ChannelError, match=says):
+        Endpoint(a, trusted=True).ch.recv()
+    a.close()
+    sender.join()
+    b.close()
+
+
+def _try(fn):
+    try:
+        fn()
+    except OSError:
+        pass
+
+
+def test_the_checker_builds_only_the_tensor_classes_it_sent(pair):
+    """A tensor tagged by the kernel as a class of the checks is a plain tensor on the checker's side, unless the
+    check sent a tensor of that class in the same call (stage 05's ids "on another device", handed back)."""
+    from autograder.checks.stage05_masks import _Elsewhere
+    import autograder.remote as remote
+    grader, ns = pair
+    ns["cpu_mask"] = lambda size, device=None: torch.ones(size, size, dtype=torch.bool).tril()
+    ns["same"] = lambda ids: ids + 0
+    original = remote.Endpoint._enc_tensor
+
+    def forged(self, v, blobs, diff):
+        node = original(self, v, blobs, diff)
+        if not self.trusted:
+            node["sub"] = [_Elsewhere.__module__, _Elsewhere.__qualname__]
+        return node
+    remote.Endpoint._enc_tensor = forged
+    try:
+        got = grader.request("resolve", name="cpu_mask")(3, device=torch.device("meta"))
+        assert type(got) is torch.Tensor and got.device.type == "cpu"
+        back = grader.request("resolve", name="same")(torch.arange(4).as_subclass(_Elsewhere))
+        assert type(back) is _Elsewhere and back.device.type == "meta"   # the class the check sent
+    finally:
+        remote.Endpoint._enc_tensor = original
+
+
+def test_a_model_the_check_builds_is_the_checker_s(pair):
+    """learner_side: the checker builds the model with its own factory (the kernel's copy, rebound, is never called),
+    the kernel gets PyTorch's modules with the checker's values, and copy.deepcopy gives the checker's own copy."""
+    import copy
+    from autograder.checks import _util
+    grader, ns = pair
+
+    def factory(seed=0):
+        torch.manual_seed(seed)
+        return nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Linear(4, 2))
+    expected = factory(5)
+    _util.BUILD_ELSEWHERE = grader.build
+    try:
+        model = _util.learner_side(factory)(5)
+    finally:
+        _util.BUILD_ELSEWHERE = None
+    assert isinstance(model, Remote) and isinstance(model[0].weight, RemoteTensor)
+    assert torch.equal(model[0].weight._fetch(), expected[0].weight)
+    ns["zero"] = lambda m: [p.data.zero_() for p in m.parameters()] and None
+    grader.request("resolve", name="zero")(model)   # the kernel changes its module: the checker's copy is its own
+    reference = copy.deepcopy(model)
+    assert type(reference) is nn.Sequential and torch.equal(reference[0].weight, expected[0].weight)
+    assert torch.equal(model[0].weight._fetch(), torch.zeros(4, 3))
+
+
+def test_gradients_of_a_call_are_given_once():
+    """The kernel asks the checker for the gradients of a call it answered: once, of its outputs' shapes; asked again
+    (pumping gradients into the checker's modules), refused."""
+    a, b = socket.socketpair()
+    grader = Endpoint(a, trusted=True)
+    lin = nn.Linear(2, 2)
+    out = lin(torch.ones(1, 2))
+    grader.records[7] = ([], [out])
+    blobs: list = []
+    grads = grader.enc([torch.ones(1, 2)], blobs)
+    first = _ask(grader, {"k": "req", "id": 1, "op": "backward", "record": 7, "grads": grads}, blobs)
+    assert first["ok"]
+    once = lin.weight.grad.clone()
+    again = _ask(grader, {"k": "req", "id": 2, "op": "backward", "record": 7, "grads": grads}, blobs)
+    assert not again["ok"] and "already" in again["exc"]["msg"] and torch.equal(lin.weight.grad, once)
+    grader.records[8] = ([], [lin(torch.ones(1, 2))])
+    blobs = []
+    wrong = _ask(grader, {"k": "req", "id": 3, "op": "backward", "record": 8,
+                          "grads": grader.enc([torch.ones(5, 5)], blobs)}, blobs)
+    assert not wrong["ok"] and "shapes" in wrong["exc"]["msg"]
+    a.close()
+    b.close()
+
+
+def test_a_folder_for_the_learner_s_code_is_made_by_the_kernel(pair, tmp_path, monkeypatch):
+    """tempfile.TemporaryDirectory in the checker while it grades: the kernel makes the folder (in its own temporary
+    folder) and the checker only hands its name on; outside grading, the library's own."""
+    import tempfile
+    from autograder import checker
+    grader, ns = pair
+    kernel_tmp = tmp_path / "kernel"
+    kernel_tmp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(kernel_tmp))   # the notebook's side runs in this process here
+    monkeypatch.setattr(tempfile, "TemporaryDirectory", tempfile.TemporaryDirectory)  # both restored afterwards
+    monkeypatch.setattr(checker.KernelTemporaryDirectory, "_library", None)
+    checker._own_temp(None)
+    monkeypatch.setitem(checker._CURRENT, "ep", grader)
+    with tempfile.TemporaryDirectory() as folder:
+        assert pathlib.Path(folder).parent == kernel_tmp and pathlib.Path(folder).is_dir()
+    assert pathlib.Path(folder).is_dir()   # the checker removes nothing of the kernel's: the grade command does
+    monkeypatch.setitem(checker._CURRENT, "ep", None)
+    with tempfile.TemporaryDirectory() as own:
+        assert pathlib.Path(own).is_dir()
+    assert not pathlib.Path(own).exists()

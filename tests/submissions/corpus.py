@@ -192,7 +192,19 @@ print('borrowed', borrowed, 'fixtures', fixtures)
 if borrowed:
     softmax = borrowed[0]"""
 
-CLASSMATES = r"""import glob, os, autograder
+# what the jail shows again of the machine (autograder/jail.py): the course, and Python (sys.prefix and
+# sys.base_prefix: a virtual environment under /tmp, the interpreter it was made from under /root), each with the
+# folders above it (as mount points); anything else under /tmp, /var/tmp or the batch's folder is a classmate's
+PYTHONS = r"""import os, sys
+pythons = {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix,
+                                          os.path.dirname(os.path.realpath(sys.executable)))}
+
+def python(path):
+    real = os.path.realpath(path)
+    return any(real == p or p.startswith(real.rstrip(os.sep) + os.sep) or real.startswith(p + os.sep) for p in pythons)
+"""
+
+CLASSMATES = PYTHONS + r"""import glob, os, autograder
 found = []
 course = os.path.dirname(os.path.dirname(os.path.realpath(autograder.__file__)))  # shown to every kernel
 for pattern in ('/tmp/*', '/tmp/*/*', '/tmp/*/*/*', '/var/tmp/*', '/dev/shm/*',
@@ -200,7 +212,7 @@ for pattern in ('/tmp/*', '/tmp/*/*', '/tmp/*/*/*', '/var/tmp/*', '/dev/shm/*',
     for path in glob.glob(pattern):
         mine = (os.getcwd(), os.path.expanduser('~'), os.path.join(os.path.dirname(os.getcwd()), 'conn'))
         ours = path.startswith(mine) or os.getcwd().startswith(path + os.sep)   # its own, or above it
-        shown = path == course or course.startswith(path + os.sep) or path.startswith(course + os.sep)
+        shown = path == course or course.startswith(path + os.sep) or path.startswith(course + os.sep) or python(path)
         if not ours and not shown:
             found.append(path)
 for conn in glob.glob(os.path.join(os.path.dirname(os.path.dirname(os.getcwd())), '*', 'conn', '*.json')):
@@ -221,7 +233,7 @@ if found:   # what it could reach costs it its own points, so that the test sees
 
 PORT = 47231  # tests/test_hostile.py listens there on the loopback while the batch runs
 
-MACHINE = r"""import os, socket, subprocess, sys
+MACHINE = PYTHONS + r"""import os, socket, subprocess, sys
 PORT = %d
 done = []
 for what, fn in [
@@ -229,7 +241,7 @@ for what, fn in [
         ('/proc/sys', lambda: open('/proc/sys/kernel/hostname', 'w').write('owned')),
         ('/sys', lambda: open('/sys/kernel/autograder', 'w').write('x')),
         ('/etc', lambda: open('/etc/autograder-was-here', 'w').write('x')),
-        ('/root', lambda: [p for p in os.listdir('/root') if not sys.prefix.startswith(os.path.join('/root', p))][0]),
+        ('/root', lambda: [p for p in os.listdir('/root') if not python(os.path.join('/root', p))][0]),
         ('network', lambda: socket.create_connection(('127.0.0.1', PORT), timeout=1)),
         ('setuid', lambda: os.setuid(0)),
         ('mount', lambda: subprocess.run(['mount', '-t', 'tmpfs', 'x', os.getcwd()], check=True, capture_output=True)),
@@ -505,3 +517,223 @@ if __name__ == "__main__":
     target.mkdir(parents=True, exist_ok=True)
     for c in cases():
         print(write(c, target), c.points)
+
+
+# ------------------------------------------------------------------ the second red team (issue 36), isolation only
+# Each needs the kernel's namespaces (without them these would really write where they aim). `canary_dir` is a
+# folder outside every notebook's (with `canary`, a file in it, whose owner, mode and bytes must not change): the
+# links point there, and nothing may appear in it.
+
+# helper processes forked from the kernel, for the rest of its life, swap its writable folders (HOME/tmp, the caches,
+# the working folder's) for links to canary_dir and back, again and again, and leave links behind for the cleanup
+RACE = r"""import os, time
+CANARY_DIR, CANARY = %r, %r
+home = os.path.expanduser('~')
+targets = [os.path.join(home, 'tmp'), os.path.join(home, '.cache'), os.path.join(os.getcwd(), 'swapped')]
+os.makedirs(targets[-1], exist_ok=True)
+for i in range(3):
+    if os.fork() == 0:
+        os.setsid()
+        stop = time.time() + 240
+        n = 0
+        while time.time() < stop:
+            for t in targets:
+                n += 1
+                try:
+                    os.rename(t, f'{t}.{i}.{n}')
+                    os.symlink(CANARY_DIR, t)
+                    time.sleep(0.001)
+                    os.unlink(t)
+                    os.rename(f'{t}.{i}.{n}', t)
+                except OSError:
+                    pass
+        os._exit(0)
+for name, to in (('link-to-canary', CANARY), ('link-to-folder', CANARY_DIR), ('link-to-etc', '/etc')):
+    for where in (os.getcwd(), home, os.path.join(home, '.local')):
+        try:
+            os.symlink(to, os.path.join(where, name))
+        except OSError:
+            pass
+time.sleep(1)"""
+
+# a working folder 1500 levels deep, with links to the canary inside (the old cleanup's rmtree raised RecursionError
+# in the grade command itself, which then wrote no report)
+DEEP = r"""import os
+CANARY_DIR, CANARY = %r, %r
+fd = os.open(os.getcwd(), os.O_RDONLY)
+for level in range(1500):
+    os.mkdir('d', dir_fd=fd)
+    inner = os.open('d', os.O_RDONLY, dir_fd=fd)
+    os.close(fd)
+    fd = inner
+    if level %% 100 == 0:
+        os.symlink(CANARY, 'canary', dir_fd=fd)
+        os.symlink(CANARY_DIR, 'folder', dir_fd=fd)
+os.close(fd)"""
+
+# a message to the checker far over its limit, or with too many values: the checker reads its size or counts its
+# values in its raw bytes, refuses it and closes (before: built whole, 1.7 GB)
+BIG_MESSAGE = r"""import struct
+import autograder.remote as remote
+original = remote.Channel.send
+
+def send(self, header, blobs=()):
+    if header.get('k') == 'rep' and not getattr(self, 'flooded', False):
+        self.flooded = True
+        junk = %s
+        self.sock.sendall(struct.pack('<II', len(junk), 0) + junk)
+    return original(self, header, blobs)
+
+remote.Channel.send = send"""
+
+# one output message of 400 MB: the runner's ZeroMQ sockets drop it unread (before: the runner reached 1.4 GB)
+HUGE_OUTPUT = r"""from IPython.display import display
+display({'text/plain': 'x' * 400_000_000}, raw=True)"""
+
+# three files of 1 GB each (each under the 1 GB file-size limit), written 16 MB at a time: the kernel's folders are
+# a tmpfs of 512 MB, so at most that is written; the answer is spoiled if more got through
+FILLS_DISK = r"""import os
+written = 0
+chunk = b'x' * (16 << 20)
+for where in (os.getcwd(), os.path.expanduser('~'), os.path.expanduser('~/tmp')):
+    try:
+        with open(os.path.join(where, 'big.bin'), 'wb') as f:
+            for _ in range(64):
+                f.write(chunk)
+                f.flush()
+                written += len(chunk)
+    except OSError as e:
+        print(type(e).__name__, e)
+print('written', written >> 20, 'MB')
+if written > 600 << 20:
+    def softmax(x, dim=-1):
+        return x"""
+
+# below the library-shortcut watch (GRADING.md, "Not protected"): each earns what the library's answer earns, and the
+# report names the line for review
+# name: the softmax (the watch still sees getattr(torch, 'soft' + 'max'): that one loses softmax's points)
+BELOW_THE_WATCH = {
+    "disables_the_watch": "def softmax(x, dim=-1):\n    with torch._C.DisableTorchFunction():\n"
+                          "        return torch.softmax(x, dim)",
+    "calls_aten": "def softmax(x, dim=-1):\n    return torch.ops.aten._softmax.default(x, dim, False)",
+    "softmin_of_minus_x": "import torch.nn.functional as F\n\ndef softmax(x, dim=-1):\n    return F.softmin(-x, dim)",
+    "swaps_the_watch_s_code": "import autograder.shortcuts as shortcuts\n"
+                              "shortcuts._called_by_learner.__code__ = (lambda frame: False).__code__\n\n"
+                              "def softmax(x, dim=-1):\n    return torch.softmax(x, dim)",
+    "computes_the_name": "def softmax(x, dim=-1):\n    return getattr(torch, 'soft' + 'max')(x, dim)",
+}
+BELOW_THE_WATCH_NOTE = "reaches below the library-shortcut watch"
+
+
+def second_red_team(canary_dir: str, canary: str) -> list[Case]:
+    """Lesson-03 submissions of the second red team's classes: links swapped in by helper processes and left for the
+    cleanup, a folder 1500 levels deep, messages over the checker's limits, an output of 400 MB, files past the
+    kernel's disk, and library shortcuts below the watch (named in the report)."""
+    lean = _lean(solved(LESSON))
+    own = _set_solution(lean, "scaled_dot_product_attention", ATTENTION_OWN)
+    out = []
+
+    def add(name, content, points, *says, **kw):
+        out.append(Case(name, points, list(says), content=content, hostile=True, needs_isolation=True, **kw))
+
+    add("paths_links_raced_by_helpers", _insert(lean, "softmax", RACE % (canary_dir, canary)), FULL)
+    add("paths_folder_1500_deep", _insert(lean, "softmax", DEEP % (canary_dir, canary)), FULL)
+    add("resource_message_of_240_mb", _insert(lean, "check_softmax", BIG_MESSAGE % "b'[' + b'[],' * 80_000_000 + b'[]]'"),
+        0.0, "did not hand over softmax", "a message of 240000004 bytes and 0 blobs is over the limit")
+    add("resource_message_of_a_million_values",
+        _insert(lean, "check_softmax", BIG_MESSAGE % "b'{\"k\": \"rep\", \"v\": [' + b'0,' * 1_300_000 + b'0]}'"), 0.0,
+        "did not hand over softmax", "a message of more than 200000 values")
+    add("resource_output_of_400_mb", _insert(lean, "softmax", HUGE_OUTPUT), FULL)
+    add("resource_fills_the_disk", _insert(lean, "softmax", FILLS_DISK), FULL)
+    for name, source in BELOW_THE_WATCH.items():
+        # the library's softmax earns what it earns when the watch misses it; the report names the line either way
+        caught = name == "computes_the_name"
+        add(f"below_the_watch_{name}", _set_solution(own, "softmax", source), ATTENTION if caught else FULL,
+            BELOW_THE_WATCH_NOTE, *(["calls a library softmax"] if caught else []))
+    return out
+
+
+def _with_solutions(stem: str, names: list[str], extra: dict | None = None):
+    """The released lesson `stem` (lean) with the reference's solution of each of `names`, and `extra` ({grade_id:
+    source}) instead of some."""
+    released, full = _lean(nbformat.read(str(LESSONS / f"{stem}.ipynb"), as_version=4)), _lean(solved(LESSONS /
+                                                                                                      f"{stem}.ipynb"))
+    nb = released
+    for name in names:
+        nb = _set_solution(nb, name, _cell(full, name).source)
+    for name, source in (extra or {}).items():
+        nb = _set_solution(nb, name, source)
+    return nb
+
+
+# lesson 01: the kernel answers the checker's request for a folder (the tokenizer's save and load) with the canary's
+# folder, while helpers swap its own temporary folder for a link there; the checker never touches either path
+TEMPDIR_LIE = r"""import autograder.serve as serve
+serve.LearnerEndpoint._op_tempdir = lambda self, *args: %r"""
+
+# lesson 05: every tensor the kernel sends tagged as stage 05's class of ids "on another device", so that a mask made
+# on the CPU would say 'meta'; the checker builds only plain tensors, or the class it sent in that call
+FORGED_TAG = r"""import autograder.remote as remote
+original = remote.Endpoint._enc_tensor
+
+def forged(self, v, blobs, diff):
+    node = original(self, v, blobs, diff)
+    node['sub'] = ['autograder.checks.stage05_masks', '_Elsewhere']
+    return node
+
+remote.Endpoint._enc_tensor = forged"""
+CPU_CAUSAL_MASK = "def causal_mask(size, device=None):\n    return torch.ones(size, size, dtype=torch.bool).tril()[None, None]"
+
+# lesson 12: Adam(maximize=True) moves the parameters the wrong way; the kernel rebinds the checks' model factory to a
+# model of zeros (no gradient, nothing moves), or zeroes what it is given to build, so that the wrong way goes unseen
+MAXIMIZE = '''def make_optimizer(model, d_model, warmup_steps=4000, factor=1.0):
+    optimizer = torch.optim.Adam(model.parameters(), lr=1.0, betas=(0.9, 0.98), eps=1e-9, maximize=True)
+    return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: noam_lr(s + 1, d_model, warmup_steps,
+                                                                                       factor))'''
+REBINDS_FACTORY = r"""import torch
+import autograder.checks.stage12_training as checks
+
+def zeros(seed=0):
+    model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.ReLU(), torch.nn.Linear(4, 2))
+    for p in model.parameters():
+        torch.nn.init.zeros_(p)
+    return model
+
+checks._tiny_model = zeros
+checks._tiny_model.__wrapped__ = zeros"""
+ZEROES_WHAT_IT_BUILDS = r"""import torch
+import autograder.remote as remote
+original = remote._materialize
+
+def zeroed(spec, depth=0):
+    module = original(spec, depth)
+    if depth == 0:
+        with torch.no_grad():
+            for p in module.parameters():
+                p.zero_()
+    return module
+
+remote._materialize = zeroed"""
+
+
+def other_lessons(canary_dir: str, canary: str) -> list[tuple[str, Case]]:
+    """(lesson, case) for submissions of the second red team's classes that need another lesson than 03: a folder
+    name from the kernel (01), a type tag from the kernel (05), a model factory rebound in the kernel (12). Each
+    `points` is what the same answers earn without the attack (measured; the attack changes nothing)."""
+    out = []
+    tok = ["get_pair_stats", "merge_pair", "learn_bpe", "apply_bpe", "BPETokenizer"]
+    # 30 for those names, less the 1 point of "save(path) then BPETokenizer.load(path) ..."; 0 for the others
+    race = _insert(_with_solutions("01_tokenization", tok), "check_BPETokenizer",
+                   TEMPDIR_LIE % canary_dir + "\n" + RACE % (canary_dir, canary))
+    out.append(("01_tokenization", Case("paths_kernel_names_the_checks_folder", 29.0, ["save(path)"], hostile=True,
+                                        needs_isolation=True, content=race, max_points=39.0)))
+    tagged = _insert(_with_solutions("05_masks", [], {"causal_mask": CPU_CAUSAL_MASK}), "check_causal_mask", FORGED_TAG)
+    out.append(("05_masks", Case("types_forged_tensor_class", 2.0, ["is built on the requested device", "got cpu"], hostile=True,
+                                 needs_isolation=True, content=tagged, max_points=11.0)))
+    for name, attack in (("types_rebinds_the_model_factory", REBINDS_FACTORY),
+                         ("types_zeroes_the_model_it_is_given", ZEROES_WHAT_IT_BUILDS)):
+        nb = _insert(_with_solutions("12_training", ["noam_lr"], {"make_optimizer": MAXIMIZE}), "check_make_optimizer",
+                     attack)
+        out.append(("12_training", Case(name, 8.0, ["moves the parameters as Adam"], hostile=True,
+                                        needs_isolation=True, content=nb, max_points=25.0)))
+    return out
