@@ -463,7 +463,7 @@ def test_nothing_outside_the_notebooks_changes_owner_mode_or_names(batch):
 
 def test_the_grader_s_processes_stay_under_1_gb(batch):
     """The grade command, the checkers (and their batch's process) and the notebooks' runners, while the batch (a
-    240 MB message to the checker, a 400 MB output, 1.5 GB of files) is graded: each under 1 GB at its peak."""
+    100 MB message to the checker, a 400 MB output, 1.5 GB of files) is graded: each under 1 GB at its peak."""
     peaks = batch.watch.peak
     assert any("autograder.checker" in n for n in peaks) and any("autograder.kernel" in n for n in peaks), peaks
     over = {n: kb >> 10 for n, kb in peaks.items() if kb >= 1 << 20}

@@ -207,15 +207,20 @@ def python(path):
 CLASSMATES = PYTHONS + r"""import glob, os, autograder
 found = []
 course = os.path.dirname(os.path.dirname(os.path.realpath(autograder.__file__)))  # shown to every kernel
+# its notebook's folder in the batch's: NOTEBOOK/scratch/work (autograder/kernel.py); NOTEBOOK/sock, its checker's
+# socket, is shown to it read-only
+notebook = os.path.dirname(os.path.dirname(os.getcwd()))
 for pattern in ('/tmp/*', '/tmp/*/*', '/tmp/*/*/*', '/var/tmp/*', '/dev/shm/*',
-                os.path.join(os.path.dirname(os.path.dirname(os.getcwd())), '*', '*')):
+                os.path.join(os.path.dirname(notebook), '*', '*'), os.path.join(notebook, '*', '*')):
     for path in glob.glob(pattern):
-        mine = (os.getcwd(), os.path.expanduser('~'), os.path.join(os.path.dirname(os.getcwd()), 'conn'))
+        mine = (os.getcwd(), os.path.expanduser('~'), os.path.join(os.path.dirname(os.getcwd()), 'conn'),
+                os.path.join(notebook, 'sock'))
         ours = path.startswith(mine) or os.getcwd().startswith(path + os.sep)   # its own, or above it
         shown = path == course or course.startswith(path + os.sep) or path.startswith(course + os.sep) or python(path)
         if not ours and not shown:
             found.append(path)
-for conn in glob.glob(os.path.join(os.path.dirname(os.path.dirname(os.getcwd())), '*', 'conn', '*.json')):
+for conn in glob.glob(os.path.join(os.path.dirname(notebook), '*', '*', 'conn', '*.json')) + \
+        glob.glob(os.path.join(os.path.dirname(notebook), '*', 'conn', '*.json')):
     if not conn.startswith(os.path.dirname(os.getcwd())):
         found.append(conn)
         try:    # inject code into the classmate's kernel
@@ -547,6 +552,7 @@ for i in range(3):
                     os.rename(f'{t}.{i}.{n}', t)
                 except OSError:
                     pass
+            time.sleep(0.005)   # retried for the kernel's whole life, without taking the classmates' CPU
         os._exit(0)
 for name, to in (('link-to-canary', CANARY), ('link-to-folder', CANARY_DIR), ('link-to-etc', '/etc')):
     for where in (os.getcwd(), home, os.path.join(home, '.local')):
@@ -638,8 +644,9 @@ def second_red_team(canary_dir: str, canary: str) -> list[Case]:
 
     add("paths_links_raced_by_helpers", _insert(lean, "softmax", RACE % (canary_dir, canary)), FULL)
     add("paths_folder_1500_deep", _insert(lean, "softmax", DEEP % (canary_dir, canary)), FULL)
-    add("resource_message_of_240_mb", _insert(lean, "check_softmax", BIG_MESSAGE % "b'[' + b'[],' * 80_000_000 + b'[]]'"),
-        0.0, "did not hand over softmax", "a message of 240000004 bytes and 0 blobs is over the limit")
+    # 100 MB of empty lists: about 2 GB once built (the old checker built it whole)
+    add("resource_message_of_100_mb", _insert(lean, "check_softmax", BIG_MESSAGE % "b'[' + b'[],' * 33_000_000 + b'[]]'"),
+        0.0, "did not hand over softmax", "a message of 99000004 bytes and 0 blobs is over the limit")
     add("resource_message_of_a_million_values",
         _insert(lean, "check_softmax", BIG_MESSAGE % "b'{\"k\": \"rep\", \"v\": [' + b'0,' * 1_300_000 + b'0]}'"), 0.0,
         "did not hand over softmax", "a message of more than 200000 values")
