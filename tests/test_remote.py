@@ -28,7 +28,7 @@ def test_the_reference_earns_every_point_across_the_channel(tmp_path):
     from autograder import checks  # noqa: F401
     names = sorted(core.REGISTRY)
     cfg = {"socket": str(tmp_path / "s"), "results": str(tmp_path / "r.jsonl"), "cells": {n: n for n in names},
-           "uid": None, "threads": 1, "exchange": str(tmp_path)}
+           "uid": None, "threads": 1, "tmp": str(tmp_path)}
     (tmp_path / "c.json").write_text(json.dumps(cfg))
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     checker = subprocess.Popen([sys.executable, "-m", "autograder.checker", str(tmp_path / "c.json")],
