@@ -126,7 +126,8 @@ def batch(tmp_path_factory):
             else:
                 os.environ[k] = v
     seconds = time.time() - start
-    print(f"\n{len(paths)} notebooks graded in {seconds:.0f} s (jobs=2, isolation={isolated})\n{out.getvalue()}")
+    print(f"\n{len(paths)} notebooks graded in {seconds:.0f} s (jobs=2, isolation={isolated}); peak memory (MB) "
+          f"{ {n[:60]: kb >> 10 for n, kb in watch.peak.items()} }; disk grown by {watch.disk >> 20} MB\n{out.getvalue()}")
     return SimpleNamespace(cases={c.name: c for c in chosen}, report=report, seconds=seconds, isolated=isolated,
                            hostname=hostname, watch=watch, outside=outside, canary=canary,
                            by_name={pathlib.Path(n["path"]).stem: n for n in report["notebooks"]},
