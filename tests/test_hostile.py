@@ -127,7 +127,9 @@ def batch(tmp_path_factory):
                 os.environ[k] = v
     seconds = time.time() - start
     print(f"\n{len(paths)} notebooks graded in {seconds:.0f} s (jobs=2, isolation={isolated}); peak memory (MB) "
-          f"{ {n[:60]: kb >> 10 for n, kb in watch.peak.items()} }; disk grown by {watch.disk >> 20} MB\n{out.getvalue()}")
+          f"{ {g.decode(): max([kb >> 10 for n, kb in watch.peak.items() if g.decode() in n] or [0]) for g in GRADER} }, "
+          f"the largest {max(watch.peak.values(), default=0) >> 10} MB (this process included); disk grown by {watch.disk >> 20} MB\n"
+          f"{out.getvalue()}")
     return SimpleNamespace(cases={c.name: c for c in chosen}, report=report, seconds=seconds, isolated=isolated,
                            hostname=hostname, watch=watch, outside=outside, canary=canary,
                            by_name={pathlib.Path(n["path"]).stem: n for n in report["notebooks"]},
