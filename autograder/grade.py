@@ -1,7 +1,8 @@
-"""`python -m autograder grade NOTEBOOK... [--json FILE] [--jobs N] [--timeout S] [--cell-timeout S]
-[--memory GB] [--lesson STEM]`: grade notebooks, each in a fresh kernel, and report the points of every graded
-cell. A broken, slow or hostile notebook costs only its own grade, with the reason in the report. What this
-protects and what it does not is in autograder/GRADING.md.
+"""`python -m autograder grade NOTEBOOK... [--json FILE] [--csv FILE] [--jobs N] [--timeout S] [--cell-timeout S]
+[--memory GB] [--lesson STEM] [--shard K/N] [--regrade]`: grade notebooks, each in a fresh kernel, and report the
+points of every graded cell. A broken, slow or hostile notebook costs only its own grade, with the reason in the
+report. What this protects and what it does not is in autograder/GRADING.md. A batch can be stopped (SIGINT,
+SIGTERM) and gone on with, graded in shards on several machines, and merged (`python -m autograder merge`).
 
 In three layers, each its own module:
 1. autograder/submission.py reads a submission without running anything (`read_submission`).
