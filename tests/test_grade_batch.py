@@ -36,7 +36,8 @@ WRONG_TARGET = _set_solution(SOLVED, "target_mask", "def target_mask(tgt_ids, pa
                              "    L = tgt_ids.shape[2]\n"
                              "    return padding_mask(tgt_ids, pad_id) & causal_mask(L, tgt_ids.device)")
 BROKEN = _insert(_set_solution(_set_solution(_set_solution(
-    SOLVED, "padding_mask", "import nonexistent_module_x\n\n\ndef padding_mask(ids, pad_id=PAD):\n    return ids != pad_id"),
+    SOLVED, "padding_mask", "import nonexistent_module_x\n\n\ndef padding_mask(ids, pad_id=PAD):\n"
+                            "    return ids != pad_id"),
     "causal_mask", "def causal_mask(size, device=None):\n    return (\n"),
     "target_mask", "from solutions.masks import target_mask"),
     "check_target_mask", "import os\nos._exit(1)")
