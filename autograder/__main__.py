@@ -1,5 +1,6 @@
-"""Command line: `python -m autograder grade NOTEBOOK... [--json FILE] [--jobs N] [--timeout S] [--cell-timeout S]
-[--memory GB] [--lesson STEM]`,
+"""Command line: `python -m autograder grade NOTEBOOK... [--json FILE] [--csv FILE] [--jobs N] [--timeout S]
+[--cell-timeout S] [--memory GB] [--lesson STEM] [--shard K/N] [--regrade]`,
+`python -m autograder merge REPORT.json... --json FILE [--csv FILE]`,
 `python -m autograder lessons [--write]`, `python -m autograder nbgrader-course DIR`."""
 from __future__ import annotations
 
@@ -28,6 +29,16 @@ def main(argv=None) -> int:
                    help="GB of address space for each kernel (default 4, or $AUTOGRADER_MEMORY_GB)")
     g.add_argument("--lesson", help="the lesson every notebook is graded as, e.g. 03_attention (default: each "
                    "notebook's file or folder name)")
+    g.add_argument("--csv", help="also write one row per student (nbgrader's submitted/STUDENT/LESSON/, else the "
+                   "file's name) with one column per graded cell and the total")
+    g.add_argument("--shard", metavar="K/N", help="grade only share K of N (K from 0 to N-1), chosen by a hash of "
+                   "each path as given: N machines given the same notebooks grade each once (see merge)")
+    g.add_argument("--regrade", action="store_true", help="grade again the notebooks that the --json report "
+                   "already holds with the same file (default: they are kept, and the batch goes on from there)")
+    m = sub.add_parser("merge", help="merge the reports of a batch's shards (--shard K/N) into one")
+    m.add_argument("reports", nargs="+", metavar="REPORT.json")
+    m.add_argument("--json", required=True, help="the merged report")
+    m.add_argument("--csv", help="also write the merged report's rows, one per student")
     les = sub.add_parser("lessons", help="check (or --write) that the lessons' stubs match solutions/")
     les.add_argument("--write", action="store_true")
     course = sub.add_parser("nbgrader-course", help="build an nbgrader course directory from the lessons")
@@ -36,11 +47,46 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
 
     if args.command == "grade":
-        from .grade import MEMORY_GB, grade
+        from .grade import MEMORY_GB, Interrupted, ReportError, grade, shard_of
+        from .submission import _lessons
+        stems = [stem for stem, _, _ in _lessons()]
+        if args.lesson is not None and args.lesson not in stems:
+            print(f"--lesson {args.lesson} is not a lesson; the lessons: {', '.join(stems)}", file=sys.stderr)
+            return 2
+        shard = None
+        if args.shard is not None:
+            k, _, n = args.shard.partition("/")
+            if not (k.isdigit() and n.isdigit() and 0 <= int(k) < int(n)):
+                print(f"--shard {args.shard}: expected K/N with 0 <= K < N, e.g. --shard 0/4", file=sys.stderr)
+                return 2
+            shard = (int(k), int(n))
         jobs = args.jobs or min(4, os.cpu_count() or 1)
-        report = grade(args.notebooks, args.json, args.timeout, jobs=jobs, cell_timeout=args.cell_timeout,
-                       memory_gb=args.memory if args.memory is not None else MEMORY_GB, lesson=args.lesson)
-        return 0 if all(n["error"] is None for n in report["notebooks"]) else 1
+        try:
+            report = grade(args.notebooks, args.json, args.timeout, jobs=jobs, cell_timeout=args.cell_timeout,
+                           memory_gb=args.memory if args.memory is not None else MEMORY_GB, lesson=args.lesson,
+                           csv_path=args.csv, shard=shard, regrade=args.regrade)
+        except ReportError as e:
+            print(str(e), file=sys.stderr)
+            return 2
+        except Interrupted as e:
+            print(e.line, file=sys.stderr)
+            return 128 + e.signum
+        mine = {str(p) for p in args.notebooks if shard is None or shard_of(p, shard[1]) == shard[0]}
+        return 0 if all(n["error"] is None for n in report["notebooks"] if n["path"] in mine) else 1
+    if args.command == "merge":
+        from .grade import ReportError, merge, summary_text
+        try:
+            merged, missing = merge(args.reports, args.json, args.csv)
+        except ReportError as e:
+            print(str(e), file=sys.stderr)
+            return 2
+        print(f"{len(merged['notebooks'])} notebooks from {len(args.reports)} reports written to {args.json}"
+              + (f" and {args.csv}" if args.csv else ""))
+        if merged["notebooks"]:
+            print(summary_text(merged))
+        for line in missing:
+            print(f"missing: {line}", file=sys.stderr)
+        return 1 if missing else 0
     if args.command == "lessons":
         from .notebooks import sync
         stale = sync(write=args.write)

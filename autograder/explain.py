@@ -159,7 +159,10 @@ def failing_site(e: BaseException) -> dict | None:
         source = ""
     last = {n: s for n in dict.fromkeys(re.findall(r"(?<![\w.])([A-Za-z_]\w*)\[-1\]", source))
             if (s := _shape_of(local_vars.get(n))) is not None}
-    return {"file": frame.f_code.co_filename, "line": lineno, "text": text, "shapes": shapes, "last": last}
+    entry = frames[0][0].f_code
+    params = [n for n in entry.co_varnames[:entry.co_argcount] if n != "self"]
+    return {"file": frame.f_code.co_filename, "line": lineno, "text": text, "shapes": shapes, "last": last,
+            "entry": {"name": entry.co_name, "params": params}}
 
 
 def _plain_shapes(value) -> dict:
@@ -311,8 +314,8 @@ def _entry_call(e: BaseException) -> str:
 def _remote_call(e: BaseException) -> str:
     """For an error raised in the notebook's kernel: the call the check made, from the checker's side of the channel
     (the outermost call of a proxy in the traceback, whose args and kwargs are the check's own values), named after
-    the learner's function that it entered (the kernel's first frame of the learner's code). Parameter names stay
-    on the other side: positional arguments are given by their shapes alone."""
+    the learner's function that it entered (the kernel's first frame of the learner's code). Positional arguments
+    are named after that function's parameters, as the kernel sent them (_entry_params), else given alone."""
     frames = _remote_learner_frames(e)
     if not frames:
         return ""
@@ -329,7 +332,10 @@ def _remote_call(e: BaseException) -> str:
     if not isinstance(args, tuple) or not isinstance(kwargs, dict):
         return ""
     import types
-    parts = [_argument_text(v) or getattr(getattr(v, "__class__", None), "__name__", "?") for v in args]
+    params = _entry_params(e, frames[0][2])
+    named = list(zip(params, args)) if len(args) <= len(params) else [(None, v) for v in args]
+    parts = [(f"{k} {_shape_of(v)}" if _shape_of(v) is not None else f"{k}={_argument_text(v) or '...'}") if k else
+             _argument_text(v) or getattr(getattr(v, "__class__", None), "__name__", "?") for k, v in named]
     parts += [f"{k} {_shape_of(v)}" if _shape_of(v) is not None else f"{k}={_argument_text(v) or '...'}"
               for k, v in kwargs.items()]
     try:
@@ -339,6 +345,20 @@ def _remote_call(e: BaseException) -> str:
     plain = (type, types.FunctionType, types.MethodType, types.BuiltinFunctionType)
     owner = f"{cls.__name__}." if isinstance(cls, type) and cls not in plain and cls is not object else ""
     return f"{owner}{frames[0][2]}({', '.join(parts)})"
+
+
+def _entry_params(e: BaseException, name: str) -> list[str]:
+    """The names of the positional parameters of the learner's function that the check's call entered (self left
+    out), as the notebook's kernel sent them with an error (site "entry"): [] unless they are names and the function
+    is the one the frames say (`name`)."""
+    site = getattr(e, "remote_site", None)
+    entry = site.get("entry") if isinstance(site, dict) else None
+    if not isinstance(entry, dict) or entry.get("name") != name or not isinstance(entry.get("params"), list):
+        return []
+    params = entry["params"][:32]
+    if not all(isinstance(p, str) and p.isidentifier() and len(p) <= 64 for p in params):
+        return []
+    return params
 
 
 def _exception_line(e: BaseException) -> str:

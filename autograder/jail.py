@@ -69,6 +69,7 @@ def kernel_env(cfg, parent=None) -> dict:
         "TRITON_CACHE_DIR": os.path.join(cache, "triton"), "PYTHONDONTWRITEBYTECODE": "1",
         "AUTOGRADER_TOKEN": cfg["token"], "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads,
         "PYTHONNOUSERSITE": "1", "JUPYTER_RUNTIME_DIR": cfg.get("conn", home),
+        "NBGRADER_EXECUTION": "autograde",  # as under nbgrader autograde: the lessons' demonstrations run short
     })
     if cfg.get("isolate"):
         env.update(USER="nobody", LOGNAME="nobody")

@@ -159,9 +159,12 @@ def _execute(spec_path: str) -> None:
             if time_up():  # no cell starts after the time limit
                 raise Stop(stopped[0])
             self.current = cell_index
+            status["reached"] = cell_index
             return await super().async_execute_cell(cell, cell_index, *args, **kwargs)
 
         def output(self, outs, msg, display_id, cell_index):
+            if msg.get("msg_type") == "error" and len(status["errors"]) < 200:  # what the cell raised, for the report
+                status["errors"].setdefault(str(cell_index), _error_of(msg.get("content")))
             return None
 
         async def _async_handle_timeout(self, timeout, cell=None):
@@ -176,7 +179,7 @@ def _execute(spec_path: str) -> None:
 
     spec = json.loads(pathlib.Path(spec_path).read_text())
     signal.signal(signal.SIGTERM, stop)
-    status = {"error": None, "cell": None, "interrupted": []}
+    status = {"error": None, "cell": None, "interrupted": [], "errors": {}, "reached": None}
     log = open(spec["log"], "wb")
     checker = connection = pidfd = client = None
 
@@ -241,6 +244,29 @@ def _execute(spec_path: str) -> None:
         log.close()
         pathlib.Path(spec["status"]).write_text(json.dumps(status))
         os._exit(0)  # now, even if a thread of the kernel client is still waiting on the dead kernel
+
+
+def _error_of(content) -> dict:
+    """{"ename", "evalue", "line"} of an error a cell raised, from the kernel's message (the notebook's side: read as
+    plain text, one line each, cut short). "line": the cell's line that raised (a SyntaxError's own, else the
+    traceback's innermost line of the cell), or None."""
+    import re
+    content = content if isinstance(content, dict) else {}
+    def plain(value, n: int) -> str:  # without colours, on one line
+        text = re.sub(r"\x1b\[[0-9;]*[A-Za-z]", "", str(value or "")[:20000])
+        return re.sub(r"[\x00-\x1f\x7f]+", " ", text)[:n].strip()
+    ename, evalue = plain(content.get("ename"), 100), plain(content.get("evalue"), 300)
+    line = None
+    if ename in ("SyntaxError", "IndentationError", "TabError"):
+        m = re.search(r" \((?:[^()]*), line (\d+)\)$", evalue)
+        if m:
+            evalue, line = evalue[:m.start()], int(m.group(1))
+    else:
+        frames = [plain(t, 2000) for t in content.get("traceback") or [] if isinstance(t, str)][:50]
+        cell = [t for t in frames if t.startswith("Cell In[")]  # IPython's "Cell In[3], line 2": the cell's frame
+        m = re.match(r"Cell In\[\d*\], line (\d+)", cell[0]) if cell else None
+        line = int(m.group(1)) if m else None
+    return {"ename": ename, "evalue": evalue, "line": line}
 
 
 # ---------------------------------------------------------------------------- processes, files
@@ -341,17 +367,124 @@ def _results(path: pathlib.Path) -> dict[str, dict]:
     return out
 
 
+CANCELLED = "stopped: the batch was interrupted"
+
+
+class _Cancelled(Exception):
+    pass
+
+
+class _CellRuns:
+    """How the submission's cells ran, to say truly why a graded name was not there: which cells define it (by their
+    text, read by autograder/submission.py, or as the lesson's answer cell of that name), what each raised (the
+    runner's "errors", by the prepared notebook's cell), how far the run got ("reached")."""
+
+    def __init__(self, nb, prepared, origin: list, nonces: dict, status: dict):
+        self.origin = origin
+        self.number_to_index = {n: i for i, n in enumerate(origin) if n}
+        self.cells = list(nb.cells) if nb is not None else []
+        self.errors = {}
+        for key, value in (status.get("errors") or {}).items():
+            if str(key).isdigit() and isinstance(value, dict) and int(key) < len(origin) and origin[int(key)]:
+                self.errors[origin[int(key)]] = value
+        self.reached = status.get("reached") if isinstance(status.get("reached"), int) else None
+        self.graded_at = {}  # name -> index of its grader cell in the prepared notebook
+        for index, cell in enumerate(prepared.cells if prepared is not None else []):
+            for nonce, name in nonces.items():
+                if nonce in cell.source:
+                    self.graded_at.setdefault(name, index)
+
+    def defining(self, name: str) -> list[int]:
+        """The numbers (1-based) of the submission's code cells that define `name`."""
+        out = []
+        for number, cell in enumerate(self.cells, 1):
+            meta = cell.get("metadata", {})
+            facts = meta.get("autograder") or {}
+            if cell.get("cell_type") == "code" and (name in (facts.get("defines") or []) or
+                                                    (meta.get("nbgrader") or {}).get("grade_id") == name):
+                out.append(number)
+        return out
+
+    @staticmethod
+    def raised(error: dict) -> str:
+        line = f" at line {error['line']}" if isinstance(error.get("line"), int) else ""
+        what = f"{error.get('ename') or 'an error'}" + (f": {error['evalue']}" if error.get("evalue") else "")
+        if error.get("ename") in ("SyntaxError", "IndentationError", "TabError"):
+            return f"has a {error['ename']}{line} ({error.get('evalue') or 'invalid syntax'}), so none of it ran"
+        return f"raised {what}{line}"
+
+    def why_undefined(self, name: str, stopped: str | None) -> str:
+        """Why `name` was not defined when its graded cell ran, as far as the run shows."""
+        defining = self.defining(name)
+        if not defining:
+            return (f"no cell of the notebook defines it (no `def {name}`, `class {name}` or `{name} = ...`: renamed, "
+                    "or its cell deleted?)")
+        graded = self.graded_at.get(name)
+        for number in defining:
+            if number in self.errors:
+                return f"cell {number}, which defines it, {self.raised(self.errors[number])}"
+        before = [n for n in defining if graded is None or self.number_to_index.get(n, -1) < graded]
+        if not before:
+            return f"cell {defining[0]}, which defines it, comes after its graded cell: it had not run yet"
+        number = before[-1]
+        index = self.number_to_index.get(number)
+        if index is None or self.reached is None or index > self.reached:
+            return f"cell {number}, which defines it, did not run" + (f" ({stopped})" if stopped else "")
+        return (f"cell {number} ran without an error but had not defined it when its graded cell ran (inside a "
+                "condition that was false, or deleted or renamed by a later cell?)")
+
+    def notes(self, name: str) -> list[str]:
+        """A line for each cell that defines `name` and raised: what was graded is what the cells before left."""
+        return [f"note: cell {n}, which defines {name}, {self.raised(self.errors[n])}"
+                for n in self.defining(name) if n in self.errors]
+
+
+class Cancel:
+    """A batch's stop (grade.py calls it on SIGINT or SIGTERM): once called, no notebook's run starts, and each run
+    under way is stopped (its runner gets SIGTERM: it stops the kernel and the checker, then reports)."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._running: set = set()
+        self.requested = False
+
+    def start(self, *args, **kwargs) -> subprocess.Popen | None:
+        """subprocess.Popen(*args, **kwargs) (in a session of its own), or None once the batch is stopped."""
+        with self._lock:
+            if self.requested:
+                return None
+            proc = subprocess.Popen(*args, **kwargs)
+            self._running.add(proc)
+            return proc
+
+    def finished(self, proc) -> None:
+        with self._lock:
+            self._running.discard(proc)
+
+    def __call__(self) -> None:
+        with self._lock:
+            self.requested = True
+            running = list(self._running)
+        for proc in running:
+            try:
+                os.killpg(proc.pid, signal.SIGTERM)
+            except OSError:
+                pass
+
+
 def grade_notebook(path: str | os.PathLike, timeout: float = NOTEBOOK_TIMEOUT, *, cell_timeout: float = CELL_TIMEOUT,
                    memory_gb: float = MEMORY_GB, threads: int | None = None, protected: list | None = None,
                    lesson: str | None = None, batch: str | os.PathLike | None = None,
-                   checker_server: str | None = None, kernel_server: str | None = None) -> dict:
+                   checker_server: str | None = None, kernel_server: str | None = None,
+                   cancel: Cancel | None = None) -> dict:
     """Grade one notebook: {"path", "points", "max_points", "error", "problems", "cells": [{"grade_id",
     "points", "max_points", "message"}], "seconds", "isolated", "lesson"}. `lesson`: the assignment (else
     taken from the file's or folder's name); `batch`: the folder of the batch's working files (a new one
     by default), which the kernel never sees; `checker_server`: the socket of the batch's checker process
     (autograder.checker.serve), which forks this notebook's checker (else one is started for it);
     `kernel_server`: the socket of the batch's kernel server (autograder.jail.serve), which forks this notebook's
-    kernel when it is isolated (else its launcher starts it)."""
+    kernel when it is isolated (else its launcher starts it); `cancel`: the batch's stop (a run it stopped is
+    reported with the error "stopped: the batch was interrupted")."""
     start = time.time()
     path = pathlib.Path(path)
     isolated = isolation()
@@ -380,6 +513,7 @@ def grade_notebook(path: str | os.PathLike, timeout: float = NOTEBOOK_TIMEOUT, *
     tmp = pathlib.Path(tempfile.mkdtemp(prefix="nb-", dir=batch)).resolve()
     os.chmod(tmp, 0o711)
     verdicts: dict = {}
+    status: dict = {}
     try:
         dirs = _private_dirs(tmp, isolated)
         private, work, home, conn = dirs["private"], dirs["work"], dirs["home"], dirs["conn"]
@@ -415,9 +549,12 @@ def grade_notebook(path: str | os.PathLike, timeout: float = NOTEBOOK_TIMEOUT, *
                 "checker_server": checker_server}
         (private / "spec.json").write_text(json.dumps(spec))
         env = dict(os.environ, JUPYTER_PATH=str(private), AUTOGRADER_TOKEN=token, PYTHONPATH=pythonpath)
-        proc = subprocess.Popen([sys.executable, "-m", "autograder.kernel", str(private / "spec.json")],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True, text=True,
-                                env=env, cwd=str(private))
+        runner = ([sys.executable, "-m", "autograder.kernel", str(private / "spec.json")],)
+        options = dict(stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True, text=True, env=env,
+                       cwd=str(private))
+        proc = cancel.start(*runner, **options) if cancel is not None else subprocess.Popen(*runner, **options)
+        if proc is None:
+            raise _Cancelled()
         stopped = False
         try:  # the child keeps the deadline itself; this is the fallback for a child that cannot
             _, err = proc.communicate(timeout=max(0.0, start + timeout - time.time()) + STOP_GRACE)
@@ -435,6 +572,8 @@ def grade_notebook(path: str | os.PathLike, timeout: float = NOTEBOOK_TIMEOUT, *
                 _, err = proc.communicate()
         finally:
             _kill_token(token)
+            if cancel is not None:
+                cancel.finished(proc)
         err = (err or "")[-20000:]
         try:
             status = json.loads((private / "status.json").read_text())
@@ -467,15 +606,21 @@ def grade_notebook(path: str | os.PathLike, timeout: float = NOTEBOOK_TIMEOUT, *
             if number:
                 problems.append(f"cell {number} ran past the cell time limit ({cell_timeout:g} s) and was interrupted; "
                                 "the cells after it still ran")
+    except _Cancelled:
+        pass
     finally:
         if not os.environ.get("AUTOGRADER_KEEP"):  # the working files, kept to debug the grader
             _remove(tmp, problems)
             if own:
                 _remove(batch, problems)
+    if cancel is not None and cancel.requested:
+        result["error"] = CANCELLED
     by_name = {}
     for nonce, name in (nonces if "nonces" in locals() else {}).items():
         if nonce in verdicts:
             by_name.setdefault(name, verdicts[nonce])
+    cells = _CellRuns(nb, prepared if "prepared" in locals() else None, origin if "origin" in locals() else [],
+                      nonces if "nonces" in locals() else {}, status)
     for gid, name, top in expected:
         verdict = by_name.get(name)
         if verdict is None:
@@ -484,6 +629,10 @@ def grade_notebook(path: str | os.PathLike, timeout: float = NOTEBOOK_TIMEOUT, *
             result["cells"].append({"grade_id": gid, "points": 0.0, "max_points": top, "message": why})
             continue
         lines = [str(x) for x in verdict.get("lines") or []]
+        if lines == [f"✗ {name} is not defined: run the cell that defines it"]:  # the checker cannot know why
+            lines = [f"✗ {name} is not defined: {cells.why_undefined(name, result['error'])}"]
+        else:
+            lines += cells.notes(name)
         flags = list(dict.fromkeys(str(f) for f in verdict.get("flags") or []))
         message = "\n".join(lines + [f"✗ refused: {f}" for f in flags] +
                             ([f"✗ {verdict['error']}"] if verdict.get("error") else []))

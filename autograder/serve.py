@@ -42,7 +42,8 @@ class LearnerEndpoint(Endpoint):
         if site:
             out["site"] = {"file": site["file"], "line": site["line"],
                            "shapes": {n: list(s) for n, s in list(site["shapes"].items())[:16]},
-                           "last": {n: list(s) for n, s in list(site["last"].items())[:16]}}
+                           "last": {n: list(s) for n, s in list(site["last"].items())[:16]},
+                           "entry": site.get("entry")}  # the parameters of the function the call entered
         return out
 
     def _op_watched(self, msg, blobs, reply, out):

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import re
 import resource
 import stat
 import subprocess
@@ -32,6 +33,7 @@ MAX_NOTEBOOK_BYTES = 20 << 20   # a lesson with its outputs is well under 5 MB
 MAX_CELLS = 2000
 READ_MEMORY = 1 << 30     # the address space of the process that reads a submission
 ROOT = pathlib.Path(__file__).resolve().parents[1]
+ANSWER_IMPORT = "imports the graded stage's answer from solutions"
 
 
 def course_pythonpath() -> str:
@@ -111,6 +113,177 @@ def _open_regular(path: pathlib.Path) -> tuple[bytes | None, str | None]:
         os.close(fd)
 
 
+MAX_FACTS = 200  # names kept of one cell
+MAX_WORDS = 2000  # words of its strings
+
+
+def _without_magics(source: str) -> str:
+    """The cell's text with IPython's line magics and shell escapes (`%time`, `!pip`) made `pass`, so that Python's
+    parser reads the rest; a cell magic (`%%bash`) leaves nothing to read."""
+    if source.lstrip().startswith("%%"):
+        return ""
+    lines = []
+    for line in source.split("\n"):
+        body = line.lstrip()
+        lines.append(line[:len(line) - len(body)] + "pass" if body[:1] in ("%", "!") else line)
+    return "\n".join(lines)
+
+
+_DEF = re.compile(r"^[ \t]*(?:async[ \t]+)?(?:def|class)[ \t]+([A-Za-z_]\w*)|^([A-Za-z_]\w*)[ \t]*(?::[^=\n]*)?=(?!=)",
+                  re.M)
+
+
+def cell_facts(source: str) -> dict:
+    """What the grade command needs to know of a code cell, read without running it (in the reading process):
+    "defines", the names it binds at its top level (def, class, assignment, import; read by the text's own lines
+    when it does not parse), and, where it mentions `solutions`, "solutions": the dotted names it reaches there
+    ("solutions.masks.padding_mask"; "solutions.*" for a star import) and "words": the words of its strings
+    (exec(open("../solutions/masks.py").read()), getattr(solutions, "padding_mask")). At most MAX_FACTS each."""
+    import ast
+    facts: dict = {"defines": []}
+    mentions = "solutions" in source
+    try:
+        tree = ast.parse(_without_magics(source))
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        tree = None
+    if tree is None:  # read by its lines: a cell that does not parse
+        facts["defines"] = list(dict.fromkeys(a or b for a, b in _DEF.findall(source)))[:MAX_FACTS]
+        if mentions:
+            found = {re.sub(r"\s+", "", m): [] for m in re.findall(r"solutions(?:\s*\.\s*[A-Za-z_]\w*)*", source)}
+            for module, names in re.findall(r"from\s+(solutions(?:\.\w+)*)\s+import\s+\(?([\w\s,*]+)", source):
+                for n in names.split(","):
+                    if n.split():  # `a as b` binds b
+                        found[f"{module}.{n.split()[0]}"] = [n.split()[-1]]
+            facts["solutions"] = [[d, c] for d, c in list(found.items())[:MAX_FACTS]]
+            quoted = " ".join(a or b for a, b in re.findall(r"'([^'\n]*)'|\"([^\"\n]*)\"", source))
+            words = set(re.findall(r"\b[A-Za-z_]\w{0,63}\b", quoted))
+            facts["words"] = sorted(words)[:MAX_WORDS] if "solutions" in words else []
+        return facts
+
+    defines: list = []
+
+    def bind(target):
+        if isinstance(target, ast.Name):
+            defines.append(target.id)
+        elif isinstance(target, (ast.Tuple, ast.List)):
+            for t in target.elts:
+                bind(t)
+
+    def top(body):
+        for node in body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                defines.append(node.name)
+            elif isinstance(node, ast.Assign):
+                for t in node.targets:
+                    bind(t)
+            elif isinstance(node, (ast.AnnAssign, ast.AugAssign)):
+                bind(node.target)
+            elif isinstance(node, (ast.Import, ast.ImportFrom)):
+                defines.extend((a.asname or a.name).split(".")[0] for a in node.names if a.name != "*")
+            for field in ("body", "orelse", "finalbody"):
+                if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                    top(getattr(node, field, None) or [])
+            for handler in getattr(node, "handlers", None) or []:
+                top(handler.body)
+    top(tree.body)
+    facts["defines"] = list(dict.fromkeys(defines))[:MAX_FACTS]
+    if not mentions:
+        return facts
+    bound: dict[str, str] = {"solutions": "solutions"}  # a name bound to solutions or one of its parts -> which
+    found: dict[str, set] = {}   # a dotted name reached in solutions -> the names it was bound to, or used in
+    words: set = set()
+
+    def binds(node) -> set:
+        """The names a statement defines: what it reaches in solutions is used for them."""
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            return {node.name}
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] \
+            if isinstance(node, (ast.AnnAssign, ast.AugAssign)) else []
+        return {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+
+    def reach(node, context: set) -> None:
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                if a.name == "solutions" or a.name.startswith("solutions."):
+                    found.setdefault(a.name, set()).add(a.asname or a.name.split(".")[0])
+                    bound[a.asname or "solutions"] = a.name if a.asname else "solutions"
+            return
+        if isinstance(node, ast.ImportFrom):
+            if node.module and not node.level and (node.module == "solutions" or node.module.startswith("solutions.")):
+                for a in node.names:
+                    found.setdefault(f"{node.module}.{a.name}", set()).add(a.asname or a.name)
+                    if a.name != "*":
+                        bound[a.asname or a.name] = f"{node.module}.{a.name}"
+            return
+        if isinstance(node, ast.Attribute) or isinstance(node, ast.Name):
+            chain, root = [], node
+            while isinstance(root, ast.Attribute):
+                chain.append(root.attr)
+                root = root.value
+            if isinstance(root, ast.Name) and root.id in bound:
+                found.setdefault(".".join([bound[root.id]] + chain[::-1]), set()).update(context)
+                return
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            words.update(re.findall(r"\b[A-Za-z_]\w{0,63}\b", node.value[:10000]))
+        for child in ast.iter_child_nodes(node):
+            reach(child, context)
+
+    def statements(body, context: set) -> None:
+        for node in body:
+            here = context | binds(node)
+            nested = [getattr(node, f, None) or [] for f in ("body", "orelse", "finalbody")] + \
+                [h.body for h in getattr(node, "handlers", None) or []]
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) or not any(nested):
+                reach(node, here)
+            else:  # if/try/for/with at the top level: its own parts, then its statements
+                for field, value in ast.iter_fields(node):
+                    if field not in ("body", "orelse", "finalbody", "handlers"):
+                        for child in value if isinstance(value, list) else [value]:
+                            if isinstance(child, ast.AST):
+                                reach(child, here)
+                for block in nested:
+                    statements(block, here)
+    statements(tree.body, set())
+    facts["solutions"] = [[d, sorted(c)[:MAX_FACTS]] for d, c in list(found.items())[:MAX_FACTS]]
+    facts["words"] = sorted(words)[:MAX_WORDS] if "solutions" in words else []
+    return facts
+
+
+def answer_imports(cells, stem: str | None, names) -> list[str]:
+    """Where a submission's code cells take lesson `stem`'s answer from `solutions`: "cell N: what" for each, from
+    the cells' facts (cell_facts). `names`: the contract names graded in that lesson. Taken: a graded name bound to
+    (or defined with) what solutions has under a graded name (from solutions.masks import padding_mask; padding_mask
+    = solutions.padding_mask; def softmax(x): return solutions.softmax(x); from solutions import *); anything of the
+    graded stage's module or under a graded name in a lesson's answer cell (the cell whose grade_id is the name);
+    a string naming solutions and the graded stage's module or a graded name (exec(open("../solutions/masks.py")
+    .read()), getattr(__import__("solutions"), "padding_mask")). Not taken: what the lessons themselves do with
+    solutions (the given names of the graded module, a demonstration that falls back on the course's answer)."""
+    from .notebooks import MODULES
+    from .views import stage_of
+    if stem is None:
+        return []
+    names = set(names)
+    module = {m for s, m in MODULES.items() if int(s[:2]) == stage_of(stem)}
+    out = []
+    for number, cell in enumerate(cells, 1):
+        facts = cell.get("metadata", {}).get("autograder") or {}
+        answer_cell = (cell.get("metadata", {}).get("nbgrader") or {}).get("grade_id") in names
+        hits = []
+        for entry in facts.get("solutions") or []:
+            dotted, context = str(entry[0]), set(entry[1] or [])
+            parts = set(dotted.split(".")[1:])
+            if "*" in parts or (parts & names and (context & names or answer_cell)) or (answer_cell and parts & module):
+                hits.append(dotted)
+        hits = [d for d in hits if not any(h.startswith(d + ".") for h in hits)]  # the longest of each
+        words = set(facts.get("words") or [])
+        if not hits and "solutions" in words and words & (names | module):
+            named = sorted(words & (names | module))
+            hits = [f"a text naming solutions and {', '.join(named[:3])}"]
+        if hits:
+            out.append(f"cell {number}: {', '.join(hits[:3])}")
+    return out
+
+
 def _parse(data: bytes) -> dict:
     """In the reading process: {"cells": [{cell_type, source, metadata: {nbgrader}}]} or {"error"}."""
     try:
@@ -136,7 +309,8 @@ def _parse(data: bytes) -> dict:
     for c in nb.cells:
         meta = c.get("metadata", {})
         nbg = meta.get("nbgrader") if isinstance(meta.get("nbgrader"), dict) else None
-        cells.append({"cell_type": c.cell_type, "source": c.source, "metadata": {"nbgrader": nbg} if nbg else {}})
+        cells.append({"cell_type": c.cell_type, "source": c.source, "metadata": {"nbgrader": nbg} if nbg else {},
+                      **({"facts": cell_facts(c.source)} if c.cell_type == "code" else {})})
     return {"cells": cells}
 
 
@@ -190,6 +364,8 @@ def read_submission(path, lesson: str | None = None) -> tuple[object, list, list
         cell = (nbformat.v4.new_code_cell if c.get("cell_type") == "code" else nbformat.v4.new_markdown_cell)(
             str(c.get("source", "")))
         cell.metadata = c.get("metadata") or {}
+        if isinstance(c.get("facts"), dict):  # the reader's, never the submission's own metadata (only nbgrader's)
+            cell.metadata["autograder"] = c["facts"]
         nb.cells.append(cell)
 
     ids = [_grade_id(c) for c in nb.cells]
@@ -225,6 +401,10 @@ def read_submission(path, lesson: str | None = None) -> tuple[object, list, list
             problems.append(f"graded cells not in lesson {stem}, not graded: {', '.join(extra)}")
     if not expected:
         return nb, [], problems, None, "no graded cells of a course lesson in this notebook"
+    borrowed = answer_imports(nb.cells, stem, [name for _, name, _ in expected])
+    if borrowed:
+        problems.append(f"{ANSWER_IMPORT} ({'; '.join(borrowed[:3])}{'; ...' if len(borrowed) > 3 else ''}): the "
+                        "grader's solutions/ has that stage stubbed, so what it imports earns nothing")
     return nb, expected, problems, stem, None
 
 

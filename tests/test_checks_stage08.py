@@ -537,15 +537,15 @@ def test_an_error_raised_in_the_kernel_gives_the_call_the_shapes_and_the_likely(
     """Across the channel the kernel's locals stay there: the kernel sends the shapes of the tensors on the failing
     line with the error (serve.LearnerEndpoint._describe), so the message is the one a lesson gives: the learner's
     line, those shapes and the Likely made from them; the call as the check made it, with the shapes of the check's
-    own tensors (parameter names stay on the kernel's side: positional arguments are shown by shape alone)."""
+    own tensors, named after the parameters of the function it entered, which the kernel sends too."""
     class EncoderLayer(EncoderLayerCentersWithoutKeepdim):  # the class a notebook defines: the contract's name
         pass
     points, line = grade_one_across(EncoderLayer, "EncoderLayer", "has self_attn")
     assert points == 0, line
     assert ("your code raised RuntimeError: The size of tensor a (16) must match the size of tensor b (5) at "
             "non-singleton dimension 2 (in forward, line ") in line, line
-    assert line.endswith(": `x = x - x.mean(-1)`), with x (2, 5, 16); the call was EncoderLayer.forward((2, 5, 16), "
-                         f"None). {_LIKELY}"), line
+    assert line.endswith(": `x = x - x.mean(-1)`), with x (2, 5, 16); the call was EncoderLayer.forward(x (2, 5, 16), "
+                         f"src_mask=None). {_LIKELY}"), line
 
 
 @pytest.mark.parametrize("site", [

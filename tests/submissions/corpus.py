@@ -462,10 +462,12 @@ def cases() -> list[Case]:
     # the grade command's environment is not the kernel's: a secret there (a CI token) stays there
     add("borrow_grader_environment", _set_solution(own, "softmax", GRADER_ENV), ATTENTION, "not implemented yet",
         hostile=True)
-    add("borrow_imports_solutions", delegated, 0.0, "not implemented yet", hostile=True)
+    add("borrow_imports_solutions", delegated, 0.0, "not implemented yet",
+        "imports the graded stage's answer from solutions", hostile=True)
     wrapped = _set_solution(lean, "softmax", "import solutions\n\ndef softmax(x, dim=-1):\n"
                             "    return solutions.softmax(x, dim)")
-    add("borrow_wraps_solutions", wrapped, 0.0, "not implemented yet", hostile=True)
+    add("borrow_wraps_solutions", wrapped, 0.0, "not implemented yet", "imports the graded stage's answer from solutions",
+        hostile=True)
     hidden = _set_solution(own, "softmax", "def softmax(x, dim=-1):\n"
                            "    return getattr(__import__('solu' + 'tions'), 'soft' + 'max')(x, dim)")
     add("borrow_hidden_solutions_call", hidden, ATTENTION, "not implemented yet", hostile=True)
