@@ -195,3 +195,23 @@ def test_what_the_graded_stages_checks_hold_is_said(tmp_path):
     assert made.kept_in_checks and all(k.startswith("autograder/checks/stage12_training.py: training: ")
                                        for k in made.kept_in_checks)
     assert leaks(tmp_path / "r12", "12_training", exempt=("autograder/checks/stage12_training.py",)) == []
+
+
+def test_the_open_lessons_demonstrations_that_need_its_stubs_are_skipped_and_say_why(tmp_path):
+    """Lesson 12's training demonstration needs make_batch and make_optimizer, stubs in its release: the release's
+    test command reports those cells skipped, naming the stub; a cell that fails for another reason still fails."""
+    out = tmp_path / "r12"
+    build_release("12_training", out, REPO)
+    env = dict(without_the_course(), PYTHONPATH=str(out))
+    cmd = [sys.executable, "-m", "pytest", "-q", "-n", "0", "-p", "no:cacheprovider", "lessons/12_training.ipynb"]
+    proc = subprocess.run(cmd, cwd=out, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    assert "needs a function of the open assignment, a stub in this release (NotImplementedError)" in proc.stdout
+    assert " skipped" in proc.stdout and "failed" not in proc.stdout
+    path = out / "lessons" / "12_training.ipynb"
+    nb = json.loads(path.read_text())
+    nb["cells"].insert(5, {"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None,
+                           "source": "raise ValueError('a broken release')"})
+    path.write_text(json.dumps(nb))
+    proc = subprocess.run(cmd, cwd=out, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 1 and "1 failed" in proc.stdout, proc.stdout[-3000:]
