@@ -15,7 +15,7 @@ stage is, i.e. `release 14_translate` (or `15_experiments`) once 13's deadline h
 
 Not handled: making or pushing a git repository (no .git is made; DIR is the instructor's to commit), handing
 the release to students (nbgrader's exchange, a learning platform, a git push), and hiding the graded stage's own
-checks: they hold what a self-check needs (see `CHECKS_KEPT` below).
+checks: they hold what a self-check needs (see the comment "Why the graded stage's checks ship whole" below).
 """
 from __future__ import annotations
 
@@ -28,23 +28,23 @@ import tempfile
 
 import nbformat
 
-from .notebooks import BEGIN, COURSE_REPO, END, LESSONS, MODULES, ROOT, solution_source  # noqa: F401
+from .notebooks import BEGIN, COURSE_REPO, END, LESSONS, MODULES, ROOT
 from .views import autograder_view, solutions_view, stage_of
 
 MANIFEST = ".course-release.json"
-ALL_STAGES = ("14_translate", "15_experiments")  # no stubs: released with every stage, after 13's deadline
 REPO = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
-#: Why the graded stage's checks ship whole (the issue asked: answer text or not?). A student's `check(fn)` in the
-#: released lesson runs them, in the student's own process, so they must compute the expected answers there:
-#: against PyTorch's own modules (stages 04, 07-11), formulas the lesson states (02, 05, 12's schedule), and for
-#: stage 13 a reference beam search and greedy decoder written over a table of next-token scores, one source at a
-#: time, with a flag per classic mistake, which is how the check names the mistake a wrong answer made. That one is
-#: close to answer text; reduced, the self-check of lesson 13 could say neither "right" nor why not. It stays, and
-#: the README's "Teach a class" says so; an instructor who wants stage 13's checks unseen grades lesson 13 with the
-#: grade command only and releases it without them (not automated here). The checks of every later stage, whose
-#: lessons are not in the release, are reduced to what a kernel needs (no references, no fixtures' makers).
-CHECKS_KEPT = "the graded stage's checks are kept whole: a student's check() needs them"
+# Why the graded stage's checks ship whole (answer text or not?). A student's `check(fn)` in the
+# released lesson runs them, in the student's own process, so they must compute the expected answers there:
+# against PyTorch's own modules (stages 04, 07-11), formulas the lesson states (02, 05, 12's schedule), and for
+# stage 13 a reference beam search and greedy decoder written over a table of next-token scores, one source at a
+# time, with a flag per classic mistake, which is how the check names the mistake a wrong answer made. That one is
+# close to answer text; reduced, the self-check of lesson 13 could say neither "right" nor why not. It stays, and
+# the README's "Teach a class" says so; an instructor who wants stage 13's checks unseen grades lesson 13 with the
+# grade command only and releases it without them (not automated here). The checks of every later stage, whose
+# lessons are not in the release, are reduced to what a kernel needs (no references, no fixtures' makers). What
+# answer text the graded stage's checks hold is found as leaks() finds it, and listed (Release.kept_in_checks):
+# today, lesson 01's (a merge of adjacent symbols, as merge_pair does) and lesson 12's (noam_lr's formula).
 
 
 class ReleaseError(ValueError):
@@ -324,7 +324,7 @@ class Release:
     lesson: str
     repo: str
     files: list[str]            # relative to the release's folder: what the next release replaces
-    kept_in_checks: list[str]   # answer text left in the graded stage's checks (CHECKS_KEPT), 'path: module: lines'
+    kept_in_checks: list[str]   # 'path: module: lines' of answer text the graded stage's checks hold (see above)
 
 
 def build_release(lesson: str, out, repo: str | None = None, force: bool = False) -> Release:
@@ -365,7 +365,7 @@ def build_release(lesson: str, out, repo: str | None = None, force: bool = False
         found = leaks(stage, lesson, exempt=tuple(checks))
         if found:  # never reached while views.py clears what it should: a last guard, not the mechanism
             raise ReleaseError("the release would hold answer text: " + "; ".join(found[:5]))
-        kept = leaks(stage, lesson) if checks else []  # what the graded stage's own checks hold (CHECKS_KEPT)
+        kept = leaks(stage, lesson) if checks else []  # what the graded stage's own checks hold (kept whole for check())
         files = sorted(str(p.relative_to(stage)) for p in stage.rglob("*") if p.is_file())
         _replace(out, previous, stage, files)
         record = Release(lesson=lesson, repo=repo, files=files, kept_in_checks=kept)
