@@ -1,7 +1,8 @@
 """Command line: `python -m autograder grade NOTEBOOK... [--json FILE] [--csv FILE] [--jobs N] [--timeout S]
 [--cell-timeout S] [--memory GB] [--lesson STEM] [--shard K/N] [--regrade]`,
 `python -m autograder merge REPORT.json... --json FILE [--csv FILE]`,
-`python -m autograder lessons [--write]`, `python -m autograder nbgrader-course DIR`."""
+`python -m autograder lessons [--write]`, `python -m autograder nbgrader-course DIR`,
+`python -m autograder release LESSON --out DIR [--repo OWNER/NAME] [--force]`."""
 from __future__ import annotations
 
 import argparse
@@ -44,6 +45,15 @@ def main(argv=None) -> int:
     course = sub.add_parser("nbgrader-course", help="build an nbgrader course directory from the lessons")
     course.add_argument("directory")
     course.add_argument("--lessons", nargs="*", help="lesson stems (default: all)")
+    rel = sub.add_parser("release", help="build (or update) a class's release of the lessons up to LESSON, "
+                         "without the answers of LESSON's stage and the later ones")
+    rel.add_argument("lesson", help="the assignment now open, e.g. 05_masks (14_translate or 15_experiments: every "
+                     "stage, after 13's deadline)")
+    rel.add_argument("--out", required=True, help="the release's folder (new, empty, or an earlier release's)")
+    rel.add_argument("--repo", default=None, help="OWNER/NAME of the class's GitHub repository, where Binder, "
+                     "Colab and the Colab set-up cell find the release (default: the repository of the release already "
+                     "in --out, else the course's own, transformer-course/transformer-course)")
+    rel.add_argument("--force", action="store_true", help="release an earlier lesson over a later one's release")
     args = parser.parse_args(argv)
 
     if args.command == "grade":
@@ -93,6 +103,19 @@ def main(argv=None) -> int:
         verb = "rewrote" if args.write else "out of date (run: python -m autograder lessons --write)"
         print(f"{verb}: {', '.join(stale)}" if stale else "lessons are in sync with solutions/")
         return 1 if stale and not args.write else 0
+    if args.command == "release":
+        from .release import ReleaseError, build_release
+        try:
+            made = build_release(args.lesson, args.out, args.repo, force=args.force)
+        except ReleaseError as e:
+            print(f"release: {e}", file=sys.stderr)
+            return 2
+        print(f"release of {made.lesson} written to {os.path.abspath(args.out)}: {len(made.files)} files, "
+              f"lessons up to {made.lesson}, Binder and Colab at github.com/{made.repo}")
+        for where in sorted({line.split(": ", 1)[0] for line in made.kept_in_checks}):
+            print(f"  note: {where}: the graded stage's checks, kept whole for check(), hold answer text "
+                  f"(see .course-release.json, kept_in_checks)")
+        return 0
     if args.command == "nbgrader-course":
         from .course import build_course
         path = build_course(args.directory, args.lessons)

@@ -133,10 +133,13 @@ def _sibling(node) -> bool:
     return isinstance(node, ast.ImportFrom) and node.level == 1 and (node.module or "").startswith("stage")
 
 
-def autograder_view(lesson: str | None, dest: pathlib.Path) -> pathlib.Path:
+def autograder_view(lesson: str | None, dest: pathlib.Path, *, reduce_from: int | None = None,
+                    fixtures: bool = False) -> pathlib.Path:
     """A copy of autograder/ with the checks of `lesson`'s stage and of every later stage reduced, and no
-    fixtures (they hold expected answers)."""
-    stage = stage_of(lesson)
+    fixtures (they hold expected answers). A class release (autograder/release.py) keeps the graded stage's
+    checks whole, so that a student's `check` works, and the fixtures' JSON: `reduce_from` is the first stage
+    reduced (default: the lesson's), `fixtures` keeps fixtures/*.json (never the scripts that make them)."""
+    stage = stage_of(lesson) if reduce_from is None else reduce_from
     dest.mkdir(parents=True, exist_ok=True)
     reduced = {src.stem: src.read_text(encoding="utf-8") for src in (HERE / "checks").glob("stage*.py")
                if int(src.stem[5:7]) >= stage}
@@ -159,6 +162,10 @@ def autograder_view(lesson: str | None, dest: pathlib.Path) -> pathlib.Path:
         target.parent.mkdir(parents=True, exist_ok=True)
         text = texts[src.stem] if rel.parts[0] == "checks" and src.stem in texts else src.read_text(encoding="utf-8")
         target.write_text(text, encoding="utf-8")
+    if fixtures:
+        for src in (HERE / "fixtures").glob("*.json"):
+            (dest / "fixtures").mkdir(exist_ok=True)
+            shutil.copyfile(src, dest / "fixtures" / src.name)
     for d in [dest, *(p for p in dest.rglob("*") if p.is_dir())]:
         os.chmod(d, 0o755)
     return dest
