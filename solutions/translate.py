@@ -153,13 +153,20 @@ def config_problems(config: Config) -> list[str]:
     c, problems = config, []
     for f in dataclasses.fields(Config):
         rule, value = CONFIG_RULES.get(f.name), getattr(c, f.name)
-        if isinstance(rule, tuple) and value not in rule:
+        kind = type(f.default)
+        if not (isinstance(value, kind) and (kind is bool or not isinstance(value, bool))
+                or kind is float and isinstance(value, int) and not isinstance(value, bool)):
+            what = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}[kind]
+            problems.append(f"{f.name} must be {what}, got {value!r}")
+        elif isinstance(rule, tuple) and value not in rule:
             problems.append(f"{f.name} must be one of {', '.join(rule)}, got {value!r}")
         elif callable(rule):
             try:
                 rule(str(value))
             except _argparse.ArgumentTypeError as e:
                 problems.append(f"{f.name} {e}")
+    if problems:  # the checks below assume the types and ranges above
+        return problems
     if c.d_model % c.n_heads:
         problems.append(f"d_model {c.d_model} is not a multiple of n_heads {c.n_heads}: each head takes "
                         "d_model / n_heads features; change one of them")
@@ -525,8 +532,23 @@ RESUME_MAY_CHANGE = {"compile", "minutes", "max_steps", "max_epochs", "device", 
                      "alpha", "max_output_ratio", "max_output_extra"}
 
 
+def check_resume(config: Config, state: dict) -> None:
+    """Raise UsageError when `config` changes a setting of the checkpoint `state` that alters the steps (only
+    RESUME_MAY_CHANGE may change). Example: d_model 64 for a checkpoint of d_model 32 -> "cannot resume: the
+    checkpoint was trained with other settings: d_model 32 (now 64); ..." """
+    saved = state["config"]
+    changed = sorted(k for k, v in dataclasses.asdict(config).items()
+                     if k not in RESUME_MAY_CHANGE and k in saved and saved[k] != v)
+    if changed:
+        raise UsageError("cannot resume: the checkpoint was trained with other settings: "
+                         + ", ".join(f"{k} {saved[k]!r} (now {getattr(config, k)!r})" for k in changed)
+                         + "; give the checkpoint's settings (a resumed run may change only "
+                         + ", ".join(sorted(RESUME_MAY_CHANGE - {"device"})) + ")")
+
+
 def train(config: Config, data: PreparedData, minutes: float | None = None, model=None, progress: bool = True,
-          impl=solutions, *, checkpoint=None, checkpoint_every: int = 0, resume=None):
+          impl=solutions, *, checkpoint=None, checkpoint_every: int = 0, resume=None, label: str = "",
+          position: int | None = None):
     """Train on data.train until `minutes` (default config.minutes), config.max_epochs or config.max_steps run out;
     validation loss after each epoch. Returns (model, history) with history lists for plotting:
     step_loss, lr, tokens_per_s (one per step), val_loss and val_step (one per epoch), and totals.
@@ -542,6 +564,9 @@ def train(config: Config, data: PreparedData, minutes: float | None = None, mode
     the data position (epoch, step within it), every process's random state and the history. resume: such a
     file (or what torch.load gave); the run goes on as if it had never stopped, and `minutes` is this session's
     budget (history["seconds"] counts all sessions).
+
+    progress: a bar per epoch (tqdm), `label` before its name and at `position` (one line each for runs side by
+    side), a line per epoch, and a note when this machine is far slower than the recorded runs (slow_machine_note).
 
     Example: model, history = train(config_for("cpu"), data, minutes=1); history["val_loss"][-1] -> 4.2
              train(cfg, data, checkpoint="runs/x/checkpoint.pt", checkpoint_every=500); later, after a crash:
@@ -571,14 +596,7 @@ def train(config: Config, data: PreparedData, minutes: float | None = None, mode
     first_epoch, first_index, seconds_before = 0, 0, 0.0
     if resume is not None:
         state = resume if isinstance(resume, dict) else read_checkpoint(resume, "resume", map_location=device)
-        saved = state["config"]
-        changed = sorted(k for k, v in dataclasses.asdict(config).items()
-                         if k not in RESUME_MAY_CHANGE and k in saved and saved[k] != v)
-        if changed:
-            raise UsageError("cannot resume: the checkpoint was trained with other settings: "
-                             + ", ".join(f"{k} {saved[k]!r} (now {getattr(config, k)!r})" for k in changed)
-                             + "; give the checkpoint's settings (a resumed run may change only "
-                             + ", ".join(sorted(RESUME_MAY_CHANGE - {"device"})) + ")")
+        check_resume(config, state)
         where = state["position"]
         if (where["n_batches"], where["per_step"]) != (len(batches), per_step):
             raise UsageError(f"cannot resume: the checkpoint's epochs have {where['n_batches']} batches taken "
@@ -636,8 +654,8 @@ def train(config: Config, data: PreparedData, minutes: float | None = None, mode
     for epoch in range(first_epoch, first_epoch if done else config.max_epochs):
         rng.shuffle(batches)  # similar lengths within a batch, random order between batches
         begin = first_index if epoch == first_epoch else 0
-        bar = tqdm(range(begin, steps_per_epoch), desc=f"epoch {epoch + 1}", disable=not progress, leave=True,
-                   mininterval=2.0)
+        bar = tqdm(range(begin, steps_per_epoch), desc=f"{label}epoch {epoch + 1}", disable=not progress,
+                   leave=position is None, mininterval=2.0, position=position)
         for i in bar:
             t0 = time.time()
             group = batches[i * per_step:(i + 1) * per_step]  # this step's batches, all processes together
@@ -684,8 +702,8 @@ def train(config: Config, data: PreparedData, minutes: float | None = None, mode
             elapsed = time.time() - start
             bar.set_postfix(loss=f"{history['step_loss'][-1]:.3f}", lr=f"{lr:.2e}",
                             tok_s=f"{n_target_tokens / elapsed:.0f}", refresh=False)
-            if speed_unchecked and step - first_step >= 50 and time.time() - session >= 30:
-                speed_unchecked = False  # once, after the first minute's warm-up of the caches
+            if speed_unchecked and step - first_step >= SPEED_CHECK[0] and time.time() - session >= SPEED_CHECK[1]:
+                speed_unchecked = False  # once, after the warm-up of the first steps
                 note = slow_machine_note(config, (n_target_tokens - first_tokens) / (time.time() - session), minutes)
                 if note and progress:
                     tqdm.write(note)
@@ -707,7 +725,7 @@ def train(config: Config, data: PreparedData, minutes: float | None = None, mode
             history["val_loss"].append(validation_loss(model, data.val, config, impl))
             history["val_step"].append(step)
         if progress:
-            print(f"epoch {history['epochs']:.2f}: step {step}, val loss {history['val_loss'][-1]:.3f}, "
+            print(f"{label}epoch {history['epochs']:.2f}: step {step}, val loss {history['val_loss'][-1]:.3f}, "
                   f"{time.time() - start:.0f} s", flush=True)
         if stop:
             break
@@ -729,7 +747,7 @@ def train(config: Config, data: PreparedData, minutes: float | None = None, mode
         if history["kept"] == "last":
             model.load_state_dict(last)
         if progress:
-            print(f"averaged the last {len(states)} snapshots: val loss {history['val_loss_averaged']:.3f} against "
+            print(f"{label}averaged the last {len(states)} snapshots: val loss {history['val_loss_averaged']:.3f} against "
                   + (f"{last_loss:.3f}" if last_loss is not None else "none measured") + " for the last weights: kept "
                   + ("the average" if history["kept"] == "average" else "the last weights (the average validates "
                                                                          "worse)"), flush=True)
@@ -748,6 +766,7 @@ def _speed_fields(config: Config) -> dict:
 
 
 SLOW_FRACTION = 0.5  # below half the recorded runs' tokens per second, a run is told that it is far slower
+SPEED_CHECK = (50, 30.0)  # the speed is measured once, after this many steps and seconds of training
 
 
 def slow_machine_note(config: Config, tokens_per_s: float, minutes: float) -> str | None:
@@ -968,7 +987,7 @@ def translate(model, tokenizer: BPETokenizer, sentence: str, method: str = "beam
 
 def evaluate_bleu(model, tokenizer: BPETokenizer, src_lines: list[str], ref_lines: list[str],
                   method: str = "greedy", beam_size: int = 4, alpha: float = 0.6, batch_tokens: int = 6000,
-                  impl=solutions, return_hypotheses: bool = False, max_output=(1.5, 10)):
+                  impl=solutions, return_hypotheses: bool = False, max_output=(1.5, 10), progress: bool = False):
     """sacreBLEU (cased, 13a tokenization, on detokenized text) of the model's translations of src_lines
     against ref_lines, in 0..100; with return_hypotheses, (bleu, translations).
 
@@ -976,7 +995,8 @@ def evaluate_bleu(model, tokenizer: BPETokenizer, src_lines: list[str], ref_line
     """
     if len(src_lines) != len(ref_lines):
         raise ValueError(f"{len(src_lines)} source lines but {len(ref_lines)} references")
-    hyps = translate_batch(model, tokenizer, src_lines, method, beam_size, alpha, batch_tokens, impl, max_output)
+    hyps = translate_batch(model, tokenizer, src_lines, method, beam_size, alpha, batch_tokens, impl, max_output,
+                           progress)
     bleu = sacrebleu.corpus_bleu(hyps, [ref_lines]).score
     return (bleu, hyps) if return_hypotheses else bleu
 
@@ -988,8 +1008,9 @@ def score_test(model, tokenizer, src_lines: list[str], ref_lines: list[str], con
     `seconds` (None: no bound; the course passes the training's own time, so that a one-minute run is not
     followed by minutes of decoding: an undertrained model decodes every sentence to the length limit).
 
-    The first `probe` sentences are decoded by every method and timed; when all would take longer than
-    `seconds`, only the first n that fit are decoded and scored, and "note" says so. Returns {"sentences": n,
+    The first `probe` sentences are decoded by every method and timed, then chunks of the next ones that the time
+    left fits at the last chunk's speed; when not all fit `seconds`, only the first n are scored, and "note" says so
+    with an estimate of what all would take. Returns {"sentences": n,
     "of": len(src_lines), "estimate_seconds": the time all would take, "references": the n references,
     "note": a sentence or "", method: {"bleu", "hypotheses", "seconds"} for each method}.
     Example: score_test(model, tok, test_de, test_en, config, seconds=60)["greedy"]["bleu"] -> 2.1"""
@@ -1005,17 +1026,25 @@ def score_test(model, tokenizer, src_lines: list[str], ref_lines: list[str], con
             out[m]["hypotheses"] += translate_batch(model, tokenizer, lines, m, impl=impl, progress=progress, **args)
             out[m]["seconds"] += time.time() - t0
 
+    def spent():
+        return sum(out[m]["seconds"] for m in methods)
+
     n, estimate = total, None
     if seconds is not None and total > probe:
-        decode(src_lines[:probe])
-        per_sentence = sum(out[m]["seconds"] for m in methods) / probe
+        n = probe
+        decode(src_lines[:n])
+        per_sentence = spent() / n  # small batches: an overestimate, corrected by each larger chunk below
         estimate = per_sentence * total
-        if estimate > seconds:
-            n = max(probe, min(total, int(seconds / per_sentence)))
-        decode(src_lines[probe:n])
+        while n < total:
+            chunk = min(total - n, int((seconds - spent()) / per_sentence))
+            if chunk < max(1, probe // 4):
+                break
+            before = spent()
+            decode(src_lines[n:n + chunk])
+            n, per_sentence = n + chunk, (spent() - before) / chunk
+            estimate = spent() + per_sentence * (total - n)
     else:
         decode(src_lines)
-    spent = sum(out[m]["seconds"] for m in methods)
     refs = list(ref_lines[:n])
     for m in methods:
         out[m]["bleu"] = sacrebleu.corpus_bleu(out[m]["hypotheses"], [refs]).score
@@ -1024,7 +1053,7 @@ def score_test(model, tokenizer, src_lines: list[str], ref_lines: list[str], con
         note = (f"scored the first {n:,} of {total:,} test sentences: all of them would take about {estimate:.0f} s "
                 f"of decoding ({' and '.join(methods)}) at this speed, longer than the {seconds:.0f} s of training; "
                 "a longer training decodes faster (it stops at <eos>) and scores them all")
-    out.update(sentences=n, of=total, estimate_seconds=estimate if estimate is not None else spent,
+    out.update(sentences=n, of=total, estimate_seconds=estimate if estimate is not None else spent(),
                references=refs, note=note)
     return out
 
@@ -1187,6 +1216,8 @@ def _run_training(args, rank: int, world: int, device: str) -> dict:
     problems = config_problems(config)
     if problems:
         raise UsageError("; ".join(problems))
+    if resume is not None:  # before any work; train() checks it again (and the data's batches)
+        check_resume(config, resume)
     out = pathlib.Path(args.out)
     if out.exists() and not out.is_dir():
         raise UsageError(f"--out {out}: a file, not a folder; give a folder for model.pt and the results")
