@@ -1182,13 +1182,13 @@ def run_training(args) -> dict:
     return results
 
 
-def default_config(device: str, size: str | None = None, world: int = 1, accumulate: int = 1, **overrides) -> Config:
+def default_config(device: str, size: str | None = None, world: int = 1, **overrides) -> Config:
     """The Config a `train` command starts from before its flags: the paper's with --size (its 25,000 tokens a
     step shared by the processes x accumulate, a week's budget so that the step budget stops first), else
     config_for(device). Example: default_config("cpu").dropout -> 0.0; default_config("cpu", "base").max_tokens
     -> 25000"""
     if size:
-        overrides.setdefault("max_tokens", PAPER_BASE["max_tokens"] // (world * accumulate))
+        overrides.setdefault("max_tokens", PAPER_BASE["max_tokens"] // (world * overrides.get("accumulate", 1)))
         overrides.setdefault("minutes", 7 * 24 * 60.0)  # a week: the step budget (100,000 or 300,000) stops first
         return paper_config(device, size, **overrides)
     return config_for(device, **overrides)
@@ -1206,7 +1206,7 @@ def config_from_args(args, world: int = 1, device: str = "cpu", resume: dict | N
         known = {f.name for f in dataclasses.fields(Config)}
         saved = Config(**{k: v for k, v in resume["config"].items() if k in known})
         return dataclasses.replace(saved, device=device, **overrides)
-    return default_config(device, args.size, world, overrides.get("accumulate", 1), **overrides)
+    return default_config(device, args.size, world, **overrides)
 
 
 def _run_training(args, rank: int, world: int, device: str) -> dict:
@@ -1365,7 +1365,7 @@ def build_parser(argv=None) -> argparse.ArgumentParser:
         device = "cuda" if torch.cuda.is_available() else "cpu"
     size = early.get("size") if early.get("size") in PAPER_SIZES else None
     accumulate = int(early["accumulate"]) if early.get("accumulate", "").isdigit() and int(early["accumulate"]) else 1
-    defaults = default_config(device, size, accumulate=accumulate)
+    defaults = default_config(device, size, **({"accumulate": accumulate} if accumulate != 1 else {}))
     source = (f"paper_config({device!r}, {size!r}), max_tokens {defaults.max_tokens} (25,000 / accumulate), "
               "minutes a week" if size else f"config_for({device!r})")
 
