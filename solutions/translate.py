@@ -1,5 +1,7 @@
 """Train a German-to-English Transformer and translate with it: the code of the final lesson and of
-the command line `python -m solutions.translate train --data multi30k --minutes 15 --out runs/x`.
+the command line `python -m solutions.translate train --data multi30k --minutes 15 --out runs/x`, then
+`python -m solutions.translate translate --model runs/x/model.pt "Ein Hund läuft."` (or --input FILE, or standard
+input; --bleu REFERENCES scores them with sacreBLEU on stderr). Bad input: one line, exit status 2 (solutions.cli).
 
 The same command trains on several processes under `torchrun` (DistributedDataParallel; solutions.distributed),
 and takes the paper's models, accumulation and resumable checkpoints (issue 19):
