@@ -174,18 +174,19 @@ def perplexity(model, pairs, config: Config, impl=solutions) -> tuple[float, flo
 
 def run_one(row: str, seed: int, data: str = "multi30k", steps: int = 300, out=None, max_test: int = 0,
             device: str = "cpu", impl=solutions, progress: bool = False, average_bleu: bool | None = None,
-            synthetic_sizes=(2000, 200, 200), **overrides) -> dict:
+            synthetic_sizes=(2000, 200, 200), position: int | None = None, **overrides) -> dict:
     """Train one row with one seed and score it: validation perplexity and greedy sacreBLEU on the test split, of
     the last weights (the paper's Table 3: no averaging) and of the average of the last 5 snapshots. Writes
-    out/<row>.seed<seed>.json when `out` is given. Example: run_one("base", 0, "synthetic", steps=20)["bleu"]"""
+    out/<row>.seed<seed>.json when `out` is given. progress: train's bar (at `position`, for runs side by side) and
+    the decoding's. Example: run_one("base", 0, "synthetic", steps=20)["bleu"]"""
     config = row_config(row, seed, steps, device, **overrides)
     t0 = time.time()
     name, prepared, test_de, test_en = prepare(data, config, max_test, synthetic_sizes)
     prep_seconds = time.time() - t0
-    model, history = train(config, prepared, progress=progress, impl=impl)
-    averaged = model.state_dict() if "last_state" in history else None
+    model, history = train(config, prepared, progress=progress, impl=impl, label=f"{row} seed {seed}: ",
+                           position=position)
+    averaged = history.pop("averaged_state", None)  # both weights are measured, whichever train kept
     if averaged is not None:
-        averaged = {k: v.detach().clone() for k, v in averaged.items()}
         model.load_state_dict(history.pop("last_state"))  # the last weights: Table 3's numbers
     t1 = time.time()
     base_config = row_config("base", seed, steps, device, **overrides)
@@ -196,7 +197,7 @@ def run_one(row: str, seed: int, data: str = "multi30k", steps: int = 300, out=N
               "test_sentences": len(test_de), "config": dataclasses.asdict(config)}
     result["val_loss"], result["val_ppl"] = perplexity(model, prepared.val, config, impl)
     result["bleu"] = evaluate_bleu(model, prepared.tokenizer, test_de, test_en, "greedy",
-                                   batch_tokens=config.eval_batch_tokens, impl=impl,
+                                   batch_tokens=config.eval_batch_tokens, impl=impl, progress=progress,
                                    max_output=(config.max_output_ratio, config.max_output_extra))
     if averaged is not None:
         model.load_state_dict(averaged)
@@ -205,6 +206,7 @@ def run_one(row: str, seed: int, data: str = "multi30k", steps: int = 300, out=N
         if average_bleu or (average_bleu is None and row == "base"):  # a second decode: base only
             result["bleu_averaged"] = evaluate_bleu(model, prepared.tokenizer, test_de, test_en, "greedy",
                                                     batch_tokens=config.eval_batch_tokens, impl=impl,
+                                                    progress=progress,
                                                     max_output=(config.max_output_ratio, config.max_output_extra))
     result["eval_seconds"] = time.time() - t1
     result["prep_seconds"] = prep_seconds  # BPE and encoding: once per process, 0 for the runs after the first
@@ -216,7 +218,8 @@ def run_one(row: str, seed: int, data: str = "multi30k", steps: int = 300, out=N
 
 
 def _worker(job):
-    """One process of `run --jobs`: its own threads, the runs given to it, one after another."""
+    """One process of `run --jobs`: its own threads, the runs given to it, one after another (with `progress`, a
+    bar each at line `position`, one line per process)."""
     threads, runs, kwargs = job
     torch.set_num_threads(threads)
     done = []
@@ -243,7 +246,8 @@ def run_table(rows: list[str], seeds: list[int], out, jobs: int = 1, threads: in
 
     shares = [todo[i::jobs] for i in range(jobs)]
     with multiprocessing.get_context("spawn").Pool(jobs) as pool:
-        pool.map(_worker, [(threads, share, kwargs) for share in shares], chunksize=1)
+        pool.map(_worker, [(threads, share, {**kwargs, "position": i} if kwargs.get("progress") else kwargs)
+                           for i, share in enumerate(shares)], chunksize=1)
 
 
 def load_results(folder) -> list[dict]:
@@ -349,35 +353,108 @@ def plot_group(runs: list[dict], group: str, size=(9, 2.8)):
     return fig
 
 
-def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m solutions.experiments", description=__doc__.split("\n\n")[0])
-    commands = parser.add_subparsers(dest="command", required=True)
-    commands.add_parser("list", help="the rows and what each changes")
-    p = commands.add_parser("run", help="train and score rows, one JSON per run (existing ones are skipped)")
-    p.add_argument("--rows", nargs="+", default=["all"], help="row names, groups (A B C D E F) or all")
-    p.add_argument("--seeds", nargs="+", type=int, default=[0, 1])
-    p.add_argument("--steps", type=int, default=300, help="optimizer steps per run (the same for every row)")
-    p.add_argument("--data", default="multi30k", help='"multi30k", "synthetic", or a Multi30k mirror (URL or folder)')
-    p.add_argument("--out", default="runs/table3", help="folder for the JSON files")
-    p.add_argument("--device", default="cpu", help="cpu or cuda")
-    p.add_argument("--jobs", type=int, default=1, help="processes running rows side by side")
-    p.add_argument("--threads", type=int, default=1, help="PyTorch threads per process")
-    p.add_argument("--max-test", type=int, default=0, help="score only the first N test sentences (0: all)")
-    p.add_argument("--base", default="{}", help='JSON of Config overrides for every row, e.g. \'{"d_model": 512}\'')
-    t = commands.add_parser("table", help="the markdown table of the runs in --out")
-    t.add_argument("--out", default="runs/table3")
-    args = parser.parse_args(argv)
+PROG = "python -m solutions.experiments"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command line: list, run, table; every option's help ends with its true default (solutions.cli)."""
+    from solutions.cli import Parser, device_name, number
+
+    parser = Parser(prog=PROG, description=__doc__.split("\n\n")[0],
+                    epilog=f"run's defaults: all {len(ROWS)} rows x seeds 0 and 1, 300 steps each, multi30k, cpu, "
+                           "one process of one thread, into runs/table3 (`run --help` for each)")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="{list,run,table}")
+    commands.add_parser("list", help="the rows and what each changes", description="The rows and what each changes.")
+    p = commands.add_parser("run", help="train and score rows, one JSON per run (existing ones are skipped)",
+                            description="Train and score rows, one JSON per run (a run whose JSON exists is skipped).")
+    p.add_argument("--rows", nargs="+", default=["all"], metavar="ROW",
+                   help=f"row names, groups ({' '.join(g for g in GROUPS if g != 'base')}) or all (default: all)")
+    p.add_argument("--seeds", nargs="+", type=number(int, 0), default=[0, 1], metavar="SEED",
+                   help="seeds to run each row with (default: 0 1)")
+    p.add_argument("--steps", type=number(int, 1), default=300, metavar="N",
+                   help="optimizer steps per run, the same for every row (default: 300)")
+    p.add_argument("--data", default="multi30k",
+                   help='"multi30k", "synthetic", or a Multi30k mirror (URL or folder) (default: multi30k)')
+    p.add_argument("--out", default="runs/table3", help="folder for the JSON files (default: runs/table3)")
+    p.add_argument("--device", type=device_name, default="cpu", help="cpu, cuda or cuda:N (default: cpu)")
+    p.add_argument("--jobs", type=number(int, 1), default=1, metavar="N",
+                   help="processes running rows side by side, a progress line each (default: 1)")
+    p.add_argument("--threads", type=number(int, 1), default=1, metavar="N", help="PyTorch threads per process "
+                   "(default: 1)")
+    p.add_argument("--max-test", type=number(int, 0), default=0, metavar="N",
+                   help="score only the first N test sentences (0: all) (default: 0)")
+    p.add_argument("--base", default="{}", metavar="JSON",
+                   help="Config overrides for every row, e.g. '{\"d_model\": 512}'; the base: "
+                        + ", ".join(f"{k} {v}" for k, v in BASE.items() if k in ("d_model", "n_heads", "n_layers",
+                                                                              "d_ff", "bpe_merges"))
+                        + " (default: {})")
+    p.add_argument("--quiet", action="store_true", help="no progress bars (default: false)")
+    t = commands.add_parser("table", help="the markdown table of the runs in --out",
+                            description="The markdown table of the runs in --out.")
+    t.add_argument("--out", default="runs/table3", help="the folder that `run` wrote (default: runs/table3)")
+    return parser
+
+
+def _base_overrides(text: str) -> dict:
+    """--base's JSON, checked: an object of Config fields whose values make a Config that can run."""
+    from solutions.cli import UsageError
+    from solutions.translate import config_problems
+
+    try:
+        base = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise UsageError(f"--base: not JSON ({e.msg} at character {e.pos}); give an object, e.g. "
+                         "'{\"d_model\": 512}'") from None
+    if not isinstance(base, dict):
+        raise UsageError(f"--base: expected a JSON object of Config fields, got {type(base).__name__}")
+    known = {f.name for f in dataclasses.fields(Config)} - {"device", "max_steps", "seed"}
+    unknown = sorted(set(base) - known)
+    if unknown:
+        raise UsageError(f"--base: {', '.join(map(repr, unknown))} not a Config field this command lets you set; "
+                         f"fields: {', '.join(sorted(known))}")
+    try:
+        config = row_config("base", base=base)
+    except TypeError as e:
+        raise UsageError(f"--base: {e}") from None
+    problems = config_problems(config)
+    if problems:
+        raise UsageError("--base: " + "; ".join(problems))
+    return base
+
+
+def _command(argv) -> None:
+    from solutions.cli import UsageError, check_device
+
+    args = build_parser().parse_args(argv)
     if args.command == "list":
         base = row_config("base")
         for row, (group, _) in ROWS.items():
             print(f"{row:13s} {group:5s} {describe(row_config(row), base) if row != 'base' else describe(base)}")
     elif args.command == "table":
-        print(markdown_table(load_results(args.out)))
+        folder = pathlib.Path(args.out)
+        if not folder.is_dir():
+            raise UsageError(f"--out {folder}: no such folder; give the folder that `{PROG} run --out` wrote")
+        runs = load_results(folder)
+        if not runs:
+            raise UsageError(f"--out {folder}: no run results (*.json) in it; run `{PROG} run --out {folder}` first")
+        print(markdown_table(runs))
     else:
-        base = json.loads(args.base)
-        run_table(rows_for(args.rows), args.seeds, args.out, args.jobs, args.threads, data=args.data,
-                  steps=args.steps, device=args.device, max_test=args.max_test, base=base)
+        check_device(args.device)
+        base = _base_overrides(args.base)
+        try:
+            rows = rows_for(args.rows)
+        except ValueError as e:
+            raise UsageError(f"--rows: {e}") from None
+        run_table(rows, args.seeds, args.out, args.jobs, args.threads, data=args.data, steps=args.steps,
+                  device=args.device, max_test=args.max_test, base=base, progress=not args.quiet)
         print(markdown_table(load_results(args.out)))
+
+
+def main(argv=None) -> None:
+    """The command line; a bad input is one line on stderr and exit status 2 (solutions.cli)."""
+    from solutions import cli
+
+    cli.run(PROG, _command, argv)
 
 
 if __name__ == "__main__":

@@ -1,5 +1,7 @@
 """Train a German-to-English Transformer and translate with it: the code of the final lesson and of
-the command line `python -m solutions.translate train --data multi30k --minutes 15 --out runs/x`.
+the command line `python -m solutions.translate train --data multi30k --minutes 15 --out runs/x`, then
+`python -m solutions.translate translate --model runs/x/model.pt "Ein Hund läuft."` (or --input FILE, or standard
+input; --bleu REFERENCES scores them with sacreBLEU on stderr). Bad input: one line, exit status 2 (solutions.cli).
 
 The same command trains on several processes under `torchrun` (DistributedDataParallel; solutions.distributed),
 and takes the paper's models, accumulation and resumable checkpoints (issue 19):
@@ -28,6 +30,7 @@ import resource
 import sys
 import tempfile
 import time
+import warnings
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 
@@ -36,6 +39,7 @@ import torch
 from tqdm.auto import tqdm
 
 import solutions
+from solutions.cli import UsageError, number
 from solutions.data import load_data
 from solutions.tokenization import UNK, BPETokenizer
 
@@ -80,8 +84,9 @@ class Config:
     # decoding
     beam_size: int = 4          # the paper's beam
     alpha: float = 0.6          # the paper's length penalty
-    max_output_ratio: float = 1.5   # at most ratio * source length + extra tokens are generated: captions are
-    max_output_extra: int = 10      # short, so this stops a looping model early (the paper: 1.0 and 50)
+    max_output_ratio: float = 1.5   # at most ratio * source length + max_output_extra tokens are generated:
+                                    # captions are short, so this stops a looping model early (the paper: 1.0)
+    max_output_extra: int = 10      # the tokens added to that limit (the paper: 50)
     eval_batch_tokens: int = 6000  # source tokens per decoding batch: big batches decode fastest
     # run
     device: str = "cpu"         # "cuda" for a GPU (mixed precision on), "cpu" otherwise
@@ -125,12 +130,73 @@ def config_for(device: str | torch.device | None = None, **overrides) -> Config:
     return dataclasses.replace(Config(**base), **overrides)
 
 
+#: What each Config field accepts on a command line (solutions.cli.add_config_flags): a range or the choices.
+#: Fields not listed take their default's type.
+CONFIG_RULES = {
+    "d_model": number(int, 1), "n_heads": number(int, 1), "n_layers": number(int, 1), "d_ff": number(int, 1),
+    "dropout": number(float, 0, 1, high_open=True), "attention_dropout": number(float, 0, 1, high_open=True),
+    "label_smoothing": number(float, 0, 1, high_open=True), "positional": ("sinusoidal", "learned"),
+    "d_k": number(int, 0), "bpe_merges": number(int, 0), "max_sentence_tokens": number(int, 1),
+    "max_tokens": number(int, 1), "lr_peak": number(float, 0, low_open=True), "warmup_steps": number(int, 1),
+    "lr_schedule": ("warmup", "constant"), "clip_norm": number(float, 0), "average_last": number(int, 0),
+    "snapshot_minutes": number(float, 0), "snapshot_steps": number(int, 0), "max_epochs": number(int, 1),
+    "max_steps": number(int, 0), "accumulate": number(int, 1), "minutes": number(float, 0, low_open=True),
+    "beam_size": number(int, 1), "alpha": number(float, 0), "max_output_ratio": number(float, 0),
+    "max_output_extra": number(int, 0), "eval_batch_tokens": number(int, 1),
+    "precision": ("auto", "fp32", "bf16", "fp16"), "seed": number(int, 0),
+}
+
+
+def config_problems(config: Config) -> list[str]:
+    """What makes `config` unable to run, one sentence each (what and what to do); [] when it can.
+    Example: config_problems(Config(d_model=100, n_heads=8)) -> ["d_model 100 is not a multiple of n_heads 8: ..."]"""
+    import argparse as _argparse
+
+    c, problems = config, []
+    for f in dataclasses.fields(Config):
+        rule, value = CONFIG_RULES.get(f.name), getattr(c, f.name)
+        kind = type(f.default)
+        if not (isinstance(value, kind) and (kind is bool or not isinstance(value, bool))
+                or kind is float and isinstance(value, int) and not isinstance(value, bool)):
+            what = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}[kind]
+            problems.append(f"{f.name} must be {what}, got {value!r}")
+        elif isinstance(rule, tuple) and value not in rule:
+            problems.append(f"{f.name} must be one of {', '.join(rule)}, got {value!r}")
+        elif callable(rule):
+            try:
+                rule(str(value))
+            except _argparse.ArgumentTypeError as e:
+                problems.append(f"{f.name} {e}")
+    if problems:  # the checks below assume the types and ranges above
+        return problems
+    if c.d_model % c.n_heads:
+        problems.append(f"d_model {c.d_model} is not a multiple of n_heads {c.n_heads}: each head takes "
+                        "d_model / n_heads features; change one of them")
+    if c.precision == "fp16" and not c.device.startswith("cuda"):
+        problems.append("precision fp16 needs a GPU: give bf16 or fp32 on a CPU")
+    return problems
+
+
 def _use(impl, name: str):
     """impl.name, or solutions.name when impl has none."""
     return getattr(impl, name, None) or getattr(solutions, name)
 
 
 # ---------------------------------------------------------------- the paper, and where this run departs from it
+#: The CPU default's two recorded 15-minute runs on 2 cores (benchmarks/results/translate_cpu_default.seed0.json and
+#: .seed1.json; tests/test_translate.py holds these to the files): optimizer steps, mean target tokens per second,
+#: greedy test BLEU; and the same model stopped at 1,535 steps (translate_cpu_dropout0_steps1535.seed0.json).
+RECORDED_CPU = {"minutes": 15, "cores": 2, "steps": (2051, 2093), "tokens_per_s": (3165, 3231),
+                "greedy_bleu": (35.4, 35.9), "fewer_steps": 1535, "fewer_steps_bleu": 34.9}
+
+
+def plural(n: float, unit: str) -> str:
+    """n and its unit, singular for exactly 1. Example: plural(1, "minute") -> "1 minute"; plural(0.5, "minute")
+    -> "0.5 minutes"; plural(2051, "step") -> "2,051 steps" """
+    text = f"{n:,}" if isinstance(n, int) else f"{n:,g}"
+    return f"{text} {unit}" + ("" if n == 1 else "s")
+
+
 LR_PAPER_BASE = (512 * 4000) ** -0.5  # the paper's peak rate for the base model: d_model^-0.5 * warmup^-0.5 = 7.0e-4
 
 #: Config fields for the paper's base model and its training (sections 5.1-5.4, 6.1). What no field can
@@ -156,6 +222,37 @@ def paper_config(device: str | torch.device | None = None, size: str = "base", *
     if size not in PAPER_SIZES:
         raise ValueError(f"size must be one of {sorted(PAPER_SIZES)}, got {size!r}")
     return dataclasses.replace(config_for(device), **{**PAPER_SIZES[size], **overrides})
+
+
+#: lesson 14's SIZE = "tiny": small enough to train in a minute on a CPU, only for a first look or a test run
+TINY_LESSON = dict(d_model=64, n_heads=4, n_layers=1, d_ff=128, bpe_merges=500, max_tokens=1000, warmup_steps=100,
+                   lr_peak=2e-3)
+
+
+def lesson_config(device: str, size: str = "auto", minutes: float | None = None, average_last: int | None = None,
+                  snapshot_minutes: float | None = None, dropout: float | None = None) -> Config:
+    """Lesson 14's settings as one Config, its time budget included (config.minutes), so that what the lesson
+    prints and what it trains are the same: size "auto" (config_for(device)), "tiny" (TINY_LESSON) or "paper"
+    (paper_config(device)); minutes None: 10 on a GPU, 15 on a CPU; the others None: the config's own.
+    Example: lesson_config("cpu", minutes=1).minutes -> 1; lesson_config("cuda").minutes -> 10"""
+    sizes = ("auto", "tiny", "paper")
+    if size not in sizes:
+        raise ValueError(f"SIZE must be one of {', '.join(map(repr, sizes))}, got {size!r}")
+    config = paper_config(device) if size == "paper" else config_for(device)
+    if size == "tiny":
+        config = dataclasses.replace(config, **TINY_LESSON)
+    changes = dict(minutes=minutes if minutes is not None else (10 if str(device).startswith("cuda") else 15),
+                   average_last=average_last, snapshot_minutes=snapshot_minutes)
+    if dropout is not None:  # on the residuals, the embeddings and the attention weights
+        changes.update(dropout=dropout, attention_dropout=dropout)
+    return dataclasses.replace(config, **{k: v for k, v in changes.items() if v is not None})
+
+
+def budget_text(config: Config) -> str:
+    """The run's time budget in words, from the config it trains with.
+    Example: budget_text(config_for("cpu", minutes=1)) -> "training budget: 1 minute" """
+    text = f"training budget: {plural(config.minutes, 'minute')}"
+    return text + (f", at most {plural(config.max_steps, 'step')}" if config.max_steps else "")
 
 
 def departures(config: Config, data_name: str = "multi30k") -> list[tuple[str, str, str, str]]:
@@ -190,7 +287,11 @@ def departures(config: Config, data_name: str = "multi30k") -> list[tuple[str, s
         f"4,000 warmup steps to a peak of {LR_PAPER_BASE:.1e} (factor 1)",
         f"{c.warmup_steps:,} warmup steps to a peak of {c.lr_peak:.1e}",
         f"equation 3 with d_model {c.d_model}: the same warmup, a peak of d_model^-0.5 x 4000^-0.5" if big else
-        "a 15-minute run of about 1,500 steps would still be warming up at 4,000"
+        (f"the CPU default's 15-minute runs made {RECORDED_CPU['steps'][0]:,} and {RECORDED_CPU['steps'][1]:,} steps "
+         f"on {RECORDED_CPU['cores']} cores (two seeds): they would still be warming up at 4,000"
+         if not c.device.startswith("cuda") else
+         "a run of minutes would spend most of its steps warming up at 4,000 (the GPU's steps in 10 minutes are "
+         "not measured here)")
         + ("; pre-norm takes a higher peak" if c.norm_first else ""))
     row(c.bpe_merges != 37000, "BPE vocabulary", "about 37,000 shared tokens (WMT 2014 English-German)",
         f"{c.bpe_merges:,} merges of one joint German-English BPE",
@@ -209,8 +310,8 @@ def departures(config: Config, data_name: str = "multi30k") -> list[tuple[str, s
     row(c.average_last != 5 or c.snapshot_steps or c.snapshot_minutes != 10, "checkpoint averaging",
         "the average of the last 5 checkpoints, 10 minutes apart",
         "the last weights" if not c.average_last else f"the average of the last {c.average_last} snapshots, "
-        + (f"{c.snapshot_steps} steps apart" if c.snapshot_steps else
-           f"{c.snapshot_minutes:g} minutes apart" if c.snapshot_minutes else "one step apart"),
+        + (f"{plural(c.snapshot_steps, 'step')} apart" if c.snapshot_steps else
+           f"{plural(c.snapshot_minutes, 'minute')} apart" if c.snapshot_minutes else "one step apart"),
         "a 15-minute run has one or two 10-minute checkpoints to average" if not c.average_last else
         "a short run is over before 10-minute checkpoints add up; lesson 15 measures averaging over steps")
     row(c.dropout != 0.1 or c.label_smoothing != 0.1, "dropout, label smoothing", "0.1 and 0.1",
@@ -433,8 +534,23 @@ RESUME_MAY_CHANGE = {"compile", "minutes", "max_steps", "max_epochs", "device", 
                      "alpha", "max_output_ratio", "max_output_extra"}
 
 
+def check_resume(config: Config, state: dict) -> None:
+    """Raise UsageError when `config` changes a setting of the checkpoint `state` that alters the steps (only
+    RESUME_MAY_CHANGE may change). Example: d_model 64 for a checkpoint of d_model 32 -> "cannot resume: the
+    checkpoint was trained with other settings: d_model 32 (now 64); ..." """
+    saved = state["config"]
+    changed = sorted(k for k, v in dataclasses.asdict(config).items()
+                     if k not in RESUME_MAY_CHANGE and k in saved and saved[k] != v)
+    if changed:
+        raise UsageError("cannot resume: the checkpoint was trained with other settings: "
+                         + ", ".join(f"{k} {saved[k]!r} (now {getattr(config, k)!r})" for k in changed)
+                         + "; give the checkpoint's settings (a resumed run may change only "
+                         + ", ".join(sorted(RESUME_MAY_CHANGE - {"device"})) + ")")
+
+
 def train(config: Config, data: PreparedData, minutes: float | None = None, model=None, progress: bool = True,
-          impl=solutions, *, checkpoint=None, checkpoint_every: int = 0, resume=None):
+          impl=solutions, *, checkpoint=None, checkpoint_every: int = 0, resume=None, label: str = "",
+          position: int | None = None):
     """Train on data.train until `minutes` (default config.minutes), config.max_epochs or config.max_steps run out;
     validation loss after each epoch. Returns (model, history) with history lists for plotting:
     step_loss, lr, tokens_per_s (one per step), val_loss and val_step (one per epoch), and totals.
@@ -450,6 +566,9 @@ def train(config: Config, data: PreparedData, minutes: float | None = None, mode
     the data position (epoch, step within it), every process's random state and the history. resume: such a
     file (or what torch.load gave); the run goes on as if it had never stopped, and `minutes` is this session's
     budget (history["seconds"] counts all sessions).
+
+    progress: a bar per epoch (tqdm), `label` before its name and at `position` (one line each for runs side by
+    side), a line per epoch, and a note when this machine is far slower than the recorded runs (slow_machine_note).
 
     Example: model, history = train(config_for("cpu"), data, minutes=1); history["val_loss"][-1] -> 4.2
              train(cfg, data, checkpoint="runs/x/checkpoint.pt", checkpoint_every=500); later, after a crash:
@@ -478,16 +597,11 @@ def train(config: Config, data: PreparedData, minutes: float | None = None, mode
     snapshots, next_snapshot = [], 60 * config.snapshot_minutes  # for average_last: CPU copies of the weights
     first_epoch, first_index, seconds_before = 0, 0, 0.0
     if resume is not None:
-        state = resume if isinstance(resume, dict) else torch.load(resume, map_location=device, weights_only=True)
-        saved = state["config"]
-        changed = sorted(k for k, v in dataclasses.asdict(config).items()
-                         if k not in RESUME_MAY_CHANGE and k in saved and saved[k] != v)
-        if changed:
-            raise ValueError("cannot resume: the checkpoint was trained with other settings: "
-                             + ", ".join(f"{k} {saved[k]!r} (now {getattr(config, k)!r})" for k in changed))
+        state = resume if isinstance(resume, dict) else read_checkpoint(resume, "resume", map_location=device)
+        check_resume(config, state)
         where = state["position"]
         if (where["n_batches"], where["per_step"]) != (len(batches), per_step):
-            raise ValueError(f"cannot resume: the checkpoint's epochs have {where['n_batches']} batches taken "
+            raise UsageError(f"cannot resume: the checkpoint's epochs have {where['n_batches']} batches taken "
                              f"{where['per_step']} per step, this run's {len(batches)} taken {per_step} per step "
                              "(other data, or another number of processes x accumulate)")
         model.load_state_dict(state["model"])
@@ -537,12 +651,13 @@ def train(config: Config, data: PreparedData, minutes: float | None = None, mode
         tmp.replace(path)
 
     done = bool(config.max_steps) and step >= config.max_steps  # a resumed run that had finished already
+    first_step, first_tokens, speed_unchecked = step, n_target_tokens, progress
     model.train()
     for epoch in range(first_epoch, first_epoch if done else config.max_epochs):
         rng.shuffle(batches)  # similar lengths within a batch, random order between batches
         begin = first_index if epoch == first_epoch else 0
-        bar = tqdm(range(begin, steps_per_epoch), desc=f"epoch {epoch + 1}", disable=not progress, leave=True,
-                   mininterval=2.0)
+        bar = tqdm(range(begin, steps_per_epoch), desc=f"{label}epoch {epoch + 1}", disable=not progress,
+                   leave=position is None, mininterval=2.0, position=position)
         for i in bar:
             t0 = time.time()
             group = batches[i * per_step:(i + 1) * per_step]  # this step's batches, all processes together
@@ -589,6 +704,12 @@ def train(config: Config, data: PreparedData, minutes: float | None = None, mode
             elapsed = time.time() - start
             bar.set_postfix(loss=f"{history['step_loss'][-1]:.3f}", lr=f"{lr:.2e}",
                             tok_s=f"{n_target_tokens / elapsed:.0f}", refresh=False)
+            if speed_unchecked and step - first_step >= SPEED_CHECK[0] and time.time() - session >= SPEED_CHECK[1]:
+                speed_unchecked = False  # once, after the warm-up of the first steps
+                note = slow_machine_note(config, (n_target_tokens - first_tokens) / (time.time() - session), minutes)
+                if note and progress:
+                    tqdm.write(note)
+                    history["slow_machine"] = note
             if config.average_last and (step % config.snapshot_steps == 0 if config.snapshot_steps
                                         else elapsed >= next_snapshot):
                 snapshots = (snapshots + [_cpu_state(model)])[-config.average_last:]
@@ -606,7 +727,7 @@ def train(config: Config, data: PreparedData, minutes: float | None = None, mode
             history["val_loss"].append(validation_loss(model, data.val, config, impl))
             history["val_step"].append(step)
         if progress:
-            print(f"epoch {history['epochs']:.2f}: step {step}, val loss {history['val_loss'][-1]:.3f}, "
+            print(f"{label}epoch {history['epochs']:.2f}: step {step}, val loss {history['val_loss'][-1]:.3f}, "
                   f"{time.time() - start:.0f} s", flush=True)
         if stop:
             break
@@ -616,15 +737,64 @@ def train(config: Config, data: PreparedData, minutes: float | None = None, mode
         last = _cpu_state(model)
         just_taken = config.snapshot_steps and step % config.snapshot_steps == 0  # the last snapshot IS `last`
         states = (snapshots + ([] if just_taken else [last]))[-config.average_last:]
-        model.load_state_dict(average_states(states))
-        history["last_state"] = last  # the last weights alone, to compare (lesson 15); not saved in checkpoints
-        history.update(averaged=len(states), val_loss_averaged=validation_loss(model, data.val, config, impl))
+        averaged = average_states(states)
+        model.load_state_dict(averaged)
+        # both kept aside, to compare (lesson 15); neither is saved in checkpoints
+        history.update(last_state=last, averaged_state=averaged, averaged=len(states),
+                       val_loss_averaged=validation_loss(model, data.val, config, impl))
+        # the average replaces the last weights only when it validates better (a short run's snapshots may be
+        # of a model still far from its end: their mean is then worse than where it got to)
+        last_loss = history["val_loss"][-1] if history["val_loss"] else None  # after the last step (rank 0)
+        history["kept"] = "average" if last_loss is None or history["val_loss_averaged"] < last_loss else "last"
+        if history["kept"] == "last":
+            model.load_state_dict(last)
         if progress:
-            print(f"averaged the last {len(states)} snapshots: val loss {history['val_loss_averaged']:.3f}", flush=True)
+            print(f"{label}averaged the last {len(states)} snapshots: val loss {history['val_loss_averaged']:.3f} against "
+                  + (f"{last_loss:.3f}" if last_loss is not None else "none measured") + " for the last weights: kept "
+                  + ("the average" if history["kept"] == "average" else "the last weights (the average validates "
+                                                                         "worse)"), flush=True)
     model.eval()
     history.update(steps=step, seconds=time.time() - start, target_tokens=n_target_tokens,
                    mean_tokens_per_s=n_target_tokens / max(time.time() - start, 1e-9))
     return model, history
+
+
+def _speed_fields(config: Config) -> dict:
+    """The Config fields that set how many target tokens a second training makes (not those that stop, snapshot
+    or decode)."""
+    ignore = {"seed", "minutes", "max_steps", "max_epochs", "average_last", "snapshot_minutes", "snapshot_steps",
+              "beam_size", "alpha", "max_output_ratio", "max_output_extra", "eval_batch_tokens"}
+    return {k: v for k, v in dataclasses.asdict(config).items() if k not in ignore}
+
+
+SLOW_FRACTION = 0.5  # below half the recorded runs' tokens per second, a run is told that it is far slower
+SPEED_CHECK = (50, 30.0)  # the speed is measured once, after this many steps and seconds of training
+
+
+def slow_machine_note(config: Config, tokens_per_s: float, minutes: float) -> str | None:
+    """What a run of the recorded CPU model (RECORDED_CPU) on a machine far slower than the recording one means:
+    None when `config` is not that model or when this machine makes at least SLOW_FRACTION of the recorded target
+    tokens per second. BLEU follows the steps trained, so the note says how many `minutes` make here, what the
+    recorded runs reached, and how long the same steps take here.
+    Example: slow_machine_note(config_for("cpu"), 1000, 15) -> "this machine trains at 1,000 target tokens/s, 31% ..." """
+    if _speed_fields(config) != _speed_fields(config_for("cpu")):
+        return None
+    r = RECORDED_CPU
+    recorded = sum(r["tokens_per_s"]) / len(r["tokens_per_s"])
+    share = tokens_per_s / recorded
+    if share >= SLOW_FRACTION:
+        return None
+    steps = sum(r["steps"]) / len(r["steps"]) * share * minutes / r["minutes"]
+    fp32 = resolved_precision(torch.device("cpu"), config.precision) != "bf16"
+    return (f"this machine trains at {tokens_per_s:,.0f} target tokens/s, {share:.0%} of the {recorded:,.0f} of the "
+            f"recorded runs of this model on {r['cores']} CPU cores (benchmarks/translate_cpu.md)"
+            + (" (they had bf16 units; float32 here)" if fp32 else "")
+            + f": {plural(minutes, 'minute')} here make about {steps:,.0f} steps, where {r['minutes']} minutes made "
+            f"{r['steps'][0]:,} and {r['steps'][1]:,} there. BLEU follows the steps: expect less than their "
+            f"{r['greedy_bleu'][0]} and {r['greedy_bleu'][1]} greedy (the same model stopped at {r['fewer_steps']:,} "
+            f"steps gave {r['fewer_steps_bleu']}, and fewer steps give less). Their steps take about "
+            f"{plural(round(r['minutes'] / share), 'minute')} here (TRAIN_MINUTES in lesson 14, --minutes on the "
+            "command line); other work on this machine slows it too")
 
 
 # ---------------------------------------------------------------- checkpoints
@@ -672,6 +842,58 @@ def _tokenizer_from_text(text: str, impl=solutions):
         return _use(impl, "BPETokenizer").load(path)
 
 
+class CheckpointError(UsageError):
+    """A file that is not a checkpoint of this course (or not the kind asked for), said in one line."""
+
+
+#: What each kind of file holds: save_checkpoint's model.pt, and train's checkpoint.pt (which holds a model.pt's too)
+CHECKPOINT_KEYS = {"model": ("config", "tokenizer", "model"),
+                   "resume": ("config", "tokenizer", "model", "optimizer", "scheduler", "position", "step", "rng")}
+
+
+def read_checkpoint(path, kind: str = "model", map_location="cpu", label: str = "") -> dict:
+    """torch.load(path, weights_only=True) (tensors and plain containers only: a file of unknown origin runs no
+    code), checked to be a checkpoint of this course of `kind`: "model" (save_checkpoint's model.pt, or a
+    checkpoint.pt) or "resume" (train's checkpoint.pt). Anything else raises CheckpointError saying what the file
+    is and what to give instead. Example: read_checkpoint("runs/x/model.pt", "resume") -> CheckpointError("...
+    a model file (save_checkpoint's model.pt): it holds no optimizer or data position to resume from; ...")"""
+    import pickle
+    import zipfile
+
+    written = ("give a model.pt or a checkpoint.pt that `python -m solutions.translate train` wrote"
+               if kind == "model" else "give the checkpoint.pt that `train --checkpoint-every N` wrote")
+    path = pathlib.Path(path)
+    name = f"{label} {path}" if label else str(path)
+    if not path.exists():
+        raise CheckpointError(f"{name}: no such file; {written}")
+    if path.is_dir():
+        raise CheckpointError(f"{name} is a folder; give the file in it (model.pt, or checkpoint.pt to resume)")
+    try:
+        with warnings.catch_warnings():  # PyTorch's own warnings about the pickle protocol: the error says enough
+            warnings.simplefilter("ignore")
+            saved = torch.load(path, map_location=map_location, weights_only=True)
+    except (pickle.UnpicklingError, zipfile.BadZipFile, EOFError, UnicodeDecodeError, ValueError) as e:
+        if "Unsupported global" in str(e):
+            raise CheckpointError(f"{name} holds Python objects beyond tensors and plain data (not loaded: loading "
+                                  f"them could run its code); it is not a checkpoint of this course; {written}") from None
+        raise CheckpointError(f"{name} is corrupt or not a file that torch.save wrote (nothing in it could be read "
+                              f"as tensors and plain data); {written}") from None
+    except RuntimeError as e:  # PyTorch's reader: a zip archive cut short or damaged
+        text = str(e)
+        what = ("truncated or damaged (PyTorch could not read its archive)" if "zip" in text.lower()
+                or "stream" in text.lower() else f"unreadable ({text.strip().splitlines()[0][:80]})")
+        raise CheckpointError(f"{name} is {what}: copy it again, or {written}") from None
+    if not isinstance(saved, dict) or not all(k in saved for k in CHECKPOINT_KEYS["model"]):
+        keys = sorted(saved)[:6] if isinstance(saved, dict) else type(saved).__name__
+        raise CheckpointError(f"{name} is a PyTorch file but not a checkpoint of this course (it holds {keys}, "
+                              f"not config, tokenizer and model); {written}")
+    missing = [k for k in CHECKPOINT_KEYS[kind] if k not in saved]
+    if missing:
+        raise CheckpointError(f"{name} is a model file (save_checkpoint's model.pt): it holds no "
+                              f"{', '.join(missing[:3])} to resume from; {written} (OUT/checkpoint.pt)")
+    return saved
+
+
 def save_checkpoint(path, model, tokenizer: BPETokenizer, config: Config, history: dict | None = None) -> None:
     """One file with the config, the tokenizer (what its save() writes) and the weights."""
     path = pathlib.Path(path)
@@ -679,13 +901,18 @@ def save_checkpoint(path, model, tokenizer: BPETokenizer, config: Config, histor
     torch.save({"config": dataclasses.asdict(config),
                 "tokenizer": {"saved": _tokenizer_text(tokenizer)},
                 "model": {k: v.detach().cpu() for k, v in model.state_dict().items()},
-                "history": {k: v for k, v in (history or {}).items() if k != "last_state"}}, path)
+                "history": {k: v for k, v in (history or {}).items() if k not in ("last_state", "averaged_state")}},
+               path)
 
 
 def load_checkpoint(path, device: str = "cpu", impl=solutions):
     """(model in eval mode on `device`, tokenizer, config) from save_checkpoint's file, both built with impl's
     classes; a GPU checkpoint loads on a CPU. Example: model, tokenizer, config = load_checkpoint("runs/x/model.pt")"""
-    saved = torch.load(path, map_location=device, weights_only=True)
+    return _from_saved(read_checkpoint(path, "model", map_location=device), device, impl)
+
+
+def _from_saved(saved: dict, device: str = "cpu", impl=solutions):
+    """load_checkpoint's (model, tokenizer, config) from what read_checkpoint gave."""
     known = {f.name for f in dataclasses.fields(Config)}  # a checkpoint from before a field was added loads too
     config = dataclasses.replace(Config(**{k: v for k, v in saved["config"].items() if k in known}), device=str(device))
     if "saved" in saved["tokenizer"]:
@@ -731,9 +958,10 @@ def _decode_ids(model, ids: list[list[int]], method: str, beam_size: int, alpha:
 @torch.no_grad()
 def translate_batch(model, tokenizer: BPETokenizer, sentences: list[str], method: str = "greedy",
                     beam_size: int = 4, alpha: float = 0.6, batch_tokens: int = 6000, impl=solutions,
-                    max_output=(1.5, 10)) -> list[str]:
+                    max_output=(1.5, 10), progress: bool = False) -> list[str]:
     """Translate many sentences: sorted by length into batches of about batch_tokens source tokens
-    (little padding), decoded with greedy_decode or beam_search, returned in the input order.
+    (little padding), decoded with greedy_decode or beam_search, returned in the input order; with `progress`,
+    a bar of the sentences done and its estimate of the time left.
 
     Example: translate_batch(model, tok, ["Ein Hund läuft.", "Zwei Männer lachen."]) -> ["A dog runs.", "Two men laugh."]
     """
@@ -743,10 +971,14 @@ def translate_batch(model, tokenizer: BPETokenizer, sentences: list[str], method
     ids = [tokenizer.encode(s) or [UNK] for s in sentences]  # an empty line becomes one <unk>
     budget = batch_tokens // (beam_size if method == "beam" else 1)  # a beam multiplies the rows
     out: list[str] = [""] * len(sentences)
+    bar = tqdm(total=len(sentences), desc=f"{method} decoding", unit=" sentences", disable=not progress,
+               leave=False, mininterval=2.0)
     for idx in _use(impl, "batch_by_tokens")([len(s) for s in ids], budget):
         hyps = _decode_ids(model, [ids[i] for i in idx], method, beam_size, alpha, max_output, impl)
         for i, hyp in zip(idx, hyps):
             out[i] = tokenizer.decode(hyp)
+        bar.update(len(idx))
+    bar.close()
     return out
 
 
@@ -757,7 +989,7 @@ def translate(model, tokenizer: BPETokenizer, sentence: str, method: str = "beam
 
 def evaluate_bleu(model, tokenizer: BPETokenizer, src_lines: list[str], ref_lines: list[str],
                   method: str = "greedy", beam_size: int = 4, alpha: float = 0.6, batch_tokens: int = 6000,
-                  impl=solutions, return_hypotheses: bool = False, max_output=(1.5, 10)):
+                  impl=solutions, return_hypotheses: bool = False, max_output=(1.5, 10), progress: bool = False):
     """sacreBLEU (cased, 13a tokenization, on detokenized text) of the model's translations of src_lines
     against ref_lines, in 0..100; with return_hypotheses, (bleu, translations).
 
@@ -765,9 +997,67 @@ def evaluate_bleu(model, tokenizer: BPETokenizer, src_lines: list[str], ref_line
     """
     if len(src_lines) != len(ref_lines):
         raise ValueError(f"{len(src_lines)} source lines but {len(ref_lines)} references")
-    hyps = translate_batch(model, tokenizer, src_lines, method, beam_size, alpha, batch_tokens, impl, max_output)
+    hyps = translate_batch(model, tokenizer, src_lines, method, beam_size, alpha, batch_tokens, impl, max_output,
+                           progress)
     bleu = sacrebleu.corpus_bleu(hyps, [ref_lines]).score
     return (bleu, hyps) if return_hypotheses else bleu
+
+
+def score_test(model, tokenizer, src_lines: list[str], ref_lines: list[str], config: Config,
+               seconds: float | None = None, methods=("greedy", "beam"), impl=solutions, progress: bool = True,
+               probe: int = 32) -> dict:
+    """Decode the test set with each of `methods` and score it with sacreBLEU, all methods together within about
+    `seconds` (None: no bound; the course passes the training's own time, so that a one-minute run is not
+    followed by minutes of decoding: an undertrained model decodes every sentence to the length limit).
+
+    The first `probe` sentences are decoded by every method and timed, then chunks of the next ones that the time
+    left fits at the last chunk's speed; when not all fit `seconds`, only the first n are scored, and "note" says so
+    with an estimate of what all would take. Returns {"sentences": n,
+    "of": len(src_lines), "estimate_seconds": the time all would take, "references": the n references,
+    "note": a sentence or "", method: {"bleu", "hypotheses", "seconds"} for each method}.
+    Example: score_test(model, tok, test_de, test_en, config, seconds=60)["greedy"]["bleu"] -> 2.1"""
+    if len(src_lines) != len(ref_lines):
+        raise ValueError(f"{len(src_lines)} source lines but {len(ref_lines)} references")
+    total = len(src_lines)
+    args = decoding_args(config)
+    out = {m: {"hypotheses": [], "seconds": 0.0} for m in methods}
+
+    def decode(lines):
+        for m in methods:
+            t0 = time.time()
+            out[m]["hypotheses"] += translate_batch(model, tokenizer, lines, m, impl=impl, progress=progress, **args)
+            out[m]["seconds"] += time.time() - t0
+
+    def spent():
+        return sum(out[m]["seconds"] for m in methods)
+
+    n, estimate = total, None
+    if seconds is not None and total > probe:
+        n = probe
+        decode(src_lines[:n])
+        per_sentence = spent() / n  # small batches: an overestimate, corrected by each larger chunk below
+        estimate = per_sentence * total
+        while n < total:
+            chunk = min(total - n, int((seconds - spent()) / per_sentence))
+            if chunk < max(1, probe // 4):
+                break
+            before = spent()
+            decode(src_lines[n:n + chunk])
+            n, per_sentence = n + chunk, (spent() - before) / chunk
+            estimate = spent() + per_sentence * (total - n)
+    else:
+        decode(src_lines)
+    refs = list(ref_lines[:n])
+    for m in methods:
+        out[m]["bleu"] = sacrebleu.corpus_bleu(out[m]["hypotheses"], [refs]).score
+    note = ""
+    if n < total:
+        note = (f"scored the first {n:,} of {total:,} test sentences: all of them would take about {estimate:.0f} s "
+                f"of decoding ({' and '.join(methods)}) at this speed, longer than the {seconds:.0f} s of training; "
+                "a longer training decodes faster (it stops at <eos>) and scores them all")
+    out.update(sentences=n, of=total, estimate_seconds=estimate if estimate is not None else spent(),
+               references=refs, note=note)
+    return out
 
 
 def bleu_scores(hypotheses: list[str], references: list[str], impl=solutions) -> dict:
@@ -894,6 +1184,18 @@ def run_training(args) -> dict:
     return results
 
 
+def default_config(device: str, size: str | None = None, world: int = 1, **overrides) -> Config:
+    """The Config a `train` command starts from before its flags: the paper's with --size (its 25,000 tokens a
+    step shared by the processes x accumulate, a week's budget so that the step budget stops first), else
+    config_for(device). Example: default_config("cpu").dropout -> 0.0; default_config("cpu", "base").max_tokens
+    -> 25000"""
+    if size:
+        overrides.setdefault("max_tokens", PAPER_BASE["max_tokens"] // (world * overrides.get("accumulate", 1)))
+        overrides.setdefault("minutes", 7 * 24 * 60.0)  # a week: the step budget (100,000 or 300,000) stops first
+        return paper_config(device, size, **overrides)
+    return config_for(device, **overrides)
+
+
 def config_from_args(args, world: int = 1, device: str = "cpu", resume: dict | None = None) -> Config:
     """The Config of a `train` command: the checkpoint's own with --resume (a change that alters the steps is
     refused by train()), the paper's with --size, else config_for(device); any Config flag given overrides it.
@@ -906,18 +1208,21 @@ def config_from_args(args, world: int = 1, device: str = "cpu", resume: dict | N
         known = {f.name for f in dataclasses.fields(Config)}
         saved = Config(**{k: v for k, v in resume["config"].items() if k in known})
         return dataclasses.replace(saved, device=device, **overrides)
-    if args.size:
-        accumulate = overrides.get("accumulate", 1)
-        overrides.setdefault("max_tokens", PAPER_BASE["max_tokens"] // (world * accumulate))
-        overrides.setdefault("minutes", 7 * 24 * 60.0)  # a week: the step budget (100,000 or 300,000) stops first
-        return paper_config(device, args.size, **overrides)
-    return config_for(device, **overrides)
+    return default_config(device, args.size, world, **overrides)
 
 
 def _run_training(args, rank: int, world: int, device: str) -> dict:
     say = print if rank == 0 else (lambda *a, **kw: None)
-    resume = torch.load(args.resume, map_location=device, weights_only=True) if args.resume else None
+    resume = read_checkpoint(args.resume, "resume", map_location=device, label="--resume") if args.resume else None
     config = config_from_args(args, world, device, resume)
+    problems = config_problems(config)
+    if problems:
+        raise UsageError("; ".join(problems))
+    if resume is not None:  # before any work; train() checks it again (and the data's batches)
+        check_resume(config, resume)
+    out = pathlib.Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"--out {out}: a file, not a folder; give a folder for model.pt and the results")
     torch.manual_seed(config.seed)
     if rank != 0:  # rank 0 downloads into the cache first; the others then read it
         torch.distributed.barrier()
@@ -927,6 +1232,7 @@ def _run_training(args, rank: int, world: int, device: str) -> dict:
     say(f"data: {name}, " + ", ".join(f"{k} {len(v[0])}" for k, v in splits.items()), flush=True)
     say(f"config: {config}" + (f"\n{world} processes (torchrun), {world * config.accumulate} batches of at most "
                                f"{config.max_tokens} tokens per step" if world > 1 else ""), flush=True)
+    say(budget_text(config), flush=True)
     tokenizer = _tokenizer_from_text(resume["tokenizer"]["saved"]) if resume is not None else None
     if tokenizer is None and world > 1:  # rank 0 learns the BPE, the others take its vocabulary
         box = [None]
@@ -936,7 +1242,6 @@ def _run_training(args, rank: int, world: int, device: str) -> dict:
         torch.distributed.broadcast_object_list(box, src=0)
         tokenizer = _tokenizer_from_text(box[0])
     data = prepare_data(config, splits, tokenizer=tokenizer, progress=not args.quiet and rank == 0)
-    out = pathlib.Path(args.out)
     checkpoint = out / "checkpoint.pt" if args.checkpoint_every or args.resume else None
     model, history = train(config, data, progress=not args.quiet, checkpoint=checkpoint,
                            checkpoint_every=args.checkpoint_every, resume=resume)
@@ -946,70 +1251,195 @@ def _run_training(args, rank: int, world: int, device: str) -> dict:
     test_de, test_en = splits["test"]
     if args.max_test:
         test_de, test_en = test_de[:args.max_test], test_en[:args.max_test]
+    # decoding within the training's own time (--decode-seconds): a one-minute run is not followed by minutes of
+    # decoding an undertrained model to the length limit
+    budget = history["seconds"] if args.decode_seconds is None else (args.decode_seconds or None)
+    scored = score_test(model, data.tokenizer, test_de, test_en, config, seconds=budget, progress=not args.quiet)
     results = {"data": name, "config": dataclasses.asdict(config), "processes": world, "epochs": history["epochs"],
                "steps": history["steps"], "train_seconds": history["seconds"],
                "target_tokens_per_s": history["mean_tokens_per_s"], "val_loss": history["val_loss"],
-               "test_sentences": len(test_de)}
+               "test_sentences": scored["sentences"], "test_sentences_available": len(test_de)}
     for method in ("greedy", "beam"):
-        t0 = time.time()
-        bleu, hyps = evaluate_bleu(model, data.tokenizer, test_de, test_en, method, return_hypotheses=True,
-                                   **decoding_args(config))
-        results[f"{method}_bleu"], results[f"{method}_seconds"] = bleu, time.time() - t0
-        (out / f"test.{method}.en").write_text("\n".join(hyps) + "\n", encoding="utf-8")
-    if "last_state" in history:  # averaged: the last weights alone too, to measure what the average gave
-        averaged = _cpu_state(model)
-        model.load_state_dict(history["last_state"])
-        results["greedy_bleu_last_alone"] = evaluate_bleu(model, data.tokenizer, test_de, test_en, "greedy",
-                                                          **decoding_args(config))
+        results[f"{method}_bleu"], results[f"{method}_seconds"] = scored[method]["bleu"], scored[method]["seconds"]
+        (out / f"test.{method}.en").write_text("\n".join(scored[method]["hypotheses"]) + "\n", encoding="utf-8")
+    if "last_state" in history:  # averaged: the weights not kept too, to measure what the average gave
+        results["kept"] = history["kept"]
         results["val_loss_averaged"] = history["val_loss_averaged"]
-        model.load_state_dict(averaged)
+        other = "last_state" if history["kept"] == "average" else "averaged_state"
+        kept = _cpu_state(model)
+        model.load_state_dict(history[other])
+        src = test_de[:scored["sentences"]]
+        results["greedy_bleu_last_alone" if other == "last_state" else "greedy_bleu_averaged"] = evaluate_bleu(
+            model, data.tokenizer, src, scored["references"], "greedy", **decoding_args(config))
+        model.load_state_dict(kept)
     results["peak_memory_mb"] = peak_memory_mb()
     (out / "results.json").write_text(json.dumps(results, indent=2), encoding="utf-8")
     print(f"\ndata {name}: {history['epochs']:.2f} epochs, {history['steps']} steps in {history['seconds']:.0f} s, "
           f"{history['mean_tokens_per_s']:.0f} target tokens/s" + (f" ({world} processes)" if world > 1 else ""))
-    print(f"test BLEU (sacreBLEU, {len(test_de)} sentences): greedy {results['greedy_bleu']:.2f} "
+    print(f"test BLEU (sacreBLEU, {scored['sentences']} sentences): greedy {results['greedy_bleu']:.2f} "
           f"({results['greedy_seconds']:.0f} s), beam {config.beam_size} {results['beam_bleu']:.2f} "
           f"({results['beam_seconds']:.0f} s)")
+    if scored["note"]:
+        print(scored["note"] + " (--decode-seconds 0: no limit)")
     if "greedy_bleu_last_alone" in results:
         print(f"the average of the last {history['averaged']} snapshots against the last weights alone: greedy "
               f"{results['greedy_bleu']:.2f} against {results['greedy_bleu_last_alone']:.2f}")
+    elif "greedy_bleu_averaged" in results:
+        print(f"the last weights (kept: they validate better) against the average of the last {history['averaged']} "
+              f"snapshots: greedy {results['greedy_bleu']:.2f} against {results['greedy_bleu_averaged']:.2f}")
     print(f"peak memory {results['peak_memory_mb']:.0f} MB; checkpoint {out / 'model.pt'}")
     return results
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The command line: `train` and its flags (one per Config field, and the run's own)."""
-    parser = argparse.ArgumentParser(prog="python -m solutions.translate", description=__doc__.split("\n\n")[0])
-    commands = parser.add_subparsers(dest="command", required=True)
-    p = commands.add_parser("train", help="train, save a checkpoint, print test BLEU (also under torchrun)")
+def _read_lines(path: str, what: str) -> list[str]:
+    """The lines of a UTF-8 text file (standard input for "-"), or UsageError saying why not."""
+    if path == "-":
+        return sys.stdin.read().splitlines()
+    file = pathlib.Path(path)
+    if not file.is_file():
+        raise UsageError(f"{what} {path}: " + ("a folder, not a file" if file.is_dir() else "no such file"))
+    try:
+        return file.read_text(encoding="utf-8").splitlines()
+    except UnicodeDecodeError as e:
+        raise UsageError(f"{what} {path}: not UTF-8 text ({e.reason} at byte {e.start}); give a text file, "
+                         "one sentence a line") from None
+
+
+def run_translate(args) -> list[str]:
+    """The `translate` command: the sentences (arguments, --input FILE, or standard input) translated by the model
+    that `train` saved (OUT/model.pt holds the weights, the config and the tokenizer), one line each on stdout.
+    A blank line stays blank. --bleu REFERENCES: sacreBLEU's score of them on stderr, so that stdout stays one
+    translation a line (`> out.en` keeps only translations)."""
+    from solutions.cli import check_device
+
+    check_device(args.device)
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if args.sentences and args.input:
+        raise UsageError("give the sentences as arguments or with --input FILE, not both")
+    if args.sentences:
+        lines = [" ".join(s.split()) for s in args.sentences]  # one argument, one line: no newline inside
+    elif args.input:
+        lines = _read_lines(args.input, "--input")
+    elif sys.stdin is None or sys.stdin.isatty():
+        raise UsageError("no sentences to translate: give them as arguments, with --input FILE, or on standard "
+                         "input (echo 'Ein Hund läuft.' | python -m solutions.translate translate --model ...)")
+    else:
+        lines = sys.stdin.read().splitlines()
+    references = _read_lines(args.bleu, "--bleu") if args.bleu else None
+    if references is not None and len(references) != len(lines):
+        raise UsageError(f"--bleu {args.bleu}: {len(references)} reference lines for {len(lines)} sentences; "
+                         "give one reference a sentence, in the same order")
+    model, tokenizer, config = _from_saved(read_checkpoint(args.model, "model", device, label="--model"), device)
+    beam_size = config.beam_size if args.beam_size is None else args.beam_size
+    alpha = config.alpha if args.alpha is None else args.alpha
+    method = "greedy" if beam_size == 1 else "beam"
+    todo = [i for i, line in enumerate(lines) if line.strip()]
+    hyps = translate_batch(model, tokenizer, [lines[i] for i in todo], method, beam_size, alpha,
+                           args.batch_tokens or config.eval_batch_tokens,
+                           max_output=(config.max_output_ratio, config.max_output_extra))
+    out = [""] * len(lines)
+    for i, hyp in zip(todo, hyps):
+        out[i] = hyp
+    if out:
+        sys.stdout.write("\n".join(out) + "\n")
+        sys.stdout.flush()
+    if references is not None:
+        metric = sacrebleu.metrics.BLEU()
+        score = metric.corpus_score(out, [references])
+        print(f"sacreBLEU ({metric.get_signature()}): {score}", file=sys.stderr, flush=True)
+    return out
+
+
+PROG = "python -m solutions.translate"
+
+
+def build_parser(argv=None) -> argparse.ArgumentParser:
+    """The command line: `train` and its flags (one per Config field, its default that of the config the run will
+    use: config_for(--device), or paper_config with --size), and `translate`. argv: the arguments the parser will
+    read (their --device, --size and --accumulate choose the defaults that --help states); None: sys.argv."""
+    from solutions.cli import Parser, add_config_flags, boolean, device_name, pre_parse
+
+    early = pre_parse(argv, "--device", "--size", "--accumulate")
+    device = early.get("device", "")
+    try:
+        device = device_name(device)
+    except argparse.ArgumentTypeError:  # none given, or one the parser will refuse
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    size = early.get("size") if early.get("size") in PAPER_SIZES else None
+    accumulate = int(early["accumulate"]) if early.get("accumulate", "").isdigit() and int(early["accumulate"]) else 1
+    defaults = default_config(device, size, **({"accumulate": accumulate} if accumulate != 1 else {}))
+    source = (f"paper_config({device!r}, {size!r}), max_tokens {defaults.max_tokens} (25,000 / accumulate), "
+              "minutes a week" if size else f"config_for({device!r})")
+
+    parser = Parser(prog=PROG, description=__doc__.split("\n\n")[0])
+    commands = parser.add_subparsers(dest="command", required=True, metavar="{train,translate}")
+    p = commands.add_parser("train", help="train, save a checkpoint, print test BLEU (also under torchrun)",
+                            description="Train a model, save OUT/model.pt, score the test split.")
     p.add_argument("--data", default="multi30k",
                    help='"multi30k", "synthetic", "wmt14" (de-en), "wmt14-en-de" (the paper\'s direction), '
-                        'or a Multi30k mirror (URL or folder)')
-    p.add_argument("--out", default="runs/translate", help="folder for model.pt, results.json, test translations")
-    p.add_argument("--device", default=None, help="cpu or cuda (default: cuda when present); picks config_for(device)")
+                        'or a Multi30k mirror (URL or folder) (default: multi30k)')
+    p.add_argument("--out", default="runs/translate",
+                   help="folder for model.pt, results.json, test translations (default: runs/translate)")
+    p.add_argument("--device", type=device_name, default=None,
+                   help=f"cpu, cuda or cuda:N; picks config_for(device) (default: {device}: cuda when there is one)")
     p.add_argument("--size", choices=sorted(PAPER_SIZES), default=None,
                    help="the paper's base or big model with its optimizer, warmup 4000 and step budget "
-                        "(paper_config); max_tokens defaults to 25,000 / (processes x accumulate)")
-    p.add_argument("--checkpoint-every", type=int, default=0,
-                   help="write OUT/checkpoint.pt every N steps and when the run stops (0: none), for --resume")
-    p.add_argument("--resume", default=None,
-                   help="continue from a checkpoint.pt (its settings; --minutes, --steps, --max-epochs may change)")
-    p.add_argument("--synthetic-train", type=int, default=20000, help="training pairs of the synthetic corpus")
-    p.add_argument("--max-test", type=int, default=0, help="score only the first N test sentences (0: all)")
-    p.add_argument("--threads", type=int, default=0,
-                   help="CPU threads for PyTorch (0: its default, one per core; 1 is faster on a busy machine)")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
-    for f in dataclasses.fields(Config):  # every Config field can be overridden: --d-model 128 --minutes 1
-        if f.name != "device":
-            kind = type(f.default)
-            names = ["--" + f.name.replace("_", "-")] + (["--steps"] if f.name == "max_steps" else [])
-            p.add_argument(*names, default=None, help=f"default {f.default} (CPU)",
-                           type=(lambda v: v.lower() in ("1", "true", "yes")) if kind is bool else kind)
+                        "(paper_config); max_tokens defaults to 25,000 / (processes x accumulate) (default: none, "
+                        "the device's own model)")
+    p.add_argument("--checkpoint-every", type=number(int, 0), default=0, metavar="N",
+                   help="write OUT/checkpoint.pt every N steps and when the run stops (0: none), for --resume "
+                        "(default: 0)")
+    p.add_argument("--resume", default=None, metavar="CHECKPOINT",
+                   help="continue from a checkpoint.pt (its settings; --minutes, --steps, --max-epochs may change) "
+                        "(default: none)")
+    p.add_argument("--synthetic-train", type=number(int, 1), default=20000, metavar="N",
+                   help="training pairs of the synthetic corpus (default: 20000)")
+    p.add_argument("--max-test", type=number(int, 0), default=0, metavar="N",
+                   help="score only the first N test sentences (0: all) (default: 0)")
+    p.add_argument("--decode-seconds", type=number(float, 0), default=None, metavar="S",
+                   help="decode the test split (greedy and beam) within about S seconds: the first sentences that "
+                        "fit, said when not all (0: no limit) (default: the training's own time)")
+    p.add_argument("--threads", type=number(int, 0), default=0, metavar="N",
+                   help="CPU threads for PyTorch (0: its default, one per core; 1 is faster on a busy machine) "
+                        "(default: 0)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar (default: false)")
+    add_config_flags(p, defaults, CONFIG_RULES, skip=("device",), aliases={"max_steps": ["--steps"]},
+                     source=source)
+
+    t = commands.add_parser("translate", help="translate with a trained model.pt, one line a sentence",
+                            description="Translate sentences (arguments, --input FILE, or standard input) with the "
+                                        "model that train saved, one translation a line on stdout.")
+    t.add_argument("sentences", nargs="*", metavar="SENTENCE", help="sentences to translate, one argument each")
+    t.add_argument("--model", required=True, metavar="MODEL_PT",
+                   help="OUT/model.pt (or OUT/checkpoint.pt) written by train: weights, config and tokenizer")
+    t.add_argument("--input", metavar="FILE", help="a file of sentences, one a line ('-': standard input)")
+    t.add_argument("--beam-size", type=number(int, 1), default=None, metavar="K",
+                   help="beam search with K hypotheses; 1: greedy decoding (default: the model's config, 4)")
+    t.add_argument("--alpha", type=number(float, 0), default=None,
+                   help="beam search's length penalty (default: the model's config: 1.0 for the CPU model, "
+                        "0.6 for the GPU's)")
+    t.add_argument("--bleu", metavar="REFERENCE_FILE",
+                   help="score the translations against these references (one a line) with sacreBLEU; the score "
+                        "line goes to stderr, so that stdout stays one translation a line")
+    t.add_argument("--device", type=device_name, default=None,
+                   help=f"cpu, cuda or cuda:N (default: {device}: cuda when there is one)")
+    t.add_argument("--batch-tokens", type=number(int, 1), default=None, metavar="N",
+                   help="source tokens per decoding batch (default: the model's config)")
     return parser
 
 
-def main(argv=None) -> None:
-    run_training(build_parser().parse_args(argv))
+def main(argv=None):
+    """The command line; a bad input is one line on stderr and exit status 2 (solutions.cli)."""
+    from solutions import cli
+
+    def command(argv):
+        args = build_parser(argv).parse_args(argv)
+        if args.command == "translate":
+            return run_translate(args)
+        cli.check_device(args.device)
+        return run_training(args)
+
+    return cli.run(PROG, command, argv)
 
 
 if __name__ == "__main__":

@@ -123,11 +123,14 @@ def test_step_snapshots_average_the_last_five(tiny_data, tmp_path):
     model, history = train(config, tiny_data, progress=False)
     assert history["steps"] == 10 and history["averaged"] == 5
     plain, _ = train(dataclasses.replace(config, average_last=0), tiny_data, progress=False)
-    last = history["last_state"]
+    last, averaged = history["last_state"], history["averaged_state"]
     assert all(torch.equal(last[k], v) for k, v in plain.state_dict().items())  # the last weights, kept aside
-    assert not torch.equal(model.state_dict()["generator.bias"], last["generator.bias"])  # the average differs
+    assert not torch.equal(averaged["generator.bias"], last["generator.bias"])  # the average differs
+    kept = averaged if history["kept"] == "average" else last  # whichever validates better
+    assert all(torch.equal(kept[k], v) for k, v in model.state_dict().items())
     save_checkpoint(tmp_path / "m.pt", model, tiny_data.tokenizer, config, history)
-    assert "last_state" not in torch.load(tmp_path / "m.pt", weights_only=True)["history"]
+    saved = torch.load(tmp_path / "m.pt", weights_only=True)["history"]
+    assert "last_state" not in saved and "averaged_state" not in saved and saved["kept"] == history["kept"]
 
 
 # ------------------------------------------------------------------------------------ the command
@@ -154,10 +157,16 @@ def test_a_tiny_table_runs_and_is_written(tmp_path, capsys):
         assert key in run, key
     assert run["steps"] == 4 and math.isclose(run["val_ppl"], math.exp(run["val_loss"]))
     assert "bleu_averaged" not in json.loads((tmp_path / "D-ls0.seed0.json").read_text())  # base only
-    table = capsys.readouterr().out
+    table, bars = capsys.readouterr()
     assert "| base |" in table and "| D-ls0 |" in table and " ± " in table
+    assert "base seed 0: epoch 1" in bars and "D-ls0 seed 1: epoch 1" in bars  # a progress bar inside each run
+    assert "greedy decoding" in bars  # and the test set's decoding
     experiments.main(["run", "--rows", "base", "--seeds", "0", "--data", "synthetic", "--out", str(tmp_path)])
     assert "0 runs to do" in capsys.readouterr().out  # a run whose JSON exists is not run again
+    (tmp_path / "base.seed0.json").unlink()
+    experiments.main(["run", "--rows", "base", "--seeds", "0", "--steps", "2", "--data", "synthetic", "--out",
+                      str(tmp_path), "--max-test", "4", "--base", tiny, "--quiet"])
+    assert "epoch 1" not in "".join(capsys.readouterr())  # --quiet: no bars
 
 
 def test_recorded_table_has_two_seeds_per_reported_row():
