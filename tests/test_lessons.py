@@ -130,3 +130,47 @@ def test_cells_are_short_enough_to_read(stem):
                  if c.cell_type == "code" and len(c.source.splitlines()) > 30]
     assert not long_text, f"markdown cells over 250 words (cell, words): {long_text}"
     assert not long_code, f"code cells over 30 lines (cell, lines): {long_code}"
+
+
+# ------------------------------------------------------------------ worked examples in the stubs' docstrings
+# (object, setup, [(words of its docstring, a Python check of what those words say)]): a docstring example that
+# stops being true, or is reworded, fails here (issue 37).
+DOCSTRING_EXAMPLES = [
+    ("PositionwiseFeedForward", """
+ffn = solutions.PositionwiseFeedForward(2, 3, dropout=0.0)
+with torch.no_grad():
+    ffn.w_1.weight.copy_(torch.tensor([[1., 0.], [0., 1.], [1., 1.]])); ffn.w_1.bias.copy_(torch.tensor([0., 0., -1.]))
+    ffn.w_2.weight.copy_(torch.tensor([[1., 1., 1.], [0., 0., 1.]])); ffn.w_2.bias.zero_()
+x = torch.tensor([1., -2.])
+""", [("w_1(x) = [1, -2, -2], relu -> [1, 0, 0], w_2 -> [1, 0]",
+       "ffn.w_1(x).tolist() == [1, -2, -2] and torch.relu(ffn.w_1(x)).tolist() == [1, 0, 0] "
+       "and ffn(x).tolist() == [1, 0]"),
+      ("ffn(torch.randn(4, 7, 2)).shape -> (4, 7, 2)", "ffn(torch.randn(4, 7, 2)).shape == (4, 7, 2)")]),
+    ("DecoderLayer", """
+layer = solutions.DecoderLayer(8, 2, 16, dropout=0.0)
+out = layer(torch.randn(1, 5, 8), torch.randn(1, 7, 8), None, solutions.causal_mask(5))
+""", [("layer(torch.randn(1, 5, 8), torch.randn(1, 7, 8), None, causal_mask(5)).shape -> (1, 5, 8)", "out.shape == (1, 5, 8)"),
+      ("layer.cross_attn.attn_weights.shape -> (1, 2, 5, 7)", "layer.cross_attn.attn_weights.shape == (1, 2, 5, 7)"),
+      ("layer.self_attn.attn_weights[0, :, 0, 1:].sum().item() -> 0.0",
+       "layer.self_attn.attn_weights[0, :, 0, 1:].sum().item() == 0.0")]),
+    ("Transformer", """
+m = solutions.Transformer(100, 100, d_model=32, n_heads=4, n_layers=2, d_ff=64)
+""", [("m(torch.ones(2, 7).long(), torch.ones(2, 5).long(), None, None).shape -> (2, 5, 100)",
+       "m(torch.ones(2, 7).long(), torch.ones(2, 5).long(), None, None).shape == (2, 5, 100)"),
+      ("m.generator.weight is m.tgt_embed.embedding.weight is m.src_embed.embedding.weight -> True",
+       "m.generator.weight is m.tgt_embed.embedding.weight is m.src_embed.embedding.weight")]),
+]
+
+
+@pytest.mark.parametrize("name,setup,examples", DOCSTRING_EXAMPLES, ids=[e[0] for e in DOCSTRING_EXAMPLES])
+def test_the_worked_examples_in_the_docstrings_are_true(name, setup, examples):
+    import torch
+
+    import solutions
+    doc = " ".join(getattr(solutions, name).__doc__.split())
+    torch.manual_seed(0)
+    namespace = {"torch": torch, "solutions": solutions}
+    exec(setup, namespace)
+    for words, holds in examples:
+        assert " ".join(words.split()) in doc, f"{name}'s docstring no longer says {words!r}: update this test"
+        assert eval(holds, namespace), f"{name}'s docstring says {words!r}, but {holds} is False"
