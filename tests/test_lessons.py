@@ -174,3 +174,58 @@ def test_the_worked_examples_in_the_docstrings_are_true(name, setup, examples):
     for words, holds in examples:
         assert " ".join(words.split()) in doc, f"{name}'s docstring no longer says {words!r}: update this test"
         assert eval(holds, namespace), f"{name}'s docstring says {words!r}, but {holds} is False"
+
+
+# ------------------------------------------------------------------------------------- demonstration cells
+def _catches_not_implemented(node) -> bool:
+    for n in ast.walk(node):
+        if isinstance(n, ast.ExceptHandler) and n.type is not None:
+            types_ = n.type.elts if isinstance(n.type, ast.Tuple) else [n.type]
+            if any(isinstance(t, ast.Name) and t.id == "NotImplementedError" for t in types_):
+                return True
+    return False
+
+
+@pytest.mark.parametrize("path", LESSONS, ids=IDS)
+def test_every_demonstration_cell_goes_on_when_the_learners_code_fails(path):
+    """A cell that runs the learner's code for a figure or a printout, and catches NotImplementedError for a stub,
+    sits inside `with demonstration():` (autograder/demo.py), so that any other error is reported, not raised."""
+    nb = nbformat.read(str(path), as_version=4)
+    bare = []
+    for i, cell in enumerate(nb.cells):
+        if cell.cell_type != "code" or cell.metadata.get("course", {}).get("names"):
+            continue
+        for node in ast.parse(cell.source).body:
+            wrapped = isinstance(node, ast.With) and any(
+                isinstance(item.context_expr, ast.Call) and getattr(item.context_expr.func, "id", "") == "demonstration"
+                for item in node.items)
+            if _catches_not_implemented(node) and not wrapped and not isinstance(node, ast.FunctionDef):
+                bare.append(i)
+    assert not bare, f"cells {bare} catch NotImplementedError outside `with demonstration():`"
+
+
+def test_a_wrong_padding_mask_is_reported_and_lesson_05_goes_on(tmp_path):
+    """Issue 38: a padding_mask that returns (B, 1, L) (one singleton dimension forgotten) made two of lesson 05's
+    demonstration cells crash with IndexError. Now each says what failed and what the cell had computed, and the
+    lesson runs to its end."""
+    from nbclient import NotebookClient
+
+    from autograder.notebooks import ROOT, solved
+    nb = solved(next(p for p in LESSONS if p.stem == "05_masks"))
+    at = next(i for i, c in enumerate(nb.cells) if c.metadata.get("nbgrader", {}).get("grade_id") == "check_padding_mask")
+    nb.cells.insert(at + 1, nbformat.v4.new_code_cell(
+        "def padding_mask(ids, pad_id=PAD):\n    return (ids != pad_id)[:, None, :]   # (B, 1, L): a dimension forgotten"))
+    nb.cells.insert(0, nbformat.v4.new_code_cell(f"import sys; sys.path.insert(0, {str(ROOT)!r})"))
+    NotebookClient(nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
+    printed = {i: "".join(o.get("text", "") for o in c.get("outputs", []) if o.output_type == "stream")
+               for i, c in enumerate(nb.cells) if c.cell_type == "code"}
+    stopped = [text for text in printed.values() if "This demonstration stopped" in text]
+    assert len(stopped) == 2, printed
+    assert all("The checks above say what is wrong; the next cells go on." in text for text in stopped)
+    # the error, and what the learner's functions returned before it: target_mask, built on that padding_mask,
+    # gives (1, B, L, L), whose row b = 1 does not exist
+    assert all("IndexError" in text for text in stopped), stopped
+    assert "pad = tensor of shape (3, 1, 6), torch.bool" in stopped[0], stopped[0]
+    assert "tgt = tensor of shape (1, 3, 6, 6), torch.bool" in stopped[0], stopped[0]
+    assert "|change| of the output at positions 0..5" in printed[max(printed)] or any(
+        "|change| of the output" in t for t in printed.values())   # the cells after them ran
