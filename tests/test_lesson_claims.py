@@ -355,3 +355,68 @@ def test_claim_holds_on_the_solved_lesson(runs, stem, index):
 
 def test_every_lesson_with_claims_exists():
     assert all(lesson_path(stem).exists() for stem in CLAIMS)
+
+
+# ------------------------------------------------------------------ claims about recorded runs (not executed)
+# Lesson 15 explains the recorded Table 3 runs (benchmarks/results/table3); its sentences are checked against those
+# files directly, in a namespace with `runs` and `S` ({row: summary}), without running the notebook.
+RECORDED_SETUP = """
+from solutions.experiments import load_results, summarize
+runs = load_results(ROOT / 'benchmarks' / 'results' / 'table3')
+S = {s['row']: s for s in summarize(runs)}
+def d(row, key):
+    return S[row][key] - S['base'][key]
+def beyond(row, key):
+    return abs(d(row, key)) > S[row][key + '_spread'] + S['base'][key + '_spread']
+"""
+RECORDED_CLAIMS = {
+    "15_experiments": [
+        ("one head of 128 is as good in perplexity and better in BLEU (9.3 against 8.2), and 8 heads of 16 are worse on both",
+         "[beyond('A-h1', 'val_ppl'), round(S['A-h1']['bleu'], 1), round(S['base']['bleu'], 1), beyond('A-h1', 'bleu'), "
+         "d('A-h-double', 'val_ppl') > 0 and beyond('A-h-double', 'val_ppl'), d('A-h-double', 'bleu') < 0 and beyond('A-h-double', 'bleu')]",
+         lambda v: v == [False, 9.3, 8.2, True, True, True]),
+        ("halving $d_k$ worsens both measures beyond the seeds' spread, and quartering it worsens them more (perplexity "
+         "51.6 and 55.9 against 48.5)",
+         "[all(beyond('B-dk-half', k) for k in ('val_ppl', 'bleu')), d('B-dk-half', 'val_ppl') > 0, d('B-dk-half', 'bleu') < 0, "
+         "d('B-dk-quarter', 'val_ppl') > d('B-dk-half', 'val_ppl'), d('B-dk-quarter', 'bleu') < d('B-dk-half', 'bleu'), "
+         "[round(S[r]['val_ppl'], 1) for r in ('B-dk-half', 'B-dk-quarter', 'base')]]",
+         lambda v: v == [True, True, True, True, True, [51.6, 55.9, 48.5]]),
+        ("($d_{model}$ 256: perplexity 33.0 and BLEU 11.8; 64 far worse; a wider $d_{ff}$ helps too). Depth does not, at "
+         "this budget: 4 layers are worse than 2 (55.3 against 48.5)",
+         "[round(S['C-d-double']['val_ppl'], 1), round(S['C-d-double']['bleu'], 1), d('C-d-half', 'val_ppl') > 30, "
+         "d('C-ff-double', 'val_ppl') < 0 and d('C-ff-double', 'bleu') > 0, round(S['C-N-double']['val_ppl'], 1), "
+         "beyond('C-N-double', 'val_ppl')]",
+         lambda v: v == [33.0, 11.8, True, True, 55.3, True]),
+        ("without it the model is far better (perplexity 38.7, BLEU 13.0 against 8.2)",
+         "[round(S['D-drop0']['val_ppl'], 1), round(S['D-drop0']['bleu'], 1), beyond('D-drop0', 'bleu')]",
+         lambda v: v == [38.7, 13.0, True]),
+        ("in 300 steps (0.89 epochs) the model has not seen a sentence twice",
+         "sorted({(r['steps'], round(r['epochs'], 2)) for r in runs if r['row'] == 'base'})", lambda v: v == [(300, 0.89)]),
+        ("Without label smoothing the plain perplexity is lower (46.5), as in the paper; the BLEU difference is within "
+         "the seeds' spread", "[round(S['D-ls0']['val_ppl'], 1), beyond('D-ls0', 'bleu')]", lambda v: v == [46.5, False]),
+        ("within the spread in BLEU, as in the paper, and a little worse in perplexity (50.2)",
+         "[beyond('E-learned', 'bleu'), round(S['E-learned']['val_ppl'], 1), d('E-learned', 'val_ppl') > 0]",
+         lambda v: v == [False, 50.2, True]),
+        ("post-norm is worse at the base's rate (perplexity 60.4)", "[round(S['F-postnorm']['val_ppl'], 1), "
+         "S['F-postnorm']['change'], beyond('F-postnorm', 'val_ppl')]", lambda v: v[0] == 60.4 and "post-norm" in v[1] and v[2]),
+        ("Untied embeddings (34.9) and a constant rate (38.6) are better after 300 steps: untying adds a million parameters",
+         "[round(S['F-untied']['val_ppl'], 1), round(S['F-constant']['val_ppl'], 1), "
+         "S['F-untied']['parameters'] - S['base']['parameters']]",
+         lambda v: v[:2] == [34.9, 38.6] and 0.9e6 < v[2] < 1.2e6),
+        ("the average has the lower validation perplexity in only 10 of the 36 runs",
+         "[sum(r['val_ppl_averaged'] < r['val_ppl'] for r in runs if 'val_ppl_averaged' in r), "
+         "sum('val_ppl_averaged' in r for r in runs)]", lambda v: v == [10, 36]),
+    ],
+}
+RECORDED_CASES = [(stem, i) for stem, claims in RECORDED_CLAIMS.items() for i in range(len(claims))]
+
+
+@pytest.mark.parametrize("stem,index", RECORDED_CASES, ids=[f"{s}-{RECORDED_CLAIMS[s][i][0][:40]}" for s, i in RECORDED_CASES])
+def test_claim_holds_on_the_recorded_runs(stem, index):
+    quote, expr, holds = RECORDED_CLAIMS[stem][index]
+    text = markdown_text(nbformat.read(str(lesson_path(stem)), as_version=4))
+    assert " ".join(quote.split()) in text, f"{stem} no longer says {quote!r}: update the claim in {__file__}"
+    namespace = {"ROOT": ROOT}
+    exec(RECORDED_SETUP, namespace)
+    value = eval(expr, namespace)
+    assert holds(value), f"{stem} says {quote!r}, but {expr} = {value!r}"
