@@ -2,8 +2,8 @@
 
 Every position of a sequence holds a point (x1, x2) drawn from N(0, 1), on its own (8 positions, nothing to
 learn from the others), and the model must output x1 * x2 at every position. A one-layer model of width 16:
-a linear map in, multi-head attention in its sublayer connection, then (or not) the position-wise feed-forward
-network in its own, and a linear map out, trained with Adam for a few hundred steps. The score is the fraction
+a linear map in, multi-head attention with its residual and LayerNorm, then (or not) the position-wise
+feed-forward network with its own, and a linear map out, trained with Adam for a few hundred steps. The score is the fraction
 of the target's variance left unexplained on fresh points: 0 is perfect, 1 is no better than the mean.
 
 It measures one small model on one function; it does not say how much the network matters at the paper's scale
@@ -18,7 +18,6 @@ import torch
 from torch import nn
 
 from .multi_head_attention import MultiHeadAttention
-from .residual_layer_norm import SublayerConnection
 
 
 class OneLayer(nn.Module):
@@ -29,12 +28,18 @@ class OneLayer(nn.Module):
         self.inp, self.out = nn.Linear(2, d_model), nn.Linear(d_model, 1)
         self.attn = MultiHeadAttention(d_model, 2, dropout=0.0)
         self.feed_forward = feed_forward
-        self.sublayers = nn.ModuleList([SublayerConnection(d_model, 0.0, norm_first) for _ in range(2)])
+        # lesson 07's sublayer connection, written out with PyTorch's LayerNorm (lesson 06 comes before it)
+        self.norms, self.norm_first = nn.ModuleList([nn.LayerNorm(d_model) for _ in range(2)]), norm_first
+
+    def _sublayer(self, i: int, x: torch.Tensor, sublayer) -> torch.Tensor:
+        if self.norm_first:
+            return x + sublayer(self.norms[i](x))                # pre-norm
+        return self.norms[i](x + sublayer(x))                    # post-norm, the paper's
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:          # (B, L, 2) -> (B, L)
-        h = self.sublayers[0](self.inp(x), lambda y: self.attn(y, y, y))
+        h = self._sublayer(0, self.inp(x), lambda y: self.attn(y, y, y))
         if self.feed_forward is not None:
-            h = self.sublayers[1](h, self.feed_forward)
+            h = self._sublayer(1, h, self.feed_forward)
         return self.out(h)[..., 0]
 
 
