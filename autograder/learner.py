@@ -7,6 +7,14 @@ learner's earlier stages replace the reference ones that a later lesson imported
 built from your Encoder, which is built from your MultiHeadAttention, ...). Every other name is taken
 from `fallback` (lesson 14 passes the reference, `solutions`; this package itself never imports it).
 
+A reference object that a later stage takes from `fallback` is rebuilt on the learner's finished parts: with
+their own `Decoder` and the reference `Transformer`, impl.Transformer is the reference's class whose methods
+look `Decoder` up among the learner's names (a subclass; the reference module itself is left alone), so their
+Decoder trains. Names in `exclude` stay the reference's, and so do the parts they are built from.
+
+Two notebooks of one lesson in the folder (Jupyter's `05_masks-Copy1.ipynb` beside `05_masks.ipynb`): the one
+saved last is used, and collect says so; every score and name reported for that lesson is that notebook's.
+
 After collecting, each of the learner's functions and each method of their classes notes when it runs:
 `impl.ran()` names what ran since, so a report says "yours, and it ran", never only "yours".
 
@@ -52,9 +60,12 @@ class Implementation(types.SimpleNamespace):
     """Every contract name as an attribute (the learner's or the fallback's), with what is whose:
     `mine` (the learner's names), `report` ({name: "yours" | "reference: why"}), `ran()`."""
 
-    def __init__(self, objects: dict, mine: list[str], report: dict, usage: set):
+    def __init__(self, objects: dict, mine: list[str], report: dict, usage: set, rebuilt: dict | None = None,
+                 notebooks: list | None = None):
         super().__init__(**objects)
         self.__dict__["_meta"] = (list(mine), dict(report), usage)
+        self.__dict__["rebuilt"] = dict(rebuilt or {})        # {reference name: [the learner's names inside it]}
+        self.__dict__["notebooks"] = list(notebooks or [])    # the lesson notebooks the names were collected from
 
     @property
     def mine(self) -> list[str]:
@@ -83,6 +94,9 @@ class Implementation(types.SimpleNamespace):
         if idle:
             lines.append(f"yours, but never called in this run (your other code, or the notebook, did not need them): "
                          f"{', '.join(idle)}")
+        if self.rebuilt:
+            lines.append("the reference's " + "; ".join(f"{n}, built from your {', '.join(parts)}"
+                                                        for n, parts in self.rebuilt.items()))
         return "\n".join(lines)
 
     def __repr__(self):
@@ -126,6 +140,125 @@ def _defined_in(obj, filename_prefix: str) -> bool:
                for f in funcs)  # unwrap: a function decorated with @torch.no_grad() is the learner's inside
 
 
+def _global_names(fn) -> set[str]:
+    """The global names a function's code (and the code nested in it) reads."""
+    def walk(code):
+        names = set(code.co_names)
+        for const in code.co_consts:
+            if isinstance(const, types.CodeType):
+                names |= walk(const)
+        return names
+    return walk(fn.__code__)
+
+
+class _Rebinder:
+    """Reference functions and classes rebuilt so that, where they read a contract name from their module, they get
+    `swap[name]` (the learner's object, or a reference one rebuilt in turn) instead of the reference's own."""
+
+    def __init__(self, swap: dict, fallback):
+        self.swap, self.fallback, self.copies, self.used = swap, fallback, {}, set()
+
+    def _targets(self, fn) -> dict:
+        g = fn.__globals__
+        return {k: self.swap[k] for k in _global_names(fn) & self.swap.keys()
+                if g.get(k) is getattr(self.fallback, k, None)}
+
+    def _globals(self, g: dict) -> dict:
+        if id(g) not in self.copies:
+            self.copies[id(g)] = {**g, **{k: v for k, v in self.swap.items() if g.get(k) is getattr(self.fallback, k, None)}}
+        return self.copies[id(g)]
+
+    def function(self, fn):
+        """fn itself when nothing in it reads a swapped name; else a copy reading the swapped objects (a decorator's
+        wrapper, e.g. @torch.no_grad(), is copied around its rebuilt inner function)."""
+        if not isinstance(fn, types.FunctionType):
+            return fn
+        targets = self._targets(fn)
+        cells = fn.__closure__ or ()
+        inner = [self.function(c.cell_contents) if _filled(c) and isinstance(c.cell_contents, types.FunctionType)
+                 else None for c in cells]
+        if not targets and all(i is None or i is c.cell_contents for i, c in zip(inner, cells)):
+            return fn
+        self.used |= targets.keys()
+        closure = tuple(types.CellType(i) if i is not None and i is not c.cell_contents else c
+                        for i, c in zip(inner, cells)) or None
+        copy = types.FunctionType(fn.__code__, self._globals(fn.__globals__), fn.__name__, fn.__defaults__, closure)
+        copy.__kwdefaults__, copy.__qualname__, copy.__doc__ = fn.__kwdefaults__, fn.__qualname__, fn.__doc__
+        copy.__module__, copy.__dict__ = fn.__module__, dict(fn.__dict__)
+        if "__wrapped__" in copy.__dict__:
+            copy.__wrapped__ = self.function(fn.__wrapped__)
+        return copy
+
+    def __call__(self, obj):
+        if isinstance(obj, types.FunctionType):
+            return self.function(obj)
+        if not isinstance(obj, type):
+            return obj
+        changed = {}
+        for attr, value in vars(obj).items():
+            if isinstance(value, types.FunctionType):
+                new = self.function(value)
+            elif isinstance(value, (staticmethod, classmethod)):
+                new = type(value)(self.function(value.__func__))
+                new = value if new.__func__ is value.__func__ else new
+            elif isinstance(value, property) and value.fget is not None:
+                fget = self.function(value.fget)
+                new = value if fget is value.fget else property(fget, value.fset, value.fdel, value.__doc__)
+            else:
+                continue
+            if new is not value:
+                changed[attr] = new
+        if not changed:
+            return obj
+        # a subclass: isinstance with the reference class still holds, and zero-argument super() in a copied method
+        # (its __class__ cell is the reference class) goes on to the reference class's own bases
+        return type(obj.__name__, (obj,), {"__module__": obj.__module__, "__qualname__": obj.__qualname__,
+                                            "__doc__": obj.__doc__, **changed})
+
+
+def _filled(cell) -> bool:
+    try:
+        cell.cell_contents
+    except ValueError:
+        return False
+    return True
+
+
+def _with_learner_parts(chosen: dict, fallback, names: list[str], exclude=()) -> tuple[dict, dict]:
+    """({name: object} for every name, the learner's where chosen, else the fallback's rebuilt on the learner's parts
+    where it uses any; {rebuilt name: the learner's names inside it, directly or through another rebuilt one}).
+    Names in `exclude` stay the fallback's own, parts included (a reference BPETokenizer keeps the reference learn_bpe)."""
+    swap, inside, rebuilt = dict(chosen), {n: [n] for n in chosen}, {}
+    for name in names:
+        if name in chosen or name in exclude or not hasattr(fallback, name):
+            continue
+        rebinder = _Rebinder(swap, fallback)
+        ref = getattr(fallback, name)
+        new = rebinder(ref)
+        if new is not ref:
+            swap[name] = new
+            inside[name] = list(dict.fromkeys(p for used in names if used in rebinder.used for p in inside[used]))
+            rebuilt[name] = inside[name]
+    return swap, rebuilt
+
+
+def _one_per_lesson(paths: list[pathlib.Path], log) -> list[pathlib.Path]:
+    """One notebook per lesson number: where a folder holds two (a Jupyter copy beside the lesson), the one saved
+    last, the lesson's own name first on a tie; collect says which and why."""
+    by_number: dict = {}
+    for path in paths:
+        by_number.setdefault(path.name[:2], []).append(path)
+    kept = []
+    for number, group in sorted(by_number.items()):
+        best = max(group, key=lambda p: (p.stat().st_mtime, "copy" not in p.stem.lower(), -len(p.name)))
+        if len(group) > 1:
+            others = ", ".join(p.name for p in group if p != best)
+            log(f"lesson {number}: {len(group)} notebooks; using {best.name}, the one saved last (not {others}): "
+                f"its code and its scores are the ones below. To use another, move the rest out of {best.parent}")
+        kept.append(best)
+    return kept
+
+
 def collect(lessons_dir="lessons", fallback=None, verify: bool = True, log=print, exclude=()) -> Implementation:
     """The learner's implementation from the lessons in `lessons_dir`: every contract name that earns
     full points is theirs (with verify=False: every name their cells define), every other one is
@@ -154,7 +287,9 @@ def _collect(lessons_dir, fallback, verify, log, exclude) -> Implementation:
     report: dict = {}
     spaces: list[dict] = []
     order: list[str] = []
-    for path in sorted(pathlib.Path(lessons_dir).glob(LESSON_GLOB)):
+    notebooks = _one_per_lesson(sorted(pathlib.Path(lessons_dir).glob(LESSON_GLOB)), log)
+    used: list = []
+    for path in notebooks:
         nb = nbformat.read(str(path), as_version=4)
         code = [c for c in nb.cells if c.cell_type == "code"]
         stubs = [c for c in code if _stub_names(c)]
@@ -170,7 +305,12 @@ def _collect(lessons_dir, fallback, verify, log, exclude) -> Implementation:
                 log(f"{path.name}: its imports cell failed ({type(e).__name__}: {e}); using the reference")
                 continue
         ns.update(chosen)  # the learner's earlier stages replace the reference ones the lesson imported
+        swap, _ = _with_learner_parts(chosen, fallback, names, exclude)
+        for name, obj in list(ns.items()):  # and reference ones built on them (their Decoder in our Transformer)
+            if name in swap and fallback is not None and obj is getattr(fallback, name, None):
+                ns[name] = swap[name]
         spaces.append(ns)
+        used.append(path)
         for cell in stubs:
             try:
                 with contextlib.redirect_stdout(io.StringIO()):
@@ -212,12 +352,16 @@ def _collect(lessons_dir, fallback, verify, log, exclude) -> Implementation:
     usage: set = set()
     for name in list(chosen):
         chosen[name] = _traced(chosen[name], name, usage)
+    # the reference's later stages rebuilt on the learner's finished (and now traced) parts
+    swap, rebuilt = _with_learner_parts(chosen, fallback, names, exclude) if fallback is not None else (dict(chosen), {})
     for ns in spaces:
-        for name, obj in chosen.items():
-            if name in ns:
-                ns[name] = obj
-    objects = {n: chosen[n] if n in chosen else getattr(fallback, n) for n in names
-               if n in chosen or hasattr(fallback, n)}
+        for name, obj in list(ns.items()):
+            if name in chosen or (name in swap and obj is getattr(fallback, name, None)):
+                ns[name] = swap[name]
+    for name, parts in rebuilt.items():
+        report[name] += f"; built from your {', '.join(parts)}"
+    objects = {n: swap[n] if n in swap else getattr(fallback, n) for n in names
+               if n in swap or hasattr(fallback, n)}
     mine = [n for n in names if n in chosen]
     log(f"full points, so yours from here on: {len(mine)} of {len(names)} names" + (f" ({', '.join(mine)})" if mine else "")
         + " (what actually runs is recorded: impl.ran())")
@@ -227,4 +371,4 @@ def _collect(lessons_dir, fallback, verify, log, exclude) -> Implementation:
     for name in names:
         if report[name] != "yours" and name not in unwritten:
             log(f"  {name}: {report[name]}")
-    return Implementation(objects, mine, report, usage)
+    return Implementation(objects, mine, report, usage, rebuilt, used)

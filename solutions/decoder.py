@@ -15,6 +15,10 @@ class DecoderLayer(nn.Module):
 
     Self-attention uses tgt_mask (B, 1, Lt, Lt), causal and padding; cross-attention takes its
     queries from x and its keys and values from memory, hiding source padding with src_mask (B, 1, 1, Ls).
+    Example: layer = DecoderLayer(8, 2, 16, dropout=0.0)
+             layer(torch.randn(1, 5, 8), torch.randn(1, 7, 8), None, causal_mask(5)).shape -> (1, 5, 8)
+             layer.cross_attn.attn_weights.shape -> (1, 2, 5, 7), each target position over the source
+             layer.self_attn.attn_weights[0, :, 0, 1:].sum().item() -> 0.0, position 0 sees only itself
     """
 
     def __init__(self, d_model: int, n_heads: int, d_ff: int, dropout: float = 0.1, norm_first: bool = False):

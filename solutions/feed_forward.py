@@ -11,7 +11,12 @@ from torch import nn
 class PositionwiseFeedForward(nn.Module):
     """The same two-layer ReLU network at every position: w_2(dropout(relu(w_1(x)))).
 
-    (B, L, d_model) -> (B, L, d_ff) -> (B, L, d_model). Example: d_model=512, d_ff=2048 in the paper.
+    (B, L, d_model) -> (B, L, d_ff) -> (B, L, d_model); the paper: d_model=512, d_ff=2048.
+    Example: ffn = PositionwiseFeedForward(2, 3, dropout=0.0), its weights set by hand:
+             w_1.weight = [[1, 0], [0, 1], [1, 1]], w_1.bias = [0, 0, -1]
+             w_2.weight = [[1, 1, 1], [0, 0, 1]], w_2.bias = [0, 0]
+             x = [1, -2]: w_1(x) = [1, -2, -2], relu -> [1, 0, 0], w_2 -> [1, 0]
+             ffn(torch.randn(4, 7, 2)).shape -> (4, 7, 2), each of the 4 x 7 positions on its own
     """
 
     def __init__(self, d_model: int, d_ff: int, dropout: float = 0.1):

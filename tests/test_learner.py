@@ -157,3 +157,70 @@ def test_solutions_import_nothing_of_the_grader():
             else:
                 continue
             assert not any(m.split(".")[0] in ("autograder", "tests") for m in modules), (path.name, modules)
+
+
+def test_the_learners_decoder_trains_inside_the_reference_transformer(tmp_path):
+    """Issue 37: their finished parts run even where a later stage is not theirs. With only lesson 09 done, the
+    reference Transformer is rebuilt to read `Decoder` from their names: the model trains on their decoder, the
+    report says so, and the reference class itself is left as it was."""
+    nbformat.write(independent.solved_lessons()["09_decoder.ipynb"], str(tmp_path / "09_decoder.ipynb"))
+    lines = []
+    impl = collect(tmp_path, fallback=solutions, log=lines.append)
+    assert impl.mine == ["DecoderLayer", "Decoder"]
+    assert impl.Transformer is not solutions.Transformer and issubclass(impl.Transformer, solutions.Transformer)
+    assert impl.rebuilt == {"Transformer": ["Decoder"]}
+    assert impl.report["Transformer"] == "reference: not found in the lessons; built from your Decoder"
+    assert "Transformer: reference: not found in the lessons; built from your Decoder" in "\n".join(lines)
+    impl.forget_runs()
+    data = prepare_data(TINY, load_synthetic(300, 20, 10, seed=0), progress=False, impl=impl)
+    model, history = train(Config(**{**TINY.__dict__, "max_steps": 3}), data, progress=False, impl=impl)
+    assert history["steps"] == 3 and type(model) is impl.Transformer
+    assert _lesson_of(type(model.decoder)) == "learner_09_decoder"
+    assert {_lesson_of(type(layer)) for layer in model.decoder.layers} == {"learner_09_decoder"}
+    assert type(model.encoder) is solutions.Encoder  # not theirs: the reference's
+    assert impl.ran() == ["DecoderLayer", "Decoder"]
+    report = impl.usage_report()
+    assert "your code that ran: 2 of your 2 names" in report and "the reference's Transformer, built from your Decoder" in report
+    assert type(solutions.Transformer(20, 20, d_model=8, n_heads=2, n_layers=1, d_ff=16).decoder) is solutions.Decoder
+    # a name kept from the reference keeps the reference's parts too
+    kept = collect(tmp_path, fallback=solutions, log=[].append, exclude=["Transformer"])
+    assert kept.Transformer is solutions.Transformer and kept.rebuilt == {}
+
+
+def test_a_decorated_reference_function_is_rebuilt_around_the_learners_part(tmp_path):
+    """greedy_decode (under @torch.no_grad()) reads causal_mask: with their lesson 05, the reference decoder's copy
+    calls their causal_mask, still without gradients."""
+    nbformat.write(independent.solved_lessons()["05_masks.ipynb"], str(tmp_path / "05_masks.ipynb"))
+    impl = collect(tmp_path, fallback=solutions, log=[].append)
+    assert impl.mine == ["padding_mask", "causal_mask", "target_mask"]
+    assert "greedy_decode" in impl.rebuilt and "causal_mask" in impl.rebuilt["greedy_decode"]
+    model = solutions.Transformer(10, 10, d_model=8, n_heads=2, n_layers=1, d_ff=16).eval()
+    src = torch.tensor([[4, 5, 6]])
+    impl.forget_runs()
+    out = impl.greedy_decode(model, src, impl.padding_mask(src), max_len=4)
+    assert out == solutions.greedy_decode(model, src, solutions.padding_mask(src), max_len=4)
+    assert "causal_mask" in impl.ran()
+    assert inspect.unwrap(solutions.greedy_decode).__globals__["causal_mask"] is solutions.causal_mask
+
+
+@pytest.mark.parametrize("newer", ["05_masks-Copy1.ipynb", "05_masks.ipynb"])
+def test_two_notebooks_of_one_lesson_the_last_saved_is_used_and_said(tmp_path, newer):
+    """Jupyter's copy beside the lesson: one of the two is used (the one saved last), collect names it, and every
+    score reported is that notebook's: here the copy is the released lesson (nothing written: 0 points)."""
+    import os
+    solved, released = independent.solved_lessons()["05_masks.ipynb"], nbformat.read(str(ROOT / "lessons" / "05_masks.ipynb"), as_version=4)
+    other = "05_masks.ipynb" if newer != "05_masks.ipynb" else "05_masks-Copy1.ipynb"
+    nbformat.write(solved, str(tmp_path / newer))
+    nbformat.write(released, str(tmp_path / other))
+    os.utime(tmp_path / other, (1_000_000_000, 1_000_000_000))  # saved long before
+    lines = []
+    impl = collect(tmp_path, fallback=solutions, log=lines.append)
+    assert [p.name for p in impl.notebooks] == [newer]
+    assert f"lesson 05: 2 notebooks; using {newer}, the one saved last (not {other})" in "\n".join(lines)
+    assert impl.mine == ["padding_mask", "causal_mask", "target_mask"]
+    # and the other way round: the released one saved last scores 0, and that is what is reported
+    os.utime(tmp_path / newer, (900_000_000, 900_000_000))
+    os.utime(tmp_path / other, (1_000_000_000, 1_000_000_000))
+    impl = collect(tmp_path, fallback=solutions, log=lines.append)
+    assert [p.name for p in impl.notebooks] == [other] and impl.mine == []
+    assert impl.report["padding_mask"].startswith("reference: yours scores 0/")
