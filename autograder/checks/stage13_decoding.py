@@ -578,6 +578,18 @@ def _decode_with(decoder, model, src, mask, *args, **kwargs):
     return got
 
 
+def _expect_mode_kept(model, name):
+    """The contract's side effects: decoding leaves the caller's model in the mode it was given (train mode here): a
+    decoder that calls model.eval() and does not switch it back leaves a training loop that validates by decoding
+    without dropout from then on."""
+    if not all(part.training for part in model.modules()):
+        raise CheckFailure(f"the model after {name}(model, ...), given in train mode", "still in train mode (the "
+                           "caller's mode)", "switched to eval mode",
+                           f"{name} calls model.eval() and leaves it so: the caller decides the mode (a training loop "
+                           "that decodes to validate would go on without dropout); drop the call, or restore the mode "
+                           "afterwards, was = model.training; model.eval(); ...; model.train(was)")
+
+
 def _alone(decoder, next_logits, vocab, src, mask, *args, **kwargs):
     """alone(i) for _expect_lists: row i of the batch (with its padding) decoded on its own by a fresh model."""
     return lambda i: decoder(_FakeModel(vocab, next_logits), src[i:i + 1].clone(), mask[i:i + 1].clone(), *args,
@@ -651,7 +663,8 @@ def _greedy_case(greedy_decode, next_logits, vocab, rows, max_len, what, bos=BOS
 def _greedy_table(greedy_decode):
     rows = [[7, 8, 9], [10], [11, 12], [13, 14, 15], [16, 17], [18]]
     fn = _table(7, seed=1, eos_bias=1.0)
-    _greedy_case(greedy_decode, fn, 7, rows, 6, "greedy_decode(model, 6 sources, max_len=6)")
+    model = _greedy_case(greedy_decode, fn, 7, rows, 6, "greedy_decode(model, 6 sources, max_len=6)")
+    _expect_mode_kept(model, "greedy_decode")
     # a batch of one source: code that squeezes the batch axis away, or returns a flat list, fails here
     _greedy_case(greedy_decode, fn, 7, [[16, 17]], 6, "greedy_decode(model, a batch of one source [[16, 17]], "
                                                        "max_len=6)")
@@ -923,6 +936,7 @@ def _beam_format(beam_search):
         if len(ids) > 5:
             raise CheckFailure(f"{what}: the answer for source {i}", "at most max_len = 5 ids", f"{len(ids)} ids",
                                "stop after max_len generated tokens (<eos> included)")
+    _expect_mode_kept(model, "beam_search")
 
 
 @register("beam_search", "beam_size=1 with alpha=0 equals greedy decoding")
