@@ -375,3 +375,42 @@ DECODER_MISTAKES = [
     ("DecoderLayer", DECODER_LAYER_MISTAKES), ("Decoder", DECODER_MISTAKES)) for p in mistakes(contract, table)])
 def test_mistakes(m):
     assert_mistake(m)
+
+
+# ---------------------------------------------------------------- a mistake paid once, across names
+WRONG_LAYERS = {  # a typo in DecoderLayer: one that raises in the stack, one that gives other numbers
+    "cross-attention on x (an error)": (("self.cross_attn(y, memory, memory, src_mask)",
+                                         "self.cross_attn(y, y, y, src_mask)"), "fails on its own"),
+    "self-attention without tgt_mask (other numbers)": (("self.self_attn(y, y, y, tgt_mask)",
+                                                         "self.self_attn(y, y, y, None)"), "applies its own layers"),
+}
+
+
+@pytest.mark.parametrize("typo", WRONG_LAYERS)
+def test_a_correct_decoder_beside_a_wrong_decoder_layer_keeps_its_points(typo):
+    """A typo in DecoderLayer: DecoderLayer pays; the reference Decoder, built from that layer as a lesson builds it,
+    keeps every point and is told to fix DecoderLayer."""
+    from autograder import max_points
+    from tests.grading import edit, grade, patient
+    change, says = WRONG_LAYERS[typo]
+    wrong_layer = edit(solutions.DecoderLayer, change)
+    with patient():
+        assert grade(wrong_layer, "DecoderLayer")[0] < max_points("DecoderLayer")
+        decoder = edit(solutions.Decoder)
+        decoder.forward.__globals__["DecoderLayer"] = wrong_layer
+        points, text = grade(decoder, "Decoder")
+    assert points == max_points("Decoder"), text
+    assert "fix DecoderLayer" in text and says in text, text
+
+
+def test_a_wrong_decoder_beside_a_wrong_decoder_layer_still_pays():
+    """The stack is compared with its own layers applied in turn: a Decoder that skips its last layer is not excused
+    by a wrong DecoderLayer."""
+    from autograder import max_points
+    from tests.grading import edit, grade, patient
+    wrong_layer = edit(solutions.DecoderLayer, WRONG_LAYERS["self-attention without tgt_mask (other numbers)"][0])
+    decoder = edit(solutions.Decoder, ("for layer in self.layers:", "for layer in self.layers[:-1]:"))
+    decoder.forward.__globals__["DecoderLayer"] = wrong_layer
+    with patient():
+        points, text = grade(decoder, "Decoder")
+    assert points < max_points("Decoder") and "fix DecoderLayer" not in text, text
