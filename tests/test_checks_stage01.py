@@ -957,6 +957,9 @@ ROWS += mistakes("BPETokenizer", [
                                                           "        self.stoi = {s: i for i, s in enumerate(self.itos)}\n"
                                                           + RETURN_SELF)), 7,
             ("itos[:4]", "sorted order", "keep the specials first")),
+    # told 'joined with spaces' before: the opposite mistake
+    Mistake("decode drops the spaces", _tok((DECODED, '"".join(symbols).replace(END, "").strip()')), 7,
+            ("words ran together", "replace('</w>', ' ')"), not_says="joined with spaces"),
     Mistake("lowercases", _tok(('" ".join(line.split())', '" ".join(line.lower().split())'),
                                ("self.tokenize(text)", "self.tokenize(text.lower())")), 6, "lowercased"),
     Mistake("train did not rebuild stoi: save(path)", STALE_STOI, 0, "did not rebuild stoi", title="save(path)",

@@ -212,6 +212,10 @@ MAKE_BATCH_MISTAKES = [
     Mistake("n_tokens without <eos>", with_fields(n_tokens=lambda b, a: sum(len(t) for t in a.tgt)), 5,
             "<eos> not counted"),
     Mistake("no n_tokens attribute", with_fields(drop=["n_tokens"]), 0, "without n_tokens"),
+    # told 'pad every source on the right' before
+    Mistake("the batch sorted by source length", lambda src_seqs, tgt_seqs, pad_id=PAD, bos_id=BOS, eos_id=EOS:
+            solutions.make_batch(*zip(*sorted(zip(src_seqs, tgt_seqs), key=lambda p: -len(p[0]))), pad_id, bos_id,
+                                 eos_id), 1, ("rows were reordered", "src_seqs[i]"), not_says="on the right"),
     # the contract's types: n_tokens is a Python int, as Batch declares it (the check used to compare with .item())
     Mistake("n_tokens a 0-d tensor", with_fields(n_tokens=lambda b, a: (b.tgt_out != a.pad).sum()), 6,
             ("type(batch.n_tokens)", "expected int", "got torch.Tensor", "stayed a tensor")),

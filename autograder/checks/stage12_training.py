@@ -22,6 +22,11 @@ def _ids(t) -> str:
     return fmt(t.tolist()) if isinstance(t, torch.Tensor) else fmt(t)
 
 
+REORDERED = ("the rows were reordered (sorted by length?): row i holds the i-th example, in the order given; "
+             "batch_by_tokens groups examples of similar length, make_batch keeps their order (tgt_seqs[i] belongs "
+             "to src_seqs[i])")
+
+
 def _expect_ids(got, expected: torch.Tensor, what: str, hint: str | None = None,
                 mistakes: dict[str, torch.Tensor] | None = None) -> None:
     """Token ids equal to `expected` (same shape, torch.long); a classic mistake's output is named."""
@@ -32,8 +37,12 @@ def _expect_ids(got, expected: torch.Tensor, what: str, hint: str | None = None,
             raise CheckFailure(f"{what}: dtype", "torch.long (token ids)", str(got.dtype),
                                "token ids are torch.long: build the tensor with dtype=torch.long")
         return
-    hint = diagnose(got, mistakes, lambda g, wrong: tuple(g.shape) == tuple(wrong.shape)
-                    and torch.equal(g.long(), wrong)) or hint
+    named = diagnose(got, mistakes, lambda g, wrong: tuple(g.shape) == tuple(wrong.shape)
+                     and torch.equal(g.long(), wrong))
+    if named is None and tuple(got.shape) == tuple(expected.shape) and got.dim() == 2 and \
+            sorted(got.long().tolist()) == sorted(expected.tolist()):
+        named = REORDERED
+    hint = named or hint
     if tuple(got.shape) != tuple(expected.shape):
         raise CheckFailure(f"{what}: wrong shape", f"shape {tuple(expected.shape)}: {_ids(expected)}",
                            f"shape {tuple(got.shape)}: {_ids(got)}", hint)
