@@ -778,6 +778,12 @@ BLEU_MISTAKES = [
             _bleu((_CLIPPED, "c for g, c in r.items() if g in h")), 5,
             "corpus_bleu(12 sentences, max_n=2); expected 55.8300 (sacrebleu: n-grams of orders 1..max_n, and the "
             "mean of their log precisions over max_n orders); got ", not_says="Likely:"),
+    # the denominators and rounding (issue 40: no Likely before)
+    Mistake("off by one in the denominators", _bleu(("max(len(hyp) - n + 1, 0)", "max(len(hyp) - n, 0)")), 1,
+            ("off by one in p_n's denominator", "L - n + 1")),
+    Mistake("rounded to 2 digits", _bleu(("return 100 * math.exp(brevity + log_precision)",
+                                          "return round(100 * math.exp(brevity + log_precision), 2)")), 2,
+            "the score was rounded (round(bleu, 2))"),
     # the orders
     Mistake("max_n ignored", _bleu(_top("max_n = 4")), 5, "max_n argument is ignored"),
     # range(1, max_n): the order n = max_n is never counted (the mean still divides by max_n)

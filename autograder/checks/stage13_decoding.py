@@ -1200,7 +1200,40 @@ def _bleu_mistakes(hyps, refs, max_n):
     for smooth in ("exp", "floor", "add-k"):
         out[f"smoothed ({smooth}): the contract's BLEU has no smoothing, a zero precision gives 0"] = \
             _sacrebleu(hyps, refs, max_n, smooth)
+    # the parts of BLEU one at a time (issue 40): orders, counts, the denominators, rounding
+    if max_n > 1:
+        out["the order n = max_n was dropped from the sum but the mean still divides by max_n: sum log p_n over "
+            "n = 1..max_n, range(1, max_n + 1)"] = _bleu_parts(hyps, refs, max_n, last_order=False)
+    out["each distinct n-gram of a hypothesis was counted once in the denominator (len(set(...))): p_n's "
+        "denominator counts every n-gram occurrence, the clipped matches over all of them"] = \
+        _bleu_parts(hyps, refs, max_n, distinct_total=True)
+    for shift, how in ((-1, "len(h) - n, one short"), (1, "len(h) - n + 2, one too many")):
+        out[f"off by one in p_n's denominator ({how}): a hypothesis of length L has L - n + 1 n-grams of order "
+            "n"] = _bleu_parts(hyps, refs, max_n, total_shift=shift)
+    for digits in (0, 1, 2):
+        out[f"the score was rounded (round(bleu, {digits})): return it unrounded; round only when printing"] = \
+            round(expected, digits)
     return expected, out
+
+
+def _bleu_parts(hyps, refs, max_n, last_order=True, distinct_total=False, total_shift=0):
+    """Corpus BLEU (0..100) written out, with one part changed: `last_order` False leaves out the order max_n from
+    the sum (the mean still over max_n), `distinct_total` counts each distinct n-gram once in the denominators,
+    `total_shift` moves each sentence's number of n-grams by that much. None where it is undefined."""
+    matches, totals = [0] * max_n, [0] * max_n
+    for h, r in zip(hyps, refs):
+        for n in range(1, max_n + 1):
+            hc, rc = _ngrams(h, n), _ngrams(r, n)
+            matches[n - 1] += sum(min(c, rc.get(g, 0)) for g, c in hc.items())
+            totals[n - 1] += (len(hc) if distinct_total else max(0, len(h) - n + 1 + total_shift))
+    orders = range(max_n if last_order else max_n - 1)
+    if any(totals[i] <= 0 or matches[i] <= 0 for i in orders):
+        return None
+    hyp_len, ref_len = sum(map(len, hyps)), sum(map(len, refs))
+    if hyp_len == 0:
+        return None
+    bp = 1.0 if hyp_len > ref_len else math.exp(1 - ref_len / hyp_len)
+    return 100 * bp * math.exp(sum(math.log(matches[i] / totals[i]) for i in orders) / max_n)
 
 
 def _expect_bleu(corpus_bleu, hyps, refs, max_n, what, hint):
