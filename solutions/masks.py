@@ -29,7 +29,7 @@ def causal_mask(size: int, device=None) -> torch.Tensor:
 
 def target_mask(tgt_ids: torch.Tensor, pad_id: int = PAD) -> torch.Tensor:
     """(B, L) decoder input ids -> (B, 1, L, L): causal AND not padding (on the keys), i.e.
-    padding_mask(tgt_ids, pad_id) & causal_mask(L, tgt_ids.device); bool, the ids left unchanged.
+    the padding mask and the causal mask of length L, combined with &; bool, the ids left unchanged.
 
     Example: [[1, 7, 0]] -> [[[[T, F, F], [T, T, F], [T, T, F]]]]
     """

@@ -229,6 +229,9 @@ _kept = _layer(init_also("self.tm = None"), forward_first(LAYER, "self.tm = tgt_
 _BUILT = ("Likely: tgt_mask ignored: a causal mask built inside the layer hides later tokens but not the target's "
           "padding; pass tgt_mask itself to self-attention")
 DECODER_LAYER_MISTAKES = [
+    # told only the formula before (issue 40)
+    Mistake("self-attention through the cross-attention module", _layer((_SELF, "self.cross_attn(y, y, y, tgt_mask)")),
+            3, ("self-attention run through the cross-attention module", "self.self_attn(x, x, x, tgt_mask)")),
     # which attention, on what
     Mistake("cross-attention queries from the memory", _cross("memory, y, y, src_mask"), 0, "lengths got mixed up"),
     Mistake("cross-attention keys and values from the decoder", _cross("y, y, y, src_mask"), 0,

@@ -111,7 +111,8 @@ def run_ref_grad(ref, x, memory, src_ids, tgt_ids):
                tgt_key_padding_mask=tgt_ids == PAD, memory_key_padding_mask=src_ids == PAD)
 
 
-def dec_layer_ref(ref, x, memory, self_allowed, cross_allowed, mode="post", order="scf", norms=(0, 1, 2), kv="memory"):
+def dec_layer_ref(ref, x, memory, self_allowed, cross_allowed, mode="post", order="scf", norms=(0, 1, 2), kv="memory",
+                  sa="self"):
     """A decoder layer from ref's weights, written out; step k ("s" self-attention, "c" cross-attention,
     "f" feed-forward) uses norm norms[k]. kv says where cross-attention takes its keys and values."""
     def cross(y):
@@ -128,7 +129,8 @@ def dec_layer_ref(ref, x, memory, self_allowed, cross_allowed, mode="post", orde
         if kv == "self_attn":  # the right inputs, through the self-attention's projections
             return mha(ref.self_attn, y, memory, memory, cross_allowed)
         raise ValueError(kv)
-    parts = {"s": lambda y: mha(ref.self_attn, y, y, y, self_allowed), "c": cross, "f": lambda y: ffn(ref, y)}
+    attn = ref.multihead_attn if sa == "cross" else ref.self_attn  # sa="cross": self-attention through cross_attn
+    parts = {"s": lambda y: mha(attn, y, y, y, self_allowed), "c": cross, "f": lambda y: ffn(ref, y)}
     ns = (ref.norm1, ref.norm2, ref.norm3)
     for step, k in zip(order, norms):
         x = sublayer(x, parts[step], ns[k], mode)
@@ -165,8 +167,8 @@ def _layer_vs_torch(DecoderLayer, norm_first, seed, tgt_lengths, src_lengths, ho
     expected = run_ref_decoder(ref, x, memory, src, tgt)
     with torch.no_grad():
         def fn(mode="post" if not norm_first else "pre", order="scf", norms=(0, 1, 2), kv="memory",
-               self_allowed=tgt_mask_of(tgt), cross_allowed=key_mask(src)):
-            return dec_layer_ref(ref, x, memory, self_allowed, cross_allowed, mode, order, norms, kv)
+               self_allowed=tgt_mask_of(tgt), cross_allowed=key_mask(src), sa="self"):
+            return dec_layer_ref(ref, x, memory, self_allowed, cross_allowed, mode, order, norms, kv, sa)
         mistakes = layer_mistakes(fn, norm_first)
         mistakes.update({
             "sublayer order wrong: cross-attention ran before self-attention (self-attention, cross-attention, "
@@ -186,6 +188,9 @@ def _layer_vs_torch(DecoderLayer, norm_first, seed, tgt_lengths, src_lengths, ho
             "src_mask on as it is": fn(cross_allowed=inverted(key_mask(src))),
             "cross-attention computed with self_attn: use self.cross_attn(x, memory, memory, src_mask), the "
             "module with its own projections": fn(kv="self_attn"),
+            "self-attention run through the cross-attention module (self.cross_attn(x, x, x, tgt_mask)): the two "
+            "attentions have their own projections, self-attention is self.self_attn(x, x, x, tgt_mask)":
+                fn(sa="cross"),
             "tgt_mask ignored: a causal mask built inside the layer hides later tokens but not the target's "
             "padding; pass tgt_mask itself to self-attention": fn(self_allowed=causal(x.size(1))),
             "sublayer order wrong: the feed-forward ran before cross-attention (self-attention, cross-attention, "
