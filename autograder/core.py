@@ -11,8 +11,8 @@ import threading
 import warnings
 from typing import Callable
 
-from .registry import (DEFAULT_TIMEOUT, FORBIDDEN, REGISTRY, Check, CheckFailure, CheckTimeout, Forbidden,  # noqa: F401
-                       forbid, register)
+from .registry import (DEFAULT_TIMEOUT, FORBIDDEN, REGISTRY, Check, CheckFailure, CheckPassed, CheckTimeout,  # noqa: F401
+                       Forbidden, forbid, register)
 from .explain import (_describe_exception, _exception_line, _frame_kind, _site, failing_line,  # noqa: F401
                       failing_site)
 from .shortcuts import _watched, watching  # noqa: F401
@@ -94,6 +94,8 @@ def run_check(c: Check, obj) -> tuple[float, str]:
     try:
         with _silenced():
             _run_limited(lambda: _watched(c.fn, obj, rules, used) if rules else c.fn(obj), c.timeout)
+    except CheckPassed as e:  # right given a wrong earlier name, which the note names (paid once, there)
+        points, line = c.points, f"✓ {c.title} [{c.points:g}/{c.points:g}]: {e}"
     except CheckFailure as e:
         points, line = 0.0, f"✗ {c.title} [0/{c.points:g}]: {e}"
     except NotImplementedError:

@@ -26,6 +26,11 @@ class CheckFailure(Exception):
         return text + (f". Likely: {self.hint}" if self.hint else "")
 
 
+class CheckPassed(Exception):
+    """Raised by a check whose name is right given an earlier graded name that is wrong (a mistake is paid once):
+    the check keeps its points, and the note says which earlier name to fix."""
+
+
 class CheckTimeout(Exception):
     pass
 

@@ -12,6 +12,7 @@ from torch import nn
 
 def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     """exp(x_i - max x) / sum_j exp(x_j - max x) along `dim`; never overflows.
+    Keeps x's precision (float64 in, float64 out) and leaves x unchanged.
 
     Example: softmax(torch.tensor([1000., 1000.])) -> tensor([0.5, 0.5])
              (the naive exp(1000) is inf, and inf / inf is nan)

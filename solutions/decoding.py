@@ -26,7 +26,8 @@ def greedy_decode(model, src, src_mask, max_len: int, bos_id: int = BOS, eos_id:
     """Generate the most probable next token, one step at a time, for every source at once.
 
     src (B, Ls), src_mask (B, 1, 1, Ls) -> B lists of ids, without <bos> and without the final <eos>;
-    at most max_len tokens are generated per source (<eos> included).
+    at most max_len tokens are generated per source (<eos> included). src and src_mask are left
+    unchanged, and so is the model's mode (train or eval: the caller's choice).
     Example: a model that copies its input, src [[5, 6]] -> [[5, 6]]
     """
     _check_batch(src)
@@ -62,7 +63,8 @@ def beam_search(model, src, src_mask, max_len: int, beam_size: int = 4, alpha: f
                 bos_id: int = BOS, eos_id: int = EOS) -> list[list[int]]:
     """Beam search: one answer per source, ids without <bos> and without the final <eos>.
 
-    src (B, Ls), src_mask (B, 1, 1, Ls) -> B lists of ids. For one source with k open hypotheses:
+    src (B, Ls), src_mask (B, 1, 1, Ls) -> B lists of ids; src, src_mask and the model's mode are left as
+    they are. For one source with k open hypotheses:
     prefixes (k, t), their log p (k,); log_softmax(model.generator(states[:, -1])) (k, V); their sum
     scores[:, None] + log_probs (k, V), flattened to the k * V one-token extensions, ranked.
     Each step walks down that ranking: an extension ending in <eos> is finished and set aside, any other

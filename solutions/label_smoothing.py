@@ -12,7 +12,8 @@ def label_smoothed_loss(logits: torch.Tensor, target: torch.Tensor, epsilon: flo
     """Cross-entropy against the smoothed distribution: the target token gets 1 - epsilon, each of the
     other V - 1 tokens epsilon / (V - 1); averaged over positions whose target is not `ignore_index`.
 
-    logits (..., V), target (...) -> scalar (0 when every target is padding).
+    logits (..., V), target (...) -> a 0-dim tensor (0 when every target is padding); the inputs may be
+    non-contiguous views (use reshape, not view) and are left unchanged.
     Example: V = 3, epsilon = 0.1, target 0 -> the distribution [0.9, 0.05, 0.05];
              uniform logits give log 3 = 1.0986 whatever the target.
     """

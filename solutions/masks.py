@@ -8,6 +8,7 @@ from .tokenization import PAD
 
 def padding_mask(ids: torch.Tensor, pad_id: int = PAD) -> torch.Tensor:
     """(B, L) token ids -> (B, 1, 1, L): True at real tokens. It masks keys, for every query and head.
+    A bool tensor on the ids' device; the ids are left unchanged.
 
     Example: [[5, 6, 0]] -> [[[[True, True, False]]]]
     """
@@ -27,7 +28,8 @@ def causal_mask(size: int, device=None) -> torch.Tensor:
 
 
 def target_mask(tgt_ids: torch.Tensor, pad_id: int = PAD) -> torch.Tensor:
-    """(B, L) decoder input ids -> (B, 1, L, L): causal AND not padding (on the keys).
+    """(B, L) decoder input ids -> (B, 1, L, L): causal AND not padding (on the keys), i.e.
+    the padding mask and the causal mask of length L, combined with &; bool, the ids left unchanged.
 
     Example: [[1, 7, 0]] -> [[[[T, F, F], [T, T, F], [T, T, F]]]]
     """

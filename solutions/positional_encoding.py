@@ -42,7 +42,7 @@ class PositionalEncoding(nn.Module):
         ### END SOLUTION
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """x (B, L, d_model) -> (B, L, d_model)."""
+        """x (B, L, d_model) -> (B, L, d_model), in x's dtype (float64 x, float64 out); x unchanged."""
         if x.size(1) > self.pe.size(0):
             raise ValueError(f"sequence of length {x.size(1)} is longer than max_len={self.pe.size(0)} "
                              "of the positional encoding; build it with a larger max_len")

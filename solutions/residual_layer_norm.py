@@ -36,6 +36,7 @@ class SublayerConnection(nn.Module):
     """Residual connection around `sublayer`, with layer norm after (post-norm) or before (pre-norm).
 
     forward(x (B, L, d_model), sublayer: callable (B, L, d_model) -> (B, L, d_model)) -> (B, L, d_model)
+    Its norm is the LayerNorm of d_model features as built by default (eps 1e-5); x is left unchanged.
     Example: SublayerConnection(4, 0.0)(x, lambda y: 0 * y) == LayerNorm(4)(x)
     """
 

@@ -63,7 +63,8 @@ def merge_pair(symbols: tuple[str, ...], pair: tuple[str, str]) -> tuple[str, ..
 
 
 def learn_bpe(corpus: Iterable[str], num_merges: int, min_frequency: int = 2) -> list[tuple[str, str]]:
-    """Learn up to `num_merges` BPE merges from the words of `corpus` (lines of text).
+    """Learn up to `num_merges` BPE merges from the words of `corpus` (lines of text): any iterable of
+    lines (a list, a generator, an open file), read once; a list passed in is left unchanged.
 
     Words are what lies between single spaces, as in subword-nmt: line.split(" "), empty strings skipped.
 
@@ -229,7 +230,8 @@ class BPETokenizer(TokenizerBase):
     """
 
     def train(self, corpus: Iterable[str], num_merges: int, min_frequency: int = 2) -> "BPETokenizer":
-        """Learn the merges and the vocabulary from `corpus` (lines of text); returns self."""
+        """Learn the merges and the vocabulary from `corpus` (lines of text: a list, a generator or an
+        open file, read once); returns self. Ids 0-3 stay the specials, whatever symbols the corpus holds."""
         corpus = corpus.splitlines() if isinstance(corpus, str) else list(corpus)
         ### BEGIN SOLUTION
         corpus = [" ".join(line.split()) for line in corpus]  # any whitespace run -> one space
@@ -268,7 +270,8 @@ class BPETokenizer(TokenizerBase):
 
 
 def pad_sequences(seqs: Iterable[Iterable[int]], pad_id: int = PAD) -> torch.Tensor:
-    """Right-pad lists of token ids into one LongTensor (batch, max_len).
+    """Right-pad lists of token ids into one LongTensor (batch, max_len). The lists passed in are left
+    unchanged; an empty batch is refused (ValueError, below).
 
     Example: [[5, 6, 7], [8]] -> tensor([[5, 6, 7], [8, 0, 0]])
     """

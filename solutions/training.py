@@ -40,7 +40,7 @@ class Batch:
 
 
 def make_batch(src_seqs, tgt_seqs, pad_id: int = PAD, bos_id: int = BOS, eos_id: int = EOS) -> Batch:
-    """A Batch from lists of token-id lists (no specials in them).
+    """A Batch from lists of token-id lists (no specials in them); n_tokens is a Python int.
 
     Example: src [[5, 6]], tgt [[7, 8]] -> src [[5, 6]], tgt_in [[1, 7, 8]], tgt_out [[7, 8, 2]], n_tokens 3
     """
@@ -82,6 +82,7 @@ def noam_lr(step: int, d_model: int, warmup_steps: int = 4000, factor: float = 1
     """lrate = factor * d_model^-0.5 * min(step^-0.5, step * warmup_steps^-1.5), step 0 counted as 1:
     linear warmup, then decay with the inverse square root of the step (paper, equation 3).
 
+    Returns a Python float (not a tensor or numpy number): LambdaLR multiplies lr=1.0 by it.
     Example: noam_lr(4000, 512) = 512^-0.5 * 4000^-0.5 = 0.000699, the peak
     """
     ### BEGIN SOLUTION

@@ -457,6 +457,10 @@ ROWS += mistakes("learn_bpe", [
     Mistake("empty strings of split(' ') taken for words",  # ''[-1]: the case with runs of spaces crashes
             _learn((f"{WORDS} if word", 'line.strip("\\r\\n").split(" ")')), 7,
             ("IndexError", "skip the empty strings")),
+    # the contract's iterables: an emptiness test that reads a generator's first lines
+    Mistake("the corpus read twice", _learn(("    counts = Counter(", "    if not any(line.strip() for line in corpus):\n"
+                                             "        return []\n    counts = Counter(")), 7,
+            ("a generator of", "read twice", "corpus = list(corpus)")),
     Mistake("corpus lines stripped in place",  # seen on the case with spaces at the ends of its lines
             _learn(("    counts = Counter(", "    for i, line in enumerate(corpus):\n        corpus[i] = line.strip()\n"
                                            "    counts = Counter(")), 7, ("corpus list passed in", "unchanged")),
@@ -939,6 +943,23 @@ ROWS += mistakes("BPETokenizer", [
     Mistake("train keeps the corpus' whitespace",
             _tok(('corpus = [" ".join(line.split()) for line in corpus]', "corpus = list(corpus)")), 7,
             "run of whitespace into one space"),
+    # the contract's iterables: the corpus is read once (the checks used to pass lists only)
+    Mistake("train reads its corpus twice", _tok(
+        ("else list(corpus)", "else corpus"),
+        ("self.merges = learn_bpe(corpus, num_merges, min_frequency)", "self.merges = learn_bpe(lines, num_merges, "
+         "min_frequency)"),
+        ('corpus = [" ".join(line.split()) for line in corpus]', 'lines = (" ".join(line.split()) for line in corpus)\n'
+         '        corpus = [" ".join(line.split()) for line in corpus]')), 7,
+            ("a generator of the lines", "read twice", "corpus = list(corpus)")),
+    # the contract's special ids: a sorted vocabulary keeps <unk> at 3 unless a symbol sorts before '<' (the checks'
+    # corpus had none), and puts <bos> at 0 whatever the corpus
+    Mistake("vocabulary sorted, specials included", _tok((RETURN_SELF, "        self.itos = sorted(self.itos)\n"
+                                                          "        self.stoi = {s: i for i, s in enumerate(self.itos)}\n"
+                                                          + RETURN_SELF)), 7,
+            ("itos[:4]", "sorted order", "keep the specials first")),
+    # told 'joined with spaces' before: the opposite mistake
+    Mistake("decode drops the spaces", _tok((DECODED, '"".join(symbols).replace(END, "").strip()')), 7,
+            ("words ran together", "replace('</w>', ' ')"), not_says="joined with spaces"),
     Mistake("lowercases", _tok(('" ".join(line.split())', '" ".join(line.lower().split())'),
                                ("self.tokenize(text)", "self.tokenize(text.lower())")), 6, "lowercased"),
     Mistake("train did not rebuild stoi: save(path)", STALE_STOI, 0, "did not rebuild stoi", title="save(path)",
@@ -978,7 +999,10 @@ def pad_sequences_torch(seqs, pad_id=0):
 
 
 def pad_sequences_zip_longest(seqs, pad_id=0):
-    """Columns with itertools.zip_longest, then transposed (a contiguous copy)."""
+    """Columns with itertools.zip_longest, then transposed (a contiguous copy); an empty batch refused with its own
+    message (the contract: an error, not a tensor)."""
+    if len(seqs) == 0:
+        raise ValueError("no sequences to pad")
     return torch.tensor(list(itertools.zip_longest(*seqs, fillvalue=pad_id)), dtype=torch.long).T.contiguous()
 
 
@@ -1055,6 +1079,11 @@ ROWS += mistakes("pad_sequences", [
     Mistake("returns a list", _pad((TENSOR, f"{TENSOR}.tolist()")), 0, "torch.LongTensor"),
     Mistake("a numpy array", _pad((TENSOR, f"{TENSOR}.numpy()")), 0, ("torch.LongTensor", "ndarray")),
     Mistake("extends the caller's lists", pad_extends_inputs, 0, ("lists passed in", "unchanged")),
+    # the contract's empty input: refused (the given lines raise ValueError), not an empty tensor of shape (0,)
+    Mistake("an empty batch gives an empty tensor", _pad(
+        ('    if not seqs:\n        raise ValueError("pad_sequences got an empty batch: pass at least one sequence")\n',
+         ""), (LONGEST, "longest = max((len(s) for s in seqs), default=0)")), 3,
+            ("pad_sequences([])", "expected an error (an empty batch)", "tensor(0,)")),
 ])
 
 

@@ -434,6 +434,10 @@ MODULE_MISTAKES = [
     Mistake("the slice cast to float16", _pe((".to(x.dtype))", ".half())")), 4, "rounded to float16"),
     Mistake("a float64 table not cast", _table("sinusoidal_encoding(max_len, d_model).double()", (".to(x.dtype)", "")),
             5, ("torch.float64", "x.dtype")),
+    # the contract's dtypes: x keeps its own (the module's other float64 test moves the module first, which hid it)
+    Mistake("x cast to float32", _pe(("self.dropout(x + self.pe[: x.size(1)].to(x.dtype))",
+                                          "self.dropout(x.float() + self.pe[: x.size(1)])")), 5,
+            ("for a float64 x", "expected torch.float64", "never x")),
     # the table's shape and its slice
     Mistake("(1, L, d) table, length vs pe.size(0)", _table("sinusoidal_encoding(max_len, d_model)[None]",
                                                              ("self.pe[: x.size(1)]", "self.pe[:, : x.size(1)]")),

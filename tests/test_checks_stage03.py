@@ -170,6 +170,9 @@ SOFTMAX_MISTAKES = [
             ("backward()", "in-place operation")),
     Mistake("the sum detached", _sum("e.sum(dim=dim, keepdim=True).detach()"), 2,
             ("gradient", "with respect to x", "detached sum")),
+    # the contract's dtypes: float64 in, float64 out (every other check passes float32)
+    Mistake("computed in float32", edit(SOFTMAX, ("shifted = x - x", "x = x.float()\n    shifted = x - x")), 2,
+            ("float64 x of shape (3, 4, 5): dtype", "expected torch.float64", "x.float()")),
 ]
 ATTENTION_MISTAKES = [
     Mistake("softmax over the query axis", _weights("softmax(scores, dim=-2)"), 1, "dim=-2"),

@@ -125,11 +125,14 @@ PADDING_MISTAKES = [
     Mistake("polarity inverted", _pad("(ids == pad_id)[:, None, None, :]"), 2, "polarity inverted"),
     Mistake("ids > pad_id", _pad("(ids > pad_id)[:, None, None, :]"), 3, "ids > pad_id"),
     Mistake("pad_id ignored", _pad("(ids != 0)[:, None, None, :]"), 3, "pad_id argument is ignored"),
-    Mistake("over the queries", _pad("(ids != pad_id)[:, None, :, None]"), 1, ("over the queries", "(B, 1, 1, L)")),
+    # a wrong shape with the right values: only the shape point (the value checks read the values as keys)
+    Mistake("over the queries", _pad("(ids != pad_id)[:, None, :, None]"), 3, ("over the queries", "(B, 1, 1, L)")),
     Mistake("expanded over the queries", _pad("(ids != pad_id)[:, None, None, :].expand(-1, 1, ids.size(1), -1)"), 1,
             "expanded over the queries"),
-    Mistake("shape (B, L)", _pad("ids != pad_id"), 1, "shape (B, L)"),
-    Mistake("dims in front of the batch", _pad("(ids != pad_id)[None, None]"), 1, "added in front of the batch"),
+    Mistake("shape (B, L)", _pad("ids != pad_id"), 3, "shape (B, L)"),
+    Mistake("shape (B, 1, L)", _pad("(ids != pad_id)[:, None, :]"), 3, ("one singleton dimension is missing",
+                                                                         "(B, 1, 1, L)")),
+    Mistake("dims in front of the batch", _pad("(ids != pad_id)[None, None]"), 3, "added in front of the batch"),
     Mistake("float mask", _pad("(ids != pad_id).float()[:, None, None, :]"), 3, "not bool"),
     Mistake("additive -inf mask", _pad('torch.zeros(ids.shape).masked_fill(ids == pad_id, float("-inf"))'
                                        '[:, None, None, :]'), 1, "additive float mask"),
@@ -180,22 +183,21 @@ CAUSAL_MISTAKES = [
     # a 'meta' copy's error is not a stub's
     Mistake("a .to('cpu')", _causal((".tril()", ".tril().to('cpu')")), 2, CAUSAL_SENT, not_says="not implemented"),
 ]
-_BY_PAD_ID = dict(title="uses the pad_id argument", not_says="pass pad_id on")
 TARGET_MISTAKES = [
-    Mistake("padding forgotten", _target("causal_mask(L, tgt_ids.device).expand(tgt_ids.size(0), 1, -1, -1)"), 2,
+    Mistake("padding forgotten", _target("causal_mask(L, tgt_ids.device).expand(tgt_ids.size(0), 1, -1, -1)"), 3,
             "padding part is missing"),
-    Mistake("causal forgotten", _target("padding_mask(tgt_ids, pad_id).expand(-1, 1, L, -1)"), 2,
+    Mistake("causal forgotten", _target("padding_mask(tgt_ids, pad_id).expand(-1, 1, L, -1)"), 3,
             "causal part is missing"),
-    Mistake("padding on the queries", _target(f"(tgt_ids != pad_id)[:, None, :, None] & {_CAUSAL_PART}"), 2,
+    Mistake("padding on the queries", _target(f"(tgt_ids != pad_id)[:, None, :, None] & {_CAUSAL_PART}"), 3,
             ("applied to the queries (rows)", "(B, 1, 1, L)")),
     Mistake("padding on queries and keys", _target(f"(tgt_ids != pad_id)[:, None, :, None] & padding_mask(tgt_ids, "
-                                                   f"pad_id) & {_CAUSAL_PART}"), 2,
+                                                   f"pad_id) & {_CAUSAL_PART}"), 3,
             ("applied to the queries (rows)", "keeps its causal row")),
-    Mistake("or instead of and", edit(TARGET, (") & causal", ") | causal")), 2, "or instead of and"),
-    Mistake("padding inverted", _target(f"(tgt_ids == pad_id)[:, None, None, :] & {_CAUSAL_PART}"), 2,
+    Mistake("or instead of and", edit(TARGET, (") & causal", ") | causal")), 3, "or instead of and"),
+    Mistake("padding inverted", _target(f"(tgt_ids == pad_id)[:, None, None, :] & {_CAUSAL_PART}"), 3,
             "padding part is inverted"),
     Mistake("causal part transposed", _target("padding_mask(tgt_ids, pad_id) & torch.ones(L, L, dtype=torch.bool, "
-                                              "device=tgt_ids.device).triu()"), 2, "causal part is transposed"),
+                                              "device=tgt_ids.device).triu()"), 3, "causal part is transposed"),
     Mistake("ids > pad_id", _target(f"(tgt_ids > pad_id)[:, None, None, :] & {_CAUSAL_PART}"), 3, "ids > pad_id"),
     Mistake("pad_id ignored", edit(TARGET, ("padding_mask(tgt_ids, pad_id)", "padding_mask(tgt_ids)")), 3,
             "pad_id argument is ignored"),
@@ -206,16 +208,16 @@ TARGET_MISTAKES = [
     Mistake("float", _target(f"(padding_mask(tgt_ids, pad_id) & {_CAUSAL_PART}).float()"), 3, "not bool"),
     Mistake("ids modified in place", _written(
         TARGET, "L = tgt_ids.size(1)", f"mask = padding_mask(tgt_ids, pad_id) & {_CAUSAL_PART}",
-        "tgt_ids[tgt_ids == pad_id] = -1  # the right mask, but the caller's ids are changed", "return mask"), 2,
+        "tgt_ids[tgt_ids == pad_id] = -1  # the right mask, but the caller's ids are changed", "return mask"), 3,
             "modified in place"),
-    # the pad_id check names the real mistake, not pad_id, which is passed on
-    Mistake("exclusive or", edit(TARGET, (") & causal", ") ^ causal")), 0, "exclusive or", **_BY_PAD_ID),
+    # pad_id is passed on: the mask is wrong for another reason, paid once, by the values check
+    Mistake("exclusive or", edit(TARGET, (") & causal", ") ^ causal")), 3, "exclusive or", not_says="pass pad_id on"),
     Mistake("padding on both axes, causal forgotten", _target("padding_mask(tgt_ids, pad_id) & padding_mask("
-                                                              "tgt_ids, pad_id).transpose(-1, -2)"), 0,
-            ("causal part is missing", "as well as"), **_BY_PAD_ID),
+                                                              "tgt_ids, pad_id).transpose(-1, -2)"), 3,
+            ("causal part is missing", "as well as"), not_says="pass pad_id on"),
     Mistake("causal one above the diagonal (named by no variant)", _target(
-        "padding_mask(tgt_ids, pad_id) & torch.ones(L, L, dtype=torch.bool).tril(1)[None, None]"), 0,
-            "pad_id is passed on", **_BY_PAD_ID),
+        "padding_mask(tgt_ids, pad_id) & torch.ones(L, L, dtype=torch.bool).tril(1)[None, None]"), 2,
+            "causal AND not padding", not_says="pass pad_id on"),
     # the device: only its point lost
     Mistake("causal part on the CPU", edit(TARGET, (_CAUSAL_PART, "causal_mask(L)")), 3,
             "causal_mask(L, tgt_ids.device)"),
@@ -249,3 +251,54 @@ def test_checks_are_fast_on_the_reference():
         for c in REGISTRY[name]:
             best = min(timeit.repeat(lambda: c.fn(getattr(solutions, name)), number=1, repeat=2))
             assert best < 1.0, f"{name}: {c.title} takes {best:.2f} s"
+
+
+# ---------------------------------------------------------------- a mistake paid once, across names
+def _beside(part, wrong):
+    """The reference target_mask as a lesson holds it: calling the notebook's own `part` (padding_mask or causal_mask),
+    here `wrong`."""
+    made = edit(TARGET)
+    made.__globals__[part] = wrong
+    return made
+
+
+def test_target_mask_beside_a_wrong_causal_mask_keeps_its_points():
+    """triu for tril in causal_mask: causal_mask pays (its values point); target_mask, which calls it, keeps all of its
+    points, "uses the pad_id argument" included, and is told which function to fix."""
+    from autograder import max_points
+    from tests.grading import grade
+    with_triu = _causal(("tril()", "triu(1)"))
+    assert grade(with_triu, "causal_mask")[0] == max_points("causal_mask") - 1
+    points, text = grade(_beside("causal_mask", with_triu), "target_mask")
+    assert points == max_points("target_mask"), text
+    assert "✓ uses the pad_id argument" in text and "fix causal_mask" in text, text
+
+
+def test_target_mask_beside_a_wrong_padding_mask_keeps_its_points():
+    """padding_mask with inverted polarity: target_mask, which calls it, is told to fix padding_mask."""
+    from autograder import max_points
+    from tests.grading import grade
+    points, text = grade(_beside("padding_mask", _pad("(ids == pad_id)[:, None, None, :]")), "target_mask")
+    assert points == max_points("target_mask") and "fix padding_mask" in text, text
+
+
+def test_a_wrong_target_mask_beside_right_parts_still_pays():
+    """The composition is compared with the learner's own parts: a target_mask that does not use them (or combines
+    them wrongly) is not excused."""
+    from autograder import max_points
+    from tests.grading import grade
+    wrong = edit(TARGET, (") & causal", ") | causal"))
+    wrong.__globals__["causal_mask"] = _causal(("tril()", "triu(1)"))
+    points, text = grade(wrong, "target_mask")
+    assert points < max_points("target_mask") and "fix causal_mask" not in text, text
+
+
+def test_target_mask_beside_a_padding_mask_missing_a_dimension_keeps_its_points():
+    """padding_mask of shape (B, 1, L): padding_mask pays its shape point only, and target_mask (whose mask is then
+    (1, B, L, L)) is told that padding_mask is the one to fix, with its shape, instead of 'expected shape ...'."""
+    from autograder import max_points
+    from tests.grading import grade
+    short = _pad("(ids != pad_id)[:, None, :]")
+    assert grade(short, "padding_mask")[0] == max_points("padding_mask") - 1
+    points, text = grade(_beside("padding_mask", short), "target_mask")
+    assert points == max_points("target_mask") and "fix padding_mask" in text and "shape (2, 1, 5)" in text, text

@@ -310,6 +310,13 @@ _BY_DROPOUT_CHECK = dict(title="dropout on the sublayer's output only", not_says
 RESIDUAL_FROM_NORMED = _sc("x + self.dropout(sublayer(x))", None, ("if self.norm_first:", "if self.norm_first:\n"
                                                                    "            x = self.norm(x)"))
 CONNECTION_MISTAKES = [
+    # a part the checks replace: its own norm built with another eps (the checks put nn.LayerNorm in its place)
+    Mistake("its own norm with eps=1e-6", edit(CONNECTION, ("self.norm = LayerNorm(d_model)",
+                                                            "self.norm = LayerNorm(d_model, eps=1e-6)")), 5,
+            ("with its own norm", "eps=1e-06", "LayerNorm(d_model)")),
+    Mistake("its own nn.LayerNorm with eps=1e-12", edit(CONNECTION, ("self.norm = LayerNorm(d_model)",
+                                                                     "self.norm = nn.LayerNorm(d_model, eps=1e-12)")),
+            5, ("with its own norm", "another eps")),
     # post-norm and pre-norm
     Mistake("norm_first ignored (always post-norm)", _sc(pre=AS_POST), 2, (POST_NOT_PRE, "norm_first")),
     Mistake("norm_first ignored (always pre-norm)", _sc(post=AS_PRE), 2, (PRE_NOT_POST, "norm_first")),

@@ -229,6 +229,9 @@ _kept = _layer(init_also("self.tm = None"), forward_first(LAYER, "self.tm = tgt_
 _BUILT = ("Likely: tgt_mask ignored: a causal mask built inside the layer hides later tokens but not the target's "
           "padding; pass tgt_mask itself to self-attention")
 DECODER_LAYER_MISTAKES = [
+    # told only the formula before (issue 40)
+    Mistake("self-attention through the cross-attention module", _layer((_SELF, "self.cross_attn(y, y, y, tgt_mask)")),
+            3, ("self-attention run through the cross-attention module", "self.self_attn(x, x, x, tgt_mask)")),
     # which attention, on what
     Mistake("cross-attention queries from the memory", _cross("memory, y, y, src_mask"), 0, "lengths got mixed up"),
     Mistake("cross-attention keys and values from the decoder", _cross("y, y, y, src_mask"), 0,
@@ -375,3 +378,42 @@ DECODER_MISTAKES = [
     ("DecoderLayer", DECODER_LAYER_MISTAKES), ("Decoder", DECODER_MISTAKES)) for p in mistakes(contract, table)])
 def test_mistakes(m):
     assert_mistake(m)
+
+
+# ---------------------------------------------------------------- a mistake paid once, across names
+WRONG_LAYERS = {  # a typo in DecoderLayer: one that raises in the stack, one that gives other numbers
+    "cross-attention on x (an error)": (("self.cross_attn(y, memory, memory, src_mask)",
+                                         "self.cross_attn(y, y, y, src_mask)"), "fails on its own"),
+    "self-attention without tgt_mask (other numbers)": (("self.self_attn(y, y, y, tgt_mask)",
+                                                         "self.self_attn(y, y, y, None)"), "applies its own layers"),
+}
+
+
+@pytest.mark.parametrize("typo", WRONG_LAYERS)
+def test_a_correct_decoder_beside_a_wrong_decoder_layer_keeps_its_points(typo):
+    """A typo in DecoderLayer: DecoderLayer pays; the reference Decoder, built from that layer as a lesson builds it,
+    keeps every point and is told to fix DecoderLayer."""
+    from autograder import max_points
+    from tests.grading import edit, grade, patient
+    change, says = WRONG_LAYERS[typo]
+    wrong_layer = edit(solutions.DecoderLayer, change)
+    with patient():
+        assert grade(wrong_layer, "DecoderLayer")[0] < max_points("DecoderLayer")
+        decoder = edit(solutions.Decoder)
+        decoder.forward.__globals__["DecoderLayer"] = wrong_layer
+        points, text = grade(decoder, "Decoder")
+    assert points == max_points("Decoder"), text
+    assert "fix DecoderLayer" in text and says in text, text
+
+
+def test_a_wrong_decoder_beside_a_wrong_decoder_layer_still_pays():
+    """The stack is compared with its own layers applied in turn: a Decoder that skips its last layer is not excused
+    by a wrong DecoderLayer."""
+    from autograder import max_points
+    from tests.grading import edit, grade, patient
+    wrong_layer = edit(solutions.DecoderLayer, WRONG_LAYERS["self-attention without tgt_mask (other numbers)"][0])
+    decoder = edit(solutions.Decoder, ("for layer in self.layers:", "for layer in self.layers[:-1]:"))
+    decoder.forward.__globals__["DecoderLayer"] = wrong_layer
+    with patient():
+        points, text = grade(decoder, "Decoder")
+    assert points < max_points("Decoder") and "fix DecoderLayer" not in text, text

@@ -123,8 +123,8 @@ SHIFT_MISTAKES = [
 # ================================================================ make_batch
 _NS = "return SimpleNamespace(src=src, tgt_in=tgt_in, tgt_out=tgt_out,"
 MAKE_BATCH_CORRECT = {
-    "any object with the attributes; masks built by hand, n_tokens left as a tensor": _as(MAKE_BATCH, ret=[
-        "L = tgt_in.size(1)", _NS + " n_tokens=tgt_out.ne(pad_id).sum(),",
+    "any object with the attributes; masks built by hand, n_tokens an int() of a tensor": _as(MAKE_BATCH, ret=[
+        "L = tgt_in.size(1)", _NS + " n_tokens=int(tgt_out.ne(pad_id).sum()),",
         "    src_mask=src.ne(pad_id).unsqueeze(1).unsqueeze(2),",
         "    tgt_mask=tgt_in.ne(pad_id)[:, None, None, :] & torch.tril(torch.ones(L, L)).bool())"]),
     "tgt_out first, then tgt_in by shifting it (<eos> made padding); the mask stacked; n_tokens from the lengths": _as(
@@ -149,16 +149,16 @@ MAKE_BATCH_CORRECT = {
         'Fields = namedtuple("Fields", "src tgt_in tgt_out src_mask tgt_mask n_tokens")',
         "return Fields(src, tgt_in, tgt_out, (src != pad_id).reshape(B, 1, 1, Ls), tmask,",
         "              sum(len(t) + 1 for t in tgt_seqs))"),
-    "numpy masks, a dataclass, n_tokens a numpy integer": (batch_numpy := _as(MAKE_BATCH, ret=[
+    "numpy masks, a dataclass, n_tokens an int() of a numpy count": (batch_numpy := _as(MAKE_BATCH, ret=[
         "s, i, o = src.numpy(), tgt_in.numpy(), tgt_out.numpy()",
         "tmask = np.tril(np.ones((i.shape[1], i.shape[1]), dtype=bool))[None, None] & (i != pad_id)[:, None, None, :]",
         'B = make_dataclass("B", ["src", "tgt_in", "tgt_out", "src_mask", "tgt_mask", "n_tokens"])',
         "return B(src, tgt_in, tgt_out, torch.from_numpy(s != pad_id)[:, None, None, :], torch.from_numpy(tmask),",
-        "         np.int64((o != pad_id).sum()))"])),
-    "logical_and of a triu-made causal mask and the padding, a contiguous copy of the source mask, n_tokens a "
-    "float, a keyword-only extra": _as(MAKE_BATCH, args=', *, device="cpu"', ret=[
+        "         int((o != pad_id).sum()))"])),
+    "logical_and of a triu-made causal mask and the padding, a contiguous copy of the source mask, a keyword-only "
+    "extra": _as(MAKE_BATCH, args=', *, device="cpu"', ret=[
         "L, src = tgt_in.size(1), src.to(device)", "causal = torch.triu(torch.ones(L, L), diagonal=1) == 0",
-        _NS + " n_tokens=float(sum(len(t) + 1 for t in tgt_seqs)),",
+        _NS + " n_tokens=sum(len(t) + 1 for t in tgt_seqs),",
         "    src_mask=(src != pad_id).view(src.size(0), 1, 1, -1).clone(),",
         "    tgt_mask=torch.logical_and(causal.view(1, 1, L, L), (tgt_in != pad_id).view(-1, 1, 1, L)))"]),
     "masks and n_tokens as properties computed from the stored tensors": _as(MAKE_BATCH, ret=[
@@ -166,7 +166,7 @@ MAKE_BATCH_CORRECT = {
         "    src_mask=property(lambda self: (self.src != pad_id).unsqueeze(-2).unsqueeze(-2)),",
         "    tgt_mask=property(lambda self: (self.tgt_in != pad_id).unsqueeze(1).unsqueeze(1)",
         "                      & torch.ones(self.tgt_in.size(-1), self.tgt_in.size(-1), dtype=torch.bool).tril()),",
-        "    n_tokens=property(lambda self: (self.tgt_out != pad_id).sum())))()"]),
+        "    n_tokens=property(lambda self: int((self.tgt_out != pad_id).sum()))))()"]),
     "deep copies edited in place (insert, append, extend): the caller's lists stay as they are": _as(MAKE_BATCH, src=[
         "src, tin, tout = copy.deepcopy(src_seqs), copy.deepcopy(tgt_seqs), copy.deepcopy(tgt_seqs)",
         "for s, t_in, t_out in zip(src, tin, tout):", "    t_in.insert(0, bos_id)", "    t_out.append(eos_id)",
@@ -212,6 +212,16 @@ MAKE_BATCH_MISTAKES = [
     Mistake("n_tokens without <eos>", with_fields(n_tokens=lambda b, a: sum(len(t) for t in a.tgt)), 5,
             "<eos> not counted"),
     Mistake("no n_tokens attribute", with_fields(drop=["n_tokens"]), 0, "without n_tokens"),
+    # told 'pad every source on the right' before
+    Mistake("the batch sorted by source length", lambda src_seqs, tgt_seqs, pad_id=PAD, bos_id=BOS, eos_id=EOS:
+            solutions.make_batch(*zip(*sorted(zip(src_seqs, tgt_seqs), key=lambda p: -len(p[0]))), pad_id, bos_id,
+                                 eos_id), 1, ("rows were reordered", "src_seqs[i]"), not_says="on the right"),
+    # the contract's types: n_tokens is a Python int, as Batch declares it (the check used to compare with .item())
+    Mistake("n_tokens a 0-d tensor", with_fields(n_tokens=lambda b, a: (b.tgt_out != a.pad).sum()), 6,
+            ("type(batch.n_tokens)", "expected int", "got torch.Tensor", "stayed a tensor")),
+    Mistake("n_tokens a numpy integer", with_fields(n_tokens=lambda b, a: np.int64(b.n_tokens)), 6,
+            ("expected int", "numpy.int64")),
+    Mistake("n_tokens a float", with_fields(n_tokens=lambda b, a: float(b.n_tokens)), 6, ("expected int", "got float")),
     Mistake("tgt_mask only causal", with_fields(tgt_mask=lambda b, a: solutions.causal_mask(b.tgt_in.size(1))), 5,
             "only the causal part"),
     Mistake("tgt_mask only padding", with_fields(tgt_mask=lambda b, a: solutions.padding_mask(b.tgt_in, a.pad)), 5,
@@ -331,16 +341,11 @@ NOAM_CORRECT = {
                      "step / (warmup_steps * math.sqrt(warmup_steps)))"),
     "in log space": _as(NOAM, "s = max(step, 1)", "return factor * math.exp(-0.5 * math.log(d_model)",
                         "    + min(-0.5 * math.log(s), math.log(s) - 1.5 * math.log(warmup_steps)))"),
-    "a float64 tensor": _as(NOAM, "s = torch.tensor(float(max(1, step)), dtype=torch.float64)",
-                            "return factor * d_model ** -0.5 * torch.minimum(s.rsqrt(), s * warmup_steps ** -1.5)"),
-    "a float32 tensor": _as(NOAM, "s = torch.tensor(max(step, 1), dtype=torch.float32)",
-                            "return factor * d_model ** -0.5 * torch.min(s.rsqrt(), s * warmup_steps ** -1.5)"),
+    "a float64 tensor, float() of it": _as(NOAM, "s = torch.tensor(float(max(1, step)), dtype=torch.float64)",
+                                           "return float(factor * d_model ** -0.5 * torch.minimum(s.rsqrt(), s * "
+                                           "warmup_steps ** -1.5))"),
     "numpy": _as(NOAM, "s = np.maximum(step, 1).astype(np.float64)", "return factor * np.power(d_model, -0.5) * "
                  "np.minimum(np.power(s, -0.5), s * np.power(warmup_steps, -1.5))"),
-    "numpy float32": _as(NOAM, "s, f32 = np.float32(max(step, 1)), np.float32", "return f32(factor) * f32(d_model) ** "
-                         "f32(-0.5) * min(s ** f32(-0.5), s * f32(warmup_steps) ** f32(-1.5))"),
-    # it used to get 0/4: 'expected a number'
-    "a one-element numpy array": _as(NOAM, "return np.array([solutions.noam_lr(step, d_model, warmup_steps, factor)])"),
     "lru_cache, a keyword-only extra": _as(NOAM, "step = max(step, min_step)", "return factor * (d_model ** -0.5) * "
                                            "min(step ** -0.5, step * warmup_steps ** -1.5)", args=", *, min_step=1",
                                            wrap=functools.lru_cache(maxsize=None)),
@@ -381,6 +386,19 @@ NOAM_MISTAKES = [
     Mistake("step + 1", _noam("max(step, 1)", "max(step + 1, 1)"), 0, ("off by one", "step + 1")),
     Mistake("step - 1", _noam("max(step, 1)", "max(step - 1, 1)"), 1, ("off by one", "step - 1")),
     Mistake("a string", _rate(f"repr({_RATE})"), 0, "expected a number"),
+    # the contract's types: a Python float (numpy.float64 is one); the check used to compare float(...) of anything
+    Mistake("a float32 tensor", _as(NOAM, "s = torch.tensor(max(step, 1), dtype=torch.float32)",
+                                    "return factor * d_model ** -0.5 * torch.min(s.rsqrt(), s * warmup_steps ** -1.5)"),
+            3, ("type(noam_lr(4000, 512))", "expected float", "got tensor", "float(rate)")),
+    Mistake("a float64 tensor", _as(NOAM, "s = torch.tensor(float(max(1, step)), dtype=torch.float64)",
+                                    "return factor * d_model ** -0.5 * torch.minimum(s.rsqrt(), s * warmup_steps ** -1.5)"),
+            3, ("expected float", "got tensor")),
+    Mistake("numpy float32", _as(NOAM, "s, f32 = np.float32(max(step, 1)), np.float32", "return f32(factor) * "
+                                 "f32(d_model) ** f32(-0.5) * min(s ** f32(-0.5), s * f32(warmup_steps) ** f32(-1.5))"),
+            3, ("expected float", "numpy.float32")),
+    # Adam refuses it at its first step (addcdiv_(): 'value' must be Number, not numpy.ndarray)
+    Mistake("a one-element numpy array", noam_array := _as(NOAM, "return np.array([solutions.noam_lr(step, d_model, warmup_steps, "
+                                                   "factor)])"), 3, ("expected float", "numpy.ndarray")),
 ]
 
 
@@ -516,7 +534,7 @@ def test_mistakes(m):
 
 # training utilities whose checks make PyTorch (SequentialLR, a scheduler stepped too early) or numpy warn
 QUIET = [opt_sequential_lr, opt_scheduler_stepped_early, opt_tensor_lr, bbt_empty_batch, batch_numpy,
-         SHIFT_CORRECT["numpy"], NOAM_CORRECT["a one-element numpy array"]]
+         SHIFT_CORRECT["numpy"], noam_array]
 
 
 def test_check_runs_write_nothing_to_stderr():

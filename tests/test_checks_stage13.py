@@ -134,9 +134,11 @@ GREEDY_STYLES = {
         ("next_tok.masked_fill(finished, eos_id)", "np.where(finished, eos_id, next_tok)"),
         (f"for row in ys[:, 1:].tolist():\n        {_APPEND}", "for row in ys[:, 1:]:\n        hits = np.nonzero("
          "row == eos_id)[0]\n        results.append(list(row[: hits[0]] if len(hits) else row))")),
-    # model.eval(), keyword-only extras, the parameters' device, log_softmax in float64, a mask from triu, takewhile
+    # model.eval() and the mode restored, keyword-only extras, the parameters' device, log_softmax in float64, a mask from triu, takewhile
     "greedy_kwonly_float64": edit(
-        GREEDY, _top("import itertools", "model.eval()", "device = device or next(model.parameters()).device"),
+        GREEDY, _top("import itertools", "was = model.training", "model.eval()",
+                     "device = device or next(model.parameters()).device"),
+        ("    return results\n", "    model.train(was)  # the caller's mode back\n    return results\n"),
         ("eos_id: int = EOS)", "eos_id: int = EOS, *, device=None, scores=False)"),
         (_MASK, "~torch.triu(torch.ones(ys.size(1), ys.size(1), dtype=torch.bool), diagonal=1)"),
         ("out[:, -1]).argmax(dim=-1)", "out[:, -1]).double().log_softmax(-1).max(-1)[1]"),
@@ -171,6 +173,9 @@ def greedy_takes_the_last_sentence(model, src, src_mask, max_len, bos_id=BOS, eo
 
 
 GREEDY_MISTAKES = [
+    # the contract's side effects: the caller's model keeps its mode (the checks never looked)
+    Mistake("leaves the model in eval mode", edit(GREEDY, _top("model.eval()")), 4,
+            ("given in train mode", "switched to eval mode", "model.train(was)")),
     # the answers
     Mistake("does not stop at <eos>", edit(GREEDY, _NO_EOS_FILL, ("if finished.all():", "if False:"), (_ANSWER, "row")),
             0, "did not stop at <eos>"),
@@ -578,6 +583,9 @@ def test_one_at_a_time_beam_is_fast_enough():
 # ---------------------------------------------------------------- classic mistakes, one row each
 _K_IS_4 = ("device, K = src.device, beam_size", "device, K = src.device, 4")  # beam_size ignored
 BEAM_MISTAKES = [
+    # the contract's side effects: the caller's model keeps its mode
+    Mistake("leaves the model in eval mode", edit(BEAM, _top("model.eval()")), 7,
+            ("given in train mode", "switched to eval mode")),
     # the scores and the length penalty
     Mistake("raw logits as scores", beam_variant(raw=True), 3, "raw logits"),
     Mistake("probabilities multiplied", beam_mistake(probs=True), 4, "probabilities multiplied"),
@@ -770,6 +778,12 @@ BLEU_MISTAKES = [
             _bleu((_CLIPPED, "c for g, c in r.items() if g in h")), 5,
             "corpus_bleu(12 sentences, max_n=2); expected 55.8300 (sacrebleu: n-grams of orders 1..max_n, and the "
             "mean of their log precisions over max_n orders); got ", not_says="Likely:"),
+    # the denominators and rounding (issue 40: no Likely before)
+    Mistake("off by one in the denominators", _bleu(("max(len(hyp) - n + 1, 0)", "max(len(hyp) - n, 0)")), 1,
+            ("off by one in p_n's denominator", "L - n + 1")),
+    Mistake("rounded to 2 digits", _bleu(("return 100 * math.exp(brevity + log_precision)",
+                                          "return round(100 * math.exp(brevity + log_precision), 2)")), 2,
+            "the score was rounded (round(bleu, 2))"),
     # the orders
     Mistake("max_n ignored", _bleu(_top("max_n = 4")), 5, "max_n argument is ignored"),
     # range(1, max_n): the order n = max_n is never counted (the mean still divides by max_n)

@@ -40,3 +40,91 @@ def test_the_stub_gets_zero_and_says_not_implemented(name):
     lines = [line for line in text.splitlines() if line.strip()]
     assert points == 0, text
     assert text.count("not implemented yet") == len(REGISTRY[name]), text
+
+
+# ---------------------------------------------------------------- the contract as data: every check held to it
+def _kinds(value, seen, depth=0):
+    """The input kinds of autograder.checks.contract that `value` is (recursing into lists, tuples and dicts)."""
+    import collections.abc
+
+    import torch
+    if isinstance(value, torch.Tensor):
+        if value.is_floating_point():
+            seen.add(str(value.dtype).replace("torch.", ""))
+        if value.dim() >= 2 and not value.is_contiguous():
+            seen.add("strided")
+        if value.dim() >= 1 and value.size(0) == 1:
+            seen.add("batch of one")
+        if value.numel() == 0:
+            seen.add("empty")
+    elif isinstance(value, collections.abc.Iterator):
+        seen.add("one-pass")
+    elif isinstance(value, (list, tuple)) and depth < 2:
+        if len(value) == 0:
+            seen.add("empty")
+        elif len(value) == 1 and isinstance(value[0], (list, tuple)):
+            seen.add("batch of one")
+        for v in value[:4]:
+            _kinds(v, seen, depth + 1)
+
+
+def recording(name, seen):
+    """The reference of `name` whose function (or its class's contract method) notes the kinds of its arguments."""
+    import functools
+    import inspect
+    reference = getattr(solutions, name)
+    if inspect.isclass(reference):
+        from autograder.checks.contract import CONTRACTS
+        method = CONTRACTS[name].method
+        original = getattr(reference, method)
+
+        @functools.wraps(original)
+        def noted(self, *args, **kwargs):
+            for a in list(args) + list(kwargs.values()):
+                _kinds(a, seen)
+            return original(self, *args, **kwargs)
+        return type(name, (reference,), {method: noted, "__module__": reference.__module__})
+
+    @functools.wraps(reference)
+    def noted_call(*args, **kwargs):
+        for a in list(args) + list(kwargs.values()):
+            _kinds(a, seen)
+        return reference(*args, **kwargs)
+    return noted_call
+
+
+def test_every_graded_name_has_a_contract():
+    from autograder.checks.contract import CONTRACTS
+    assert set(CONTRACTS) == set(NAMES), set(CONTRACTS) ^ set(NAMES)
+
+
+@pytest.mark.parametrize("name", [n for n in NAMES if __import__("autograder.checks.contract", fromlist=["x"])
+                                  .CONTRACTS[n].exercised])
+def test_the_checks_run_over_the_declared_inputs(name):
+    """Each kind of input the contract declares reaches the name during its checks (a check that ignores the
+    contract, e.g. one that passes float32 only where float64 is declared, fails here), and the reference keeps
+    full marks through the recorder."""
+    from autograder.checks.contract import CONTRACTS
+    seen: set = set()
+    assert_full_marks(recording(name, seen), name)
+    missing = set(CONTRACTS[name].exercised) - seen
+    assert not missing, f"{name}: the checks never pass {sorted(missing)} (seen: {sorted(seen)})"
+
+
+def test_a_check_that_ignores_the_contract_fails_the_contract_test():
+    """The test above can fail: softmax graded by its checks without the float64 one records no float64 input."""
+    from autograder.checks import stage03_attention
+    from autograder.core import REGISTRY
+    saved = stage03_attention._keeps_float64
+    stage03_attention._keeps_float64 = lambda softmax, x: None  # a softmax check that ignores the contract's dtypes
+    try:
+        seen: set = set()
+        for c in REGISTRY["softmax"]:
+            c.fn(recording("softmax", seen))
+        assert "float64" not in seen
+    finally:
+        stage03_attention._keeps_float64 = saved
+    seen = set()
+    for c in REGISTRY["softmax"]:
+        c.fn(recording("softmax", seen))
+    assert "float64" in seen

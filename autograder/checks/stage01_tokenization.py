@@ -521,10 +521,25 @@ def _corpus_unchanged(lines, corpus, call):
                            "read the lines without modifying the list (build new lists and dicts instead)")
 
 
-@register("learn_bpe", "learns the docstring example: 2 merges of 'low low low lower'")
+@register("learn_bpe", "learns the docstring example: 2 merges of 'low low low lower' (from a list or a generator)")
 def _learn_example(learn_bpe):
     _learn_small(learn_bpe, "docstring", "merge the most frequent pair, count the pairs again, repeat: "
                  "(l, o) is seen 4 times, then (lo, w</w>) 3 times")
+    # the contract's iterables: corpus is any iterable of lines (a generator, an open file), read once
+    corpus, n, m, expected = _case("docstring")
+    call = f"learn_bpe(a generator of {list(corpus)!r}, {n}, min_frequency={m})"
+    lines = _OnePass(corpus)
+    try:
+        got = _as_merges(learn_bpe(lines, n, min_frequency=m), call)
+    except TypeError as e:
+        if "item assignment" in str(e):
+            return  # the corpus is written into (or indexed): the in-place check says so, once
+        raise
+    if got != expected:
+        raise CheckFailure(call, fmt(expected) + " (as from a list)", fmt(got),
+                           "the corpus was read twice (a generator is empty the second time): read it once into a "
+                           "list first, corpus = list(corpus)" if lines.read_again or not got else
+                           "learn_bpe reads any iterable of lines: take corpus = list(corpus) first")
 
 
 @register("learn_bpe", "weights pairs by word frequency")
@@ -763,7 +778,33 @@ def _vocab_size(tok):
     return int(size)
 
 
-@register("BPETokenizer", "train(corpus, num_merges) returns the tokenizer itself")
+class _OnePass:
+    """The lines as a generator gives them (an iterator, empty once read), noting a read after the end: a second pass."""
+
+    def __init__(self, lines):
+        self._lines, self.ended, self.read_again = iter(list(lines)), False, False
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        if self.ended:
+            self.read_again = True
+            raise StopIteration
+        try:
+            return next(self._lines)
+        except StopIteration:
+            self.ended = True
+            raise
+
+
+ONE_PASS = ("the corpus was read twice (once to learn the merges, once for the characters): a generator or an open "
+            "file is empty the second time, so the vocabulary misses what the second pass should have seen; read it "
+            "once into a list first, corpus = list(corpus) (the given first line of train does)")
+
+
+@register("BPETokenizer", "train(corpus, num_merges) returns the tokenizer itself; a generator or an open file of "
+          "lines trains as a list does")
 def _tok_train(cls):
     corpus, n, _, _ = _case("tokenizer")
     tok = build(cls, what="BPETokenizer()")
@@ -771,6 +812,36 @@ def _tok_train(cls):
     if got is not tok:
         raise CheckFailure("BPETokenizer().train(corpus, 40)", "the tokenizer itself", fmt(got),
                            "end train with `return self`, so that BPETokenizer().train(...) gives the tokenizer")
+    # the contract's iterables: corpus is any iterable of lines, read once
+    _, words = _segmentation("tokenizer")
+    text = " ".join(words)
+    with tempfile.TemporaryDirectory() as folder:
+        path = os.path.join(folder, "corpus.txt")
+        with open(path, "w", encoding="utf-8") as f:
+            f.write("\n".join(corpus) + "\n")
+        with open(path, encoding="utf-8") as f:
+            file_lines = list(f)  # each with its "\n": compared with a tokenizer trained on this same list
+        for what, make, lines in (("a generator of the lines", lambda: _OnePass(corpus), corpus),
+                                  ("an open file of the lines", lambda: open(path, encoding="utf-8"), file_lines)):
+            expected = _encode(tok if lines is corpus else build(cls, what="BPETokenizer()").train(list(lines), n),
+                               text)
+            source = make()
+            try:
+                other = build(cls, what="BPETokenizer()")
+                other.train(source, n)
+            finally:
+                if hasattr(source, "close"):
+                    source.close()
+            call = f"BPETokenizer().train({what}, {n}).encode(the corpus's words)"
+            got = _encode(other, text, call)
+            if got != expected:
+                k = next((i for i, (a, b) in enumerate(zip(got, expected)) if a != b), min(len(got), len(expected)))
+                raise CheckFailure(f"{call}: ids from position {k}", f"{expected[k:k + 6]} (as when trained on a list "
+                                   "of the same lines)",
+                                   fmt(got[k:k + 6]), ONE_PASS if getattr(source, "read_again", False) or (
+                                       UNK in got and UNK not in expected) else
+                                   "train reads any iterable of lines: take corpus = list(corpus) first, then work "
+                                   "on that list")
 
 
 @register("BPETokenizer", "specials take ids 0-3; a symbol never seen becomes <unk> (3)")
@@ -836,6 +907,36 @@ def _tok_specials(cls):
     if got != before:
         raise CheckFailure(f"the first tokenizer's encode({first!r}) after a second one was trained",
                            f"{fmt(before)} (as before)", fmt(got), shared)
+    # the contract's special ids whatever the corpus holds: symbols that sort before '<' too
+    corpus, n, _, _ = _case("tokenizer")
+    rich = build(cls, what="BPETokenizer()")
+    rich.train(list(corpus) + BEFORE_LT, n)
+    _specials_in_place(rich, f"BPETokenizer().train(corpus + {BEFORE_LT[:1]}..., {n})")
+
+
+SPECIAL_SYMBOLS = ("<pad>", "<bos>", "<eos>", "<unk>")
+# symbols that sort before '<' (digits and punctuation): a vocabulary put in sorted order moves the specials
+BEFORE_LT = ["it costs 3.50 (or 4) dollars!", "call 911, 2 times: now!", "3 + 4 = 7; 10 - 2 = 8"]
+SORTED_VOCAB = ("the vocabulary was put in sorted order (sorted(...) of the specials and the symbols): '<pad>' sorts "
+                "after '<bos>' and '<eos>', and digits and punctuation sort before '<'; keep the specials first, in "
+                "their order, itos = ['<pad>', '<bos>', '<eos>', '<unk>'] + symbols")
+
+
+def _specials_in_place(tok, what):
+    """Ids 0-3 are <pad>, <bos>, <eos>, <unk>: read from itos and stoi when they are the given list and dict, and
+    from encode (an unseen character gives [3]); decode's specials are their own check's."""
+    itos, stoi = getattr(tok, "itos", None), getattr(tok, "stoi", None)
+    if isinstance(itos, (list, tuple)) and len(itos) >= 4 and list(itos[:4]) != list(SPECIAL_SYMBOLS):
+        raise CheckFailure(f"{what}: itos[:4], the symbols of ids 0-3", fmt(list(SPECIAL_SYMBOLS)),
+                           fmt(list(itos[:4])), SORTED_VOCAB if sorted(itos[:4]) == list(itos[:4]) else
+                           "put the four specials first, in this order: <pad> = 0, <bos> = 1, <eos> = 2, <unk> = 3")
+    if isinstance(stoi, Mapping) and all(s in stoi for s in SPECIAL_SYMBOLS):
+        got = [stoi[s] for s in SPECIAL_SYMBOLS]
+        if got != [PAD, BOS, EOS, UNK]:
+            raise CheckFailure(f"{what}: the ids of {', '.join(SPECIAL_SYMBOLS)} in stoi", "[0, 1, 2, 3]", fmt(got),
+                               SORTED_VOCAB)
+    _expect(_encode(tok, "Ж", f"{what}: encode('Ж')"), [UNK], f"{what}: encode('Ж'), a character never seen",
+            "unknown symbols map to <unk>, whose id is 3: keep the specials first, in their order")
 
 
 @register("BPETokenizer", "encode adds no <bos>/<eos>: one id per subword")
@@ -944,7 +1045,11 @@ def _tok_round_trip(cls):
                                "the text came back in another case: train and encode take the text as it is, "
                                "without lowercasing" if got.lower() == expected.lower() else
                                "the subwords were joined with spaces: join them with '' and let each `</w>` become "
-                               "the space between words" if got.split() != expected.split() and
+                               "the space between words" if len(got.split()) > len(expected.split()) and
+                               "".join(got.split()) == "".join(expected.split()) else
+                               "the words ran together: each `</w>` was removed (replace('</w>', '')) instead of "
+                               "becoming the space between words, replace('</w>', ' '), then strip"
+                               if len(got.split()) < len(expected.split()) and
                                "".join(got.split()) == "".join(expected.split()) else
                                "the space left by the last `</w>` (or around the text) stays: strip the result"
                                if got.strip() == expected else
@@ -981,9 +1086,11 @@ def _tok_vocab_size(cls):
                            f"{distinct} subwords seen", f"{size}", "vocab_size = len(itos), the specials included")
 
 
-@register("BPETokenizer", "save(path) then BPETokenizer.load(path) encode and decode the same")
+@register("BPETokenizer", "save(path) then BPETokenizer.load(path) encode and decode the same, special ids included")
 def _tok_save_load(cls):
-    tok = _train(cls)
+    corpus, n, _, _ = _case("tokenizer")
+    tok = build(cls, what="BPETokenizer()")
+    tok.train(list(corpus) + BEFORE_LT, n)  # with symbols that sort before '<' (digits, punctuation)
     _, words = _segmentation("tokenizer")
     text = " ".join(words) + " " + " ".join(_fixture()["unseen_words"]["tokenizer"])
     what = f"encode(the {len(text.split())} words of the corpus and unseen ones)"
@@ -1020,6 +1127,17 @@ def _tok_save_load(cls):
     if not callable(before) and not (isinstance(after, numbers.Integral) and after == before):
         raise CheckFailure("vocab_size after save and load", f"{before} (as before saving)", fmt(after),
                            "restore the whole vocabulary in load")
+    # the special ids round-trip too (the absolute ids are the specials check's business: compared with before saving)
+    hint = "save the whole vocabulary, specials included, and restore it in its order (itos as saved, stoi rebuilt)"
+    for what, before_fn in (("encode('Ж'), a character never seen", lambda t: _encode(t, "Ж")),
+                            ("decode([3])", lambda t: _decode(t, [UNK])),
+                            ("decode([1] + ids + [2, 0])", lambda t: _decode(t, [BOS] + ids[:5] + [EOS, PAD])),
+                            ("itos[:4]", lambda t: list(getattr(t, "itos", [])[:4]))):
+        try:
+            before = before_fn(tok)
+        except Exception:  # noqa: BLE001 (it fails before saving too: the specials check says so, once)
+            continue
+        _expect(before_fn(again), before, f"{what} after save and load (as before saving)", hint)
 
 
 # ----------------------------------------------------------------------------------- pad_sequences
@@ -1086,11 +1204,21 @@ def _pad_id(pad_sequences):
     _pad_check(pad_sequences, [[5, 6], [7]], 1, "pad_sequences([[5, 6], [7]], pad_id=1)")
 
 
-@register("pad_sequences", "pads to the longest sequence wherever it is; equal lengths need no padding")
+@register("pad_sequences", "pads to the longest sequence wherever it is; equal lengths need no padding; an empty batch "
+          "is refused (an error, not a tensor)")
 def _pad_longest(pad_sequences):
     _pad_check(pad_sequences, [[1], [2, 3, 4], [5, 6]], None, "pad_sequences([[1], [2, 3, 4], [5, 6]])")
     _pad_check(pad_sequences, [[1, 2], [3, 4]], None, "pad_sequences([[1, 2], [3, 4]])")
     _pad_check(pad_sequences, [[7, 8, 9]], None, "pad_sequences([[7, 8, 9]])")
+    # the contract's empty input: no batch has no width, so a clear ValueError (the stub's given lines raise it)
+    hint = ("keep the stub's given check at the top, `if not seqs: raise ValueError(...)`: a batch of no sequences "
+            "has no length to pad to, and an empty tensor would fail later, far from the cause")
+    try:
+        got = pad_sequences([])
+    except Exception:  # noqa: BLE001 (refused: the stub's ValueError, or a library's own error for no sequences)
+        return
+    raise CheckFailure("pad_sequences([])", "an error (an empty batch), the stub's ValueError",
+                       f"{type(got).__name__} {fmt(got)}", hint)
 
 
 # -------------------------------------------------------------------------------- TokenEmbedding

@@ -352,6 +352,17 @@ def _pe_forward(cls):
                            "compute the output from x itself, with no .detach(), .data or torch.no_grad()")
     expect_close(leaf.grad, torch.ones_like(leaf), f"x.grad after {what}.sum().backward()",
                  hint="x + PE with dropout 0 has gradient 1 for every entry of x: add the table to x once, unscaled")
+    # the contract's dtypes: x's own, float64 included, into the module as built (its table float32)
+    x64 = x.double()
+    what = f"{name}(x) for a float64 x of shape (3, 5, 8), the module as built (not moved with .to)"
+    out = _forward(module, x64.clone(), what, 20)
+    if out.dtype != torch.float64:
+        raise CheckFailure(f"{what}: dtype", "torch.float64, x's dtype", str(out.dtype),
+                           "x was cast to float32 (x.float(), x.to(torch.float32), x.to(self.pe.dtype)) before the "
+                           "table was added: the output keeps x's dtype; cast the table's slice to x's dtype, "
+                           "self.pe[:x.size(1)].to(x.dtype), never x")
+    expect_close(out, x64 + _table(20, 8)[:5], what, atol=1e-6, rtol=1e-6,
+                 hint="x + self.pe[:x.size(1)].to(x.dtype): x keeps its precision")
 
 
 @register("PositionalEncoding", "keeps the table in a buffer: not a Parameter, and it follows .to()")

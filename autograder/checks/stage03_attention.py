@@ -60,6 +60,23 @@ def _softmax_last(softmax):
     expect_grads(lambda: _soft(softmax, leaf, what), lambda: torch.softmax(ref_leaf, -1), {"x": (leaf, ref_leaf)},
                  what, hint=LEFT_AUTOGRAD + " (a detached max is harmless, softmax ignores a constant shift; a "
                  "detached sum is not)")
+    _keeps_float64(softmax, x)
+
+
+LOWERED = ("the result has less precision than x: a cast inside (x.float(), .to(torch.float32), a float32 constant "
+           "tensor such as torch.tensor(0.0)) turned float64 into float32; compute in x's dtype (x - x.amax(...), "
+           "torch.zeros_like(x))")
+
+
+def _keeps_float64(softmax, x):
+    """The contract's dtypes: a float64 x gives a float64 result (float32 may come back in float64: more is fine)."""
+    x64 = x.double()
+    what = "softmax(x) for a float64 x of shape (3, 4, 5)"
+    got = as_tensor(_soft(softmax, x64.clone(), what), what)
+    if got.dtype != torch.float64:
+        raise CheckFailure(f"{what}: dtype", "torch.float64 (x's dtype)", str(got.dtype), LOWERED)
+    expect_close(got, torch.softmax(x64, -1), what, atol=1e-9, rtol=1e-9,
+                 hint="exp(x - max) / sum of exp(x - max), all in x's dtype")
 
 
 @register("softmax", "uses the dim argument")

@@ -2,9 +2,11 @@
 broadcast to (B, h, Lq, Lk)), with the classic mistakes named: polarity, the diagonal, queries vs keys."""
 from __future__ import annotations
 
+import math
+
 import torch
 
-from ..registry import CheckFailure, CheckTimeout, register
+from ..registry import CheckFailure, CheckPassed, CheckTimeout, register
 from ._util import as_tensor, diagnose, expect_shape, fmt
 
 NOT_BOOL = ("the mask is not bool: masks are boolean, True = may attend (e.g. `ids != pad_id`, or "
@@ -84,18 +86,30 @@ def _pad_shape(padding_mask):
     _expect_shape(padding_mask(_ids()), (2, 1, 1, 5), "padding_mask(ids of shape (2, 5))", PAD_SHAPES)
 
 
-@register("padding_mask", "True at real tokens, False at <pad>")
+def _as_key_mask(got, shape):
+    """A mask of another shape whose values are one per (sentence, key), in order ((B, L), (B, 1, L), (B, 1, L, 1),
+    (1, 1, B, L)...: what the shape check names), viewed as (B, 1, 1, L) for the value checks: the shape is paid
+    once, by its own check. Anything else is returned as it is."""
+    if (isinstance(got, torch.Tensor) and tuple(got.shape) != tuple(shape) and got.numel() == math.prod(shape)
+            and [n for n in got.shape if n != 1] == [n for n in shape if n != 1]):
+        return got.reshape(shape)
+    return got
+
+
+@register("padding_mask", "True at real tokens, False at <pad> (whatever the shape)")
 def _pad_values(padding_mask):
     ids = _ids()
     expected = (ids != 0)[:, None, None, :]
     arg = ids.clone()
-    got = _expect_shape(padding_mask(arg), (2, 1, 1, 5), "padding_mask(ids of shape (2, 5))", PAD_SHAPES)
+    got = _expect_shape(_as_key_mask(padding_mask(arg), (2, 1, 1, 5)), (2, 1, 1, 5), "padding_mask(ids of shape "
+                        "(2, 5))", PAD_SHAPES)
     _expect_mask(got, expected, "padding_mask([[5, 7, 9, 0, 0], [4, 8, 6, 3, 2]])",
                  "True where ids != pad_id", {"polarity inverted: True must mean a real token (may attend), "
                                               "i.e. ids != pad_id, not ids == pad_id": ~expected})
     _expect_unchanged(arg, ids, "padding_mask(ids)")
     ones = torch.tensor([[4, 5, 6]])
-    _expect_mask(padding_mask(ones), torch.ones(1, 1, 1, 3, dtype=torch.bool), "padding_mask([[4, 5, 6]]) (no padding)",
+    _expect_mask(_as_key_mask(padding_mask(ones), (1, 1, 1, 3)), torch.ones(1, 1, 1, 3, dtype=torch.bool),
+                 "padding_mask([[4, 5, 6]]) (no padding)",
                  "a batch without padding is all True")
 
 
@@ -103,7 +117,8 @@ def _pad_values(padding_mask):
 def _pad_id(padding_mask):
     ids = torch.tensor([[5, 0, 3, 9, 9], [7, 9, 9, 9, 9]])  # 9 plays <pad>; 0 here is an ordinary token
     expected = (ids != 9)[:, None, None, :]
-    got = _expect_shape(padding_mask(ids, pad_id=9), (2, 1, 1, 5), "padding_mask(ids, pad_id=9)", PAD_SHAPES)
+    got = _expect_shape(_as_key_mask(padding_mask(ids, pad_id=9), (2, 1, 1, 5)), (2, 1, 1, 5),
+                        "padding_mask(ids, pad_id=9)", PAD_SHAPES)
     _expect_mask(got, expected, "padding_mask([[5, 0, 3, 9, 9], [7, 9, 9, 9, 9]], pad_id=9)", "compare with pad_id",
                  {"the pad_id argument is ignored (compared with 0 = PAD)": (ids != 0)[:, None, None, :],
                   "polarity inverted: True must mean a real token (may attend), i.e. ids != pad_id": ~expected,
@@ -247,32 +262,80 @@ def _tgt_call(target_mask, ids, what, **kwargs):
 
 @register("target_mask", "returns a bool tensor of shape (B, 1, L, L)")
 def _tgt_shape(target_mask):
-    got = _expect_shape(_tgt_call(target_mask, _ids(), "target_mask(ids of shape (2, 5))"), (2, 1, 5, 5),
-                        "target_mask(ids of shape (2, 5))", TGT_SHAPES)
-    _expect_bool(got, "target_mask(ids)")
+    raw = _tgt_call(target_mask, _ids(), "target_mask(ids of shape (2, 5))")
+    try:
+        got = _expect_shape(raw, (2, 1, 5, 5), "target_mask(ids of shape (2, 5))", TGT_SHAPES)
+        _expect_bool(got, "target_mask(ids)")
+    except CheckFailure:
+        _blame_earlier_parts(target_mask, _ids(), raw)
+        raise
 
 
 @register("target_mask", "causal AND not padding (padded keys hidden, every query keeps its causal row)")
 def _tgt_values(target_mask):
     ids = _ids()
     arg = ids.clone()
-    got = _expect_shape(_tgt_call(target_mask, arg, "target_mask(ids of shape (2, 5))"), (2, 1, 5, 5),
-                        "target_mask(ids of shape (2, 5))", TGT_SHAPES)
-    _expect_mask(got, _target(ids), "target_mask([[5, 7, 9, 0, 0], [4, 8, 6, 3, 2]])",
-                 "padding_mask(tgt_ids, pad_id) & causal_mask(L, tgt_ids.device)", _target_mistakes(ids))
+    raw = _tgt_call(target_mask, arg, "target_mask(ids of shape (2, 5))")
+    try:
+        got = _expect_shape(raw, (2, 1, 5, 5), "target_mask(ids of shape (2, 5))", TGT_SHAPES)
+        _expect_mask(got, _target(ids), "target_mask([[5, 7, 9, 0, 0], [4, 8, 6, 3, 2]])",
+                     "padding_mask(tgt_ids, pad_id) & causal_mask(L, tgt_ids.device)", _target_mistakes(ids))
+    except CheckFailure:
+        _blame_earlier_parts(target_mask, ids, raw)
+        raise
     _expect_unchanged(arg, ids, "target_mask(ids)")
+
+
+def _earlier(fn, name):
+    """The learner's own earlier graded function `name` that fn calls: fn's module globals (the notebook's, in a
+    lesson's check()); None where they cannot be read (across the grade command's channel) or hold no function."""
+    found = getattr(fn, "__globals__", None)
+    found = found.get(name) if isinstance(found, dict) else None
+    return found if callable(found) and getattr(found, "__name__", None) == name else None
+
+
+def _blame_earlier_parts(target_mask, ids, got, pad_id=0):
+    """A mistake paid once: target_mask is right when it is the composition of the learner's own padding_mask and
+    causal_mask, and one of those is wrong. Then this check passes, and says which earlier function to fix."""
+    pad_fn, causal_fn = _earlier(target_mask, "padding_mask"), _earlier(target_mask, "causal_mask")
+    if pad_fn is None or causal_fn is None:
+        return
+    L = ids.size(1)
+    try:
+        pad, causal = pad_fn(ids.clone(), pad_id), causal_fn(L, ids.device)
+        composed = (pad.detach().cpu() != 0) & (causal.detach().cpu() != 0)
+        values = got.detach().cpu() != 0
+    except Exception:  # noqa: BLE001 (parts that fail or do not combine: nothing to compare with)
+        return
+    if composed.shape != values.shape or not torch.equal(composed, values):
+        return
+    shapes = {name: tuple(part.shape) for name, part in (("padding_mask", pad), ("causal_mask", causal))}
+    wrong = [name for name, part, right in (("causal_mask", causal, _causal(L)),
+                                            ("padding_mask", pad, (ids != pad_id)[:, None, None, :]))
+             if not (isinstance(part, torch.Tensor) and part.shape == right.shape
+                     and torch.equal(part.detach().cpu() != 0, right))]
+    if wrong:
+        said = ", ".join(f"{name} gives shape {shapes[name]}" for name in wrong)
+        raise CheckPassed(f"target_mask is padding_mask(...) & causal_mask(...) of your own functions, as it should "
+                          f"be; the mask is wrong because your {' and '.join(wrong)} {'is' if len(wrong) == 1 else 'are'}"
+                          f" ({said}): fix {' and '.join(wrong)} (its checks say how)")
 
 
 @register("target_mask", "uses the pad_id argument")
 def _tgt_pad_id(target_mask):
     ids = torch.tensor([[1, 0, 4, 7, 7, 7], [1, 5, 6, 2, 3, 7]])  # 7 plays <pad>; 0 is an ordinary token here
-    got = _expect_shape(_tgt_call(target_mask, ids, "target_mask(ids of shape (2, 6), pad_id=7)", pad_id=7),
-                        (2, 1, 6, 6), "target_mask(ids of shape (2, 6), pad_id=7)", _tgt_shapes(2, 6))
+    raw = _tgt_call(target_mask, ids, "target_mask(ids of shape (2, 6), pad_id=7)", pad_id=7)
+    try:
+        got = _expect_shape(raw, (2, 1, 6, 6), "target_mask(ids of shape (2, 6), pad_id=7)", _tgt_shapes(2, 6))
+    except CheckFailure:
+        _blame_earlier_parts(target_mask, ids, raw, pad_id=7)
+        raise
     expected = _target(ids, 7)
+    if _same_as_default_pad(target_mask, got, expected):
+        return  # pad_id is passed on (these ids with 0 as <pad> give the same mask by default): the mask is wrong for
+        # another reason, which the check 'causal AND not padding' says, once
     _expect_mask(got, expected, "target_mask([[1, 0, 4, 7, 7, 7], [1, 5, 6, 2, 3, 7]], pad_id=7)",
-                 "pad_id is passed on (these ids with 0 as <pad> give the same mask by default): the mask itself "
-                 "is wrong; see the check 'causal AND not padding'" if _same_as_default_pad(target_mask, got, expected)
-                 else "pass pad_id on to the padding part", _target_mistakes(ids, 7))
+                 "pass pad_id on to the padding part", _target_mistakes(ids, 7))
 
 
 def _same_as_default_pad(target_mask, got, expected) -> bool:

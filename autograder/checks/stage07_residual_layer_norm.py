@@ -310,7 +310,7 @@ def _sc_mistakes(x, N, S, norm_first):
             **common}
 
 
-@register("SublayerConnection", "has `norm`, a LayerNorm(d_model) with weight and bias")
+@register("SublayerConnection", "has `norm`, a LayerNorm(d_model) with weight and bias, as LayerNorm(d_model) builds it")
 def _sc_attr(SC):
     for kwargs in ({}, {"norm_first": True}):
         sc = build(SC, 6, what=f"SublayerConnection(6{', norm_first=True' if kwargs else ''})", **kwargs)
@@ -319,6 +319,35 @@ def _sc_attr(SC):
     sc.eval()
     with torch.no_grad():
         _call(sc, _sc_input(), _Sublayer(6), "SublayerConnection(6)(x, sublayer)")
+    _own_norm(SC)
+
+
+def _own_norm(SC):
+    """The other checks swap nn.LayerNorm in for `norm`; this one runs the learner's own part once: its norm must act
+    as its own class built with the defaults, LayerNorm(d_model) (eps 1e-5). A wrong LayerNorm class is LayerNorm's
+    mistake (its checks pay for it): the norm is compared with that same class, not with PyTorch's."""
+    sc = build(SC, 6, dropout=0.0, what="SublayerConnection(6, dropout=0.0)")
+    sc.eval()
+    own = _norm_attr(sc, 6, "SublayerConnection(6)")
+    try:
+        default = type(own)(6)
+    except Exception:  # noqa: BLE001 (a norm class this check cannot build alone: nothing to compare with)
+        return
+    if not isinstance(default, nn.Module) or not isinstance(getattr(default, "weight", None), torch.Tensor):
+        return
+    with torch.no_grad():
+        default.load_state_dict(own.state_dict(), strict=False)
+        x = _sc_input(24) * 1e-3  # a variance of about 4e-6: an eps of 1e-6 or 1e-12 instead of 1e-5 shows
+        what = "SublayerConnection(6, dropout=0.0) with its own norm, (x, a sublayer that returns zeros), x of std 0.002"
+        got = _call(sc, x, lambda t: torch.zeros_like(t), what)
+        if close(got, default(x), atol=1e-4, rtol=1e-3) or not close(own(x), got, atol=1e-4, rtol=1e-3):
+            return  # right, or the composition is wrong (the checks with nn.LayerNorm say how)
+    eps = getattr(own, "eps", None)
+    raise CheckFailure(f"{what}: its norm", f"{type(own).__name__}(d_model) as built by default (eps=1e-5)",
+                       f"another norm{f' (eps={eps:g})' if isinstance(eps, float) else ''}",
+                       "SublayerConnection builds its norm with other arguments (another eps, such as 1e-6 from "
+                       "another codebase): self.norm = LayerNorm(d_model); the contract's eps is LayerNorm's default, "
+                       "1e-5, as nn.Transformer's")
 
 
 @register("SublayerConnection", "post-norm (the default): norm(x + sublayer(x)), gradients too")

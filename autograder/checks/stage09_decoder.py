@@ -4,13 +4,14 @@ never changes an earlier output, source padding never changes anything; gradient
 nothing is kept from one call to the next. Classic mistakes are named."""
 from __future__ import annotations
 
+import functools
 import re
 
 import torch
 from torch import nn
 
 from ..explain import _describe_exception
-from ..registry import CheckFailure, forbid, register
+from ..registry import CheckFailure, CheckPassed, forbid, register
 from ._util import build, close, expect_shape, seeded
 from .stage08_encoder import (MASK_CHANGED, STATE, TORCH_TRANSFORMER, D, FF, H, PAD, as_module, check_dropout,
                               check_layer_parts, check_sublayer_dropout, check_residual_path, check_stack_distinct, check_stack_parts, close_at,
@@ -110,7 +111,8 @@ def run_ref_grad(ref, x, memory, src_ids, tgt_ids):
                tgt_key_padding_mask=tgt_ids == PAD, memory_key_padding_mask=src_ids == PAD)
 
 
-def dec_layer_ref(ref, x, memory, self_allowed, cross_allowed, mode="post", order="scf", norms=(0, 1, 2), kv="memory"):
+def dec_layer_ref(ref, x, memory, self_allowed, cross_allowed, mode="post", order="scf", norms=(0, 1, 2), kv="memory",
+                  sa="self"):
     """A decoder layer from ref's weights, written out; step k ("s" self-attention, "c" cross-attention,
     "f" feed-forward) uses norm norms[k]. kv says where cross-attention takes its keys and values."""
     def cross(y):
@@ -127,7 +129,8 @@ def dec_layer_ref(ref, x, memory, self_allowed, cross_allowed, mode="post", orde
         if kv == "self_attn":  # the right inputs, through the self-attention's projections
             return mha(ref.self_attn, y, memory, memory, cross_allowed)
         raise ValueError(kv)
-    parts = {"s": lambda y: mha(ref.self_attn, y, y, y, self_allowed), "c": cross, "f": lambda y: ffn(ref, y)}
+    attn = ref.multihead_attn if sa == "cross" else ref.self_attn  # sa="cross": self-attention through cross_attn
+    parts = {"s": lambda y: mha(attn, y, y, y, self_allowed), "c": cross, "f": lambda y: ffn(ref, y)}
     ns = (ref.norm1, ref.norm2, ref.norm3)
     for step, k in zip(order, norms):
         x = sublayer(x, parts[step], ns[k], mode)
@@ -164,8 +167,8 @@ def _layer_vs_torch(DecoderLayer, norm_first, seed, tgt_lengths, src_lengths, ho
     expected = run_ref_decoder(ref, x, memory, src, tgt)
     with torch.no_grad():
         def fn(mode="post" if not norm_first else "pre", order="scf", norms=(0, 1, 2), kv="memory",
-               self_allowed=tgt_mask_of(tgt), cross_allowed=key_mask(src)):
-            return dec_layer_ref(ref, x, memory, self_allowed, cross_allowed, mode, order, norms, kv)
+               self_allowed=tgt_mask_of(tgt), cross_allowed=key_mask(src), sa="self"):
+            return dec_layer_ref(ref, x, memory, self_allowed, cross_allowed, mode, order, norms, kv, sa)
         mistakes = layer_mistakes(fn, norm_first)
         mistakes.update({
             "sublayer order wrong: cross-attention ran before self-attention (self-attention, cross-attention, "
@@ -185,6 +188,9 @@ def _layer_vs_torch(DecoderLayer, norm_first, seed, tgt_lengths, src_lengths, ho
             "src_mask on as it is": fn(cross_allowed=inverted(key_mask(src))),
             "cross-attention computed with self_attn: use self.cross_attn(x, memory, memory, src_mask), the "
             "module with its own projections": fn(kv="self_attn"),
+            "self-attention run through the cross-attention module (self.cross_attn(x, x, x, tgt_mask)): the two "
+            "attentions have their own projections, self-attention is self.self_attn(x, x, x, tgt_mask)":
+                fn(sa="cross"),
             "tgt_mask ignored: a causal mask built inside the layer hides later tokens but not the target's "
             "padding; pass tgt_mask itself to self-attention": fn(self_allowed=causal(x.size(1))),
             "sublayer order wrong: the feed-forward ran before cross-attention (self-attention, cross-attention, "
@@ -487,11 +493,15 @@ def _decoder_vs_torch(Decoder, norm_first, seed, tgt_lengths, src_lengths, n_lay
                  "attend'; pass tgt_mask on as it is"] = chain(self_allowed=inverted(tgt_mask_of(tgt)))
         mistakes["src_mask inverted before it reaches the layers (~src_mask or src_mask == 0): True means 'may "
                  "attend'; pass src_mask on as it is"] = chain(cross_allowed=inverted(key_mask(src)))
-    close_at(got, expected, tgt != PAD,
-             f"{what}(x, memory, src_mask, tgt_mask) vs nn.TransformerDecoder"
-             f"({'with' if norm_first else 'without'} a final LayerNorm)",
-             hint="x = layer(x, memory, src_mask, tgt_mask) for each layer in turn (the same memory for all), "
-                  "then self.norm(x) (a LayerNorm in pre-norm, the identity in post-norm)", mistakes=mistakes)
+    try:
+        close_at(got, expected, tgt != PAD,
+                 f"{what}(x, memory, src_mask, tgt_mask) vs nn.TransformerDecoder"
+                 f"({'with' if norm_first else 'without'} a final LayerNorm)",
+                 hint="x = layer(x, memory, src_mask, tgt_mask) for each layer in turn (the same memory for all), "
+                      "then self.norm(x) (a LayerNorm in pre-norm, the identity in post-norm)", mistakes=mistakes)
+    except CheckFailure:
+        _blame_layers(dec, layers, ref, x, memory, src, tgt, norm_first, got)
+        raise
     if grads:  # in train mode (dropout=0.0: the same numbers), where a model is trained
         dec.train()
         same_gradients(lambda a, b: dec(a, b, key_mask(src), tgt_mask_of(tgt)),
@@ -500,7 +510,70 @@ def _decoder_vs_torch(Decoder, norm_first, seed, tgt_lengths, src_lengths, n_lay
     return dec, ref, x, memory, src, tgt
 
 
+def _unless_the_layer_fails(check):
+    """A mistake paid once: when a Decoder check fails and the Decoder's own layer (a DecoderLayer) fails alone on
+    right inputs, the stack cannot be judged and the failure is DecoderLayer's, which pays for it in its own checks:
+    the Decoder keeps the point, told to fix DecoderLayer first (it is checked again once that works)."""
+    @functools.wraps(check)
+    def wrapped(Decoder):
+        try:
+            return check(Decoder)
+        except CheckFailure:
+            _layer_fails_alone(Decoder)
+            raise
+    return wrapped
+
+
+def _layer_fails_alone(Decoder):
+    try:
+        with seeded(0):
+            dec = build(Decoder, D, H, FF, 2, dropout=0.0, what="Decoder(...)")
+        layer = dec.layers[0]
+    except Exception:  # noqa: BLE001 (no layer to run alone: the stack's own checks say why)
+        return
+    if type(layer).__name__ != "DecoderLayer":
+        return
+    layer.eval()
+    x, memory, src, tgt = _inputs(0, [5, 3], [6, 4])
+    try:
+        with torch.no_grad():
+            layer(x, memory, key_mask(src), tgt_mask_of(tgt))
+    except Exception as e:  # noqa: BLE001 (the learner's layer fails on its own)
+        raise CheckPassed(f"your DecoderLayer fails on its own (layer(x, memory, src_mask, tgt_mask) raised "
+                          f"{type(e).__name__}: {str(e)[:70]}), so the stack cannot be judged: fix DecoderLayer "
+                          "first (its checks say how); Decoder is checked again once it works") from None
+
+
+def _blame_layers(dec, layers, ref, x, memory, src, tgt, norm_first, got):
+    """A mistake paid once: the Decoder is right when its output is its own layers applied in turn (then its norm),
+    and the layer itself (the learner's DecoderLayer) differs from PyTorch's: the check passes and says so."""
+    rows, sm, tm = tgt != PAD, key_mask(src), tgt_mask_of(tgt)
+    try:
+        with torch.no_grad():
+            h = x
+            for layer in layers:
+                h = layer(h, memory, sm, tm)
+            h = dec.norm(h) if norm_first else h
+            if not (isinstance(h, torch.Tensor) and h.shape == got.shape and close(got[rows], h[rows])
+                    and len({id(layer) for layer in layers}) == len(layers)):
+                return
+            # the learner's DecoderLayer class itself, built as the contract says and given PyTorch's weights
+            fresh = type(layers[0])(D, H, FF, 0.0, norm_first)
+            copy_layer(fresh, ref.layers[0], "DecoderLayer")
+            fresh.eval()
+            one = fresh(x, memory, sm, tm)
+            ref_one = dec_layer_ref(ref.layers[0], x, memory, tm, sm, "pre" if norm_first else "post")
+    except Exception:  # noqa: BLE001 (layers that fail alone: the stack's own checks say what fails)
+        return
+    if isinstance(one, torch.Tensor) and one.shape == ref_one.shape and close(one[rows], ref_one[rows]):
+        return  # the layers are right: what differs is the stack's
+    raise CheckPassed("the stack applies its own layers in turn (then its norm), as it should; the output differs "
+                      "from PyTorch's because your DecoderLayer does (one layer alone differs from "
+                      "nn.TransformerDecoderLayer): fix DecoderLayer (its checks say how)")
+
+
 @register("Decoder", "has n_layers layers in an nn.ModuleList, `norm` only in pre-norm, and passes dropout on")
+@_unless_the_layer_fails
 def _dec_parts(Decoder):
     check_stack_parts(lambda n, norm_first=False: _make_decoder(Decoder, n, norm_first), "decoder")
     with seeded(13):
@@ -533,16 +606,19 @@ def _dec_distinct(Decoder):
 
 
 @register("Decoder", "post-norm stack equals nn.TransformerDecoder without a final norm")
+@_unless_the_layer_fails
 def _dec_post(Decoder):
     _decoder_vs_torch(Decoder, False, seed=8, tgt_lengths=[5, 3], src_lengths=[6, 4], hole=2, grads=True)
 
 
 @register("Decoder", "pre-norm stack equals nn.TransformerDecoder(norm_first=True) with its final LayerNorm")
+@_unless_the_layer_fails
 def _dec_pre(Decoder):
     _decoder_vs_torch(Decoder, True, seed=9, tgt_lengths=[4, 4], src_lengths=[5, 3])
 
 
 @register("Decoder", "masks reach every layer: no future target token, no source padding changes an output")
+@_unless_the_layer_fails
 def _dec_masks(Decoder):
     dec, ref, x, memory, src, tgt = _decoder_vs_torch(Decoder, False, seed=10, tgt_lengths=[5, 5], src_lengths=[6, 2])
     sm, tm, what = key_mask(src), tgt_mask_of(tgt), f"Decoder({D}, {H}, {FF}, 2, dropout=0.0)"

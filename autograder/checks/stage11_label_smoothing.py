@@ -80,6 +80,11 @@ MUTATED = ("work on copies: target.masked_fill(...) or torch.where(...) (no in-p
            "no `logits -= ...`) so the caller's tensors stay as they were")
 
 
+NON_CONTIGUOUS = (".view(-1, V) (or .view(-1)) needs a contiguous tensor, and logits sliced or transposed (a model's "
+                  "output[:, :-1], a batch-first/length-first swap) are not: use .reshape(-1, V) and .reshape(-1), "
+                  "which copy only when they must")
+
+
 def _reference(logits, target, epsilon, ignore_index=PAD):
     V = logits.size(-1)
     return F.cross_entropy(logits.reshape(-1, V).double(), target.reshape(-1), ignore_index=ignore_index,
@@ -221,6 +226,18 @@ def _ls_value(loss_fn):
                            ANY_SHAPE) from None
     expect_close(got, _reference(deep_l, deep_t, 0.1).float(), what, hint=ANY_SHAPE, atol=1e-5,
                  mistakes=_mistakes(deep_l, deep_t, 0.1))
+    # the contract's layouts: logits and target as strided views (a transposed batch), as a model's slices give them
+    strided_l, strided_t = logits.transpose(0, 1), target.t()
+    what = "label_smoothed_loss(logits.transpose(0, 1), target.t()) (non-contiguous views, (5, 3, 7) and (5, 3))"
+    try:
+        got = _loss(loss_fn, strided_l, strided_t, what)
+    except RuntimeError as e:
+        if "view size is not compatible" not in str(e) and "view(" not in str(e):
+            raise
+        raise CheckFailure(what, "the loss, as for contiguous tensors", f"RuntimeError: {str(e)[:90]}",
+                           NON_CONTIGUOUS) from None
+    expect_close(got, _reference(strided_l, strided_t, 0.1).float(), what, hint=FORMULA, atol=1e-5,
+                 mistakes=_mistakes(strided_l, strided_t, 0.1))
     # confident logits (a trained model's): every log-probability enters the smoothed loss, the smallest about -200
     sure = logits * 40
     what = "label_smoothed_loss(logits * 40 (a confident model), target)"
@@ -261,7 +278,8 @@ def _ls_epsilon(loss_fn):
     for eps in (0.0, 0.3):
         what = f"label_smoothed_loss(logits (3, 5, 7), target, epsilon={eps})"
         got = _loss(loss_fn, logits, target, what, epsilon=eps)
-        plain = " (with epsilon = 0 it is F.cross_entropy(..., ignore_index=...))" if eps == 0 else ""
+        plain = (" (with epsilon = 0 the target keeps 1 and the others nothing: -log p[target], averaged over the "
+                 "real positions)") if eps == 0 else ""
         expect_close(got, _reference(logits, target, eps).float(), what, hint=FORMULA + plain,
                      atol=1e-5, mistakes=_mistakes(logits, target, eps))
 

@@ -22,6 +22,11 @@ def _ids(t) -> str:
     return fmt(t.tolist()) if isinstance(t, torch.Tensor) else fmt(t)
 
 
+REORDERED = ("the rows were reordered (sorted by length?): row i holds the i-th example, in the order given; "
+             "batch_by_tokens groups examples of similar length, make_batch keeps their order (tgt_seqs[i] belongs "
+             "to src_seqs[i])")
+
+
 def _expect_ids(got, expected: torch.Tensor, what: str, hint: str | None = None,
                 mistakes: dict[str, torch.Tensor] | None = None) -> None:
     """Token ids equal to `expected` (same shape, torch.long); a classic mistake's output is named."""
@@ -32,8 +37,12 @@ def _expect_ids(got, expected: torch.Tensor, what: str, hint: str | None = None,
             raise CheckFailure(f"{what}: dtype", "torch.long (token ids)", str(got.dtype),
                                "token ids are torch.long: build the tensor with dtype=torch.long")
         return
-    hint = diagnose(got, mistakes, lambda g, wrong: tuple(g.shape) == tuple(wrong.shape)
-                    and torch.equal(g.long(), wrong)) or hint
+    named = diagnose(got, mistakes, lambda g, wrong: tuple(g.shape) == tuple(wrong.shape)
+                     and torch.equal(g.long(), wrong))
+    if named is None and tuple(got.shape) == tuple(expected.shape) and got.dim() == 2 and \
+            sorted(got.long().tolist()) == sorted(expected.tolist()):
+        named = REORDERED
+    hint = named or hint
     if tuple(got.shape) != tuple(expected.shape):
         raise CheckFailure(f"{what}: wrong shape", f"shape {tuple(expected.shape)}: {_ids(expected)}",
                            f"shape {tuple(got.shape)}: {_ids(got)}", hint)
@@ -340,6 +349,12 @@ def _mb_n_tokens(make_batch):
         raise CheckFailure("batch.n_tokens", f"the number {e['n_tokens']}", fmt(n),
                            "n_tokens = int((tgt_out != pad_id).sum())") from None
     if ok:
+        if not isinstance(n, int) or isinstance(n, bool):
+            kind = f"{type(n).__module__.replace('builtins', '')}.{type(n).__name__}".lstrip(".")
+            raise CheckFailure("type(batch.n_tokens)", "int (a Python int, as Batch declares it)", kind,
+                               f"the count stayed a {'tensor' if isinstance(n, torch.Tensor) else kind}: a count of "
+                               "tokens is an int (the training loop adds it up and writes it to its JSON log, which "
+                               "refuses tensors and numpy numbers); n_tokens = int((tgt_out != pad_id).sum())")
         return
     B, L = e["tgt_out"].shape
     hints = {B * L: "padding counted: count only the tokens of tgt_out that are not pad_id",
@@ -646,9 +661,16 @@ def _expect_lrs(noam_lr, cases, hint=None):
                        hint or "factor * d_model ** -0.5 * min(step ** -0.5, step * warmup_steps ** -1.5)")
 
 
-@register("noam_lr", "equals factor * d_model^-0.5 * min(step^-0.5, step * warmup^-1.5)")
+@register("noam_lr", "equals factor * d_model^-0.5 * min(step^-0.5, step * warmup^-1.5), a Python float")
 def _noam_formula(noam_lr):
     _expect_lrs(noam_lr, [(step, 512, None, None) for step in (1, 10, 1000, 3999, 4000, 4001, 10000, 100000)])
+    got = noam_lr(4000, 512)
+    if not isinstance(got, float):  # numpy.float64 is a float
+        kind = "tensor" if isinstance(got, torch.Tensor) else f"{type(got).__module__}.{type(got).__name__}"
+        raise CheckFailure("type(noam_lr(4000, 512))", "float (a Python float: LambdaLR multiplies lr=1.0 by it, and "
+                           "the optimizer's lr, the logs and the checkpoints keep it)", kind,
+                           f"the rate stayed a {kind} (computed with torch or numpy): return float(rate), or compute "
+                           "with Python numbers, step ** -0.5")
 
 
 @register("noam_lr", "rises linearly until warmup_steps, then decays as step^-0.5")

@@ -578,6 +578,18 @@ def _decode_with(decoder, model, src, mask, *args, **kwargs):
     return got
 
 
+def _expect_mode_kept(model, name):
+    """The contract's side effects: decoding leaves the caller's model in the mode it was given (train mode here): a
+    decoder that calls model.eval() and does not switch it back leaves a training loop that validates by decoding
+    without dropout from then on."""
+    if not all(part.training for part in model.modules()):
+        raise CheckFailure(f"the model after {name}(model, ...), given in train mode", "still in train mode (the "
+                           "caller's mode)", "switched to eval mode",
+                           f"{name} calls model.eval() and leaves it so: the caller decides the mode (a training loop "
+                           "that decodes to validate would go on without dropout); drop the call, or restore the mode "
+                           "afterwards, was = model.training; model.eval(); ...; model.train(was)")
+
+
 def _alone(decoder, next_logits, vocab, src, mask, *args, **kwargs):
     """alone(i) for _expect_lists: row i of the batch (with its padding) decoded on its own by a fresh model."""
     return lambda i: decoder(_FakeModel(vocab, next_logits), src[i:i + 1].clone(), mask[i:i + 1].clone(), *args,
@@ -651,7 +663,8 @@ def _greedy_case(greedy_decode, next_logits, vocab, rows, max_len, what, bos=BOS
 def _greedy_table(greedy_decode):
     rows = [[7, 8, 9], [10], [11, 12], [13, 14, 15], [16, 17], [18]]
     fn = _table(7, seed=1, eos_bias=1.0)
-    _greedy_case(greedy_decode, fn, 7, rows, 6, "greedy_decode(model, 6 sources, max_len=6)")
+    model = _greedy_case(greedy_decode, fn, 7, rows, 6, "greedy_decode(model, 6 sources, max_len=6)")
+    _expect_mode_kept(model, "greedy_decode")
     # a batch of one source: code that squeezes the batch axis away, or returns a flat list, fails here
     _greedy_case(greedy_decode, fn, 7, [[16, 17]], 6, "greedy_decode(model, a batch of one source [[16, 17]], "
                                                        "max_len=6)")
@@ -923,6 +936,7 @@ def _beam_format(beam_search):
         if len(ids) > 5:
             raise CheckFailure(f"{what}: the answer for source {i}", "at most max_len = 5 ids", f"{len(ids)} ids",
                                "stop after max_len generated tokens (<eos> included)")
+    _expect_mode_kept(model, "beam_search")
 
 
 @register("beam_search", "beam_size=1 with alpha=0 equals greedy decoding")
@@ -1186,7 +1200,40 @@ def _bleu_mistakes(hyps, refs, max_n):
     for smooth in ("exp", "floor", "add-k"):
         out[f"smoothed ({smooth}): the contract's BLEU has no smoothing, a zero precision gives 0"] = \
             _sacrebleu(hyps, refs, max_n, smooth)
+    # the parts of BLEU one at a time (issue 40): orders, counts, the denominators, rounding
+    if max_n > 1:
+        out["the order n = max_n was dropped from the sum but the mean still divides by max_n: sum log p_n over "
+            "n = 1..max_n, range(1, max_n + 1)"] = _bleu_parts(hyps, refs, max_n, last_order=False)
+    out["each distinct n-gram of a hypothesis was counted once in the denominator (len(set(...))): p_n's "
+        "denominator counts every n-gram occurrence, the clipped matches over all of them"] = \
+        _bleu_parts(hyps, refs, max_n, distinct_total=True)
+    for shift, how in ((-1, "len(h) - n, one short"), (1, "len(h) - n + 2, one too many")):
+        out[f"off by one in p_n's denominator ({how}): a hypothesis of length L has L - n + 1 n-grams of order "
+            "n"] = _bleu_parts(hyps, refs, max_n, total_shift=shift)
+    for digits in (0, 1, 2):
+        out[f"the score was rounded (round(bleu, {digits})): return it unrounded; round only when printing"] = \
+            round(expected, digits)
     return expected, out
+
+
+def _bleu_parts(hyps, refs, max_n, last_order=True, distinct_total=False, total_shift=0):
+    """Corpus BLEU (0..100) written out, with one part changed: `last_order` False leaves out the order max_n from
+    the sum (the mean still over max_n), `distinct_total` counts each distinct n-gram once in the denominators,
+    `total_shift` moves each sentence's number of n-grams by that much. None where it is undefined."""
+    matches, totals = [0] * max_n, [0] * max_n
+    for h, r in zip(hyps, refs):
+        for n in range(1, max_n + 1):
+            hc, rc = _ngrams(h, n), _ngrams(r, n)
+            matches[n - 1] += sum(min(c, rc.get(g, 0)) for g, c in hc.items())
+            totals[n - 1] += (len(hc) if distinct_total else max(0, len(h) - n + 1 + total_shift))
+    orders = range(max_n if last_order else max_n - 1)
+    if any(totals[i] <= 0 or matches[i] <= 0 for i in orders):
+        return None
+    hyp_len, ref_len = sum(map(len, hyps)), sum(map(len, refs))
+    if hyp_len == 0:
+        return None
+    bp = 1.0 if hyp_len > ref_len else math.exp(1 - ref_len / hyp_len)
+    return 100 * bp * math.exp(sum(math.log(matches[i] / totals[i]) for i in orders) / max_n)
 
 
 def _expect_bleu(corpus_bleu, hyps, refs, max_n, what, hint):
