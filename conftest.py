@@ -33,7 +33,8 @@ def pytest_xdist_auto_num_workers(config):
 
 #: The files that take longest (each a minute or more of one worker, measured with --durations), started first so
 #: that none of them is left running alone at the end; every other file keeps its place after them.
-LONGEST_FIRST = ["tests/test_hostile.py", "tests/test_lessons.py", "tests/test_lesson_claims.py",
+LONGEST_FIRST = ["tests/test_hostile.py", "tests/test_lessons.py", "tests/test_release.py",
+                 "tests/test_grade_batch.py", "tests/test_lesson_claims.py",
                  "tests/test_checks_stage10.py", "tests/test_nbgrader.py", "tests/test_translate_notebook.py",
                  "tests/test_checks_stage01.py", "lessons/12_training.ipynb"]
 
