@@ -140,8 +140,8 @@ def everything_said(r):
     return "\n".join([r["error"] or ""] + r["problems"] + [c["message"] for c in r["cells"]])
 
 
-@pytest.mark.parametrize("name", sorted(CASES))
-def test_each_submission_gets_its_score_and_reason(batch, name):
+def assert_graded_as_expected(batch, name) -> dict:
+    """The case's points, whether it is an error, and every phrase it must say, in the batch's report of it."""
     case = batch.cases.get(name)
     if case is None:
         pytest.skip("needs the kernel's namespaces (isolation), not available here")
@@ -153,6 +153,12 @@ def test_each_submission_gets_its_score_and_reason(batch, name):
     assert (r["error"] is not None) == error, f"{name}: error {r['error']!r}"
     for phrase in says:
         assert phrase.lower() in said.lower(), f"{name}: the report does not say {phrase!r}:\n{said}"
+    return r
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_each_submission_gets_its_score_and_reason(batch, name):
+    r = assert_graded_as_expected(batch, name)
     assert r["points"] == sum(c["points"] for c in r["cells"])
 
 
@@ -443,16 +449,7 @@ RED_TEAM = [c.name for c in second_red_team("/outside", "/outside/canary.txt")]
 def test_each_attack_of_the_second_red_team_gets_its_score_and_reason(batch, name):
     """Links raced into the kernel's folders by helper processes, a folder 1500 deep, messages over the checker's
     limits, an output of 400 MB, files past the kernel's disk, shortcuts below the watch: each its points and note."""
-    case = batch.cases.get(name)
-    if case is None:
-        pytest.skip("needs the kernel's namespaces (isolation), not available here")
-    r = batch.by_name[name]
-    points, error, says = case.expected(batch.isolated)
-    said = everything_said(r)
-    assert r["points"] == points, f"{name}: {r['points']} instead of {points}\n{said}"
-    assert (r["error"] is not None) == error, f"{name}: error {r['error']!r}"
-    for phrase in says:
-        assert phrase.lower() in said.lower(), f"{name}: the report does not say {phrase!r}:\n{said}"
+    r = assert_graded_as_expected(batch, name)
     if not name.startswith("below_the_watch"):  # an honest line is never named for review
         assert not any("library-shortcut watch" in p for p in r["problems"]), r["problems"]
 
