@@ -100,6 +100,8 @@ class Grader:
         ep.passthrough = (core.CheckTimeout,)
         from .checks import _util
         _util.BUILD_ELSEWHERE = ep.build
+        # an earlier graded name of the lesson, by the name a check chose (_util.learners_own): a mistake paid once
+        _util.LOOKUP_ELSEWHERE = lambda graded: ep.request("resolve", name=graded)
         _CURRENT["ep"] = ep
         try:
             hello, _ = core._run_limited(ep.ch.recv, HELLO_TIMEOUT)

@@ -302,3 +302,61 @@ def test_target_mask_beside_a_padding_mask_missing_a_dimension_keeps_its_points(
     assert grade(short, "padding_mask")[0] == max_points("padding_mask") - 1
     points, text = grade(_beside("padding_mask", short), "target_mask")
     assert points == max_points("target_mask") and "fix padding_mask" in text and "shape (2, 1, 5)" in text, text
+
+
+def grade_across(namespace: dict, name: str):
+    """(points, lines) of every check of `name` as the grade command's checker runs them: the learner's objects in
+    `namespace` on the notebook's side of a channel (served in a thread), the checks on the other, which reach an
+    earlier graded name by asking for it (_util.LOOKUP_ELSEWHERE, as autograder/checker.py sets it)."""
+    import socket
+
+    from autograder.checks import _util
+    from autograder.core import FORBIDDEN, run_named
+    from autograder.remote import Endpoint
+    from autograder.serve import LearnerEndpoint
+    from tests.grading import patient, serve_in_thread
+    a, b = socket.socketpair()
+    serve_in_thread(LearnerEndpoint(b, namespace))
+    ep = Endpoint(a, trusted=True)
+    saved = FORBIDDEN.pop(name, None), _util.LOOKUP_ELSEWHERE
+    _util.LOOKUP_ELSEWHERE = lambda graded: ep.request("resolve", name=graded)
+    try:
+        with patient():
+            _, earned, _, lines = run_named(name, ep.request("resolve", name=name))
+        return earned, "\n".join(lines)
+    finally:
+        if saved[0] is not None:
+            FORBIDDEN[name] = saved[0]
+        _util.LOOKUP_ELSEWHERE = saved[1]
+        a.close()
+        b.close()
+
+
+@pytest.mark.parametrize("part, wrong, says", [
+    ("causal_mask", lambda: _causal(("tril()", "triu(1)")), "fix causal_mask"),
+    ("padding_mask", lambda: _pad("(ids != pad_id)[:, None, :]"), "padding_mask gives shape (2, 1, 5)")])
+def test_target_mask_beside_a_wrong_part_keeps_its_points_across_the_channel(part, wrong, says):
+    """The grade command's checker holds a proxy of target_mask, which has no __globals__: it asks the kernel for the
+    learner's causal_mask and padding_mask by their graded names, and target_mask keeps its points as in check()."""
+    from autograder import max_points
+    made = edit(TARGET)
+    made.__globals__[part] = wrong()
+    namespace = {"padding_mask": PADDING, "causal_mask": CAUSAL, part: made.__globals__[part], "target_mask": made}
+    points, text = grade_across(namespace, "target_mask")
+    assert points == max_points("target_mask"), text
+    assert "✓ uses the pad_id argument" in text and says in text, text
+
+
+def test_a_wrong_target_mask_is_not_excused_across_the_channel_by_a_name_it_does_not_call():
+    """The parts compared are the ones bound in the notebook: a target_mask that ignores them pays."""
+    from autograder import max_points
+    wrong = edit(TARGET, (") & causal", ") | causal"))
+    namespace = {"padding_mask": PADDING, "causal_mask": _causal(("tril()", "triu(1)")), "target_mask": wrong}
+    points, text = grade_across(namespace, "target_mask")
+    assert points < max_points("target_mask") and "fix causal_mask" not in text, text
+
+
+def test_a_padding_mask_missing_a_dimension_pays_only_its_shape_across_the_channel():
+    from autograder import max_points
+    points, text = grade_across({"padding_mask": _pad("(ids != pad_id)[:, None, :]")}, "padding_mask")
+    assert points == max_points("padding_mask") - 1 and "one singleton dimension is missing" in text, text

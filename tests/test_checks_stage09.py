@@ -417,3 +417,20 @@ def test_a_wrong_decoder_beside_a_wrong_decoder_layer_still_pays():
     with patient():
         points, text = grade(decoder, "Decoder")
     assert points < max_points("Decoder") and "fix DecoderLayer" not in text, text
+
+
+@pytest.mark.parametrize("typo", WRONG_LAYERS)
+def test_a_correct_decoder_beside_a_wrong_decoder_layer_keeps_its_points_across_the_channel(typo):
+    """As the grade command's checker grades it: the Decoder and its layers are proxies (type(layer) is the proxy's
+    class), so the checker asks the kernel for the learner's DecoderLayer by its graded name, and the layers are its
+    instances: the Decoder keeps every point and is told to fix DecoderLayer, as in check()."""
+    from autograder import max_points
+    from tests.grading import edit
+    from tests.test_checks_stage05 import grade_across
+    change, says = WRONG_LAYERS[typo]
+    wrong_layer = edit(solutions.DecoderLayer, change)
+    decoder = edit(solutions.Decoder)
+    decoder.forward.__globals__["DecoderLayer"] = wrong_layer
+    points, text = grade_across({"DecoderLayer": wrong_layer, "Decoder": decoder}, "Decoder")
+    assert points == max_points("Decoder"), text
+    assert "fix DecoderLayer" in text and says in text, text

@@ -9,12 +9,17 @@ import re
 import torch
 from torch import nn
 
-from ..registry import CheckFailure
+from ..registry import REGISTRY, CheckFailure
 
 
 # set by the grade command's checker: BUILD_ELSEWHERE(factory, args, kwargs) builds a learner_side object with the
 # checker's own factory and hands it to the notebook's kernel (autograder/remote.py, Endpoint.build)
 BUILD_ELSEWHERE = None
+
+# set by the grade command's checker: LOOKUP_ELSEWHERE(name) is the learner's object bound to `name` in the notebook's
+# namespace, asked of the kernel (autograder/remote.py, Endpoint's "resolve"); `name` is always a graded name of the
+# course that a check chose (learners_own), never one the kernel supplied
+LOOKUP_ELSEWHERE = None
 
 _REDUCTION = re.compile(r"\b(max|amax|sum|logsumexp|mean|var|std)\(([^()]*)\)")
 
@@ -42,6 +47,28 @@ def learner_side(factory):
             return BUILD_ELSEWHERE(factory, args, kwargs)
         return factory(*args, **kwargs)
     return build
+
+
+def learners_own(name: str, near=None):
+    """The learner's object bound to the graded name `name` (an earlier graded function or class of the lesson, e.g.
+    causal_mask beside target_mask), for a check that pays a mistake once: in a lesson's check(), from the module
+    globals of `near` (the checked function, or a class's methods: the notebook's namespace); in the grade command's
+    checker, asked of the notebook's kernel by that name (LOOKUP_ELSEWHERE): a proxy, or plain data. None where
+    there is none, or where it cannot be read. `name` must be a graded name: the check chooses it, never the kernel."""
+    if name not in REGISTRY:
+        raise ValueError(f"{name!r} is not a graded name")
+    if LOOKUP_ELSEWHERE is not None:
+        try:
+            return LOOKUP_ELSEWHERE(name)
+        except Exception:  # noqa: BLE001 (not defined in the notebook, or not handed over: nothing to compare with)
+            return None
+    functions = [near] if not isinstance(near, type) else [
+        v for v in vars(near).values() if hasattr(v, "__globals__")]
+    for fn in functions:
+        found = getattr(fn, "__globals__", None)
+        if isinstance(found, dict) and name in found:
+            return found[name]
+    return None
 
 
 @contextlib.contextmanager

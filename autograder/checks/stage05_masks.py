@@ -7,7 +7,7 @@ import math
 import torch
 
 from ..registry import CheckFailure, CheckPassed, CheckTimeout, register
-from ._util import as_tensor, diagnose, expect_shape, fmt
+from ._util import as_tensor, diagnose, expect_shape, fmt, learners_own
 
 NOT_BOOL = ("the mask is not bool: masks are boolean, True = may attend (e.g. `ids != pad_id`, or "
             "torch.ones(..., dtype=torch.bool)); a float 0/1 or 0/-inf mask breaks `~mask` and masked_fill")
@@ -287,11 +287,14 @@ def _tgt_values(target_mask):
 
 
 def _earlier(fn, name):
-    """The learner's own earlier graded function `name` that fn calls: fn's module globals (the notebook's, in a
-    lesson's check()); None where they cannot be read (across the grade command's channel) or hold no function."""
-    found = getattr(fn, "__globals__", None)
-    found = found.get(name) if isinstance(found, dict) else None
-    return found if callable(found) and getattr(found, "__name__", None) == name else None
+    """The learner's own earlier graded function `name` that fn calls: the one bound to that name in the notebook
+    (fn's module globals in a lesson's check(); asked of the kernel by the graded name in the grade command's checker,
+    _util.learners_own); None where there is none, or it is not a function of that name."""
+    found = learners_own(name, fn)
+    try:
+        return found if callable(found) and getattr(found, "__name__", None) == name else None
+    except Exception:  # noqa: BLE001 (a proxy whose __name__ cannot be read)
+        return None
 
 
 def _blame_earlier_parts(target_mask, ids, got, pad_id=0):
