@@ -611,6 +611,18 @@ BEAM_MISTAKES = [
                                                       "top_val[s, j].item() / length_penalty(t - 1, alpha)")),
             5, "left out <eos>"),
     Mistake("<bos> counted in the length", beam_lists(bos_in_length=True), 7, "counted <bos>"),
+    # issue 40: these two were blamed on the early stop ("the search stopped too early") or on <eos>
+    Mistake("<bos> counted in a finished hypothesis's length only",
+            edit(BEAM, ("top_val[s, j].item() / length_penalty(t, alpha)",
+                        "top_val[s, j].item() / length_penalty(t + 1, alpha)")), 4,
+            "Likely: the length in a finished hypothesis's penalty counted <bos>", not_says="stopped too early"),
+    Mistake("the length penalty applied at every step (open ones at max_len divided again)",
+            edit(BEAM, ("        scores = new_scores\n", "        scores = new_scores / length_penalty(t, alpha)\n")), 4,
+            "Likely: the length penalty was applied at every step", not_says=("stopped too early", "left out <eos>")),
+    Mistake("the length penalty applied at every step",
+            edit(BEAM, ("        scores = new_scores\n", "        scores = new_scores / length_penalty(t, alpha)\n"),
+                 ("scores[s, j].item() / length_penalty(max_len, alpha)", "scores[s, j].item()")), 5,
+            "Likely: the length penalty was applied at every step", not_says=("stopped too early", "left out <eos>")),
     Mistake("open ones at max_len not normalized", beam_mistake(open_norm=False), 6, "raw log p"),
     # the beam: finished hypotheses set aside, beam_size open ones go on
     Mistake("beam_size ignored", edit(BEAM, _K_IS_4), 7),

@@ -269,7 +269,7 @@ def _greedy_variants(next_logits, src, max_len, bos=BOS, eos=EOS):
 def _ref_beam(next_logits, src, max_len, K, alpha, bos=BOS, eos=EOS, penalty=True, eos_counts=True,
               stop_first=False, finished_in_beam=None, raw=False, opens_count=True, bos_counts=False,
               accumulate=True, bound=None, shrink=None, all_eos=False, probs=False, open_raw=False,
-              first_position=False, stop_at_k=False, twice=False, open_extra=0):
+              first_position=False, stop_at_k=False, twice=False, open_extra=0, every_step=None, stop=False):
     """Beam search as the contract says it (defaults), or with one classic mistake put in. `bound`: a wrong
     early stop, the best open log p divided by the penalty of its current length ("current"), of the next one
     ("next") or by nothing ("raw"), against the best finished score. `penalty`: True, False (none), "mul" (log p
@@ -277,9 +277,13 @@ def _ref_beam(next_logits, src, max_len, K, alpha, bos=BOS, eos=EOS, penalty=Tru
     penalty of len(ids) + 1), the early stop made with them as they were (about alpha doubled). `shrink`: "step"
     (only the top K extensions are walked, <eos> ones included) or "forever" (the same, and the width drops by one
     for each finished hypothesis). `open_extra`: the hypotheses still open at max_len divided by the penalty of
-    max_len + open_extra."""
+    max_len + open_extra. `bos_counts`: True (every length counts <bos>) or "finished" (the finished hypotheses' only).
+    `every_step`: the open hypotheses carry log p / length_penalty(t, alpha) from step to step (extended as if it were
+    log p), a finished one keeps it; "again": those still open at max_len are divided once more. `stop`: the
+    contract's early stop (the best open score / the penalty of max(t + 1, max_len) <= the best finished score),
+    which changes nothing for a right search but does for a wrong one."""
     def lp(length):
-        return ((5 + length + (1 if bos_counts else 0)) / 6) ** alpha if penalty else 1.0
+        return ((5 + length + (1 if bos_counts is True else 0)) / 6) ** alpha if penalty else 1.0
 
     def norm(s, length):
         if probs:  # a product of probabilities, divided by the penalty
@@ -331,11 +335,12 @@ def _ref_beam(next_logits, src, max_len, K, alpha, bos=BOS, eos=EOS, penalty=Tru
         new_open = []
         for s, p in cands:
             if p[-1] == eos:
-                finished.append((norm(s, t if eos_counts else t - 1), list(p[1:-1])))
+                length = (t if eos_counts else t - 1) + (1 if bos_counts == "finished" else 0)
+                finished.append((s / lp(t) if every_step else norm(s, length), list(p[1:-1])))
                 if shrink == "forever":
                     width -= 1
             elif not all_eos or len(new_open) < K:
-                new_open.append((p, s))
+                new_open.append((p, s / lp(t) if every_step else s))
                 if len(new_open) == K and not all_eos:
                     break
         open_ = new_open
@@ -345,13 +350,17 @@ def _ref_beam(next_logits, src, max_len, K, alpha, bos=BOS, eos=EOS, penalty=Tru
             break
         if twice and finished and t < max_len and max(s for _, s in open_) / lp(max_len) <= max(f[0] for f in finished):
             break  # (the early stop of the normalized scores, then divided again: see the end)
+        if stop and finished and t < max_len and \
+                max(s for _, s in open_) / max(lp(t + 1), lp(max_len)) <= max(f[0] for f in finished):
+            break
         if bound and finished and t < max_len and \
                 max(s for _, s in open_) / {"current": lp(t), "next": lp(t + 1)}.get(bound, 1.0) <= \
                 max(f[0] for f in finished):
             break
     else:
         if opens_count or not finished:
-            finished += [(s if open_raw else norm(s, max_len + open_extra), list(p[1:])) for p, s in open_]
+            finished += [(s if open_raw or every_step == "once" else norm(s, max_len + open_extra), list(p[1:]))
+                         for p, s in open_]
     if twice:  # the normalized scores divided again, by the penalty of the answer's length + 1 (as if it held <eos>)
         return max(finished, key=lambda f: f[0] / lp(len(f[1]) + 1))[1]
     return max(finished, key=lambda f: f[0])[1]
@@ -387,6 +396,12 @@ PENALTY_POWER = "the penalty is length ** alpha: divide by length_penalty(length
 PROBS = ("probabilities multiplied instead of log-probabilities added: the score is the SUM of the tokens' log p, and "
          "the length penalty divides that sum")
 BOS_COUNTED = "the length in the penalty counted <bos>: length counts the generated tokens (<eos> included), not <bos>"
+EVERY_STEP = ("the length penalty was applied at every step: the open hypotheses carried log p / length_penalty(t, "
+              "alpha) and were extended as if it were log p, so each step divided the earlier ones again; carry the "
+              "plain sum of log p and divide by length_penalty(length, alpha) once, when a hypothesis is finished "
+              "(or at max_len)")
+BOS_FINISHED = ("the length in a finished hypothesis's penalty counted <bos> (the length of the prefix with <bos> and "
+                "<eos>: t + 1 at step t): length counts the generated tokens, <eos> included, not <bos>")
 BEAM_MISTAKES = {
     NO_PENALTY: dict(penalty=False),
     EOS_NOT_COUNTED: dict(eos_counts=False),
@@ -412,6 +427,9 @@ BEAM_MISTAKES = {
     "hypotheses still open after max_len tokens were divided by length_penalty(max_len + 1, alpha): their length is "
     "max_len, the tokens generated (the prefix's length also counts <bos>)": dict(open_extra=1),
     BOS_COUNTED: dict(bos_counts=True),
+    BOS_FINISHED: dict(bos_counts="finished", stop=True),
+    EVERY_STEP: dict(every_step="once", stop=True),
+    EVERY_STEP + " (those open at max_len were divided once more)": dict(every_step="again", stop=True),
     "log-probabilities not accumulated: a hypothesis's score is the SUM of its tokens' log p (its parent's score "
     "+ the new token's log p), not the last token's log p": dict(accumulate=False),
     "the search stopped too early: an open hypothesis can still win while its log p / length_penalty(max_len, "
