@@ -232,6 +232,9 @@ DECODER_LAYER_MISTAKES = [
     # told only the formula before (issue 40)
     Mistake("self-attention through the cross-attention module", _layer((_SELF, "self.cross_attn(y, y, y, tgt_mask)")),
             3, ("self-attention run through the cross-attention module", "self.self_attn(x, x, x, tgt_mask)")),
+    Mistake("the two attention modules swapped", _layer((_SELF, "self.cross_attn(y, y, y, tgt_mask)"),
+                                                        (_CROSS, "self.self_attn(y, memory, memory, src_mask)")),
+            3, "Likely: the two attention modules swapped", not_says="Likely: self-attention(x, x, x, tgt_mask), then"),
     # which attention, on what
     Mistake("cross-attention queries from the memory", _cross("memory, y, y, src_mask"), 0, "lengths got mixed up"),
     Mistake("cross-attention keys and values from the decoder", _cross("y, y, y, src_mask"), 0,

@@ -200,6 +200,13 @@ DROPS_ENCODER_OUTPUT = own_dropout("self.p = dropout", (
     f"self.encoder({ENC_IN}, src_mask)", f"F.dropout(self.encoder({ENC_IN}, src_mask), self.p, self.training)"))
 DROPS_MEMORY_IN_FORWARD = own_dropout(DROP, (MEMORY, "memory = self.dropout(self.encode(src, src_mask))"))
 MISTAKES = [
+    # issue 40: was told only "n_layers layers in an nn.ModuleList"
+    Mistake("n_heads and n_layers swapped", t_edit(("Encoder(d_model, n_heads, d_ff, n_layers,",
+                                                    "Encoder(d_model, n_layers, d_ff, n_heads,"),
+                                                   ("Decoder(d_model, n_heads, d_ff, n_layers,",
+                                                    "Decoder(d_model, n_layers, d_ff, n_heads,")), 5,
+            "Likely: the Encoder has n_heads (4) layers: n_heads and n_layers swapped",
+            not_says="Likely: n_layers layers in an nn.ModuleList"),
     # ---- the parts and their arguments
     Mistake("n_layers hard-coded to 2", fixed("n_layers = 2"), 7, "3 layers"),
     Mistake("norm_first ignored", fixed("norm_first = False"), 7, "norm_first passed on"),

@@ -253,6 +253,8 @@ def _forward(mha, query, key, value, mask=None, what="MultiHeadAttention(...)(qu
     except (RuntimeError, ValueError, IndexError) as e:
         lengths = isinstance(e, RuntimeError) and query.size(1) != key.size(1) and \
             any(w in str(e) for w in ("size of tensor", "must match", "invalid for input of size"))
+        if lengths and ref is not None:
+            _query_key_swapped(mha, ref, query, key, value, mask, what, e)
         if lengths and mask is not None and ref is not None:
             _without_mask(mha, ref, query, key, value, mask, what, e)
         if not lengths:
@@ -274,6 +276,28 @@ def _forward(mha, query, key, value, mask=None, what="MultiHeadAttention(...)(qu
         raise CheckFailure(what, "one tensor (B, Lq, d_model)", f"a tuple of {len(out)}",
                            "return only the output; keep the weights in self.attn_weights")
     return as_tensor(out, what)
+
+
+def _query_key_swapped(mha, ref, query, key, value, mask, what, e):
+    """Cross-attention failed on a size mismatch: when the same module, called with `query` and `key` exchanged, gives
+    the right output, its q and k come from each other's argument (q = w_q(key), k = w_k(query))."""
+    kept = mha.__dict__.get("attn_weights", None)
+    try:
+        args = (key.clone(), query.clone(), value.clone()) + (() if mask is None else (mask,))
+        again = mha(*args)
+        with torch.no_grad():
+            right = _manual(ref, query, key, value, mask)
+        swapped = isinstance(again, torch.Tensor) and again.shape == right.shape and close(again, right)
+    except Exception:  # noqa: BLE001  (it fails that way too: the lengths are mixed up elsewhere)
+        return
+    finally:
+        if "attn_weights" in mha.__dict__:
+            mha.__dict__["attn_weights"] = kept
+    if swapped:
+        raise CheckFailure(what, "an output of shape (B, Lq, d_model)", f"{type(e).__name__}: {str(e)[:90]}",
+                           "query and key swapped: q was projected from `key` and k from `query` (called with the two "
+                           "exchanged, it gives the right output); q = w_q(query), k = w_k(key), v = w_v(value)"
+                           ) from None
 
 
 def _without_mask(mha, ref, query, key, value, mask, what, e):

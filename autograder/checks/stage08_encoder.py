@@ -709,11 +709,16 @@ def _make_encoder(Encoder, n_layers, norm_first=False, dropout=0.0, seed=0):
     return as_module(enc, what), what
 
 
-def stack_layers(stack, what, n_layers):
+def stack_layers(stack, what, n_layers, causes: dict | None = None):
+    """stack.layers, n_layers of them; `causes`: {a wrong number of layers: the mistake that gives it}."""
     layers = get_path(stack, "layers", what)
     if not hasattr(layers, "__len__") or len(layers) != n_layers:
-        raise CheckFailure(f"{what}: `layers`", f"{n_layers} layers",
-                           f"{len(layers) if hasattr(layers, '__len__') else type(layers).__name__}",
+        count = len(layers) if hasattr(layers, "__len__") else None
+        if count == H != n_layers:  # every stack the checks build has H heads
+            causes = {H: f"n_heads ({H}) layers: n_heads and n_layers swapped (the arguments are (d_model, n_heads, "
+                         "d_ff, n_layers, ...), in that order), or range(n_heads) for the layers", **(causes or {})}
+        raise CheckFailure(f"{what}: `layers`", f"{n_layers} layers", f"{count}" if count is not None else
+                           type(layers).__name__, (causes or {}).get(count) or
                            "n_layers layers in an nn.ModuleList: [Layer(...) for _ in range(n_layers)]")
     return layers
 

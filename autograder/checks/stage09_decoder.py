@@ -191,6 +191,9 @@ def _layer_vs_torch(DecoderLayer, norm_first, seed, tgt_lengths, src_lengths, ho
             "self-attention run through the cross-attention module (self.cross_attn(x, x, x, tgt_mask)): the two "
             "attentions have their own projections, self-attention is self.self_attn(x, x, x, tgt_mask)":
                 fn(sa="cross"),
+            "the two attention modules swapped: self-attention ran through self.cross_attn and cross-attention "
+            "through self.self_attn; self.self_attn(x, x, x, tgt_mask), then self.cross_attn(x, memory, memory, "
+            "src_mask) (each module has its own projections)": fn(sa="cross", kv="self_attn"),
             "tgt_mask ignored: a causal mask built inside the layer hides later tokens but not the target's "
             "padding; pass tgt_mask itself to self-attention": fn(self_allowed=causal(x.size(1))),
             "sublayer order wrong: the feed-forward ran before cross-attention (self-attention, cross-attention, "

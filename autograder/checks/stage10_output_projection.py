@@ -24,6 +24,14 @@ forbid("Transformer", "PyTorch's nn.Transformer modules (nn.Transformer, nn.Tran
 
 BOS = 1
 V_SRC, V_TGT, N = 23, 19, 2   # different vocabulary sizes, neither equal to d_model
+
+
+def _swapped_heads(stack: str, n_layers: int = N) -> dict:
+    """{the wrong number of layers: its cause} for the Transformer's `stack` built with n_layers layers and H heads."""
+    name = stack.capitalize()
+    return {H: f"the {name} has n_heads ({H}) layers: n_heads and n_layers swapped where the Transformer builds it; "
+               f"{name}(d_model, n_heads, d_ff, n_layers, dropout, norm_first), in the contract's order"} \
+        if H != n_layers else {}
 NOT_SCALED = "embeddings not scaled by sqrt(d_model): use the TokenEmbedding (embedding(ids) * sqrt(d_model))"
 
 
@@ -182,7 +190,7 @@ def _copy_stacks(model, what, norm_first, seed):
         randomize(ref).train()  # dropout=0.0: train mode computes what eval does, off PyTorch's fast path
     for stack, theirs in (("encoder", ref.encoder), ("decoder", ref.decoder)):
         mine = get_path(model, stack, what)
-        layers = stack_layers(mine, f"{what}.{stack}", N)
+        layers = stack_layers(mine, f"{what}.{stack}", N, _swapped_heads(stack))
         for i in range(N):
             copy_layer(layers[i], theirs.layers[i], f"{what}.{stack}.layers[{i}]")
         if norm_first:
@@ -326,7 +334,7 @@ def _parts(Transformer):
                      f"{side}_embed = TokenEmbedding({side}_vocab_size, d_model): one row per {side} token")
     as_module(get_path(model, "positional", what), f"{what}: positional")
     for stack in ("encoder", "decoder"):
-        layers = stack_layers(get_path(model, stack, what), f"{what}.{stack}", N)
+        layers = stack_layers(get_path(model, stack, what), f"{what}.{stack}", N, _swapped_heads(stack))
         expect_shape(get_path(layers[0], "feed_forward.w_1.weight", f"{what}.{stack}.layers[0]"), (FF, D),
                      f"{what}: {stack}.layers[0].feed_forward.w_1.weight", "pass d_ff on to the stacks")
     gen = get_path(model, "generator", what)
@@ -342,7 +350,7 @@ def _parts(Transformer):
                            "default), the lesson's generator.bias; with tied weights it stays the generator's own")
     deeper, what3 = _make(Transformer, n_layers=3)
     for stack in ("encoder", "decoder"):
-        stack_layers(get_path(deeper, stack, what3), f"{what3}.{stack}", 3)
+        stack_layers(get_path(deeper, stack, what3), f"{what3}.{stack}", 3, _swapped_heads(stack, 3))
     src, tgt, sm, tm = _batch(1)
     model.eval()
     shape = (tgt.size(0), tgt.size(1), V_TGT)
