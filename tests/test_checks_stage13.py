@@ -819,6 +819,18 @@ BLEU_MISTAKES = [
     Mistake("add-one smoothing", _bleu((_ZERO, "    matches = [m + (n > 0) for n, m in enumerate(matches)]\n"
                                                "    totals = [t + (n > 0) for n, t in enumerate(totals)]\n" + _ZERO)),
             1, "smoothed"),
+    # issue 40: the smoothing, truncation and 4-digit rounding got no Likely (the last one was shown as equal numbers)
+    Mistake("an epsilon for zero matches", _bleu((_ZERO, "    if hyp_len == 0:\n"),
+                                                 (_MEAN, _MEAN.replace("math.log(m / t)", "math.log(max(m, 1e-9) / t)"))),
+            6, ("got 0.4204. Likely: the zero precision was smoothed", "right on a corpus where every order has matches")),
+    Mistake("add-one smoothing on every order", _bleu((_ZERO, "    if hyp_len == 0:\n"),
+                                                      (_MEAN, _MEAN.replace("math.log(m / t)",
+                                                                            "math.log((m + 1) / (t + 1))"))),
+            1, "Likely: smoothed (add-one on every order, unigrams included"),
+    Mistake("truncated to an int", _bleu((_SCORE, "return int(100 * math.exp(brevity + log_precision))")), 2,
+            "Likely: the score was truncated to a whole number"),
+    Mistake("rounded to 4 digits", _bleu((_SCORE, "return round(100 * math.exp(brevity + log_precision), 4)")), 6,
+            ("expected 36.78794412 (sacrebleu); got 36.78790000", "Likely: the score was rounded (round(bleu, 4))")),
     # an untrained model's output: ZeroDivisionError (used to get full marks)
     Mistake("brevity penalty before the test for empty output",
             _bleu((_BREVITY, "brevity = brevity"), (_ZERO, f"    {_BREVITY}\n    if min(matches) == 0:\n")), 6,

@@ -1228,22 +1228,28 @@ def _bleu_mistakes(hyps, refs, max_n):
     for shift, how in ((-1, "len(h) - n, one short"), (1, "len(h) - n + 2, one too many")):
         out[f"off by one in p_n's denominator ({how}): a hypothesis of length L has L - n + 1 n-grams of order "
             "n"] = _bleu_parts(hyps, refs, max_n, total_shift=shift)
-    for digits in (0, 1, 2):
+    out["smoothed (add-one on every order, unigrams included: (m + 1) / (t + 1)): the contract's BLEU has no "
+        "smoothing, p_n = m / t, and a zero precision gives 0"] = _bleu_parts(hyps, refs, max_n, add=1)
+    for digits in (0, 1, 2, 3, 4):
         out[f"the score was rounded (round(bleu, {digits})): return it unrounded; round only when printing"] = \
             round(expected, digits)
+    out["the score was truncated to a whole number (int(bleu) or math.floor): return it as it is, a float"] = \
+        float(math.floor(expected))
     return expected, out
 
 
-def _bleu_parts(hyps, refs, max_n, last_order=True, distinct_total=False, total_shift=0):
+def _bleu_parts(hyps, refs, max_n, last_order=True, distinct_total=False, total_shift=0, add=0):
     """Corpus BLEU (0..100) written out, with one part changed: `last_order` False leaves out the order max_n from
     the sum (the mean still over max_n), `distinct_total` counts each distinct n-gram once in the denominators,
-    `total_shift` moves each sentence's number of n-grams by that much. None where it is undefined."""
+    `total_shift` moves each sentence's number of n-grams by that much, `add` is added to every order's matches and
+    n-gram count (add-k smoothing, unigrams too). None where it is undefined."""
     matches, totals = [0] * max_n, [0] * max_n
     for h, r in zip(hyps, refs):
         for n in range(1, max_n + 1):
             hc, rc = _ngrams(h, n), _ngrams(r, n)
             matches[n - 1] += sum(min(c, rc.get(g, 0)) for g, c in hc.items())
             totals[n - 1] += (len(hc) if distinct_total else max(0, len(h) - n + 1 + total_shift))
+    matches, totals = [m + add for m in matches], [t + add for t in totals]
     orders = range(max_n if last_order else max_n - 1)
     if any(totals[i] <= 0 or matches[i] <= 0 for i in orders):
         return None
@@ -1284,11 +1290,35 @@ def _expect_bleu(corpus_bleu, hyps, refs, max_n, what, hint):
         return
     names = matching_mistakes(got, mistakes, lambda g, v: math.isclose(g, v, rel_tol=1e-6, abs_tol=1e-6), every=True)
     names = _confirmed(corpus_bleu, names, max_n)
-    shown = f"{got:.4f}" if math.isfinite(got) else str(got)
+    digits = 4 if f"{got:.4f}" != f"{expected:.4f}" else 8  # a small difference is shown, not printed as equal
+    shown = f"{got:.{digits}f}" if math.isfinite(got) else str(got)
+    expected_shown = f"{expected:.{digits}f}"
     if names:
-        raise CheckFailure(what, f"{expected:.4f} (sacrebleu)", shown, "; or ".join(names))
+        raise CheckFailure(what, f"{expected_shown} (sacrebleu)", shown, "; or ".join(names))
+    if expected == 0.0 and any(hyps) and got > 0 and _right_without_zero_precisions(corpus_bleu, max_n):
+        raise CheckFailure(what, f"{expected_shown} (sacrebleu: {hint})", shown, SMOOTHED)
     # no known mistake gives this number: say what the right one is made of, and guess no cause
-    raise CheckFailure(what, f"{expected:.4f} (sacrebleu: {hint})", shown)
+    raise CheckFailure(what, f"{expected_shown} (sacrebleu: {hint})", shown)
+
+
+SMOOTHED = ("the zero precision was smoothed (an epsilon for a zero count, max(m, ...), + 1 or a floor): your BLEU is "
+            "right on a corpus where every order has matches and not 0 where an order has none; the contract's BLEU "
+            "has no smoothing: return 0.0 when some order's clipped matches are 0")
+
+
+def _right_without_zero_precisions(corpus_bleu, max_n) -> bool:
+    """Whether corpus_bleu gives sacrebleu's BLEU on a corpus where every order 1..max_n has matches (the first check's
+    corpus): then a number above 0 where some p_n is 0 comes from how the zero precision is treated, a smoothing."""
+    hyps, refs = _random_corpus(0)
+    try:
+        got = _as_number(corpus_bleu([list(h) for h in hyps], [list(r) for r in refs], max_n=max_n)
+                         if max_n != 4 else corpus_bleu([list(h) for h in hyps], [list(r) for r in refs]))
+    except CheckTimeout:
+        raise
+    except Exception:  # noqa: BLE001  (it fails there: nothing to infer)
+        return False
+    expected = _sacrebleu(hyps, refs, max_n)
+    return expected > 0 and math.isclose(got, expected, rel_tol=1e-6, abs_tol=1e-6)
 
 
 def _confirmed(corpus_bleu, names, max_n):
