@@ -223,6 +223,9 @@ ATTENTION_MISTAKES = [
             ("wrong shape inside your function, at `scores = q @ k / math.sqrt(d_k)",
              "Likely: q @ k multiplies (..., Lq, d_k) by (..., Lk, d_k)")),
     Mistake("k.T on 4-d inputs", _scores("q @ k.T / math.sqrt(d_k)"), 0, ("wrong shape", "k.transpose(-2, -1)")),
+    # issue 40: the error's shapes only, no Likely
+    Mistake("q and k swapped in the scores", _scores("k @ q.transpose(-2, -1) / math.sqrt(d_k)"), 0,
+            "Likely: q and k swapped in the scores"),
     Mistake("recentered without keepdim", _weights("softmax(scores - scores.amax(-1), dim=-1)"), 0,
             ("your code raised RuntimeError", "with scores (2, 3, 4, 5)",
              "Likely: 5 is scores's size at dim 3 and 4 is scores's size at dim 2"),

@@ -390,7 +390,8 @@ MHA_MISTAKES = [
             "one projection used for query, key and value"),
     Mistake("key and value swapped", _projected("self.w_k(value)", "self.w_v(key)"), 6, "key and value swapped"),
     # issue 40: was told only "the lengths do not fit together ... view(B, -1, h, d_k)"
-    Mistake("query and key swapped", edit(MHA, ("self.w_q(query)", "self.w_q(key)"), ("self.w_k(key)", "self.w_k(query)")),
+    Mistake("query and key swapped", edit(MHA, ("self.w_q(query)", "self.w_q(key)"),
+                                          ("self.w_k(key)", "self.w_k(query)")),
             5, "Likely: query and key swapped", not_says="view(B, -1, h, d_k)"),
     Mistake("query used as key and value", _projected("self.w_k(query)", "self.w_v(query)"), 5,
             "query used as key and value"),

@@ -417,7 +417,8 @@ _final = functools.partial(_swap, ENCODER, _FINAL)
 _loop = functools.partial(_swap, ENCODER, "for layer in self.layers:")
 ENCODER_MISTAKES = [
     # issue 40: was told only "n_layers layers in an nn.ModuleList"
-    Mistake("range(n_heads) for the layers", edit(ENCODER, ("for _ in range(n_layers)", "for _ in range(n_heads)")), 0, "Likely: n_heads (4) layers",
+    Mistake("range(n_heads) for the layers", edit(ENCODER, ("for _ in range(n_layers)", "for _ in range(n_heads)")), 0,
+            "Likely: n_heads (4) layers",
             not_says="Likely: n_layers layers in an nn.ModuleList"),
     # the layers
     Mistake("one layer repeated n times", _layers(f"nn.ModuleList([{_LAYER}] * n_layers)"), 1,

@@ -582,6 +582,7 @@ def test_one_at_a_time_beam_is_fast_enough():
 
 # ---------------------------------------------------------------- classic mistakes, one row each
 _K_IS_4 = ("device, K = src.device, beam_size", "device, K = src.device, 4")  # beam_size ignored
+_EVERY_STEP = ("        scores = new_scores\n", "        scores = new_scores / length_penalty(t, alpha)\n")
 BEAM_MISTAKES = [
     # the contract's side effects: the caller's model keeps its mode
     Mistake("leaves the model in eval mode", edit(BEAM, _top("model.eval()")), 7,
@@ -617,10 +618,10 @@ BEAM_MISTAKES = [
                         "top_val[s, j].item() / length_penalty(t + 1, alpha)")), 4,
             "Likely: the length in a finished hypothesis's penalty counted <bos>", not_says="stopped too early"),
     Mistake("the length penalty applied at every step (open ones at max_len divided again)",
-            edit(BEAM, ("        scores = new_scores\n", "        scores = new_scores / length_penalty(t, alpha)\n")), 4,
+            edit(BEAM, _EVERY_STEP), 4,
             "Likely: the length penalty was applied at every step", not_says=("stopped too early", "left out <eos>")),
     Mistake("the length penalty applied at every step",
-            edit(BEAM, ("        scores = new_scores\n", "        scores = new_scores / length_penalty(t, alpha)\n"),
+            edit(BEAM, _EVERY_STEP,
                  ("scores[s, j].item() / length_penalty(max_len, alpha)", "scores[s, j].item()")), 5,
             "Likely: the length penalty was applied at every step", not_says=("stopped too early", "left out <eos>")),
     Mistake("open ones at max_len not normalized", beam_mistake(open_norm=False), 6, "raw log p"),
@@ -821,8 +822,10 @@ BLEU_MISTAKES = [
             1, "smoothed"),
     # issue 40: the smoothing, truncation and 4-digit rounding got no Likely (the last one was shown as equal numbers)
     Mistake("an epsilon for zero matches", _bleu((_ZERO, "    if hyp_len == 0:\n"),
-                                                 (_MEAN, _MEAN.replace("math.log(m / t)", "math.log(max(m, 1e-9) / t)"))),
-            6, ("got 0.4204. Likely: the zero precision was smoothed", "right on a corpus where every order has matches")),
+                                                 (_MEAN, _MEAN.replace("math.log(m / t)",
+                                                                       "math.log(max(m, 1e-9) / t)"))),
+            6, ("got 0.4204. Likely: the zero precision was smoothed",
+                "right on a corpus where every order has matches")),
     Mistake("add-one smoothing on every order", _bleu((_ZERO, "    if hyp_len == 0:\n"),
                                                       (_MEAN, _MEAN.replace("math.log(m / t)",
                                                                             "math.log((m + 1) / (t + 1))"))),

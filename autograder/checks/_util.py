@@ -9,7 +9,7 @@ import re
 import torch
 from torch import nn
 
-from ..registry import REGISTRY, CheckFailure
+from ..registry import REGISTRY, CheckFailure, CheckTimeout
 
 
 # set by the grade command's checker: BUILD_ELSEWHERE(factory, args, kwargs) builds a learner_side object with the
@@ -60,6 +60,8 @@ def learners_own(name: str, near=None):
     if LOOKUP_ELSEWHERE is not None:
         try:
             return LOOKUP_ELSEWHERE(name)
+        except CheckTimeout:
+            raise
         except Exception:  # noqa: BLE001 (not defined in the notebook, or not handed over: nothing to compare with)
             return None
     functions = [near] if not isinstance(near, type) else [

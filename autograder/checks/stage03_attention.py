@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..explain import failing_line
-from ..registry import CheckFailure, forbid, register
+from ..registry import CheckFailure, CheckTimeout, forbid, register
 from ._util import (LEFT_AUTOGRAD, as_tensor, close, expect_close, expect_grads, expect_shape,
                     reduces_without_keepdim, seeded)
 
@@ -116,6 +116,25 @@ TRANSPOSE = ("transpose only the last two dims of k, k.transpose(-2, -1): k.T or
              "shapes with more than 2 or 3 dims")
 
 
+KEYS_FIRST = ("q and k swapped in the scores: k @ q.transpose(-2, -1) is (..., Lk, Lq), one row per key (with as many "
+              "queries as keys it gives exactly that); scores = q @ k.transpose(-2, -1) / math.sqrt(d_k), one row per "
+              "query")
+
+
+def _keys_first(attn) -> bool:
+    """Whether attn computes softmax(k @ q^T / sqrt(d_k)) @ v: tried with as many queries as keys, where it runs."""
+    q, k, v = _inputs(seed=31, Lq=5, Lk=5)
+    try:
+        out = attn(q.clone(), k.clone(), v.clone(), None)
+        out = out[0] if isinstance(out, tuple) else out
+        w = torch.softmax(k @ q.transpose(-2, -1) / math.sqrt(q.size(-1)), dim=-1)
+        return isinstance(out, torch.Tensor) and out.shape == (w @ v).shape and close(out.detach(), w @ v)
+    except CheckTimeout:
+        raise
+    except Exception:  # noqa: BLE001  (it fails there too: not this mistake)
+        return False
+
+
 def _call(attn, q, k, v, mask=None, dropout=None, what="scaled_dot_product_attention(q, k, v)", unchanged=False):
     """The learner's (output, weights) for copies of the inputs (the checks' own stay intact); with
     `unchanged`, fail when the function modified its arguments in place."""
@@ -132,6 +151,10 @@ def _call(attn, q, k, v, mask=None, dropout=None, what="scaled_dot_product_atten
         if not any(s in text for s in ("must match the size", "Dimension out of range", "Expected size",
                                         "cannot be multiplied", "size mismatch")):
             raise
+        if q.size(-2) != k.size(-2) and _keys_first(attn):
+            shapes = ", ".join(f"{n} {tuple(t.shape)}" for n, t in zip("qkv", (q, k, v)))
+            raise CheckFailure(f"{what} for {shapes}", "weights (..., Lq, Lk)",
+                               f"{type(e).__name__}: {text.splitlines()[0][:120].rstrip('.')}", KEYS_FIRST) from None
         line = failing_line(e)
         if not _PRODUCT.search(line) or _LAST_TWO.search(line):
             raise  # not a product of q and k: described as any error is (line, shapes, a Likely only from those)

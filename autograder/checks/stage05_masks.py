@@ -293,6 +293,8 @@ def _earlier(fn, name):
     found = learners_own(name, fn)
     try:
         return found if callable(found) and getattr(found, "__name__", None) == name else None
+    except CheckTimeout:
+        raise
     except Exception:  # noqa: BLE001 (a proxy whose __name__ cannot be read)
         return None
 

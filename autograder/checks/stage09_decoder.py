@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from ..explain import _describe_exception
-from ..registry import CheckFailure, CheckPassed, forbid, register
+from ..registry import CheckFailure, CheckPassed, CheckTimeout, forbid, register
 from ._util import build, close, expect_shape, learners_own, seeded
 from .stage08_encoder import (MASK_CHANGED, STATE, TORCH_TRANSFORMER, D, FF, H, PAD, as_module, check_dropout,
                               check_layer_parts, check_sublayer_dropout, check_residual_path, check_stack_distinct, check_stack_parts, close_at,
@@ -557,6 +557,8 @@ def _learners_layer(layer):
     found = learners_own("DecoderLayer", None)
     try:
         return found if found is not None and callable(found) and isinstance(layer, found) else None
+    except CheckTimeout:
+        raise
     except Exception:  # noqa: BLE001 (not a class: nothing to run alone)
         return None
 
