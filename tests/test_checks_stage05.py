@@ -360,3 +360,11 @@ def test_a_padding_mask_missing_a_dimension_pays_only_its_shape_across_the_chann
     from autograder import max_points
     points, text = grade_across({"padding_mask": _pad("(ids != pad_id)[:, None, :]")}, "padding_mask")
     assert points == max_points("padding_mask") - 1 and "one singleton dimension is missing" in text, text
+
+
+def test_only_graded_names_are_looked_up():
+    """The checker asks the kernel only for names a check chose among the graded ones."""
+    from autograder.checks._util import learners_own
+    with pytest.raises(ValueError):
+        learners_own("__builtins__")
+    assert learners_own("causal_mask", TARGET) is CAUSAL  # in check(): the function's own module globals
