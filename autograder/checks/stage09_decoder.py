@@ -12,6 +12,7 @@ from torch import nn
 
 from ..explain import _describe_exception
 from ..registry import CheckFailure, CheckPassed, CheckTimeout, forbid, register
+from . import _util
 from ._util import build, close, expect_shape, learners_own, seeded
 from .stage08_encoder import (MASK_CHANGED, STATE, TORCH_TRANSFORMER, D, FF, H, PAD, as_module, check_dropout,
                               check_layer_parts, check_sublayer_dropout, check_residual_path, check_stack_distinct, check_stack_parts, close_at,
@@ -547,13 +548,13 @@ def _layer_fails_alone(Decoder):
                           "first (its checks say how); Decoder is checked again once it works") from None
 
 
-def _learners_layer(layer):
+def _learners_layer(layer, any_class=False):
     """The learner's DecoderLayer class when `layer` (a layer of their Decoder) is one of its instances, else None. In a
-    lesson's check(), the layer's own class named DecoderLayer; in the grade command's checker (where the layer is a
-    proxy), the class bound to the graded name DecoderLayer in the notebook, asked of the kernel (_util.learners_own),
-    and the layer an instance of it (asked there too)."""
-    if type(layer).__name__ == "DecoderLayer":
-        return type(layer)
+    lesson's check(), the layer's own class (named DecoderLayer unless `any_class`); in the grade command's checker
+    (where the layer is a proxy), the class bound to the graded name DecoderLayer in the notebook, asked of the kernel
+    (_util.learners_own), and the layer an instance of it (asked there too)."""
+    if _util.LOOKUP_ELSEWHERE is None:
+        return type(layer) if any_class or type(layer).__name__ == "DecoderLayer" else None
     found = learners_own("DecoderLayer", None)
     try:
         return found if found is not None and callable(found) and isinstance(layer, found) else None
@@ -577,7 +578,7 @@ def _blame_layers(dec, layers, ref, x, memory, src, tgt, norm_first, got):
                     and len({id(layer) for layer in layers}) == len(layers)):
                 return
             # the learner's DecoderLayer class itself, built as the contract says and given PyTorch's weights
-            cls = _learners_layer(layers[0])
+            cls = _learners_layer(layers[0], any_class=True)
             if cls is None:
                 return
             fresh = cls(D, H, FF, 0.0, norm_first)
