@@ -80,6 +80,15 @@ def _argmax_rows(model, task, src):
         model(b.src, b.tgt_in, b.src_mask, b.tgt_mask)
     return model.decoder.layers[0].cross_attn.attn_weights[0].mean(0).argmax(-1).tolist()   # one per row
 _copy_rows, _reverse_rows = _argmax_rows(copy_model, copy, source), _argmax_rows(reverse_model, reverse, source)
+""" + """
+import os as _os
+_cells = "\n".join(In)                                        # the sources this kernel ran: the lesson's cells
+_was = _os.environ.pop("NBGRADER_EXECUTION", None)
+_os.environ["NBGRADER_EXECUTION"] = "autograde"               # as nbgrader and the grade command set it
+_graded = [solutions.toy_tasks.demo_steps(600), solutions.toy_tasks.demo_steps(1000)]
+_os.environ.pop("NBGRADER_EXECUTION")
+if _was is not None:
+    _os.environ["NBGRADER_EXECUTION"] = _was
 """,
     "13_decoding": """
 _bleu = {name: reference.corpus_bleu(outputs, references) for name, outputs in results.items()}
@@ -89,6 +98,14 @@ _src = pad_sequences([[SRC_ID[w] for w in e] for e in examples])               #
 _greedy = reference.greedy_decode(model, _src, padding_mask(_src), max_len=13)
 _greedy_firsts = [words(out).split()[2 * i] for e, out in zip(examples, _greedy) for i, w in enumerate(e)
                   if w in _ambiguous]
+import os as _os
+_cells = "\n".join(In)                                        # the sources this kernel ran: the lesson's cells
+_was = _os.environ.pop("NBGRADER_EXECUTION", None)
+_os.environ["NBGRADER_EXECUTION"] = "autograde"               # as nbgrader and the grade command set it
+_graded = demo_steps(600)
+_os.environ.pop("NBGRADER_EXECUTION")
+if _was is not None:
+    _os.environ["NBGRADER_EXECUTION"] = _was
 """,
 }
 
@@ -240,6 +257,12 @@ CLAIMS = {
          "[[len(t) for t in tgt_seqs], batch.tgt_in[0, -1].item(), batch.tgt_mask[0, 0, :, -1].any().item()]",
          lambda v: v == [[2, 3], 0, False]),
         ("in a minute or so each", "[copy_seconds, reverse_seconds]", lambda v: max(v) < 120),
+        # the run's own lengths, and the lesson's cells shortened by demo_steps under a grader (issue 38)
+        ("Copy first: 600 steps. (While a grader runs the notebook, each task trains only 20 steps, enough to see that "
+         "the loop runs: the points come from the checks above, and the sentences below are about the full run.)",
+         "[len(copy_losses), len(reverse_losses), _graded, 'train(copy, steps=demo_steps(600))' in _cells, "
+         "'train(reverse, steps=demo_steps(1000))' in _cells]",
+         lambda v: v == [600, 1000, [20, 20], True, True]),
         ("Within 300 steps the loss falls from above 4",
          "[copy_losses[0], _st.median(copy_losses[250:300])]", lambda v: v[0] > 4 and v[1] < 0.03),
         ("the model copies most new sequences exactly",
@@ -257,6 +280,12 @@ CLAIMS = {
          "one for reverse", "[_copy_rows[-1], _reverse_rows[-1], len(source)]", lambda v: v == [v[2] - 1, 0, v[2]]),
     ],
     "13_decoding": [
+        # 600 steps of 64 pairs, a line every 100 steps; under a grader 20 steps, fewer than 100: no line at all
+        ("We train it on 600 fresh batches of 64 pairs; the cell prints the loss and the time every 100 steps. (While a "
+         "grader runs the notebook it trains only 20 steps and prints nothing",
+         "[step, len(pairs), _graded, 'for step in range(1, demo_steps(600) + 1):' in _cells, "
+         "'    if step % 100 == 0:\\n        print(' in _cells]",
+         lambda v: v[:2] == [600, 64] and v[2] == 20 < 100 and v[3:] == [True, True]),
         ("It puts about 0.55 on \"a\" and 0.35 on \"the\"",
          "[first[TGT_ID['a']].exp().item(), first[TGT_ID['the']].exp().item()]",
          lambda v: close(v[0], 0.55, 0.07) and close(v[1], 0.35, 0.07)),
