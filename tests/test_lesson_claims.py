@@ -140,8 +140,12 @@ CLAIMS = {
          lambda v: v[0] == 512 and close(v[1], 16.0, 0.01) and close(v[2], 1.0, 0.05)),
     ],
     "03_attention": [
-        ("With $d_k = 64$ the scores spread over roughly $\\pm 8$",
-         "(torch.randn(20000, 64) * torch.randn(20000, 64)).sum(-1).std().item()", lambda v: close(v, 8.0, 0.4)),
+        # the reasoning: variance d_k for every d_k, so at 64 one standard deviation is 8 and three are 24
+        ("$q\\cdot k = \\sum_{i=1}^{d_k} q_i k_i$ has variance $d_k$. With $d_k = 64$ the scores spread over roughly "
+         "$\\pm 8$ to $\\pm 24$",
+         "[[(torch.randn(20000, d) * torch.randn(20000, d)).sum(-1).var().item() / d for d in (4, 64, 256)], "
+         "[((torch.randn(20000, 64) * torch.randn(20000, 64)).sum(-1).abs() <= b).float().mean().item() for b in (8, 24)]]",
+         lambda v: all(close(r, 1.0, 0.06) for r in v[0]) and close(v[1][0], 0.68, 0.03) and v[1][1] > 0.99),
         ("rows sum to 1, and the padded column is empty",
          "[weights[0].sum(-1).tolist(), weights[0][:, 5].abs().max().item()]",
          lambda v: all(close(s, 1.0, 1e-5) for s in v[0]) and v[1] == 0.0),
@@ -195,7 +199,7 @@ CLAIMS = {
         ("the stream grows with depth", "[stds[True][1], stds[True][12], stds[True][24], stds[True][48], final]",
          lambda v: v[0] < v[1] < v[2] < v[3] and v[3] > 3 and close(v[4], 1.0, 0.01)),
         ("the two layers next to the output get the largest gradients",
-         "runs['post-norm (the paper)'][0]", lambda v: min(v[4:]) > max(v[:4])),
+         "runs['post-norm (the paper)'][0]", lambda v: len(v) == 6 and min(v[-2:]) > max(v[:-2])),
         ("the gradient even halves from the first layer to the last",
          "runs['pre-norm'][0]", lambda v: v[-1] < 0.65 * v[0] and max(v[1:]) < v[0]),
         ("every position ends up with nearly the same vector (the cosine between positions is about 1)",
@@ -230,7 +234,9 @@ CLAIMS = {
         ("lower-triangular, nothing above the diagonal",
          "layer.self_attn.attn_weights[0].triu(1).abs().max().item()", lambda v: v == 0.0),
         ("With `target_mask` the outputs at the earlier positions are identical; only the last position changes",
-         "causal.tolist()", lambda v: all(x == 0.0 for x in v[:4]) and v[4] > 0.1),
+         "[causal.tolist(), tgt_a.tolist(), tgt_b.tolist()]",    # tgt_a and tgt_b differ in their last token only
+         lambda v: [i for i, (a, b) in enumerate(zip(v[1][0], v[2][0])) if a != b] == [len(v[0]) - 1]
+         and all(x == 0.0 for x in v[0][:-1]) and v[0][-1] > 0.1),
         ("the change at the end leaks into every earlier position",
          "leaky.tolist()", lambda v: all(x > 0.01 for x in v)),
         ("The line \"with target_mask\" is no longer 0 at positions 0 to 3: it moves like the line \"padding mask only\"",
@@ -241,7 +247,12 @@ CLAIMS = {
     "10_output_projection": [
         ("they are a smaller share: about a fifth of the tied model, against 30% at the base size",
          "list(shares.values())", lambda v: close(v[0], 0.30, 0.01) and close(v[1], 0.2, 0.01)),
-        ("(5,202 / 768 against 37,000 / 3,072)", "[s['V'] for s in sizes.values()]", lambda v: v == [37000, 5202]),
+        # V / (N d_model) for each size, and the reasoning: the ratio fell (5,202 / 768 < 37,000 / 3,072), and so did the
+        # embeddings' share of the tied model
+        ("The share follows $V / (N\\,d_{model})$, and the small model's vocabulary shrank more than its layers (5,202 / "
+         "768 against 37,000 / 3,072)",
+         "[[[s['V'], s['n_layers'] * s['d_model']] for s in sizes.values()], list(shares.values())]",
+         lambda v: v[0] == [[37000, 3072], [5202, 768]] and 5202 / 37000 < 768 / 3072 and v[1][1] < v[1][0]),
     ],
     "11_label_smoothing": [
         ("mix the one-hot target with the uniform distribution over all $K$ labels, "

@@ -231,3 +231,23 @@ def test_the_dropout_sentence_states_the_recorded_runs():
         best = losses.index(min(losses))
         assert best in (4, 5) and losses[-1] > losses[best], losses  # after the 5th or 6th epoch, then higher
         assert run["val_loss_averaged"] < min(losses)  # the average of the last snapshots beats every epoch's
+
+
+def test_the_decoding_sentence_states_what_the_scoring_cell_does():
+    """"Decoding takes at most about as long as the training did (`score_test`) ... only the first sentences that fit
+    are scored, and the cell prints how many and what all of them would take": the scoring cell bounds score_test by
+    the training's own seconds and prints its count and its note, which names the estimate when sentences were left
+    out (score_test's bound itself: tests/test_translate.py)."""
+    import inspect
+
+    from solutions.translate import score_test
+    nb = nbformat.read(str(NOTEBOOK), as_version=4)
+    text = " ".join(" ".join(c.source.split()) for c in nb.cells if c.cell_type == "markdown")
+    assert ("Decoding takes at most about as long as the training did (`score_test`): an undertrained model decodes "
+            "every sentence to the length limit, so after a short training only the first sentences that fit are "
+            "scored, and the cell prints how many and what all of them would take") in text
+    cell = next(c.source for c in nb.cells if c.cell_type == "code" and "score_test(" in c.source)
+    assert 'seconds=history["seconds"]' in cell and "{scored['sentences']} sentences" in cell
+    assert 'if scored["note"]:\n    print(scored["note"])' in cell
+    source = inspect.getsource(score_test)
+    assert "all of them would take about" in source  # the note of a bounded scoring names the estimate
