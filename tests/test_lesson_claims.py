@@ -82,7 +82,7 @@ def _argmax_rows(model, task, src):
 _copy_rows, _reverse_rows = _argmax_rows(copy_model, copy, source), _argmax_rows(reverse_model, reverse, source)
 """ + """
 import os as _os
-_cells = "\n".join(In)                                        # the sources this kernel ran: the lesson's cells
+_cells = chr(10).join(In)                                       # the sources this kernel ran: the lesson's cells
 _was = _os.environ.pop("NBGRADER_EXECUTION", None)
 _os.environ["NBGRADER_EXECUTION"] = "autograde"               # as nbgrader and the grade command set it
 _graded = [solutions.toy_tasks.demo_steps(600), solutions.toy_tasks.demo_steps(1000)]
@@ -99,7 +99,7 @@ _greedy = reference.greedy_decode(model, _src, padding_mask(_src), max_len=13)
 _greedy_firsts = [words(out).split()[2 * i] for e, out in zip(examples, _greedy) for i, w in enumerate(e)
                   if w in _ambiguous]
 import os as _os
-_cells = "\n".join(In)                                        # the sources this kernel ran: the lesson's cells
+_cells = chr(10).join(In)                                       # the sources this kernel ran: the lesson's cells
 _was = _os.environ.pop("NBGRADER_EXECUTION", None)
 _os.environ["NBGRADER_EXECUTION"] = "autograde"               # as nbgrader and the grade command set it
 _graded = demo_steps(600)
@@ -135,7 +135,9 @@ CLAIMS = {
          "from_bytes([p for w in to_bytes('a naïve zoo near 東京').split() for p in apply_bpe(w, byte_merges)])",
          lambda v: v == "a naïve zoo near 東京"),
         ("a character outside ASCII costs 2 to 4 tokens until merges glue its bytes together",
-         "[len(apply_bpe(to_bytes(c), byte_merges)) for c in 'ï東']", lambda v: v == [2, 3]),
+         # the reasoning: a character is as many tokens as its UTF-8 bytes (none of these glued by the 40 merges)
+         "[[len(apply_bpe(to_bytes(c), byte_merges)), len(c.encode('utf-8'))] for c in 'ï東😀']",
+         lambda v: v == [[2, 2], [3, 3], [4, 4]]),
         ("16 for $d_{model} = 512$", "[d_model, round(pe.norm(dim=-1).mean().item(), 2), raw.item()]",
          lambda v: v[0] == 512 and close(v[1], 16.0, 0.01) and close(v[2], 1.0, 0.05)),
     ],
@@ -187,8 +189,9 @@ CLAIMS = {
         ("Without the feed-forward network the model leaves about a sixth of the variance unexplained; with it, under "
          "1%", "[without, with_ffn]", lambda v: all(0.12 < u < 0.25 for u in v[0]) and all(u < 0.01 for u in v[1])),
         ("in the paper's post-norm order, trained alike for 300 steps with two seeds",
-         "[__import__('inspect').signature(unexplained).parameters[k].default for k in ('steps', 'norm_first')]",
-         lambda v: v == [300, False]),
+         "[__import__('inspect').signature(unexplained).parameters[k].default for k in ('steps', 'norm_first')] "
+         "+ [len(without), len(with_ffn)]",                              # one score per seed, each model
+         lambda v: v == [300, False, 2, 2]),
     ],
     "07_residual_layer_norm": [
         ("Every position comes out with mean 0 and standard deviation 1, whatever its scale, except the first",
@@ -367,11 +370,16 @@ class Runs:
             nb.cells.append(nbformat.v4.new_code_cell(probe_source(stem)))
             cwd = self.workdir / stem
             cwd.mkdir()
-            NotebookClient(nb, timeout=600, kernel_name="python3",
-                           resources={"metadata": {"path": str(cwd)}}).execute()
-            printed = "".join(o.get("text", "") for o in nb.cells[-1].outputs if o.output_type == "stream")
-            values = json.loads(printed.split(MARK, 1)[1])
-            self.done[stem] = text, values
+            try:
+                NotebookClient(nb, timeout=600, kernel_name="python3",
+                               resources={"metadata": {"path": str(cwd)}}).execute()
+            except Exception as e:  # noqa: BLE001  (each of the lesson's claims reports the lesson's own error)
+                self.done[stem] = e
+            else:
+                printed = "".join(o.get("text", "") for o in nb.cells[-1].outputs if o.output_type == "stream")
+                self.done[stem] = text, json.loads(printed.split(MARK, 1)[1])
+        if isinstance(self.done[stem], Exception):
+            raise AssertionError(f"the solved lesson {stem} (or its claims' probe) failed to run:\n{self.done[stem]}")
         return self.done[stem]
 
 
