@@ -312,9 +312,12 @@ CLAIMS = {
          lambda v: v == [True, True]),
         ("Every ambiguous noun should come out as an \"a\" phrase.", "_greedy_firsts",
          lambda v: len(v) >= 4 and set(v) == {"a"}),
-        ("from $\\alpha \\approx 0.53$ on it wins",
-         "[s / length_penalty(4, a) > l / length_penalty(12, a) for a in (0.52, 0.54) for s, l in [(-2.0, -2.8)]]",
-         lambda v: v == [True, False]),
+        # the figure's own two hypotheses, and the crossing between 0.52 and 0.54
+        ("a short one (4 tokens, $\\log p = -2.0$) and a long one (12 tokens, $\\log p = -2.8$). The short one has the "
+         "higher $\\log p$. Dividing by $lp$ pulls the long one's score up more, and from $\\alpha \\approx 0.53$ on it wins",
+         "[[list(short), list(long_)], [short[1] / length_penalty(short[0], a) > long_[1] / length_penalty(long_[0], a) "
+         "for a in (0.0, 0.52, 0.54, 1.0)]]",
+         lambda v: v == [[[4, -2.0], [12, -2.8]], [True, True, False, False]]),
         ("After step 1, \"a\" leads \"the\". After step 2, \"the house\" has overtaken every \"a\" phrase",
          "[words(steps[0][0][0][1:]), words(steps[1][0][0][1:])]", lambda v: v == ["a", "the house"]),
         ("so the search stops. It does not run all `max_len` steps", "[len(steps), MAX_LEN]", lambda v: v[0] < v[1]),
