@@ -1,17 +1,20 @@
 """Train a German-to-English Transformer and translate with it: the code of the final lesson and of
 the command line `python -m solutions.translate train --data multi30k --minutes 15 --out runs/x`, then
-`python -m solutions.translate translate --model runs/x/model.pt "Ein Hund läuft."` (or --input FILE, or standard
-input; --bleu REFERENCES scores them with sacreBLEU on stderr). Bad input: one line, exit status 2 (solutions.cli).
+`python -m solutions.translate translate --model runs/x/model.pt "Ein Hund läuft."` (or --input FILE, or
+standard input; --bleu REFERENCES scores them with sacreBLEU on stderr). Bad input: one line, exit status 2
+(solutions.cli).
 
 The same command trains on several processes under `torchrun` (DistributedDataParallel; solutions.distributed),
 and takes the paper's models, accumulation and resumable checkpoints (issue 19):
     torchrun --nproc_per_node 8 -m solutions.translate train --data wmt14-en-de --size base \
-        --checkpoint-every 1000 --out runs/base      # later, after a crash: the same command + --resume runs/base/checkpoint.pt
+        --checkpoint-every 1000 --out runs/base
+    # later, after a crash: the same command + --resume runs/base/checkpoint.pt
 
 Every function that tokenizes, builds, trains, decodes or scores takes `impl`, the module (or namespace)
 that supplies BPETokenizer, Transformer, make_optimizer, label_smoothed_loss, batch_by_tokens, make_batch,
 greedy_decode, beam_search, corpus_bleu and the masks: the reference `solutions` by default, or the
-learner's own code (`autograder.learner.collect`). A name that `impl` lacks is taken from `solutions`.
+learner's own code (`autograder.learner.collect`). A name that `impl` lacks is taken from `solutions`
+(implementation._use). Inside `train`, `impl` is carried once, in its TrainState.
 
 Example: name, splits = load_data("synthetic"); cfg = config_for("cpu")
          data = prepare_data(cfg, splits); model, history = train(cfg, data, minutes=5)
@@ -36,8 +39,8 @@ from solutions.data import load_data
 from solutions.tokenization import UNK, BPETokenizer
 from solutions.translate.checkpoints import (CHECKPOINT_KEYS, RESUME_MAY_CHANGE, CheckpointError, _cpu_state,
                                              _from_saved, _tokenizer_from_text, _tokenizer_text,
-                                             average_checkpoints, average_states, check_resume, load_checkpoint,
-                                             read_checkpoint, save_checkpoint)
+                                             average_checkpoints, average_states, check_resume,
+                                             load_checkpoint, read_checkpoint, save_checkpoint)
 from solutions.translate.commands import (PROG, _read_lines, _run_training, build_parser, config_from_args,
                                           default_config, main, peak_memory_mb, run_training, run_translate)
 from solutions.translate.config import (CONFIG_RULES, LR_PAPER_BASE, PAPER_BASE, PAPER_BIG, PAPER_SIZES,

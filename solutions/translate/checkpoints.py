@@ -170,8 +170,8 @@ def _from_saved(saved: dict, device: str = "cpu", impl=solutions):
 
 def save_train_state(s, epoch: int, index: int) -> None:
     """The checkpoint of train's state `s` (a loop.TrainState) after its step; the next step is `index` of
-    `epoch`'s order. Written by rank 0, whole then renamed (a crash leaves the last one); every process's random
-    state is gathered first (a collective, so every rank calls this)."""
+    `epoch`'s order. Written by rank 0, whole then renamed (a crash leaves the last one); every process's
+    random state is gathered first (a collective, so every rank calls this)."""
     from solutions import distributed
 
     rngs = distributed.rng_states(s.device)  # every process's: a collective, so every rank is here
@@ -181,20 +181,23 @@ def save_train_state(s, epoch: int, index: int) -> None:
     path = pathlib.Path(s.checkpoint)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".part")  # written whole, then renamed: a crash leaves the last one
-    torch.save({"config": dataclasses.asdict(s.config), "tokenizer": {"saved": _tokenizer_text(s.data.tokenizer)},
+    torch.save({"config": dataclasses.asdict(s.config),
+                "tokenizer": {"saved": _tokenizer_text(s.data.tokenizer)},
                 "model": {k: v.detach() for k, v in s.model.state_dict().items()},
-                "history": s.history, "optimizer": s.optimizer.state_dict(), "scheduler": s.scheduler.state_dict(),
+                "history": s.history, "optimizer": s.optimizer.state_dict(),
+                "scheduler": s.scheduler.state_dict(),
                 "scaler": s.scaler.state_dict() if s.scaler is not None else None, "rng": rngs,
-                "position": {"epoch": epoch, "index": index, "n_batches": len(s.batches), "per_step": s.per_step},
+                "position": {"epoch": epoch, "index": index, "n_batches": len(s.batches),
+                             "per_step": s.per_step},
                 "step": s.step, "target_tokens": s.target_tokens, "seconds": time.time() - s.start,
                 "snapshots": s.snapshots, "next_snapshot": s.next_snapshot}, tmp)
     tmp.replace(path)
 
 
 def restore_train_state(s, resume) -> None:
-    """Put train's state `s` (a loop.TrainState) where the checkpoint `resume` (a file, or what torch.load gave)
-    left it: weights, optimizer, schedule, random states, history, snapshots, step and data position. Raises
-    UsageError when the checkpoint's settings or batches differ from this run's."""
+    """Put train's state `s` (a loop.TrainState) where the checkpoint `resume` (a file, or what torch.load
+    gave) left it: weights, optimizer, schedule, random states, history, snapshots, step and data position.
+    Raises UsageError when the checkpoint's settings or batches differ from this run's."""
     from solutions import distributed
 
     state = resume if isinstance(resume, dict) else read_checkpoint(resume, "resume", map_location=s.device)
@@ -202,7 +205,8 @@ def restore_train_state(s, resume) -> None:
     where = state["position"]
     if (where["n_batches"], where["per_step"]) != (len(s.batches), s.per_step):
         raise UsageError(f"cannot resume: the checkpoint's epochs have {where['n_batches']} batches taken "
-                         f"{where['per_step']} per step, this run's {len(s.batches)} taken {s.per_step} per step "
+                         f"{where['per_step']} per step, this run's {len(s.batches)} taken {s.per_step} "
+                         "per step "
                          "(other data, or another number of processes x accumulate)")
     s.model.load_state_dict(state["model"])
     s.optimizer.load_state_dict(state["optimizer"])

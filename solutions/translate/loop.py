@@ -58,7 +58,7 @@ class TrainState:
 
     config: Config
     data: PreparedData
-    impl: Any                   # where make_batch, the loss and batch_by_tokens come from (implementation._use)
+    impl: Any                   # where make_batch, the loss and batch_by_tokens come from
     model: torch.nn.Module      # the weights: saved, averaged and returned
     optimizer: Any
     scheduler: Any
@@ -76,9 +76,9 @@ class TrainState:
     label: str = ""
     position: int | None = None
     rng: random.Random = None   # the shuffles of the epochs' orders
-    net: Any = None             # what forward runs: the model, or DistributedDataParallel / compiled around it
-    history: dict = field(default_factory=lambda: {"step_loss": [], "lr": [], "tokens_per_s": [], "val_loss": [],
-                                                   "val_step": [], "epochs": 0.0})
+    net: Any = None             # what forward runs: the model, or DDP / torch.compile around it
+    history: dict = field(default_factory=lambda: {"step_loss": [], "lr": [], "tokens_per_s": [],
+                                                   "val_loss": [], "val_step": [], "epochs": 0.0})
     step: int = 0
     target_tokens: int = 0      # target tokens trained on, all sessions
     snapshots: list = field(default_factory=list)  # for average_last: CPU copies of the weights
@@ -144,8 +144,8 @@ def train(config: Config, data: PreparedData, minutes: float | None = None, mode
             s.history["val_loss"].append(validation_loss(s.model, data.val, config, impl))
             s.history["val_step"].append(s.step)
         if s.progress:
-            print(f"{label}epoch {s.history['epochs']:.2f}: step {s.step}, val loss {s.history['val_loss'][-1]:.3f}, "
-                  f"{time.time() - s.start:.0f} s", flush=True)
+            print(f"{label}epoch {s.history['epochs']:.2f}: step {s.step}, "
+                  f"val loss {s.history['val_loss'][-1]:.3f}, {time.time() - s.start:.0f} s", flush=True)
         if stop:
             break
     if checkpoint and s.saved_at != s.step:  # the epochs ran out: the next step would open the next epoch
@@ -159,7 +159,7 @@ def train(config: Config, data: PreparedData, minutes: float | None = None, mode
 
 
 def _new_state(config: Config, data: PreparedData, model, impl, progress: bool, minutes: float) -> TrainState:
-    """The state before the first step: the model (built unless given), its optimizer and schedule, the batches."""
+    """The state before the first step: the model (built unless given), its optimizer, the batches."""
     rank, world = distributed.rank_and_world()
     model = model if model is not None else build_model(config, data.tokenizer.vocab_size, impl)
     optimizer, scheduler = make_schedule(config, model, impl)
@@ -172,12 +172,14 @@ def _new_state(config: Config, data: PreparedData, model, impl, progress: bool, 
         raise ValueError(f"{len(batches)} batches of at most {config.max_tokens} tokens cannot fill one step of "
                          f"{world} process(es) x accumulate {config.accumulate}: lower max_tokens or accumulate")
     return TrainState(config, data, impl, model, optimizer, scheduler, amp, scaler, batches, per_step,
-                      steps_per_epoch, rank, world, minutes, progress and rank == 0, rng=random.Random(config.seed),
+                      steps_per_epoch, rank, world, minutes, progress and rank == 0,
+                      rng=random.Random(config.seed),
                       next_snapshot=60 * config.snapshot_minutes)
 
 
 def _wrapped(model, device: torch.device, world: int, compile: bool):
-    """What forward runs: the model, under DistributedDataParallel with several processes, compiled if asked."""
+    """What forward runs: the model, under DistributedDataParallel with several processes, compiled if asked
+    (the weights stay the model's)."""
     net = model
     if world > 1:  # the hooks that average gradients over the processes during backward
         ddp = torch.nn.parallel.DistributedDataParallel
@@ -238,9 +240,9 @@ def _train_step(s: TrainState, bar, epoch: int, i: int) -> bool:
 
 
 def _optimizer_step(s: TrainState, group: list, step_tokens: int):
-    """One optimizer step over `group`'s batches: this process's share (solutions.distributed.rank_share), each
-    micro-batch's loss weighted by its share of the step's target tokens, so that the gradient is that of one
-    batch of their union. Returns (the last micro-batch's loss, this process's summed loss, the step's rate)."""
+    """One optimizer step over `group`'s batches: this process's share (distributed.rank_share), each
+    micro-batch's loss weighted by its share of the step's target tokens, so that the gradient is that of
+    one batch of their union. Returns (the last micro-batch's loss, this process's summed loss, the rate)."""
     make_batch, loss_fn = _use(s.impl, "make_batch"), _use(s.impl, "label_smoothed_loss")
     s.optimizer.zero_grad(set_to_none=True)
     mine = distributed.rank_share(group, s.rank, s.world)
@@ -276,11 +278,14 @@ def _optimizer_step(s: TrainState, group: list, step_tokens: int):
 
 
 def _check_speed(s: TrainState) -> None:
-    """Once, after the warm-up of the first steps: a note when this machine is far slower than the recorded runs."""
+    """Once, after the warm-up of the first steps: a note when this machine is far slower than the records."""
     (first_step, first_tokens), session = s.speed_from, s.session
-    if s.speed_unchecked and s.step - first_step >= SPEED_CHECK[0] and time.time() - session >= SPEED_CHECK[1]:
+    if not s.speed_unchecked:
+        return
+    if s.step - first_step >= SPEED_CHECK[0] and time.time() - session >= SPEED_CHECK[1]:
         s.speed_unchecked = False
-        note = slow_machine_note(s.config, (s.target_tokens - first_tokens) / (time.time() - session), s.minutes)
+        speed = (s.target_tokens - first_tokens) / (time.time() - session)
+        note = slow_machine_note(s.config, speed, s.minutes)
         if note and s.progress:
             tqdm.write(note)
             s.history["slow_machine"] = note
@@ -304,8 +309,9 @@ def _end_on_average(s: TrainState) -> None:
     if history["kept"] == "last":
         s.model.load_state_dict(last)
     if s.progress:
-        print(f"{s.label}averaged the last {len(states)} snapshots: val loss {history['val_loss_averaged']:.3f} "
-              "against " + (f"{last_loss:.3f}" if last_loss is not None else "none measured")
+        print(f"{s.label}averaged the last {len(states)} snapshots: "
+              f"val loss {history['val_loss_averaged']:.3f} against "
+              + (f"{last_loss:.3f}" if last_loss is not None else "none measured")
               + " for the last weights: kept "
               + ("the average" if history["kept"] == "average" else "the last weights (the average validates "
                                                                      "worse)"), flush=True)

@@ -37,7 +37,7 @@ def _row(rows: list, differs, what: str, paper: str, here: str, why: str) -> Non
 
 
 def _model_rows(c: Config, rows: list) -> None:
-    """The rows of the model and its optimization: normalization, clipping, size, batch, warmup and peak rate."""
+    """The rows of the model and its optimization: normalization, clipping, size, batch, warmup, peak rate."""
     big = _is_big(c)
 
     def row(*args):
@@ -72,8 +72,8 @@ def _model_rows(c: Config, rows: list) -> None:
 
 
 def _training_rows(c: Config, rows: list) -> None:
-    """The rows of the data, the regularization and the decoding: vocabulary, output length, dropouts, averaging,
-    beam search."""
+    """The rows of the data, the regularization and the decoding: vocabulary, output length, dropouts,
+    averaging, beam search."""
     big = _is_big(c)
 
     def row(*args):
@@ -114,7 +114,7 @@ def _training_rows(c: Config, rows: list) -> None:
 
 
 def _fixed_rows(c: Config, data_name: str) -> list:
-    """The rows no Config field changes: the data, the training time, the number format, how BLEU is measured."""
+    """The rows no Config field changes: the data, the training time, the number format, how BLEU is scored."""
     rows = []
     multi30k = data_name == "multi30k"
     if data_name == "wmt14":  # the paper's corpus the other way round ("wmt14-en-de" is the paper's own)
