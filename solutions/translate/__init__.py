@@ -4,8 +4,8 @@ the command line `python -m solutions.translate train --data multi30k --minutes 
 standard input; --bleu REFERENCES scores them with sacreBLEU on stderr). Bad input: one line, exit status 2
 (solutions.cli).
 
-The same command trains on several processes under `torchrun` (DistributedDataParallel; solutions.distributed),
-and takes the paper's models, accumulation and resumable checkpoints (issue 19):
+The same command trains on several processes under `torchrun` (DistributedDataParallel;
+solutions.distributed), and takes the paper's models, accumulation and resumable checkpoints (issue 19):
     torchrun --nproc_per_node 8 -m solutions.translate train --data wmt14-en-de --size base \
         --checkpoint-every 1000 --out runs/base
     # later, after a crash: the same command + --resume runs/base/checkpoint.pt
