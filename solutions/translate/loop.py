@@ -100,28 +100,28 @@ class TrainState:
 def train(config: Config, data: PreparedData, minutes: float | None = None, model=None, progress: bool = True,
           impl=solutions, *, checkpoint=None, checkpoint_every: int = 0, resume=None, label: str = "",
           position: int | None = None):
-    """Train on data.train until `minutes` (default config.minutes), config.max_epochs or config.max_steps run out;
-    validation loss after each epoch. Returns (model, history) with history lists for plotting:
+    """Train on data.train until `minutes` (default config.minutes), config.max_epochs or config.max_steps run
+    out; validation loss after each epoch. Returns (model, history) with history lists for plotting:
     step_loss, lr, tokens_per_s (one per step), val_loss and val_step (one per epoch), and totals.
 
-    One optimizer step takes world * config.accumulate batches of the epoch's order (the same shuffled order on
-    every process, from config.seed and the epoch): under `torchrun`, rank r takes its own config.accumulate of
-    them (solutions.distributed.rank_share) and DistributedDataParallel averages the gradients; only rank 0
-    shows progress and evaluates. Each micro-batch's loss (per target token) is weighted by its share of the
-    step's target tokens, so the step's gradient is that of one batch of their union.
+    One optimizer step takes world * config.accumulate batches of the epoch's order (the same shuffled order
+    on every process, from config.seed and the epoch): under `torchrun`, rank r takes its own
+    config.accumulate of them (solutions.distributed.rank_share) and DistributedDataParallel averages the
+    gradients; only rank 0 shows progress and evaluates. Each micro-batch's loss (per target token) is
+    weighted by its share of the step's target tokens: the step's gradient is that of one batch of them all.
 
-    checkpoint: a file written (by rank 0) every `checkpoint_every` steps and when the run stops (time, steps or
-    epochs): the weights, tokenizer and config as save_checkpoint writes them, plus the optimizer, the schedule,
-    the data position (epoch, step within it), every process's random state and the history. resume: such a
-    file (or what torch.load gave); the run goes on as if it had never stopped, and `minutes` is this session's
-    budget (history["seconds"] counts all sessions).
+    checkpoint: a file written (by rank 0) every `checkpoint_every` steps and when the run stops (time, steps
+    or epochs): the weights, tokenizer and config as save_checkpoint writes them, plus the optimizer, the
+    schedule, the data position (epoch, step within it), every process's random state and the history.
+    resume: such a file (or what torch.load gave); the run goes on as if it had never stopped, and `minutes`
+    is this session's budget (history["seconds"] counts all sessions).
 
-    progress: a bar per epoch (tqdm), `label` before its name and at `position` (one line each for runs side by
-    side), a line per epoch, and a note when this machine is far slower than the recorded runs (slow_machine_note).
+    progress: a bar per epoch (tqdm), `label` before its name and at `position` (a line each for runs side by
+    side), a line per epoch, and a note when this machine is far slower than the records (slow_machine_note).
 
     Example: model, history = train(config_for("cpu"), data, minutes=1); history["val_loss"][-1] -> 4.2
-             train(cfg, data, checkpoint="runs/x/checkpoint.pt", checkpoint_every=500); later, after a crash:
-             train(cfg, data, checkpoint="runs/x/checkpoint.pt", checkpoint_every=500, resume="runs/x/checkpoint.pt")
+             train(cfg, data, checkpoint="runs/x/checkpoint.pt", checkpoint_every=500); later, after a crash,
+             the same with resume="runs/x/checkpoint.pt"
     """
     s = _new_state(config, data, model, impl, progress, config.minutes if minutes is None else minutes)
     s.checkpoint, s.checkpoint_every, s.label, s.position = checkpoint, checkpoint_every, label, position
@@ -168,9 +168,10 @@ def _new_state(config: Config, data: PreparedData, model, impl, progress: bool, 
     batches = _use(impl, "batch_by_tokens")(lengths, config.max_tokens)
     per_step = world * config.accumulate          # batches per optimizer step, all processes together
     steps_per_epoch = len(batches) // per_step    # the last len(batches) % per_step of an epoch's order wait
-    if steps_per_epoch == 0:                      # for the next epoch's shuffle (every rank takes as many steps)
-        raise ValueError(f"{len(batches)} batches of at most {config.max_tokens} tokens cannot fill one step of "
-                         f"{world} process(es) x accumulate {config.accumulate}: lower max_tokens or accumulate")
+    if steps_per_epoch == 0:                      # for the next epoch's shuffle (every rank takes as many)
+        raise ValueError(f"{len(batches)} batches of at most {config.max_tokens} tokens cannot fill one step "
+                         f"of {world} process(es) x accumulate {config.accumulate}: lower max_tokens or "
+                         "accumulate")
     return TrainState(config, data, impl, model, optimizer, scheduler, amp, scaler, batches, per_step,
                       steps_per_epoch, rank, world, minutes, progress and rank == 0,
                       rng=random.Random(config.seed),
@@ -184,10 +185,11 @@ def _wrapped(model, device: torch.device, world: int, compile: bool):
     if world > 1:  # the hooks that average gradients over the processes during backward
         ddp = torch.nn.parallel.DistributedDataParallel
         # the buffers (the sinusoid table) are the same everywhere: not sent again at every forward
-        no_buffers = ({"forward_sync_buffers": False} if "forward_sync_buffers" in inspect.signature(ddp).parameters
+        no_buffers = ({"forward_sync_buffers": False}
+                      if "forward_sync_buffers" in inspect.signature(ddp).parameters
                       else {"broadcast_buffers": False})  # the name before PyTorch 2.13
         net = ddp(model, device_ids=[device.index] if device.type == "cuda" else None, **no_buffers)
-    if compile:  # PyTorch's compiler over whatever module forward runs (DDP's included); the weights stay model's
+    if compile:  # PyTorch's compiler over whatever module forward runs (DDP's included)
         net = torch.compile(net)
     return net
 
@@ -318,10 +320,11 @@ def _end_on_average(s: TrainState) -> None:
 
 
 def _speed_fields(config: Config) -> dict:
-    """The Config fields that set how many target tokens a second training makes (not those that stop, snapshot
-    or decode)."""
-    ignore = {"seed", "minutes", "max_steps", "max_epochs", "average_last", "snapshot_minutes", "snapshot_steps",
-              "beam_size", "alpha", "max_output_ratio", "max_output_extra", "eval_batch_tokens"}
+    """The Config fields that set how many target tokens a second training makes (not those that stop,
+    snapshot or decode)."""
+    ignore = {"seed", "minutes", "max_steps", "max_epochs", "average_last", "snapshot_minutes",
+              "snapshot_steps", "beam_size", "alpha", "max_output_ratio", "max_output_extra",
+              "eval_batch_tokens"}
     return {k: v for k, v in dataclasses.asdict(config).items() if k not in ignore}
 
 
@@ -330,11 +333,12 @@ SPEED_CHECK = (50, 30.0)  # the speed is measured once, after this many steps an
 
 
 def slow_machine_note(config: Config, tokens_per_s: float, minutes: float) -> str | None:
-    """What a run of the recorded CPU model (RECORDED_CPU) on a machine far slower than the recording one means:
-    None when `config` is not that model or when this machine makes at least SLOW_FRACTION of the recorded target
-    tokens per second. BLEU follows the steps trained, so the note says how many `minutes` make here, what the
-    recorded runs reached, and how long the same steps take here.
-    Example: slow_machine_note(config_for("cpu"), 1000, 15) -> "this machine trains at 1,000 target tokens/s, 31% ..." """
+    """What a run of the recorded CPU model (RECORDED_CPU) on a machine far slower than the recording one
+    means: None when `config` is not that model or when this machine makes at least SLOW_FRACTION of the
+    recorded target tokens per second. BLEU follows the steps trained, so the note says how many `minutes`
+    make here, what the recorded runs reached, and how long the same steps take here.
+    Example: slow_machine_note(config_for("cpu"), 1000, 15)
+             -> "this machine trains at 1,000 target tokens/s, 31% ..." """
     if _speed_fields(config) != _speed_fields(config_for("cpu")):
         return None
     r = RECORDED_CPU
@@ -344,13 +348,17 @@ def slow_machine_note(config: Config, tokens_per_s: float, minutes: float) -> st
         return None
     steps = sum(r["steps"]) / len(r["steps"]) * share * minutes / r["minutes"]
     fp32 = resolved_precision(torch.device("cpu"), config.precision) != "bf16"
-    return (f"this machine trains at {tokens_per_s:,.0f} target tokens/s, {share:.0%} of the {recorded:,.0f} of the "
-            f"recorded runs of this model on {r['cores']} CPU cores (benchmarks/translate_cpu.md)"
+    return (f"this machine trains at {tokens_per_s:,.0f} target tokens/s, {share:.0%} of the "
+            f"{recorded:,.0f} of the recorded runs of this model on {r['cores']} CPU cores "
+            "(benchmarks/translate_cpu.md)"
             + (" (they had bf16 units; float32 here)" if fp32 else "")
-            + f": {plural(minutes, 'minute')} here make about {steps:,.0f} steps, where {r['minutes']} minutes made "
+            + f": {plural(minutes, 'minute')} here make about {steps:,.0f} steps, where {r['minutes']} "
+            "minutes made "
             f"{r['steps'][0]:,} and {r['steps'][1]:,} there. BLEU follows the steps: expect less than their "
-            f"{r['greedy_bleu'][0]} and {r['greedy_bleu'][1]} greedy (the same model stopped at {r['fewer_steps']:,} "
+            f"{r['greedy_bleu'][0]} and {r['greedy_bleu'][1]} greedy (the same model stopped at "
+            f"{r['fewer_steps']:,} "
             f"steps gave {r['fewer_steps_bleu']}, and fewer steps give less). Their steps take about "
-            f"{plural(round(r['minutes'] / share), 'minute')} here (TRAIN_MINUTES in lesson 14, --minutes on the "
+            f"{plural(round(r['minutes'] / share), 'minute')} here (TRAIN_MINUTES in lesson 14, --minutes on "
+            "the "
             "command line); other work on this machine slows it too")
 
