@@ -108,9 +108,9 @@ def _shared_lines(lesson: str, solutions: pathlib.Path) -> set[str]:
     nothing away."""
     hidden = set(hidden_modules(lesson))
     lines = set()
-    for path in solutions.glob("*.py"):
+    for path in solutions.rglob("*.py"):  # solutions/translate/ too
         text = path.read_text(encoding="utf-8")
-        if path.stem in hidden:
+        if path.parent == solutions and path.stem in hidden:
             for region in _regions(text):
                 text = text.replace(region, "")
         lines.update(_normal(text).split("\n"))

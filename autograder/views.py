@@ -59,9 +59,11 @@ def solutions_view(lesson: str | None, dest: pathlib.Path) -> pathlib.Path:
     stage = stage_of(lesson)
     hidden = {module for stem, module in MODULES.items() if int(stem[:2]) >= stage}
     dest.mkdir(parents=True, exist_ok=True)
-    for src in (ROOT / "solutions").glob("*.py"):
-        text = src.read_text(encoding="utf-8")
-        (dest / src.name).write_text(cleared(text) if src.stem in hidden else text, encoding="utf-8")
+    for src in sorted((ROOT / "solutions").rglob("*.py")):  # the stages' modules, and solutions/translate/
+        text, target = src.read_text(encoding="utf-8"), dest / src.relative_to(ROOT / "solutions")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        stage_module = src.parent == ROOT / "solutions" and src.stem in hidden
+        target.write_text(cleared(text) if stage_module else text, encoding="utf-8")
     os.chmod(dest, 0o755)
     return dest
 

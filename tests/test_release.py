@@ -184,6 +184,9 @@ def test_after_13s_deadline_every_stage_and_lessons_14_15(tmp_path):
     for module in ("masks", "decoding", "training"):
         assert (tmp_path / "all" / "solutions" / f"{module}.py").read_text() == \
             (ROOT / "solutions" / f"{module}.py").read_text()
+    for module in ("__init__", "loop", "commands"):  # lesson 14's package, solutions/translate/, whole
+        assert (tmp_path / "all" / "solutions" / "translate" / f"{module}.py").read_text() == \
+            (ROOT / "solutions" / "translate" / f"{module}.py").read_text()
     assert list((tmp_path / "all" / "benchmarks" / "results" / "table3").glob("*.json"))
     assert made.kept_in_checks == []
 

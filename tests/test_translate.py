@@ -201,12 +201,12 @@ def test_precision_bf16_autocast_on_the_cpu(monkeypatch):
     well per step as float32; "auto" is bf16 on a CPU with bf16 units and float32 on one without; fp16 needs a
     GPU; compile=True hands the model to torch.compile (recorded here, not compiled: that needs a C++ compiler
     and minutes)."""
-    from solutions import translate
     from solutions.translate import _autocast, cpu_has_bf16
+    from solutions.translate import precision as precision_module  # resolved_precision asks it there
     assert isinstance(cpu_has_bf16(), bool)
     cpu = torch.device("cpu")
     for units in (False, True):
-        monkeypatch.setattr(translate, "cpu_has_bf16", lambda: units)
+        monkeypatch.setattr(precision_module, "cpu_has_bf16", lambda: units)
         with _autocast(cpu)[0]:
             assert torch.is_autocast_enabled("cpu") is units
             assert not units or torch.get_autocast_dtype("cpu") == torch.bfloat16
@@ -513,8 +513,7 @@ def test_a_far_slower_machine_is_told_what_it_means_for_bleu(monkeypatch, capsys
     """The recorded CPU model at a third of the recorded speed: the note gives the tokens/s, the steps 15 minutes
     make here against the recorded 2,051 and 2,093, the BLEU they reached, and the minutes their steps take here;
     at 80% of the speed, or for another model, nothing. Then train() says it while it trains."""
-    from solutions import translate
-    from solutions.translate import RECORDED_CPU, slow_machine_note
+    from solutions.translate import RECORDED_CPU, loop, slow_machine_note  # train's loop looks them up in loop
     recorded = sum(RECORDED_CPU["tokens_per_s"]) / 2                     # 3,198 target tokens/s
     note = slow_machine_note(config_for("cpu"), recorded / 3, 15)
     # a third of the speed: 2,072 x 1/3 = 691 steps in 15 minutes; their steps take 45 minutes here
@@ -524,9 +523,9 @@ def test_a_far_slower_machine_is_told_what_it_means_for_bleu(monkeypatch, capsys
     assert slow_machine_note(config_for("cpu"), 0.8 * recorded, 15) is None
     assert slow_machine_note(config_for("cpu", d_model=128), 100, 15) is None  # not the recorded model
     assert slow_machine_note(config_for("cpu", seed=3, minutes=1), 100, 1) is not None  # seed, budget: same model
-    monkeypatch.setattr(translate, "SPEED_CHECK", (3, 0.0))
-    monkeypatch.setattr(translate, "_speed_fields", lambda config: {})  # TINY stands for the recorded model
-    monkeypatch.setitem(translate.RECORDED_CPU, "tokens_per_s", (1e9, 1e9))
+    monkeypatch.setattr(loop, "SPEED_CHECK", (3, 0.0))
+    monkeypatch.setattr(loop, "_speed_fields", lambda config: {})  # TINY stands for the recorded model
+    monkeypatch.setitem(RECORDED_CPU, "tokens_per_s", (1e9, 1e9))
     data = prepare_data(TINY, load_synthetic(300, 10, 10), progress=False)
     _, history = train(dataclasses_replace(TINY, max_steps=5), data, progress=True)
     assert "this machine trains at" in capsys.readouterr().out and "this machine" in history["slow_machine"]
@@ -540,7 +539,7 @@ def dataclasses_replace(config, **changes):
 def test_the_average_replaces_the_last_weights_only_when_it_validates_better(monkeypatch, capsys):
     """train() ends on the average of the snapshots when its validation loss is lower than the last weights', else
     on the last weights, and says which (an average made worse on purpose here must not be kept)."""
-    from solutions import translate
+    from solutions.translate import loop  # where train's loop looks average_states up
     config = Config(d_model=32, n_heads=4, n_layers=1, d_ff=64, bpe_merges=60, max_tokens=400, warmup_steps=10,
                     max_steps=8, average_last=3, snapshot_steps=2)
     data = prepare_data(config, load_synthetic(150, 10, 10), progress=False)
@@ -552,7 +551,7 @@ def test_the_average_replaces_the_last_weights_only_when_it_validates_better(mon
     assert all(torch.equal(v, kept[k]) for k, v in model.state_dict().items())
     assert f"kept the {'average' if better else 'last weights'}" in said, said
     torch.manual_seed(0)  # an "average" of large random weights: confidently wrong, far worse than the last weights
-    monkeypatch.setattr(translate, "average_states", lambda states: {k: 5 * torch.randn_like(v) if v.is_floating_point()
+    monkeypatch.setattr(loop, "average_states", lambda states: {k: 5 * torch.randn_like(v) if v.is_floating_point()
                                                                      else v for k, v in states[-1].items()})
     model, history = train(config, data, progress=True)
     assert history["kept"] == "last" and history["val_loss_averaged"] > history["val_loss"][-1]
