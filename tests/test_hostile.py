@@ -21,7 +21,8 @@ import nbformat
 import pytest
 
 from autograder.grade import grade, grade_notebook, isolation, read_submission
-from tests.submissions.corpus import FULL, PORT, cases, harm_cases, other_lessons, second_red_team, write
+from tests.submissions.corpus import (FULL, PORT, RUNNER_LISTENER, cases, harm_cases, other_lessons,
+                                      second_red_team, write)
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 CASES = {c.name: c for c in cases()}
@@ -100,6 +101,26 @@ def batch(tmp_path_factory):
         chosen += harm
         paths += [write(c, folder) for c in harm]
     before = {str(p): sha(p) for p in victims + [canary]}
+    # a Unix socket outside every jail, which kernels name in the links they swap for their ZeroMQ sockets: whoever
+    # connects to it is recorded (the runner, root, must never)
+    runner_listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    runner_listener.bind(str(canary.parent / RUNNER_LISTENER))
+    runner_listener.listen(64)
+    heard: list = []
+
+    def hear():
+        while True:
+            try:
+                conn, _ = runner_listener.accept()
+            except OSError:  # closed: the batch is over
+                return
+            with conn:
+                conn.settimeout(2)
+                try:
+                    heard.append(conn.recv(64))
+                except OSError:
+                    heard.append(b"")
+    threading.Thread(target=hear, daemon=True).start()
     outside = canary_state(canary.parent, canary)
     out = io.StringIO()
     listener = socket.socket()  # a service on the machine's loopback, which no kernel may reach
@@ -120,6 +141,11 @@ def batch(tmp_path_factory):
                            lesson="03_attention")
     finally:
         listener.close()
+        try:
+            runner_listener.shutdown(socket.SHUT_RDWR)  # wakes the thread's accept
+        except OSError:
+            pass
+        runner_listener.close()
         for k, v in saved.items():
             if v is None:
                 os.environ.pop(k, None)
@@ -131,7 +157,7 @@ def batch(tmp_path_factory):
           f"the largest {max(watch.peak.values(), default=0) >> 10} MB (this process included); disk grown by {watch.disk >> 20} MB\n"
           f"{out.getvalue()}")
     return SimpleNamespace(cases={c.name: c for c in chosen}, report=report, seconds=seconds, isolated=isolated,
-                           hostname=hostname, watch=watch, outside=outside, canary=canary,
+                           hostname=hostname, watch=watch, outside=outside, canary=canary, heard=heard,
                            by_name={pathlib.Path(n["path"]).stem: n for n in report["notebooks"]},
                            before=before, paths=paths, json=folder / "report.json", text=out.getvalue())
 
@@ -459,6 +485,22 @@ def test_nothing_outside_the_notebooks_changes_owner_mode_or_names(batch):
     folder: root (the checker, the grade command's cleanup) never followed one. Nothing new in that folder, the
     canary's bytes, owner, group and mode as they were."""
     assert canary_state(batch.canary.parent, batch.canary) == batch.outside
+
+
+def test_no_link_in_the_connection_folder_decides_where_the_runner_connects(batch):
+    """The kernels that swap their ZeroMQ socket files for links to a Unix socket outside the jail (again and again, or
+    for good) and make the runner drop and connect again: the listener never hears from anyone (the runner connects by
+    its own links to the sockets the kernel bound, kernel.seal_socket), the hostile notebooks keep what their answers
+    earn with no error, and the honest classmates beside them theirs."""
+    swapped = [n for n in RED_TEAM if n.startswith("zmq_sockets_swapped")]
+    assert len(swapped) == 2
+    for name in swapped:
+        r = assert_graded_as_expected(batch, name)
+        assert r["error"] is None and r["points"] == FULL, r
+    assert batch.heard == [], f"the runner connected to the listener outside the jail {len(batch.heard)} times"
+    for honest in ("honest_solved", "honest_released"):
+        assert batch.by_name[honest]["error"] is None, batch.by_name[honest]
+    assert batch.by_name["honest_solved"]["points"] == FULL
 
 
 def test_the_grader_s_processes_stay_under_1_gb(batch):

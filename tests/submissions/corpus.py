@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import pathlib
 import sys
 from dataclasses import dataclass, field
@@ -598,6 +599,46 @@ remote.Channel.send = send"""
 HUGE_OUTPUT = r"""from IPython.display import display
 display({'text/plain': 'x' * 400_000_000}, raw=True)"""
 
+# the runner's ZeroMQ connections: a helper forked from the kernel replaces the kernel's socket files (in its
+# connection folder, which it can write) with links to a Unix socket outside the jail (`listener`, which the test
+# listens on), again and again (or once, leaving no name of the true sockets: "for_good"), while the kernel makes the
+# runner drop its connection (an output over the runner's 32 MB) and connect again. The runner connects by links of
+# its own to the sockets the kernel first bound (kernel.seal_socket): the listener never hears from it
+SWAPS_SOCKETS = r"""import json, os, time
+from ipykernel.connect import get_connection_file
+from IPython.display import display
+LISTENER, FOR_GOOD = %r, %r
+info = json.load(open(get_connection_file()))
+paths = [f"{info['ip']}-{info[c + '_port']}" for c in ('shell', 'iopub', 'stdin', 'control', 'hb')]
+if FOR_GOOD:
+    for p in paths:
+        os.unlink(p)
+        os.symlink(LISTENER, p)
+elif os.fork() == 0:
+    os.setsid()
+    stop, n = time.time() + 60, 0
+    while time.time() < stop:
+        for p in paths:
+            n += 1
+            try:
+                os.rename(p, f'{p}.{n}')
+                os.symlink(LISTENER, p)
+            except OSError:
+                pass
+        time.sleep(0.2)  # the links stand most of the time
+        for p in paths:
+            try:
+                os.unlink(p)
+                os.rename(f'{p}.{n}', p)
+            except OSError:
+                pass
+        time.sleep(0.01)
+    os._exit(0)
+time.sleep(0.3)
+for _ in range(2):  # over the runner's limit: it drops the connection and connects again
+    display({'text/plain': 'x' * 40_000_000}, raw=True)
+    time.sleep(0.5)"""
+
 # three files of 1 GB each (each under the 1 GB file-size limit), written 16 MB at a time: the kernel's folders are
 # a tmpfs of 512 MB, so at most that is written; the answer is spoiled if more got through
 FILLS_DISK = r"""import os
@@ -633,6 +674,9 @@ BELOW_THE_WATCH = {
 BELOW_THE_WATCH_NOTE = "reaches below the library-shortcut watch"
 
 
+RUNNER_LISTENER = "runner.sock"  # in canary_dir: the Unix socket the test listens on for the runner's connections
+
+
 def second_red_team(canary_dir: str, canary: str) -> list[Case]:
     """Lesson-03 submissions of the second red team's classes: links swapped in by helper processes and left for the
     cleanup, a folder 1500 levels deep, messages over the checker's limits, an output of 400 MB, files past the
@@ -654,6 +698,10 @@ def second_red_team(canary_dir: str, canary: str) -> list[Case]:
         "did not hand over softmax", "a message of more than 200000 values")
     add("resource_output_of_400_mb", _insert(lean, "softmax", HUGE_OUTPUT), FULL)
     add("resource_fills_the_disk", _insert(lean, "softmax", FILLS_DISK), FULL)
+    listener = os.path.join(canary_dir, RUNNER_LISTENER)
+    for variant, for_good in (("raced", False), ("for_good", True)):
+        add(f"zmq_sockets_swapped_for_links_{variant}", _insert(lean, "softmax", SWAPS_SOCKETS % (listener, for_good)),
+            FULL)
     for name, source in BELOW_THE_WATCH.items():
         # the library's softmax earns what it earns when the watch misses it; the report names the line either way
         caught = name == "computes_the_name"
