@@ -503,6 +503,33 @@ def test_no_link_in_the_connection_folder_decides_where_the_runner_connects(batc
     assert batch.by_name["honest_solved"]["points"] == FULL
 
 
+def test_an_interrupt_lands_on_the_kernel_whatever_pids_it_recycles(batch):
+    """Helpers forked from the kernel fork and reap children while a check and a cell run past their time limits: the
+    kernel is interrupted (its check's time-out said, its cell's note given, the cells after it run), and no other
+    process is: no grader process failed (every notebook has its verdicts, the batch its report) and no classmate was
+    interrupted (no note of an interruption, no KeyboardInterrupt, outside the cases that ran past a limit)."""
+    for name in ("pids_recycled_around_a_check_s_time_limit", "pids_recycled_around_a_cell_s_time_limit"):
+        r = assert_graded_as_expected(batch, name)
+        assert r["error"] is None, r
+    slow = {n for n, c in batch.cases.items() if n.startswith(("slow_", "pids_")) or "time limit" in " ".join(c.says)}
+    for name, r in batch.by_name.items():
+        if name in slow or name not in batch.cases:
+            continue
+        said = everything_said(r)
+        assert "KeyboardInterrupt" not in said and "was interrupted" not in said, f"{name}: {said}"
+        assert "the grader failed" not in said and "stopped answering" not in said, f"{name}: {said}"
+
+
+def test_a_call_s_gradients_are_given_once(batch):
+    """After each call the kernel makes into the checker's objects (lesson 03's dropout module), 40 backward requests for
+    it, of the right shapes (a million each) or not: the checker answers one, refuses the rest, and its own tensors are
+    untouched (the dropout check compares what its module saw and gave with its own reference): full points; a notebook
+    that got a second answer spoils its own answer."""
+    for name in ("gradients_pumped_same", "gradients_pumped_wrong_shapes"):
+        r = assert_graded_as_expected(batch, name)
+        assert r["error"] is None and r["points"] == FULL, r
+
+
 def test_the_grader_s_processes_stay_under_1_gb(batch):
     """The grade command, the checkers (and their batch's process) and the notebooks' runners, while the batch (a
     100 MB message to the checker, a 400 MB output, 1.5 GB of files) is graded: each under 1 GB at its peak."""
