@@ -513,7 +513,7 @@ def test_an_interrupt_lands_on_the_kernel_whatever_pids_it_recycles(batch):
         assert r["error"] is None, r
     slow = {n for n, c in batch.cases.items() if n.startswith(("slow_", "pids_")) or "time limit" in " ".join(c.says)}
     for name, r in batch.by_name.items():
-        if name in slow or name not in batch.cases:
+        if name in slow or name not in batch.cases or batch.cases[name].hostile:  # the classmates: honest, broken
             continue
         said = everything_said(r)
         assert "KeyboardInterrupt" not in said and "was interrupted" not in said, f"{name}: {said}"
