@@ -10,9 +10,10 @@ started it, the notebook's runner, which signals the kernel it launched: never a
 the name's other checks are skipped.
 
 It never touches a path the kernel can write or name: its socket is in a folder the kernel may only read, its
-temporary files go to a folder of its own (CONFIG's "tmp"), and a folder a check hands to the learner's code (a
-tokenizer's save and load) is made by the kernel, in the kernel's own temporary folder, at the checker's request
-(remote.Endpoint, "tempdir"); the checker only passes its name back.
+temporary files go to a folder of its own (CONFIG's "tmp"; tempfile.TemporaryDirectory is the library's, there), and a
+folder a check hands to the learner's code (a tokenizer's save and load: _util.learner_folder, asked for by the check)
+is made by the kernel, in the kernel's own temporary folder, at the checker's request (remote.Endpoint, "tempdir"); the
+checker only passes its name back.
 
 CONFIG (JSON): {"socket", "results", "cells": {cell nonce: name}, "uid": the kernel's uid or null,
 "threads", "memory", "tmp"}.
@@ -44,38 +45,6 @@ def _peer(conn) -> tuple[int, int]:
 
 #: how this checker asks its runner to interrupt the kernel (set by main)
 _INTERRUPT: list = []
-#: the endpoint of the graded cell being served, for a folder a check hands to the kernel (KernelTemporaryDirectory)
-_CURRENT: dict = {}
-
-
-class KernelTemporaryDirectory:
-    """tempfile.TemporaryDirectory in the checker: a folder made by the kernel in its own temporary folder (the
-    kernel's code must write there, and the checker never touches a path the kernel can write); the checker only
-    hands its name to the learner's code. Removed with the kernel's folders. Outside grading: the library's own."""
-    _library = None
-
-    def __new__(cls, *args, **kwargs):
-        ep = _CURRENT.get("ep")
-        if ep is None:
-            return cls._library(*args, **kwargs)
-        return super().__new__(cls)
-
-    def __init__(self, suffix=None, prefix=None, dir=None, *args, **kwargs):
-        name = _CURRENT["ep"].request("tempdir")
-        if not isinstance(name, str) or not name.startswith("/") or "\0" in name or len(name) > 400:
-            raise RuntimeError("the kernel did not make a temporary folder")
-        self.name = name
-
-    def __enter__(self):
-        return self.name
-
-    def __exit__(self, *exc):
-        return False
-
-    def cleanup(self):
-        pass
-
-
 class Grader:
     def __init__(self, cfg):
         from . import core
@@ -102,7 +71,7 @@ class Grader:
         _util.BUILD_ELSEWHERE = ep.build
         # an earlier graded name of the lesson, by the name a check chose (_util.learners_own): a mistake paid once
         _util.LOOKUP_ELSEWHERE = lambda graded: ep.request("resolve", name=graded)
-        _CURRENT["ep"] = ep
+        _util.FOLDER_ELSEWHERE = lambda: _kernel_folder(ep)
         try:
             hello, _ = core._run_limited(ep.ch.recv, HELLO_TIMEOUT)
         except BaseException:  # noqa: BLE001  (a connection that says nothing)
@@ -196,17 +165,25 @@ class Grader:
             pass
 
 
+def _kernel_folder(ep) -> str:
+    """A new folder for a path a check hands to the learner's code (_util.learner_folder): made by the kernel in its
+    own temporary folder (the kernel's code must write there); the checker only hands the name on, and never opens,
+    makes, changes or removes anything there. Removed with the kernel's folders."""
+    name = ep.request("tempdir")
+    if not isinstance(name, str) or not name.startswith("/") or "\0" in name or len(name) > 400:
+        raise RuntimeError("the kernel did not make a temporary folder")
+    return name
+
+
 def _own_temp(folder) -> None:
-    """The checker's temporary files go to `folder`, its own (the kernel cannot see it); a temporary folder a check
-    hands to the learner's code is the kernel's own (KernelTemporaryDirectory)."""
+    """The checker's temporary files go to `folder`, its own (the kernel cannot see it): tempfile's, the library's
+    TemporaryDirectory included, and torch's compilers'. A folder a check hands to the learner's code is asked for
+    explicitly (_util.learner_folder) and is the kernel's."""
     import tempfile
     if folder:
         tempfile.tempdir = folder
         for key in ("TMPDIR", "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR"):
             os.environ[key] = folder if key == "TMPDIR" else os.path.join(folder, key.split("_")[0].lower())
-    if KernelTemporaryDirectory._library is None:
-        KernelTemporaryDirectory._library = tempfile.TemporaryDirectory
-        tempfile.TemporaryDirectory = KernelTemporaryDirectory
 
 
 def main(cfg_path: str, ready=None, interrupt=None) -> None:

@@ -115,13 +115,31 @@ def _execute(spec_path: str) -> None:
     except (ValueError, OSError):
         pass
 
-    class BoundedClient(AsyncKernelClient):
+    from jupyter_client.manager import AsyncKernelManager
+
+    class Sealed:
+        """The runner's ZeroMQ endpoints: the hard links in `sealed` (the runner's own folder, on the kernel's tmpfs) of
+        the sockets the kernel bound in its connection folder, never those names (see seal_socket)."""
+        def _make_url(self, channel: str) -> str:
+            if self.transport != "ipc":
+                return super()._make_url(channel)
+            port = getattr(self, f"{channel}_port")
+            return "ipc://" + seal_socket(f"{self.ip}-{port}", spec["sealed"], gone=kernel_gone)
+
+    class Manager(Sealed, AsyncKernelManager):
+        pass
+
+    class BoundedClient(Sealed, AsyncKernelClient):
         @default("context")
         def _context_default(self):
             self._created_context = True
             context = zmq.asyncio.Context()
             context.setsockopt(zmq.MAXMSGSIZE, OUTPUT_MESSAGE)  # every socket to the kernel: larger ones dropped
             return context
+
+    def kernel_gone() -> bool:  # its launcher (this process's child) has exited: its sockets will never come
+        process = getattr(getattr(getattr(client, "km", None), "provisioner", None), "process", None)
+        return process is not None and process.poll() is not None
 
     class Stop(BaseException):
         pass
@@ -138,7 +156,7 @@ def _execute(spec_path: str) -> None:
         interrupted: list = []
 
         def create_kernel_manager(self):  # nbclient's own (asynchronous) manager, over Unix sockets
-            self.km = self.kernel_manager_class(kernel_name=KERNEL_NAME, transport="ipc", ip=spec["ipc"],
+            self.km = Manager(kernel_name=KERNEL_NAME, transport="ipc", ip=spec["ipc"],
                                                 connection_file=spec["connection_file"], config=self.config)
             self.km.client_factory = BoundedClient
             return self.km
@@ -246,6 +264,30 @@ def _execute(spec_path: str) -> None:
         os._exit(0)  # now, even if a thread of the kernel client is still waiting on the dead kernel
 
 
+def seal_socket(source: str, sealed: str, gone=lambda: False, timeout: float = 120.0) -> str:
+    """The path the runner connects to for the kernel's socket `source` (in the kernel's connection folder, which the
+    kernel can write): a hard link to it in `sealed`, the runner's own folder (the grading user's, 0700, never shown to
+    the kernel) on the same file system, made the first time, once the kernel has bound it. ZeroMQ connects again by
+    this path after a drop: it names the socket's inode, whatever the kernel puts at `source` later (a link to a host
+    socket, another file, nothing). The link is made without following a link at `source` (linkat without
+    AT_SYMLINK_FOLLOW), can only name a file of the kernel's own file system (its tmpfs: what it holds the kernel
+    made), and must be a socket, or the run stops. Waits for `source` up to `timeout` seconds, or until gone()."""
+    import stat
+    target = os.path.join(sealed, os.path.basename(source))
+    if not os.path.lexists(target):
+        deadline = time.time() + timeout
+        while not os.path.lexists(source):
+            if gone() or time.time() > deadline:
+                raise RuntimeError(f"the kernel did not open its socket {os.path.basename(source)}")
+            time.sleep(0.02)
+        os.link(source, target, follow_symlinks=False)
+        made, home = os.lstat(target), os.stat(os.path.dirname(source))
+        if not stat.S_ISSOCK(made.st_mode) or made.st_dev != home.st_dev:
+            os.unlink(target)
+            raise RuntimeError(f"the kernel's {os.path.basename(source)} is not a socket")
+    return target
+
+
 def _error_of(content) -> dict:
     """{"ename", "evalue", "line"} of an error a cell raised, from the kernel's message (the notebook's side: read as
     plain text, one line each, cut short). "line": the cell's line that raised (a SyntaxError's own, else the
@@ -310,8 +352,9 @@ def _private_dirs(tmp: pathlib.Path, isolated: bool) -> dict[str, pathlib.Path]:
     """The folders of one notebook: `private` (the grade command's and the checker's, never shown to the kernel;
     its `tmp` is the checker's temporary folder), `sock` (the checker's socket: shown to the kernel, read-only),
     and, in `scratch` (with isolation a tmpfs of SCRATCH_MB, made before the kernel exists), the kernel's `work`,
-    `home` and `conn` (its connection folder), which are the kernel user's. Nothing here is made, changed or
-    removed through a path the kernel can write while it runs."""
+    `home` and `conn` (its connection folder), which are the kernel user's, and `sealed` (the grading user's, 0700: the
+    runner's links to the kernel's sockets, seal_socket). Nothing here is made, changed or removed through a path the
+    kernel can write while it runs."""
     dirs = {name: tmp / name for name in ("private", "sock", "scratch")}
     for d in dirs.values():
         d.mkdir()
@@ -325,6 +368,9 @@ def _private_dirs(tmp: pathlib.Path, isolated: bool) -> dict[str, pathlib.Path]:
     for name in ("work", "home", "conn"):
         dirs[name] = dirs["scratch"] / name
         dirs[name].mkdir()
+    dirs["sealed"] = dirs["scratch"] / "sealed"  # the runner's links to the kernel's sockets (seal_socket)
+    dirs["sealed"].mkdir()
+    os.chmod(dirs["sealed"], 0o700)
     for sub in ("tmp", ".cache", ".config", ".ipython", ".local"):
         (dirs["home"] / sub).mkdir()
     if isolated:
@@ -545,7 +591,7 @@ def grade_notebook(path: str | os.PathLike, timeout: float = NOTEBOOK_TIMEOUT, *
         spec = {"prepared": str(private / "prepared.ipynb"), "status": str(private / "status.json"),
                 "work": str(work), "cell_timeout": cell_timeout, "log": str(private / "kernel.log"), "timeout": timeout,
                 "deadline": start + timeout, "checker": str(private / "checker.json"), "private": str(private),
-                "ipc": str(conn / "kernel"), "connection_file": str(conn / "kernel.json"),
+                "ipc": str(conn / "kernel"), "connection_file": str(conn / "kernel.json"), "sealed": str(dirs["sealed"]),
                 "checker_server": checker_server}
         (private / "spec.json").write_text(json.dumps(spec))
         env = dict(os.environ, JUPYTER_PATH=str(private), AUTOGRADER_TOKEN=token, PYTHONPATH=pythonpath)

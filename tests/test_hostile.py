@@ -21,7 +21,8 @@ import nbformat
 import pytest
 
 from autograder.grade import grade, grade_notebook, isolation, read_submission
-from tests.submissions.corpus import FULL, PORT, cases, harm_cases, other_lessons, second_red_team, write
+from tests.submissions.corpus import (FULL, PORT, RUNNER_LISTENER, cases, harm_cases, other_lessons,
+                                      second_red_team, write)
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 CASES = {c.name: c for c in cases()}
@@ -100,6 +101,26 @@ def batch(tmp_path_factory):
         chosen += harm
         paths += [write(c, folder) for c in harm]
     before = {str(p): sha(p) for p in victims + [canary]}
+    # a Unix socket outside every jail, which kernels name in the links they swap for their ZeroMQ sockets: whoever
+    # connects to it is recorded (the runner, root, must never)
+    runner_listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    runner_listener.bind(str(canary.parent / RUNNER_LISTENER))
+    runner_listener.listen(64)
+    heard: list = []
+
+    def hear():
+        while True:
+            try:
+                conn, _ = runner_listener.accept()
+            except OSError:  # closed: the batch is over
+                return
+            with conn:
+                conn.settimeout(2)
+                try:
+                    heard.append(conn.recv(64))
+                except OSError:
+                    heard.append(b"")
+    threading.Thread(target=hear, daemon=True).start()
     outside = canary_state(canary.parent, canary)
     out = io.StringIO()
     listener = socket.socket()  # a service on the machine's loopback, which no kernel may reach
@@ -120,6 +141,11 @@ def batch(tmp_path_factory):
                            lesson="03_attention")
     finally:
         listener.close()
+        try:
+            runner_listener.shutdown(socket.SHUT_RDWR)  # wakes the thread's accept
+        except OSError:
+            pass
+        runner_listener.close()
         for k, v in saved.items():
             if v is None:
                 os.environ.pop(k, None)
@@ -131,7 +157,7 @@ def batch(tmp_path_factory):
           f"the largest {max(watch.peak.values(), default=0) >> 10} MB (this process included); disk grown by {watch.disk >> 20} MB\n"
           f"{out.getvalue()}")
     return SimpleNamespace(cases={c.name: c for c in chosen}, report=report, seconds=seconds, isolated=isolated,
-                           hostname=hostname, watch=watch, outside=outside, canary=canary,
+                           hostname=hostname, watch=watch, outside=outside, canary=canary, heard=heard,
                            by_name={pathlib.Path(n["path"]).stem: n for n in report["notebooks"]},
                            before=before, paths=paths, json=folder / "report.json", text=out.getvalue())
 
@@ -459,6 +485,49 @@ def test_nothing_outside_the_notebooks_changes_owner_mode_or_names(batch):
     folder: root (the checker, the grade command's cleanup) never followed one. Nothing new in that folder, the
     canary's bytes, owner, group and mode as they were."""
     assert canary_state(batch.canary.parent, batch.canary) == batch.outside
+
+
+def test_no_link_in_the_connection_folder_decides_where_the_runner_connects(batch):
+    """The kernels that swap their ZeroMQ socket files for links to a Unix socket outside the jail (again and again, or
+    for good) and make the runner drop and connect again: the listener never hears from anyone (the runner connects by
+    its own links to the sockets the kernel bound, kernel.seal_socket), the hostile notebooks keep what their answers
+    earn with no error, and the honest classmates beside them theirs."""
+    swapped = [n for n in RED_TEAM if n.startswith("zmq_sockets_swapped")]
+    assert len(swapped) == 2
+    for name in swapped:
+        r = assert_graded_as_expected(batch, name)
+        assert r["error"] is None and r["points"] == FULL, r
+    assert batch.heard == [], f"the runner connected to the listener outside the jail {len(batch.heard)} times"
+    for honest in ("honest_solved", "honest_released"):
+        assert batch.by_name[honest]["error"] is None, batch.by_name[honest]
+    assert batch.by_name["honest_solved"]["points"] == FULL
+
+
+def test_an_interrupt_lands_on_the_kernel_whatever_pids_it_recycles(batch):
+    """Helpers forked from the kernel fork and reap children while a check and a cell run past their time limits: the
+    kernel is interrupted (its check's time-out said, its cell's note given, the cells after it run), and no other
+    process is: no grader process failed (every notebook has its verdicts, the batch its report) and no classmate was
+    interrupted (no note of an interruption, no KeyboardInterrupt, outside the cases that ran past a limit)."""
+    for name in ("pids_recycled_around_a_check_s_time_limit", "pids_recycled_around_a_cell_s_time_limit"):
+        r = assert_graded_as_expected(batch, name)
+        assert r["error"] is None, r
+    slow = {n for n, c in batch.cases.items() if n.startswith(("slow_", "pids_")) or "time limit" in " ".join(c.says)}
+    for name, r in batch.by_name.items():
+        if name in slow or name not in batch.cases or batch.cases[name].hostile:  # the classmates: honest, broken
+            continue
+        said = everything_said(r)
+        assert "KeyboardInterrupt" not in said and "was interrupted" not in said, f"{name}: {said}"
+        assert "the grader failed" not in said and "stopped answering" not in said, f"{name}: {said}"
+
+
+def test_a_call_s_gradients_are_given_once(batch):
+    """After each call the kernel makes into the checker's objects (lesson 03's dropout module), 40 backward requests for
+    it, of the right shapes (a million each) or not: the checker answers one, refuses the rest, and its own tensors are
+    untouched (the dropout check compares what its module saw and gave with its own reference): full points; a notebook
+    that got a second answer spoils its own answer."""
+    for name in ("gradients_pumped_same", "gradients_pumped_wrong_shapes"):
+        r = assert_graded_as_expected(batch, name)
+        assert r["error"] is None and r["points"] == FULL, r
 
 
 def test_the_grader_s_processes_stay_under_1_gb(batch):

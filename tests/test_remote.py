@@ -9,6 +9,7 @@ import socket
 import struct
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -294,22 +295,32 @@ def test_gradients_of_a_call_are_given_once():
 
 
 def test_a_folder_for_the_learner_s_code_is_made_by_the_kernel(pair, tmp_path, monkeypatch):
-    """tempfile.TemporaryDirectory in the checker while it grades: the kernel makes the folder (in its own temporary
-    folder) and the checker only hands its name on; outside grading, the library's own."""
+    """_util.learner_folder in the checker while it grades: the kernel makes the folder (in its own temporary folder)
+    and the checker only hands its name on; in a lesson's own check(), a temporary folder of its own. The library's
+    tempfile.TemporaryDirectory stays the library's in the checker (in its own folder: a check that writes a file
+    itself never writes where the kernel named)."""
     import tempfile
     from autograder import checker
+    from autograder.checks import _util
     grader, ns = pair
-    kernel_tmp = tmp_path / "kernel"
+    kernel_tmp, own_tmp = tmp_path / "kernel", tmp_path / "checker"
     kernel_tmp.mkdir()
+    own_tmp.mkdir()
+    library = tempfile.TemporaryDirectory
     monkeypatch.setattr(tempfile, "tempdir", str(kernel_tmp))   # the notebook's side runs in this process here
-    monkeypatch.setattr(tempfile, "TemporaryDirectory", tempfile.TemporaryDirectory)  # both restored afterwards
-    monkeypatch.setattr(checker.KernelTemporaryDirectory, "_library", None)
-    checker._own_temp(None)
-    monkeypatch.setitem(checker._CURRENT, "ep", grader)
-    with tempfile.TemporaryDirectory() as folder:
+    monkeypatch.setattr(_util, "FOLDER_ELSEWHERE", lambda: checker._kernel_folder(grader))
+    with _util.learner_folder() as folder:
         assert pathlib.Path(folder).parent == kernel_tmp and pathlib.Path(folder).is_dir()
     assert pathlib.Path(folder).is_dir()   # the checker removes nothing of the kernel's: the grade command does
-    monkeypatch.setitem(checker._CURRENT, "ep", None)
-    with tempfile.TemporaryDirectory() as own:
-        assert pathlib.Path(own).is_dir()
-    assert not pathlib.Path(own).exists()
+    for env in ("TMPDIR", "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR"):
+        monkeypatch.setenv(env, "unset")
+    checker._own_temp(str(own_tmp))
+    assert tempfile.TemporaryDirectory is library
+    with tempfile.TemporaryDirectory() as mine:
+        assert pathlib.Path(mine).parent == own_tmp
+    monkeypatch.setattr(_util, "FOLDER_ELSEWHERE", None)
+    with _util.learner_folder() as plain:
+        assert pathlib.Path(plain).parent == own_tmp and pathlib.Path(plain).is_dir()
+    assert not pathlib.Path(plain).exists()
+    with pytest.raises(RuntimeError, match="did not make"):
+        checker._kernel_folder(SimpleNamespace(request=lambda op: "relative/path"))

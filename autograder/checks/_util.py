@@ -15,6 +15,9 @@ from ..registry import REGISTRY, CheckFailure, CheckTimeout
 # set by the grade command's checker: BUILD_ELSEWHERE(factory, args, kwargs) builds a learner_side object with the
 # checker's own factory and hands it to the notebook's kernel (autograder/remote.py, Endpoint.build)
 BUILD_ELSEWHERE = None
+# set by the grade command's checker: FOLDER_ELSEWHERE() names a new folder that the notebook's kernel made for a path
+# a check hands to the learner's code (learner_folder)
+FOLDER_ELSEWHERE = None
 
 # set by the grade command's checker: LOOKUP_ELSEWHERE(name) is the learner's object bound to `name` in the notebook's
 # namespace, asked of the kernel (autograder/remote.py, Endpoint's "resolve"); `name` is always a graded name of the
@@ -71,6 +74,21 @@ def learners_own(name: str, near=None):
         if isinstance(found, dict) and name in found:
             return found[name]
     return None
+
+
+@contextlib.contextmanager
+def learner_folder():
+    """A folder for a path a check hands to the learner's code (a tokenizer's save and load): in a lesson's own check(),
+    a temporary folder, removed afterwards; when `python -m autograder grade` runs the checks outside the notebook, a
+    folder the notebook's kernel made in its own temporary folder, which the checker only names (it never opens,
+    writes or removes anything there: the kernel can write it). A check that writes a file itself uses
+    tempfile.mkdtemp, its own folder, not this one."""
+    if FOLDER_ELSEWHERE is not None:
+        yield FOLDER_ELSEWHERE()
+        return
+    import tempfile
+    with tempfile.TemporaryDirectory() as folder:
+        yield folder
 
 
 @contextlib.contextmanager

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import pathlib
 import sys
 from dataclasses import dataclass, field
@@ -598,6 +599,122 @@ remote.Channel.send = send"""
 HUGE_OUTPUT = r"""from IPython.display import display
 display({'text/plain': 'x' * 400_000_000}, raw=True)"""
 
+# the runner's ZeroMQ connections: a helper forked from the kernel replaces the kernel's socket files (in its
+# connection folder, which it can write) with links to a Unix socket outside the jail (`listener`, which the test
+# listens on), again and again (or once, leaving no name of the true sockets: "for_good"), while the kernel shuts its
+# end of every connection it holds, three times, so that the runner's ZeroMQ sockets connect again. The runner
+# connects by links of its own to the sockets the kernel first bound (kernel.seal_socket): the listener never hears
+# from it (before, it heard the runner's every reconnection)
+SWAPS_SOCKETS = r"""import json, os, socket, time
+from ipykernel.connect import get_connection_file
+LISTENER, FOR_GOOD = %r, %r
+info = json.load(open(get_connection_file()))
+paths = [f"{info['ip']}-{info[c + '_port']}" for c in ('shell', 'iopub', 'stdin', 'control', 'hb')]
+if FOR_GOOD:
+    for p in paths:
+        os.unlink(p)
+        os.symlink(LISTENER, p)
+elif os.fork() == 0:
+    os.setsid()
+    stop, n = time.time() + 30, 0
+    while time.time() < stop:
+        for p in paths:
+            n += 1
+            try:
+                os.rename(p, f'{p}.{n}')
+                os.symlink(LISTENER, p)
+            except OSError:
+                pass
+        time.sleep(0.2)  # the links stand most of the time
+        for p in paths:
+            try:
+                os.unlink(p)
+                os.rename(f'{p}.{n}', p)
+            except OSError:
+                pass
+        time.sleep(0.01)
+    os._exit(0)
+
+def drop_connections():  # every connected Unix socket of this process, shut: its peer (the runner) connects again
+    for fd in os.listdir('/proc/self/fd'):
+        try:
+            s = socket.socket(fileno=os.dup(int(fd)))
+        except OSError:
+            continue
+        try:
+            if s.family == socket.AF_UNIX and not s.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN):
+                s.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        finally:
+            s.close()
+
+for _ in range(3):
+    time.sleep(0.5)
+    drop_connections()
+time.sleep(1)"""
+
+# pid recycling: helpers forked from the kernel fork and reap children as fast as they can (throttled a little, to
+# spare the classmates' CPU) while a check or a cell runs past its time limit, so that a pid taken from the kernel's
+# side (the socket's credentials) would name another process by the time of the interrupt. The runner signals the
+# kernel's launcher, its own unreaped child: the kernel is interrupted, nothing else (the classmates keep everything)
+CYCLE_PIDS = r"""import os, time
+
+def cycle_pids(seconds):
+    if os.fork() == 0:
+        os.setsid()
+        stop = time.time() + seconds
+        while time.time() < stop:
+            pid = os.fork()
+            if pid == 0:
+                os._exit(0)
+            os.waitpid(pid, 0)
+            time.sleep(0.002)
+        os._exit(0)"""
+PID_CYCLING_CELL = CYCLE_PIDS + r"""
+cycle_pids(20)
+stop = time.time() + 40   # past the cell time limit, cycling pids itself too
+while time.time() < stop:
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0)
+    os.waitpid(pid, 0)
+    time.sleep(0.002)"""
+
+# gradient pumping: each call the kernel makes into the checker's objects (stage 03's dropout module) is followed by
+# 40 backward requests for it, of the right shapes or not; the checker answers a call's gradients once. Were more
+# answered, the notebook spoils its own answer (so the case loses points if the pumping got through)
+PUMPS_GRADIENTS = r"""import torch
+import autograder.remote as remote
+VARIANT = %r
+answered = {}  # backward record: how many of its requests the checker answered
+original = remote.Endpoint._call_now
+
+def _call_now(self, fields, grad=True):
+    if not getattr(self, 'pumping', False):
+        self.pumping = True
+        try:  # the same call again, with inputs that need gradients (so that the checker keeps a backward record)
+            args = [a.detach().requires_grad_() if isinstance(a, torch.Tensor) and a.is_floating_point() else a
+                    for a in fields['args']]
+            _, record, diff = original(self, dict(fields, args=args), True)
+            for i in range(40):
+                grads = [torch.full_like(d, 1e6) if VARIANT == 'same' else torch.ones(d.numel() + i + 1)
+                         for d in diff]
+                try:
+                    self.request('backward', record=record, grads=grads)
+                    answered[record] = answered.get(record, 0) + 1
+                except Exception:
+                    pass
+        except Exception:
+            pass
+        finally:
+            self.pumping = False
+    if any(n > 1 for n in answered.values()):  # the answer spoiled
+        raise RuntimeError(f'the checker answered {max(answered.values())} backward requests for one call')
+    return original(self, fields, grad)
+
+remote.Endpoint._call_now = _call_now"""
+
 # three files of 1 GB each (each under the 1 GB file-size limit), written 16 MB at a time: the kernel's folders are
 # a tmpfs of 512 MB, so at most that is written; the answer is spoiled if more got through
 FILLS_DISK = r"""import os
@@ -633,6 +750,9 @@ BELOW_THE_WATCH = {
 BELOW_THE_WATCH_NOTE = "reaches below the library-shortcut watch"
 
 
+RUNNER_LISTENER = "runner.sock"  # in canary_dir: the Unix socket the test listens on for the runner's connections
+
+
 def second_red_team(canary_dir: str, canary: str) -> list[Case]:
     """Lesson-03 submissions of the second red team's classes: links swapped in by helper processes and left for the
     cleanup, a folder 1500 levels deep, messages over the checker's limits, an output of 400 MB, files past the
@@ -654,6 +774,18 @@ def second_red_team(canary_dir: str, canary: str) -> list[Case]:
         "did not hand over softmax", "a message of more than 200000 values")
     add("resource_output_of_400_mb", _insert(lean, "softmax", HUGE_OUTPUT), FULL)
     add("resource_fills_the_disk", _insert(lean, "softmax", FILLS_DISK), FULL)
+    hang_cycling = _set_solution(lean, "softmax", "def softmax(x, dim=-1):\n    cycle_pids(25)\n    while True:\n"
+                                                   "        pass")
+    add("pids_recycled_around_a_check_s_time_limit", _insert(hang_cycling, "softmax", CYCLE_PIDS), 0.0,
+        "took longer than")
+    add("pids_recycled_around_a_cell_s_time_limit", _insert(lean, "softmax", PID_CYCLING_CELL), FULL,
+        "ran past the cell time limit")
+    for variant in ("same", "wrong_shapes"):
+        add(f"gradients_pumped_{variant}", _insert(lean, "softmax", PUMPS_GRADIENTS % variant), FULL)
+    listener = os.path.join(canary_dir, RUNNER_LISTENER)
+    for variant, for_good in (("raced", False), ("for_good", True)):
+        add(f"zmq_sockets_swapped_for_links_{variant}", _insert(lean, "softmax", SWAPS_SOCKETS % (listener, for_good)),
+            FULL)
     for name, source in BELOW_THE_WATCH.items():
         # the library's softmax earns what it earns when the watch misses it; the report names the line either way
         caught = name == "computes_the_name"
