@@ -146,12 +146,16 @@ def test_each_worker_s_children_share_the_cores():
 
 
 def test_the_longest_files_start_first_and_the_rest_keep_their_order():
-    """The root conftest.py's schedule for pytest-xdist (--no-loadscope-reorder in pyproject.toml): the files of
-    LONGEST_FIRST, which must exist, in its order, then every other test in collection order; one worker more than
+    """The root conftest.py's schedule for pytest-xdist (--no-loadscope-reorder in pyproject.toml): the work units
+    of LONGEST_FIRST (files, or units of UNITS, which must exist), in its order, then every other test in collection order; one worker more than
     cores."""
     from types import SimpleNamespace
     root = root_conftest()
-    assert root.LONGEST_FIRST and all((ROOT / path).is_file() for path in root.LONGEST_FIRST), root.LONGEST_FIRST
+    def known(unit):  # a file, or "file (unit)" for a unit of root.UNITS
+        path, _, name = unit.partition(" (")
+        return (ROOT / path).is_file() and (not name or name.rstrip(")") in root.UNITS.get(path, {}))
+    assert root.LONGEST_FIRST and all(known(unit) for unit in root.LONGEST_FIRST), root.LONGEST_FIRST
+    assert not known("tests/test_hostile.py (nowhere)") and not known("tests/no_such_file.py")
     assert "--no-loadscope-reorder" in (ROOT / "pyproject.toml").read_text()
     first, second = root.LONGEST_FIRST[:2]
     ids = ["tests/test_a.py::x", f"{second}::y", "tests/test_b.py::z", f"{first}::w", "tests/test_a.py::v",
