@@ -30,6 +30,7 @@ requests, calls across (with autograd), and the dispatch of the requests it serv
 """
 from __future__ import annotations
 
+import contextlib
 import itertools
 import random
 import socket
@@ -54,8 +55,8 @@ MAX_DEPTH = 64              # nested calls between the two sides
 class _Call:
     """One call across, run inside _Bridge.forward so that autograd links its outputs to its inputs."""
 
-    def __init__(self, ep, fields):
-        self.ep, self.fields = ep, fields
+    def __init__(self, endpoint, fields):
+        self.endpoint, self.fields = endpoint, fields
         self.result = None
         self.record = None
         self.diff = []
@@ -65,7 +66,7 @@ class _Call:
 class _Bridge(torch.autograd.Function):
     @staticmethod
     def forward(ctx, call, dummy, *inputs):
-        call.result, call.record, call.diff = call.ep._call_now(call.fields)
+        call.result, call.record, call.diff = call.endpoint._call_now(call.fields)
         ctx.call = call
         marker = dummy.new_zeros(())
         ctx.mark_non_differentiable(marker)
@@ -76,10 +77,15 @@ class _Bridge(torch.autograd.Function):
         call = ctx.call
         if call.record is None:
             return (None, None) + (None,) * call.n_inputs
-        got = call.ep.request("backward", record=call.record, grads=list(grads))
+        got = call.endpoint.request("backward", record=call.record, grads=list(grads))
         got = list(got) if isinstance(got, (list, tuple)) else []
         got = (got + [None] * call.n_inputs)[:call.n_inputs]
         return (None, None, *[g if isinstance(g, torch.Tensor) else None for g in got])
+
+
+def _layout(tensor) -> tuple:
+    """What changes when code changes a tensor in place: its version, shape and strides."""
+    return tensor._version, tuple(tensor.shape), tensor.stride()
 
 
 def _tensors(obj, out, depth=0):
@@ -103,7 +109,7 @@ class Endpoint(Handles, Codec):
     served); otherwise the learner's side, which serves every request of the grader."""
 
     def __init__(self, sock: socket.socket, trusted: bool, namespace: dict | None = None):
-        self.ch = Channel.for_grader(sock) if trusted else Channel(sock)
+        self.channel = Channel.for_grader(sock) if trusted else Channel(sock)
         self.trusted = trusted
         self.subclasses: tuple = ()                 # trusted side: the tensor classes of the call being answered
         self.built: dict[int, object] = {}          # trusted side: handle -> the grader's own copy of what it built
@@ -122,6 +128,10 @@ class Endpoint(Handles, Codec):
         self._synced = (None, None)                 # the random state both sides last agreed on
         self.passthrough: tuple = ()                # exceptions of the grader's that are not answers (its time limit)
 
+    @property
+    def ch(self) -> Channel:
+        """The channel, by the name autograder/checker.py, autograder/serve.py and tests/grading.py use."""
+        return self.channel
 
     # ------------------------------------------------------------------ requests
     def _state(self, blobs) -> dict:
@@ -141,6 +151,7 @@ class Endpoint(Handles, Codec):
         return state
 
     def _set_state(self, state, blobs) -> None:
+        """Take the other side's random state, where it sent one."""
         if not isinstance(state, dict) or "rng" not in state:
             return
         raw = self._blob(blobs, state.get("rng"))
@@ -160,17 +171,18 @@ class Endpoint(Handles, Codec):
         header = {"k": "req", "id": next(self.ids), "op": op}
         for key, value in fields.items():
             header[key] = value if key in ("h", "name", "where", "fn", "record", "cls", "module") else \
-                self.enc(value, blobs)
+                self.encode(value, blobs)
         return self._exchange(header, blobs)[0]
 
     def _exchange(self, header, blobs):
+        """Send a request; serve the other side's requests until its answer comes (_answer)."""
         if self.depth >= MAX_DEPTH:
             raise RecursionError("calls between the grader and the notebook nested too deep")
-        self.ch.send(header, blobs)
+        self.channel.send(header, blobs)
         self.depth += 1
         try:
             while True:
-                msg, got = self.ch.recv()
+                msg, got = self.channel.recv()
                 kind = msg.get("k")
                 if kind == "req":
                     self.serve(msg, got)
@@ -184,24 +196,42 @@ class Endpoint(Handles, Codec):
             self.depth -= 1
 
     def _answer(self, msg, blobs):
+        """(value, its tensors that need gradients, the arguments changed in place, the backward record) of an
+        answer; the error it describes raised (the policy rebuilds it)."""
         diff: list = []
         if "state" in msg:
             self._set_state(msg["state"], blobs)
         if not msg.get("ok"):
             raise policy.rebuilt_exception(msg.get("exc"))
-        value = self.dec(msg.get("v"), blobs, diff=diff)
-        mutated = [self.dec(m, blobs) for m in msg.get("mut") or []] if isinstance(msg.get("mut"), list) else []
+        value = self.decode(msg.get("v"), blobs, diff=diff)
+        mutated = [self.decode(m, blobs) for m in msg.get("mut") or []] if isinstance(msg.get("mut"), list) else []
         return value, diff, mutated, msg.get("record")
 
-    def call(self, h, args, kwargs):
-        """Call the other side's object `h`; through the autograd bridge when gradients may be needed."""
-        return self._call(h, None, args, kwargs)
+    def build(self, factory, args, kwargs):
+        """A check's object whose parameters the learner's code must own (a model handed to make_optimizer): built
+        here, by the grader's own factory, then made on the other side from its description (PyTorch's own module
+        classes and the values built here); copy.deepcopy of it gives the grader's own copy, as built."""
+        local = factory(*args, **kwargs)
+        blobs: list = []
+        header = {"k": "req", "id": next(self.ids), "op": "build", "spec": self.encode(_module_spec(local), blobs)}
+        proxy = self._exchange(header, blobs)[0]
+        if not isinstance(proxy, Remote):
+            raise ChannelError("a built object that did not stay on the other side")
+        self.built[object.__getattribute__(proxy, "_handle")] = local
+        return proxy
 
-    def call_method(self, h, name, args, kwargs):
-        return self._call(h, name, args, kwargs)
+    def call(self, handle, args, kwargs):
+        """Call the other side's object `handle`; through the autograd bridge when gradients may be needed."""
+        return self._call(handle, None, args, kwargs)
 
-    def _call(self, h, method, args, kwargs):
-        fields = {"h": h, "method": method, "args": list(args), "kwargs": dict(kwargs)}
+    def call_method(self, handle, name, args, kwargs):
+        """Call the method `name` of the other side's object `handle` (a parameter's in-place methods)."""
+        return self._call(handle, name, args, kwargs)
+
+    def _call(self, handle, method, args, kwargs):
+        """The call as it is sent (_call_now), inside _Bridge when gradients are enabled, so that autograd links its
+        outputs to its inputs."""
+        fields = {"h": handle, "method": method, "args": list(args), "kwargs": dict(kwargs)}
         if not torch.is_grad_enabled():
             value, _, _ = self._call_now(fields, grad=False)
             return value
@@ -219,8 +249,8 @@ class Endpoint(Handles, Codec):
                   "grad": grad, "state": self._state(blobs)}
         header["state"]["grad"] = grad
         sent = []
-        header["args"] = self.enc(fields["args"], blobs, diff if grad else None, export_callables=True)
-        header["kwargs"] = self.enc(fields["kwargs"], blobs, diff if grad else None, export_callables=True)
+        header["args"] = self.encode(fields["args"], blobs, diff if grad else None, export_callables=True)
+        header["kwargs"] = self.encode(fields["kwargs"], blobs, diff if grad else None, export_callables=True)
         _tensors([fields["args"], fields["kwargs"]], sent)
         saved = self.subclasses
         if self.trusted:  # the answer may be of a tensor class the check sent (stage 05's ids "on another device")
@@ -239,35 +269,37 @@ class Endpoint(Handles, Codec):
 
     # ------------------------------------------------------------------ serving
     def serve(self, msg, blobs) -> None:
-        rid, op = msg.get("id"), msg.get("op")
-        reply: dict = {"k": "rep", "id": rid}
+        """Answer the other side's request `msg` by its `_op_` method; its error is answered as a description."""
+        request_id, op = msg.get("id"), msg.get("op")
+        reply: dict = {"k": "rep", "id": request_id}
         out: list = []
         try:
             if self.trusted:
                 policy.check_request(op)
-            value = getattr(self, f"_op_{op}", None)
-            if value is None:
+            handler = getattr(self, f"_op_{op}", None)
+            if handler is None:
                 raise ChannelError(f"an unknown request {str(op)[:30]!r}")
             saved, self.subclasses = self.subclasses, ()
             try:
-                result = value(msg, blobs, reply, out)
+                result = handler(msg, blobs, reply, out)
             finally:
                 self.subclasses = saved
             reply["ok"] = True
             if "v" not in reply:
-                reply["v"] = self.enc(result, out)
+                reply["v"] = self.encode(result, out)
         except ChannelError:
             raise
         except BaseException as e:  # noqa: BLE001  (the learner's code's errors, an interrupt included)
             if self.trusted and (not isinstance(e, Exception) or isinstance(e, self.passthrough)):
                 raise  # the grader's own time limit: not an answer to send
             out = []
-            reply = {"k": "rep", "id": rid, "ok": False, "exc": self._describe(e)}
+            reply = {"k": "rep", "id": request_id, "ok": False, "exc": self._describe(e)}
             if "state" in msg:
                 reply["state"] = self._state(out)
-        self.ch.send(reply, out)
+        self.channel.send(reply, out)
 
     def _describe(self, e) -> dict:
+        """An error as it crosses: its type's name, its message and the learner's frames (no grader's, no torch's)."""
         frames = []
         for f in traceback.extract_tb(e.__traceback__):
             name = f.filename.replace("\\", "/")
@@ -281,12 +313,13 @@ class Endpoint(Handles, Codec):
         return {"type": type(e).__name__, "msg": text, "tb": frames[-20:]}
 
     def _target(self, msg):
-        h = msg.get("h")
-        if h not in self.exports:
+        handle = msg.get("h")
+        if handle not in self.exports:
             raise ChannelError("a request for an object that was never given out")
-        return self.exports[h]
+        return self.exports[handle]
 
-    def _check_name(self, obj, name) -> str:
+    def _attribute_name(self, name) -> str:
+        """A request's attribute name: a string, on the grader's side one the policy shows."""
         if not isinstance(name, str):
             raise ChannelError("an attribute name that is not a string")
         if self.trusted:
@@ -298,28 +331,28 @@ class Endpoint(Handles, Codec):
         if not isinstance(name, str) or name not in self.namespace:
             raise NameError(f"name {name!r} is not defined")
         obj = self.namespace[name]
-        reply["v"] = self.enc(obj, out, force_handle=isinstance(obj, torch.Tensor))
+        reply["v"] = self.encode(obj, out, force_handle=isinstance(obj, torch.Tensor))
         return None
 
     def _op_getattr(self, msg, blobs, reply, out):
         obj = self._target(msg)
-        name = self._check_name(obj, msg.get("name"))
+        name = self._attribute_name(msg.get("name"))
         value = getattr(obj, name)
         force = (not self.trusted and isinstance(obj, torch.Tensor) and name == "data")
         if self.trusted and callable(value) and not isinstance(value, (torch.nn.Module, type)):
             policy.check_bound_method(obj, name, value)
-            reply["v"] = self.enc(value, out, export_callables=True)
+            reply["v"] = self.encode(value, out, export_callables=True)
             return None
-        reply["v"] = self.enc(value, out, force_handle=force)
+        reply["v"] = self.encode(value, out, force_handle=force)
         return None
 
     def _op_setattr(self, msg, blobs, reply, out):
         obj = self._target(msg)
-        setattr(obj, self._check_name(obj, msg.get("name")), self.dec(msg.get("v"), blobs))
+        setattr(obj, self._attribute_name(msg.get("name")), self.decode(msg.get("v"), blobs))
 
     def _op_delattr(self, msg, blobs, reply, out):
         obj = self._target(msg)
-        delattr(obj, self._check_name(obj, msg.get("name")))
+        delattr(obj, self._attribute_name(msg.get("name")))
 
     def _op_len(self, msg, blobs, reply, out):
         return len(self._target(msg))
@@ -333,13 +366,13 @@ class Endpoint(Handles, Codec):
         return items
 
     def _op_getitem(self, msg, blobs, reply, out):
-        return self._target(msg)[self.dec(msg.get("key"), blobs)]
+        return self._target(msg)[self.decode(msg.get("key"), blobs)]
 
     def _op_setitem(self, msg, blobs, reply, out):
-        self._target(msg)[self.dec(msg.get("key"), blobs)] = self.dec(msg.get("v"), blobs)
+        self._target(msg)[self.decode(msg.get("key"), blobs)] = self.decode(msg.get("v"), blobs)
 
     def _op_contains(self, msg, blobs, reply, out):
-        return bool(self.dec(msg.get("v"), blobs) in self._target(msg))
+        return bool(self.decode(msg.get("v"), blobs) in self._target(msg))
 
     def _op_repr(self, msg, blobs, reply, out):
         return repr(self._target(msg))[:2000]
@@ -359,33 +392,38 @@ class Endpoint(Handles, Codec):
         name = msg.get("fn")
         if not isinstance(name, str) or not name.endswith("_") or name.startswith("_"):
             raise ChannelError("a malformed in-place request")
-        args, kwargs = self.dec(msg.get("args"), blobs), self.dec(msg.get("kwargs"), blobs)
+        args, kwargs = self.decode(msg.get("args"), blobs), self.decode(msg.get("kwargs"), blobs)
         fn = getattr(torch.nn.init, name) if msg.get("where") == "init" else getattr(torch.Tensor, name)
         fn(obj, *args, **kwargs)
         return None
 
-    def _op_call(self, msg, blobs, reply, out):
+    def _callee(self, msg):
+        """What a call request calls: the object, or its method; on the grader's side only as the policy allows."""
         obj = self._target(msg)
         method = msg.get("method")
         if method is not None:
             if self.trusted or not isinstance(method, str):
                 policy.check_method(method)
-            fn = getattr(obj, method)
-        else:
-            if self.trusted:
-                policy.check_callable(obj, msg.get("h"), self.callable_ok)
-            fn = obj
+            return getattr(obj, method)
+        if self.trusted:
+            policy.check_callable(obj, msg.get("h"), self.callable_ok)
+        return obj
+
+    def _op_call(self, msg, blobs, reply, out):
+        """Call under the caller's random state, grad mode and default device; answer the result, the arguments
+        changed in place, a record for the gradients of the outputs, and this side's random state."""
+        fn = self._callee(msg)
         state = msg.get("state") if isinstance(msg.get("state"), dict) else {}
         self._set_state(state, blobs)
         leaves: list = []
-        args = self.dec(msg.get("args"), blobs, leaves=leaves)
-        kwargs = self.dec(msg.get("kwargs"), blobs, leaves=leaves)
+        args = self.decode(msg.get("args"), blobs, leaves=leaves)
+        kwargs = self.decode(msg.get("kwargs"), blobs, leaves=leaves)
         if not isinstance(args, list) or not isinstance(kwargs, dict) or not all(isinstance(k, str) for k in kwargs):
             raise ChannelError("malformed call arguments")
-        before = [(t._version, tuple(t.shape), t.stride()) for t in leaves]
+        before = [_layout(t) for t in leaves]
         grad = bool(state.get("grad", True))
         device = state.get("device")
-        with torch.set_grad_enabled(grad), (torch.device(str(device)[:40]) if device else _null()):
+        with torch.set_grad_enabled(grad), (torch.device(str(device)[:40]) if device else contextlib.nullcontext()):
             if self.watch is not None:
                 with self.watch():
                     result = fn(*args, **kwargs)
@@ -395,11 +433,9 @@ class Endpoint(Handles, Codec):
                     not isinstance(result, (torch.Tensor, str, bytes, Remote)):
                 result = self._op_iter_value(result)
         diff: list = []
-        reply["v"] = self.enc(result, out, diff if grad else None)
-        mutated = []
-        for i, (t, (version, shape, stride)) in enumerate(zip(leaves, before)):
-            if t._version != version or tuple(t.shape) != shape or t.stride() != stride:
-                mutated.append(self.enc([i, t.detach()], out))
+        reply["v"] = self.encode(result, out, diff if grad else None)
+        mutated = [self.encode([i, t.detach()], out) for i, (t, was) in enumerate(zip(leaves, before))
+                   if _layout(t) != was]
         if mutated:
             reply["mut"] = mutated
         if diff:
@@ -425,7 +461,7 @@ class Endpoint(Handles, Codec):
         if self.trusted:  # once per call answered: no pumping gradients into the grader's modules
             policy.check_backward(msg.get("record"), self.backwarded)
         leaves, outputs = record
-        grads = self.dec(msg.get("grads"), blobs)
+        grads = self.decode(msg.get("grads"), blobs)
         if not isinstance(grads, list) or len(grads) > len(outputs):
             raise ChannelError("malformed gradients")
         pairs = [(o, g) for o, g in zip(outputs, grads) if isinstance(g, torch.Tensor)]
@@ -454,22 +490,9 @@ class Endpoint(Handles, Codec):
     def _op_build(self, msg, blobs, reply, out):
         """A module the grader built (autograder.checks._util.learner_side), made on this side from its description:
         PyTorch's own classes, the grader's values."""
-        module = _materialize(self.dec(msg.get("spec"), blobs))
-        reply["v"] = self.enc(module, out, force_handle=True)
+        module = _materialize(self.decode(msg.get("spec"), blobs))
+        reply["v"] = self.encode(module, out, force_handle=True)
         return None
-
-    def build(self, factory, args, kwargs):
-        """A check's object whose parameters the learner's code must own (a model handed to make_optimizer): built
-        here, by the grader's own factory, then made on the other side from its description (PyTorch's own module
-        classes and the values built here); copy.deepcopy of it gives the grader's own copy, as built."""
-        local = factory(*args, **kwargs)
-        blobs: list = []
-        header = {"k": "req", "id": next(self.ids), "op": "build", "spec": self.enc(_module_spec(local), blobs)}
-        proxy = self._exchange(header, blobs)[0]
-        if not isinstance(proxy, Remote):
-            raise ChannelError("a built object that did not stay on the other side")
-        self.built[object.__getattribute__(proxy, "_h")] = local
-        return proxy
 
     def _op_tempdir(self, msg, blobs, reply, out):
         """A new folder in this side's temporary folder, for a path a check hands to the learner's code (a tokenizer's
@@ -484,10 +507,3 @@ class Endpoint(Handles, Codec):
         self.records.clear()
         return None
 
-
-class _null:
-    def __enter__(self):
-        return None
-
-    def __exit__(self, *exc):
-        return False

@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 
 from . import remote_policy as policy
-from .remote_proxies import Remote, RemoteTensor
+from .remote_proxies import Remote
 from .remote_wire import ChannelError
 
 MAX_NODES = 2_000_000       # values in one message
@@ -28,71 +28,83 @@ class Codec:
     exports, proxies) and `subclasses`, the tensor classes of the call being answered."""
 
     # ------------------------------------------------------------------ encoding
-    def enc(self, v, blobs: list, diff: list | None = None, export_callables: bool = False, depth: int = 0,
-            force_handle: bool = False):
+    def encode(self, value, blobs: list, diff: list | None = None, export_callables: bool = False, depth: int = 0,
+               force_handle: bool = False):
+        """The JSON of `value`; its tensors' bytes are appended to `blobs`. `diff`: collects the tensors that need
+        gradients (the outputs of a call the other side may ask the gradients of); `export_callables`: objects
+        handed out may be called by the other side; `force_handle`: a tensor crosses as a handle, not a copy."""
         if depth > 40:
             raise ValueError("a value nested more than 40 levels deep cannot cross to the grader")
-        t = type(v)
-        if v is None or t is bool or t is str:
-            return v
-        if t is int:
-            return v if -(1 << 53) < v < (1 << 53) else {"$": "int", "v": str(v)}
-        if t is float:
-            return {"$": "f", "v": repr(v)}
-        if not force_handle and isinstance(v, torch.Tensor) and not isinstance(v, Remote) and (
-                self.trusted or not isinstance(v, torch.nn.Parameter)):
-            return self._enc_tensor(v, blobs, diff)
-        if t is list:
-            return [self.enc(x, blobs, diff, export_callables, depth + 1) for x in v]
-        if t is _Iterated:
-            return {"$": "iter", "v": [self.enc(x, blobs, diff, export_callables, depth + 1) for x in v]}
-        if t is tuple:
-            return {"$": "tuple", "v": [self.enc(x, blobs, diff, export_callables, depth + 1) for x in v]}
-        if t is dict or (not self.trusted and isinstance(v, dict) and type(v).__module__ == "collections"):
-            return {"$": "dict", "k": [self.enc(k, blobs, None, False, depth + 1) for k in v.keys()],
-                    "v": [self.enc(x, blobs, diff, export_callables, depth + 1) for x in v.values()]}
-        if t is torch.Size:
-            return {"$": "size", "v": [int(s) for s in v]}
-        if t is torch.dtype:
-            return {"$": "dtype", "v": str(v).replace("torch.", "")}
-        if t is torch.device:
-            return {"$": "device", "v": str(v)}
-        if t is slice:
-            return {"$": "slice", "v": [self.enc(x, blobs, None, False, depth + 1) for x in (v.start, v.stop, v.step)]}
-        if v is Ellipsis:
-            return {"$": "ellipsis"}
-        if t is bytes or t is bytearray:
-            blobs.append(bytes(v))
-            return {"$": "bytes", "b": len(blobs) - 1}
-        if t is set or t is frozenset:
-            return {"$": t.__name__, "v": [self.enc(x, blobs, None, False, depth + 1) for x in v]}
-        if isinstance(v, Remote) and object.__getattribute__(v, "_ep") is self:
-            return {"$": "back", "h": object.__getattribute__(v, "_h")}
-        if not self.trusted:
-            # the learner's side: builtin subclasses and numpy scalars as the plain values they stand for
-            if isinstance(v, bool):
-                return bool(v)
-            if isinstance(v, int):
-                return self.enc(int(v), blobs)
-            if isinstance(v, float):
-                return self.enc(float(v), blobs)
-            if isinstance(v, str):
-                return str(v)
-            if type(v).__module__ == "numpy" and hasattr(v, "item") and getattr(v, "ndim", None) == 0:
-                return self.enc(v.item(), blobs)
-        if self.trusted:
-            policy.check_handed_out(v)
-        h = self.export(v, callable_ok=export_callables)
-        return {"$": "h", "h": h, "i": self._info(v)}
+        kind = type(value)
+        if value is None or kind is bool or kind is str:
+            return value
+        if kind is int:
+            return value if -(1 << 53) < value < (1 << 53) else {"$": "int", "v": str(value)}
+        if kind is float:
+            return {"$": "f", "v": repr(value)}
+        if not force_handle and isinstance(value, torch.Tensor) and not isinstance(value, Remote) and (
+                self.trusted or not isinstance(value, torch.nn.Parameter)):  # the learner's parameters stay there
+            return self._enc_tensor(value, blobs, diff)
 
-    def _enc_tensor(self, v, blobs, diff):
-        node = {"$": "t", "dt": str(v.dtype).replace("torch.", ""), "s": [int(s) for s in v.shape]}
+        def items(values, diff=diff, export_callables=export_callables):
+            return [self.encode(x, blobs, diff, export_callables, depth + 1) for x in values]
+        if kind is list:
+            return items(value)
+        if kind is _Iterated:
+            return {"$": "iter", "v": items(value)}
+        if kind is tuple:
+            return {"$": "tuple", "v": items(value)}
+        if kind is dict or (not self.trusted and isinstance(value, dict) and type(value).__module__ == "collections"):
+            return {"$": "dict", "k": items(value.keys(), None, False), "v": items(value.values())}
+        if kind is slice:
+            return {"$": "slice", "v": items((value.start, value.stop, value.step), None, False)}
+        if kind is set or kind is frozenset:
+            return {"$": kind.__name__, "v": items(value, None, False)}
+        return self._encode_other(value, blobs, export_callables)
+
+    def _encode_other(self, value, blobs: list, export_callables: bool):
+        """A value that holds no other: a size, dtype, device, Ellipsis or bytes; a proxy handed back; on the
+        learner's side a builtin's subclass or a numpy scalar as its plain value; else a handle."""
+        kind = type(value)
+        if kind is torch.Size:
+            return {"$": "size", "v": [int(s) for s in value]}
+        if kind is torch.dtype:
+            return {"$": "dtype", "v": str(value).replace("torch.", "")}
+        if kind is torch.device:
+            return {"$": "device", "v": str(value)}
+        if value is Ellipsis:
+            return {"$": "ellipsis"}
+        if kind is bytes or kind is bytearray:
+            blobs.append(bytes(value))
+            return {"$": "bytes", "b": len(blobs) - 1}
+        if isinstance(value, Remote) and object.__getattribute__(value, "_endpoint") is self:
+            return {"$": "back", "h": object.__getattribute__(value, "_handle")}
+        if not self.trusted:
+            if isinstance(value, bool):
+                return bool(value)
+            if isinstance(value, int):
+                return self.encode(int(value), blobs)
+            if isinstance(value, float):
+                return self.encode(float(value), blobs)
+            if isinstance(value, str):
+                return str(value)
+            if type(value).__module__ == "numpy" and hasattr(value, "item") and getattr(value, "ndim", None) == 0:
+                return self.encode(value.item(), blobs)
+        if self.trusted:
+            policy.check_handed_out(value)
+        handle = self.export(value, callable_ok=export_callables)
+        return {"$": "h", "h": handle, "i": self._info(value)}
+
+    def _enc_tensor(self, tensor, blobs: list, diff: list | None):
+        """A tensor's node: dtype, shape and its bytes as a blob (none for a meta tensor), a class of the checks
+        by name, and whether it needs gradients. (Its name: tests/submissions/corpus.py's FORGED_TAG patches it.)"""
+        node = {"$": "t", "dt": str(tensor.dtype).replace("torch.", ""), "s": [int(s) for s in tensor.shape]}
         if node["dt"] not in DTYPES:
-            raise TypeError(f"a tensor of dtype {v.dtype} cannot cross")
-        if v.device.type == "meta":
+            raise TypeError(f"a tensor of dtype {tensor.dtype} cannot cross")
+        if tensor.device.type == "meta":
             node["meta"] = True
         else:
-            data = v.detach()
+            data = tensor.detach()
             if data.device.type != "cpu":
                 data = data.cpu()
             data = data.as_subclass(torch.Tensor).contiguous()
@@ -103,23 +115,23 @@ class Codec:
             flat = data.reshape(-1)
             blobs.append(flat.view(torch.uint8).numpy().tobytes() if flat.numel() else b"")
             node["b"] = len(blobs) - 1
-        if type(v) is not torch.Tensor and not isinstance(v, torch.nn.Parameter):
-            module = type(v).__module__ or ""
+        if type(tensor) is not torch.Tensor and not isinstance(tensor, torch.nn.Parameter):
+            module = type(tensor).__module__ or ""
             if module.startswith(policy.CHECKS):
-                node["sub"] = [module, type(v).__qualname__]
-        if v.requires_grad and diff is not None:
-            diff.append(v)
+                node["sub"] = [module, type(tensor).__qualname__]
+        if tensor.requires_grad and diff is not None:
+            diff.append(tensor)
             node["d"] = len(diff) - 1
-        elif v.requires_grad:
+        elif tensor.requires_grad:
             node["rg"] = True
         return node
 
     # ------------------------------------------------------------------ decoding
-    def dec(self, node, blobs, count: list | None = None, depth: int = 0, leaves: list | None = None,
-            diff: list | None = None):
-        """The value of `node`. `leaves`: collects every tensor (arguments of a call we serve, which become
-        leaves that need gradients where the caller's did); `diff`: collects the tensors of an answer that
-        the other side marked as needing gradients."""
+    def decode(self, node, blobs, count: list | None = None, depth: int = 0, leaves: list | None = None,
+               diff: list | None = None):
+        """The value of `node`. `count`: the values decoded so far in this message; `leaves`: collects every tensor
+        (arguments of a call we serve, which become leaves that need gradients where the caller's did); `diff`:
+        collects the tensors of an answer that the other side marked as needing gradients."""
         if count is None:
             count = [0]
         count[0] += 1
@@ -132,73 +144,84 @@ class Codec:
         if isinstance(node, float):
             return float(node)
         if isinstance(node, list):
-            return [self.dec(x, blobs, count, depth + 1, leaves, diff) for x in node]
+            return [self.decode(x, blobs, count, depth + 1, leaves, diff) for x in node]
         if not isinstance(node, dict):
             raise ChannelError("a value of an unknown kind")
         tag = node.get("$")
+        if tag == "t":
+            tensor = self._decode_tensor(node, blobs, grad=diff is None)
+            if leaves is not None:
+                leaves.append(tensor)
+            if diff is not None and node.get("d") is not None:
+                diff.append(tensor)
+            return tensor
+        if tag in ("back", "h"):
+            return self._decode_handle(tag, node)
+        if tag in ("tuple", "iter", "dict", "slice", "set", "frozenset"):
+            return self._decode_container(tag, node, blobs, count, depth, leaves, diff)
+        return self._decode_scalar(tag, node, blobs)
+
+    def _decode_container(self, tag, node, blobs, count, depth, leaves, diff):
+        """A tuple, iterator, dict, slice, set or frozenset; a dict's keys, a slice's bounds and a set's items are
+        never tensors that collect into `leaves` or `diff`."""
+        def item(x):
+            return self.decode(x, blobs, count, depth + 1, leaves, diff)
+
+        def key(x):
+            return self.decode(x, blobs, count, depth + 1)
+        if tag == "tuple":
+            return tuple(item(x) for x in self._list(node))
+        if tag == "iter":
+            return iter([item(x) for x in self._list(node)])
+        if tag == "dict":
+            keys = [key(k) for k in self._list(node, "k")]
+            values = [item(x) for x in self._list(node, "v")]
+            if len(keys) != len(values):
+                raise ChannelError("a dict whose keys and values differ in number")
+            return dict(zip(keys, values))
+        parts = [key(x) for x in self._list(node)]
+        if tag == "slice":
+            return slice(*(parts + [None] * 3)[:3])
+        return set(parts) if tag == "set" else frozenset(parts)
+
+    def _decode_scalar(self, tag, node, blobs):
+        """A tagged value that holds no other: a float, an int past JSON's, a size, dtype, device, Ellipsis, bytes."""
         if tag == "f":
             return float(str(node.get("v")))
         if tag == "int":
             return int(str(node.get("v"))[:400])
-        if tag == "tuple":
-            return tuple(self.dec(x, blobs, count, depth + 1, leaves, diff) for x in self._list(node))
-        if tag == "iter":
-            return iter([self.dec(x, blobs, count, depth + 1, leaves, diff) for x in self._list(node)])
-        if tag == "dict":
-            keys = [self.dec(k, blobs, count, depth + 1) for k in self._list(node, "k")]
-            values = [self.dec(x, blobs, count, depth + 1, leaves, diff) for x in self._list(node, "v")]
-            if len(keys) != len(values):
-                raise ChannelError("a dict whose keys and values differ in number")
-            return dict(zip(keys, values))
         if tag == "size":
             return torch.Size([int(s) for s in self._list(node)])
         if tag == "dtype":
-            dt = DTYPES.get(node.get("v"))
-            if dt is None:
+            dtype = DTYPES.get(node.get("v"))
+            if dtype is None:
                 raise ChannelError(f"an unknown dtype {str(node.get('v'))[:40]!r}")
-            return dt
+            return dtype
         if tag == "device":
             return torch.device(str(node.get("v"))[:40])
-        if tag == "slice":
-            parts = [self.dec(x, blobs, count, depth + 1) for x in self._list(node)]
-            return slice(*(parts + [None] * 3)[:3])
         if tag == "ellipsis":
             return Ellipsis
         if tag == "bytes":
             return bytes(self._blob(blobs, node.get("b")))
-        if tag in ("set", "frozenset"):
-            items = [self.dec(x, blobs, count, depth + 1) for x in self._list(node)]
-            return set(items) if tag == "set" else frozenset(items)
-        if tag == "t":
-            t = self._dec_tensor(node, blobs, grad=diff is None)
-            if leaves is not None:
-                leaves.append(t)
-            if diff is not None and node.get("d") is not None:
-                diff.append(t)
-            return t
-        if tag == "back":  # one of our own objects, handed back
-            h = node.get("h")
-            if h not in self.exports:
-                raise ChannelError("a handle that was never given out")
-            return self.exports[h]
-        if tag == "h":
-            h = node.get("h")
-            if type(h) is not int:
-                raise ChannelError("a handle that is not an int")
-            proxy = self.proxies.get(h)
-            if proxy is None:
-                info = node.get("i") if isinstance(node.get("i"), dict) else {}
-                proxy = (RemoteTensor if info.get("tensor") else Remote)(self, h, info)
-                self.proxies[h] = proxy
-            return proxy
         raise ChannelError(f"an unknown tag {str(tag)[:20]!r}")
+
+    def _decode_handle(self, tag, node):
+        """One of our own objects handed back ("back"), or a proxy of one of the other side's ("h")."""
+        handle = node.get("h")
+        if tag == "back":
+            if handle not in self.exports:
+                raise ChannelError("a handle that was never given out")
+            return self.exports[handle]
+        if type(handle) is not int:
+            raise ChannelError("a handle that is not an int")
+        return self.proxy(handle, node.get("i"))
 
     @staticmethod
     def _list(node, key="v"):
-        v = node.get(key)
-        if not isinstance(v, list):
+        found = node.get(key)
+        if not isinstance(found, list):
             raise ChannelError("a malformed value")
-        return v
+        return found
 
     @staticmethod
     def _blob(blobs, i):
@@ -206,10 +229,11 @@ class Codec:
             raise ChannelError("a reference to a missing blob")
         return blobs[i]
 
-    def _dec_tensor(self, node, blobs, grad: bool = True):
-        dt = DTYPES.get(node.get("dt"))
+    def _decode_tensor(self, node, blobs, grad: bool = True):
+        """A tensor from its node, its shape and byte count checked; a class of the checks only as the policy allows."""
+        dtype = DTYPES.get(node.get("dt"))
         shape = node.get("s")
-        if dt is None or not isinstance(shape, list) or not all(type(s) is int and s >= 0 for s in shape) \
+        if dtype is None or not isinstance(shape, list) or not all(type(s) is int and s >= 0 for s in shape) \
                 or len(shape) > 16:
             raise ChannelError("a malformed tensor")
         n = 1
@@ -218,16 +242,17 @@ class Codec:
         if node.get("meta"):
             if n > 1 << 40:
                 raise ChannelError("a meta tensor too large")
-            t = torch.empty(shape, dtype=dt, device="meta")
+            tensor = torch.empty(shape, dtype=dtype, device="meta")
         else:
             raw = self._blob(blobs, node.get("b"))
-            size = torch.empty((), dtype=dt).element_size()
+            size = torch.empty((), dtype=dtype).element_size()
             if len(raw) != n * size:
-                raise ChannelError(f"a tensor of shape {shape} and dtype {dt} with {len(raw)} bytes")
-            t = torch.frombuffer(raw, dtype=dt).reshape(shape) if n else torch.empty(shape, dtype=dt)
+                raise ChannelError(f"a tensor of shape {shape} and dtype {dtype} with {len(raw)} bytes")
+            tensor = torch.frombuffer(raw, dtype=dtype).reshape(shape) if n else torch.empty(shape, dtype=dtype)
         cls = policy.tensor_class(node.get("sub"), self.trusted, self.subclasses)
         if cls is not None:
-            t = t.as_subclass(cls)
-        if (grad and node.get("d") is not None or node.get("rg")) and (t.is_floating_point() or t.is_complex()):
-            t.requires_grad_(True)
-        return t
+            tensor = tensor.as_subclass(cls)
+        if (grad and node.get("d") is not None or node.get("rg")) and (tensor.is_floating_point() or
+                                                                          tensor.is_complex()):
+            tensor.requires_grad_(True)
+        return tensor

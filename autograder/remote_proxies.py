@@ -52,11 +52,11 @@ def _local_class(info: dict):
 class Remote:
     """A proxy of an object on the other side. Attribute reads, writes, calls, len, iteration and indexing
     are forwarded; equality and hashing are by identity (the same remote object is the same proxy)."""
-    __slots__ = ("_ep", "_h", "_info", "__weakref__")
+    __slots__ = ("_endpoint", "_handle", "_info", "__weakref__")
 
-    def __init__(self, ep, h, info):
-        object.__setattr__(self, "_ep", ep)
-        object.__setattr__(self, "_h", h)
+    def __init__(self, endpoint, handle, info):
+        object.__setattr__(self, "_endpoint", endpoint)
+        object.__setattr__(self, "_handle", handle)
         object.__setattr__(self, "_info", info)
 
     @property
@@ -67,38 +67,38 @@ class Remote:
         if name.startswith("__") and name.endswith("__") and name not in ("__name__", "__qualname__", "__module__",
                                                                           "__doc__", "__wrapped__"):
             raise AttributeError(name)
-        return self._ep.request("getattr", h=self._h, name=name)
+        return self._endpoint.request("getattr", h=self._handle, name=name)
 
     def __setattr__(self, name, value):
-        self._ep.request("setattr", h=self._h, name=name, v=value)
+        self._endpoint.request("setattr", h=self._handle, name=name, v=value)
 
     def __delattr__(self, name):
-        self._ep.request("delattr", h=self._h, name=name)
+        self._endpoint.request("delattr", h=self._handle, name=name)
 
     def __call__(self, *args, **kwargs):
-        return self._ep.call(self._h, args, kwargs)
+        return self._endpoint.call(self._handle, args, kwargs)
 
     def __len__(self):
-        n = self._ep.request("len", h=self._h)
+        n = self._endpoint.request("len", h=self._handle)
         if type(n) is not int or n < 0:
             raise TypeError("len() of the proxy is not a non-negative int")
         return n
 
     def __iter__(self):
-        items = self._ep.request("iter", h=self._h)
+        items = self._endpoint.request("iter", h=self._handle)
         return iter(items if isinstance(items, list) else [])
 
     def __getitem__(self, key):
-        return self._ep.request("getitem", h=self._h, key=key)
+        return self._endpoint.request("getitem", h=self._handle, key=key)
 
     def __setitem__(self, key, value):
-        self._ep.request("setitem", h=self._h, key=key, v=value)
+        self._endpoint.request("setitem", h=self._handle, key=key, v=value)
 
     def __contains__(self, item):
-        return bool(self._ep.request("contains", h=self._h, v=item) is True)
+        return bool(self._endpoint.request("contains", h=self._handle, v=item) is True)
 
     def __repr__(self):
-        text = self._ep.request("repr", h=self._h)
+        text = self._endpoint.request("repr", h=self._handle)
         return text[:2000] if isinstance(text, str) else "<remote object>"
 
     __str__ = __repr__
@@ -119,34 +119,35 @@ class Remote:
         return object.__hash__(self)
 
     def __dir__(self):
-        names = self._ep.request("dir", h=self._h)
+        names = self._endpoint.request("dir", h=self._handle)
         return [n for n in names if isinstance(n, str)] if isinstance(names, list) else []
 
     @property
     def __dict__(self):
-        found = self._ep.request("getattr", h=self._h, name="__dict__")
+        found = self._endpoint.request("getattr", h=self._handle, name="__dict__")
         return found if isinstance(found, dict) else {}
 
     def __deepcopy__(self, memo):
         """copy.deepcopy of the learner's side's module: a local copy, for modules made of PyTorch's own
         classes (a check's reference copy of a model it built on that side)."""
-        ep, h = object.__getattribute__(self, "_ep"), object.__getattribute__(self, "_h")
-        if h in ep.built:  # a module the grader built: its own copy, never a description from the other side
+        endpoint, handle = object.__getattribute__(self, "_endpoint"), object.__getattribute__(self, "_handle")
+        if handle in endpoint.built:  # a module the grader built: its own copy, never a description from the other side
             import copy
-            return copy.deepcopy(ep.built[h], memo)
-        return _materialize(ep.request("spec", h=h))
+            return copy.deepcopy(endpoint.built[handle], memo)
+        return _materialize(endpoint.request("spec", h=handle))
 
     def __instancecheck__(self, instance):
         """isinstance(x, proxy of a class): asked of the other side for its own objects, False for ours."""
-        if not isinstance(instance, Remote) or object.__getattribute__(instance, "_ep") is not self._ep:
-            return False
-        return self._ep.request("isinstance", h=object.__getattribute__(instance, "_h"), cls=self._h) is True
+        return self._ask_of_class("isinstance", instance)
 
     def __subclasscheck__(self, sub):
-        if not isinstance(sub, Remote) or object.__getattribute__(sub, "_ep") is not self._ep:
-            return False
-        return self._ep.request("issubclass", h=object.__getattribute__(sub, "_h"), cls=self._h) is True
+        return self._ask_of_class("issubclass", sub)
 
+    def _ask_of_class(self, op: str, other) -> bool:
+        """isinstance or issubclass of the other side's `other` and this proxy's class, asked of the other side."""
+        if not isinstance(other, Remote) or object.__getattribute__(other, "_endpoint") is not self._endpoint:
+            return False
+        return self._endpoint.request(op, h=object.__getattribute__(other, "_handle"), cls=self._handle) is True
 
 def _module_spec(m, depth=0):
     """The description of a module made of PyTorch's own classes that _materialize builds again."""
@@ -213,7 +214,7 @@ class RemoteTensor(Remote):
     __slots__ = ()
 
     def _fetch(self):
-        value = self._ep.request("value", h=self._h)
+        value = self._endpoint.request("value", h=self._handle)
         if not isinstance(value, torch.Tensor) or isinstance(value, Remote):
             raise TypeError("the value of a remote tensor is not a tensor")
         return value
@@ -221,9 +222,9 @@ class RemoteTensor(Remote):
     def __getattr__(self, name):
         if name in REMOTE_TENSOR_ATTRS or (name.endswith("_") and not name.startswith("_")):
             if name in ("data_ptr", "_version", "data", "grad", "requires_grad", "is_leaf", "grad_fn"):
-                return self._ep.request("getattr", h=self._h, name=name)
-            ep, h = self._ep, self._h
-            return lambda *args, **kwargs: ep.call_method(h, name, args, kwargs)
+                return self._endpoint.request("getattr", h=self._handle, name=name)
+            endpoint, handle = self._endpoint, self._handle
+            return lambda *args, **kwargs: endpoint.call_method(handle, name, args, kwargs)
         if name.startswith("__") and name.endswith("__"):
             raise AttributeError(name)
         return getattr(self._fetch(), name)
@@ -236,12 +237,12 @@ class RemoteTensor(Remote):
         if args and isinstance(args[0], RemoteTensor) and (module == "torch.nn.init" or (
                 name.endswith("_") and not name.startswith("_") and hasattr(torch.Tensor, name))):
             where = "init" if module == "torch.nn.init" else "method"
-            return args[0]._ep.request("torchfn", h=args[0]._h, where=where, fn=name, args=list(args[1:]),
+            return args[0]._endpoint.request("torchfn", h=args[0]._handle, where=where, fn=name, args=list(args[1:]),
                                        kwargs=kwargs)
         return func(*_unwrap(list(args)), **_unwrap(kwargs))
 
     def __setitem__(self, key, value):
-        self._ep.call_method(self._h, "__setitem__", (key, value), {})
+        self._endpoint.call_method(self._handle, "__setitem__", (key, value), {})
 
     def __getitem__(self, key):
         return self._fetch()[_value(key)]
@@ -292,13 +293,23 @@ class Handles:
     proxies) and the ids and records used here."""
 
     def export(self, obj, callable_ok: bool = False) -> int:
-        h = self.export_of.get(id(obj))
-        if h is None:
-            h = next(self.ids)
-            self.exports[h], self.export_of[id(obj)] = obj, h
+        """The handle of our object `obj`, given out once; `callable_ok`: the other side may call it."""
+        handle = self.export_of.get(id(obj))
+        if handle is None:
+            handle = next(self.ids)
+            self.exports[handle], self.export_of[id(obj)] = obj, handle
         if callable_ok:
-            self.callable_ok.add(h)
-        return h
+            self.callable_ok.add(handle)
+        return handle
+
+    def proxy(self, handle: int, info) -> Remote:
+        """Our proxy of the other side's object `handle` (one per handle), described by `info` (see _info)."""
+        proxy = self.proxies.get(handle)
+        if proxy is None:
+            info = info if isinstance(info, dict) else {}
+            proxy = (RemoteTensor if info.get("tensor") else Remote)(self, handle, info)
+            self.proxies[handle] = proxy
+        return proxy
 
     def forget(self) -> None:
         """Drop every handle and record (between graded names)."""
@@ -309,6 +320,7 @@ class Handles:
         self.proxies.clear()
 
     def _info(self, obj) -> dict:
+        """What the other side's proxy knows of our object: its classes by name, callable, a tensor."""
         cls = type(obj)
         try:
             mro = [[str(getattr(c, "__module__", "")), str(getattr(c, "__qualname__", c.__name__))]

@@ -127,13 +127,13 @@ def test_gradients_random_state_and_in_place_changes_cross(pair):
 def _ask(grader, request, blobs=()):
     """Send the checker's endpoint a request as the notebook's side would; return its reply."""
     out_a, out_b = socket.socketpair()
-    grader.ch.sock, saved = out_a, grader.ch.sock
+    grader.channel.sock, saved = out_a, grader.channel.sock
     try:
         grader.serve(request, [bytearray(b) for b in blobs])
         from autograder.remote import Channel
         return Channel(out_b).recv()[0]
     finally:
-        grader.ch.sock = saved
+        grader.channel.sock = saved
         out_a.close()
         out_b.close()
 
@@ -162,9 +162,9 @@ def test_the_checker_refuses_what_the_notebook_may_not_ask():
     with pytest.raises(ChannelError):  # a handle never handed out ends the conversation
         _ask(grader, {"k": "req", "id": 3, "op": "call", "h": 999, "args": [], "kwargs": {}})
     with pytest.raises(ChannelError):  # a tensor whose bytes do not fit its shape
-        grader.dec({"$": "t", "dt": "float32", "s": [4], "b": 0}, [b"\0" * 3])
+        grader.decode({"$": "t", "dt": "float32", "s": [4], "b": 0}, [b"\0" * 3])
     with pytest.raises(ChannelError):
-        grader.dec({"$": "pickle", "v": "gASVAAAA"}, [])
+        grader.decode({"$": "pickle", "v": "gASVAAAA"}, [])
     a.close()
     b.close()
 
@@ -173,7 +173,7 @@ def test_a_message_over_the_limit_is_refused():
     a, b = socket.socketpair()
     b.sendall(struct.pack("<II", 1 << 31, 0))
     with pytest.raises(ChannelError):
-        Endpoint(a, trusted=True).ch.recv()
+        Endpoint(a, trusted=True).channel.recv()
     a.close()
     b.close()
 
@@ -207,7 +207,7 @@ def test_the_checker_reads_no_message_past_its_limits(header, blobs, says):
     sender = __import__("threading").Thread(target=lambda: _try(lambda: _raw(b, header, blobs)))
     sender.start()
     with pytest.raises(ChannelError, match=says):
-        Endpoint(a, trusted=True).ch.recv()
+        Endpoint(a, trusted=True).channel.recv()
     a.close()
     sender.join()
     b.close()
@@ -279,7 +279,7 @@ def test_gradients_of_a_call_are_given_once():
     out = lin(torch.ones(1, 2))
     grader.records[7] = ([], [out])
     blobs: list = []
-    grads = grader.enc([torch.ones(1, 2)], blobs)
+    grads = grader.encode([torch.ones(1, 2)], blobs)
     first = _ask(grader, {"k": "req", "id": 1, "op": "backward", "record": 7, "grads": grads}, blobs)
     assert first["ok"]
     once = lin.weight.grad.clone()
@@ -288,7 +288,7 @@ def test_gradients_of_a_call_are_given_once():
     grader.records[8] = ([], [lin(torch.ones(1, 2))])
     blobs = []
     wrong = _ask(grader, {"k": "req", "id": 3, "op": "backward", "record": 8,
-                          "grads": grader.enc([torch.ones(5, 5)], blobs)}, blobs)
+                          "grads": grader.encode([torch.ones(5, 5)], blobs)}, blobs)
     assert not wrong["ok"] and "shapes" in wrong["exc"]["msg"]
     a.close()
     b.close()
