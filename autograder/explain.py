@@ -322,7 +322,7 @@ def _remote_call(e: BaseException) -> str:
     tb = e.__traceback__
     while tb is not None:
         code = tb.tb_frame.f_code
-        if code.co_name == "__call__" and code.co_filename.replace("\\", "/").endswith("autograder/remote.py"):
+        if code.co_name == "__call__" and code.co_filename.replace("\\", "/").endswith("autograder/remote_proxies.py"):
             break
         tb = tb.tb_next
     if tb is None:
