@@ -34,6 +34,8 @@ import sys
 import threading
 import time
 
+from .outcomes import Outcome, Verdict, check_line, name_lines
+
 NAME_BUDGET = 240.0   # seconds for all the checks of one name, on top of each check's own limit
 HELLO_TIMEOUT = 20.0
 
@@ -99,34 +101,31 @@ class Grader:
 
         def run(check, obj):
             if broken:
-                return 0.0, f"✗ {check.title} [0/{check.points:g}]: skipped: {broken[0]}"
+                return lost(check, f"skipped: {broken[0]}", Outcome.SKIPPED)
             saved = core.FORBIDDEN.pop(check.name, None)  # the shortcuts are watched where the learner's code runs
             try:
                 core._run_limited(lambda: ep.request("watch", name=check.name), 20)
-                points, line = core.run_check(check, obj)
+                verdict = core.run_check(check, obj, lost=(ChannelError,))
             except BaseException as e:  # noqa: BLE001
                 broken.append(f"the kernel stopped answering ({type(e).__name__})")
-                return 0.0, f"✗ {check.title} [0/{check.points:g}]: {broken[0]}"
+                return lost(check, broken[0])
             finally:
                 if saved is not None:
                     core.FORBIDDEN[check.name] = saved
-            if "took longer than" in line:
+            if verdict.outcome is Outcome.TIMEOUT:
                 interrupt()
                 broken.append("an earlier check ran out of time")
-                return points, line
-            if "ChannelError" in line or "the other side closed" in line:
+                return verdict
+            if verdict.outcome is Outcome.LOST:
                 broken.append("the kernel stopped answering")
-                return 0.0, f"✗ {check.title} [0/{check.points:g}]: the kernel stopped answering"
+                return lost(check, "the kernel stopped answering")
             try:
                 used = core._run_limited(lambda: ep.request("watched"), 20)
             except BaseException:  # noqa: BLE001
                 broken.append("the kernel stopped answering")
-                return 0.0, f"✗ {check.title} [0/{check.points:g}]: the kernel stopped answering"
+                return lost(check, "the kernel stopped answering")
             used = [str(u)[:200] for u in used] if isinstance(used, list) else []
-            if used:
-                return 0.0, (f"✗ {check.title} [0/{check.points:g}]: your code calls {', '.join(used)}, which does "
-                             "this lesson's work for you: write it yourself")
-            return points, line
+            return core.refused(check, used) if used else verdict
 
         start = time.time()
         try:
@@ -151,8 +150,7 @@ class Grader:
     def _finish(self, ep, result, record=True) -> None:
         if record:
             self.record(result)
-        shown = list(result["lines"]) + [f"✗ refused: {f}" for f in result["flags"]] + \
-            ([f"✗ {result['error']}"] if result["error"] else [])
+        shown = name_lines(result["lines"], result["flags"], result["error"])
         shown.append(f"{result['name']}: {result['points']:g}/{result['max_points']:g} points (graded outside "
                      "the notebook)")
         try:
@@ -163,6 +161,12 @@ class Grader:
             ep.ch.sock.close()
         except OSError:
             pass
+
+
+def lost(check, note: str, outcome: Outcome = Outcome.LOST) -> Verdict:
+    """The verdict of a check that earned nothing because the kernel stopped answering (or, SKIPPED, an earlier
+    check of the name lost it or ran out of time)."""
+    return Verdict(0.0, check_line(check.title, check.points, False, note), outcome)
 
 
 def _kernel_folder(ep) -> str:

@@ -25,6 +25,7 @@ import threading
 import time
 
 from . import forkserver
+from .outcomes import failed_title
 from .kernel import CANCELLED, CELL_TIMEOUT, MEMORY_GB, NOTEBOOK_TIMEOUT, Cancel, grade_notebook, isolation
 from .submission import _lessons, course_pythonpath, lesson_of, read_submission
 
@@ -209,8 +210,8 @@ def _failed_checks(n) -> list[str]:
     for c in n.get("cells") or []:
         name = str(c.get("grade_id", ""))[len("check_"):]
         for line in str(c.get("message") or "").splitlines():
-            if line.startswith("✗ "):
-                title = line[2:].split(" [0/")[0] if " [0/" in line else line[2:].split(":")[0]
+            title = failed_title(line)
+            if title is not None:
                 out.append(f"{name}: {title[:90]}")
     return out
 

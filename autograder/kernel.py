@@ -35,6 +35,7 @@ if __name__ == "__main__":
 
 import nbformat
 
+from .outcomes import Ending, name_lines
 from .submission import _grade_id, _lessons, _max_points, course_pythonpath, lesson_of, read_submission
 
 NOTEBOOK_TIMEOUT = 600    # seconds for a whole notebook
@@ -245,6 +246,7 @@ def _execute(spec_path: str) -> None:
         status["cell"] = getattr(locals().get("client"), "current", None)
         status["error"] = f"{type(e).__name__}: {str(e).strip().splitlines()[0][:300] if str(e).strip() else ''}"
         status["stopped"] = isinstance(e, Stop) or bool(stopped)
+        status["ending"] = _ending(e, status).value
     finally:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         _kill_token(os.environ.get("AUTOGRADER_TOKEN", ""))
@@ -262,6 +264,22 @@ def _execute(spec_path: str) -> None:
         log.close()
         pathlib.Path(spec["status"]).write_text(json.dumps(status))
         os._exit(0)  # now, even if a thread of the kernel client is still waiting on the dead kernel
+
+
+def _ending(e: BaseException, status: dict) -> Ending:
+    """How the run ended, from what stopped it (in the runner, where its type is known)."""
+    from nbclient.exceptions import DeadKernelError
+    if status["stopped"]:
+        return Ending.STOPPED
+    # jupyter_client says a kernel that died while starting with a plain RuntimeError ("Kernel died before replying
+    # to kernel_info"): the library's own words, the one message read here
+    if isinstance(e, DeadKernelError) or (isinstance(e, RuntimeError) and "died" in status["error"].lower()):
+        return Ending.DEAD_KERNEL
+    if status["cell"] is None:
+        return Ending.NO_START
+    if any("Timeout" in kind.__name__ for kind in type(e).__mro__):
+        return Ending.CELL_TIMEOUT
+    return Ending.OTHER
 
 
 def seal_socket(source: str, sealed: str, gone=lambda: False, timeout: float = 120.0) -> str:
@@ -634,16 +652,17 @@ def grade_notebook(path: str | os.PathLike, timeout: float = NOTEBOOK_TIMEOUT, *
             where = f" while running the notebook's cell {number}" if number else \
                 " while grading" if isinstance(cell, int) else ""
             e = status["error"]
-            if "DeadKernel" in e or "died" in e.lower():
+            ending = Ending(status.get("ending", Ending.NO_START.value))
+            if ending is Ending.DEAD_KERNEL:
                 result["error"] = (f"the kernel died{where} (the notebook's code exited, was killed, or crashed): "
                                    "the cells after it did not run")
-            elif "checker did not start" in e or cell is None:
+            elif ending is Ending.NO_START:
                 try:
                     log = (private / "kernel.log").read_text(errors="replace").strip().splitlines()
                 except OSError:
                     log = []
                 result["error"] = f"the kernel could not start: {e}" + (f" ({log[-1][:200]})" if log else "")
-            elif "Timeout" in e:
+            elif ending is Ending.CELL_TIMEOUT:
                 result["error"] = f"a cell{where} ran past {cell_timeout:g} s and could not be interrupted"
             else:
                 result["error"] = f"the run stopped{where}: {e}"
@@ -680,8 +699,7 @@ def grade_notebook(path: str | os.PathLike, timeout: float = NOTEBOOK_TIMEOUT, *
         else:
             lines += cells.notes(name)
         flags = list(dict.fromkeys(str(f) for f in verdict.get("flags") or []))
-        message = "\n".join(lines + [f"✗ refused: {f}" for f in flags] +
-                            ([f"✗ {verdict['error']}"] if verdict.get("error") else []))
+        message = "\n".join(name_lines(lines, flags, verdict.get("error")))
         points = 0.0 if flags or verdict.get("error") else max(0.0, min(float(verdict.get("points") or 0.0), top))
         result["cells"].append({"grade_id": gid, "points": points, "max_points": top, "message": message})
     result["points"] = float(sum(c["points"] for c in result["cells"]))
