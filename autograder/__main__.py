@@ -58,8 +58,8 @@ def main(argv=None) -> int:
 
     if args.command == "grade":
         from .grade import MEMORY_GB, Interrupted, ReportError, grade, shard_of
-        from .submission import _lessons
-        stems = [stem for stem, _, _ in _lessons()]
+        from .submission import lessons
+        stems = [stem for stem, _, _ in lessons()]
         if args.lesson is not None and args.lesson not in stems:
             print(f"--lesson {args.lesson} is not a lesson; the lessons: {', '.join(stems)}", file=sys.stderr)
             return 2

@@ -26,8 +26,9 @@ import time
 
 from . import forkserver
 from .outcomes import failed_title
-from .kernel import CANCELLED, CELL_TIMEOUT, MEMORY_GB, NOTEBOOK_TIMEOUT, Cancel, grade_notebook, isolation
-from .submission import _lessons, course_pythonpath, lesson_of, read_submission
+from .kernel import (CANCELLED, CELL_TIMEOUT, MEMORY_GB, NOTEBOOK_TIMEOUT, Cancel, grade_notebook, isolation,
+                     keep_files)
+from .submission import course_pythonpath, lesson_of, lessons, read_submission
 
 __all__ = ["grade", "grade_notebook", "isolation", "labels", "lesson_of", "merge", "read_submission", "shard_of",
            "student_of", "Interrupted", "ReportError", "CELL_TIMEOUT", "MEMORY_GB", "NOTEBOOK_TIMEOUT"]
@@ -166,7 +167,7 @@ def load_report(path) -> dict | None:
 def _columns(report) -> list[str]:
     """The graded cells in the report, in the course's order (lesson by lesson)."""
     present = {c.get("grade_id") for n in report["notebooks"] for c in n.get("cells") or []}
-    ordered = [gid for _, _, checks in _lessons() for gid in checks if gid in present]
+    ordered = [gid for _, _, checks in lessons() for gid in checks if gid in present]
     return ordered + sorted(g for g in present if isinstance(g, str) and g not in ordered)
 
 
@@ -271,7 +272,7 @@ def grade(paths, json_path=None, timeout: float = NOTEBOOK_TIMEOUT, stream=sys.s
     previous = load_report(json_path) if json_path else None
     jobs = max(1, int(jobs or 1))
     threads = max(1, (os.cpu_count() or 1) // jobs)
-    isolated = isolation()
+    isolated, keep = isolation(), keep_files()  # decided once for the batch, passed to each notebook
     report = {"notebooks": [], "isolation": isolated, "safe": isolated, "tampering": []}
     if previous is not None:
         report["safe"] = bool(previous.get("safe", False)) and isolated
@@ -306,7 +307,7 @@ def grade(paths, json_path=None, timeout: float = NOTEBOOK_TIMEOUT, stream=sys.s
         r = grade_notebook(p, timeout, cell_timeout=cell_timeout, memory_gb=memory_gb, threads=threads,
                            protected=[q for q in protected if q.is_dir()], lesson=lesson, batch=batch,
                            checker_server=checkers and checkers[1], kernel_server=kernels and kernels[1],
-                           cancel=cancel)
+                           cancel=cancel, isolated=isolated, keep=keep)
         if r.get("error") == CANCELLED:
             return r
         now = _hash_files(protected)
@@ -410,7 +411,7 @@ def grade(paths, json_path=None, timeout: float = NOTEBOOK_TIMEOUT, stream=sys.s
         for server in (checkers, kernels):
             if server:
                 forkserver.stop(server[0])
-        if not os.environ.get("AUTOGRADER_KEEP"):  # no link followed, no recursion, never raises (jail.remove_tree)
+        if not keep:  # no link followed, no recursion, never raises (jail.remove_tree)
             from .jail import remove_tree
             remove_tree(batch)
         for sig, handler in handlers.items():

@@ -37,6 +37,10 @@ import stat
 import subprocess
 import sys
 import sysconfig
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .records import JailSpec
 
 NOBODY = 65534
 HIDDEN_ALWAYS = ("/tmp", "/var/tmp")
@@ -52,13 +56,23 @@ KEPT_ENV = ("PATH", "LANG", "LANGUAGE", "TZ", "TERM", "PYTHONPATH", "PYTHONHASHS
             "JUPYTER_PATH", "VIRTUAL_ENV", "CONDA_PREFIX", "PYENV_VERSION")
 
 
+def _spec(cfg) -> JailSpec:
+    """The jail's spec (records.JailSpec) from its file's path or its JSON. records is imported here, never when
+    this module is: the kernel server holds nothing of autograder but this module and forkserver (serve)."""
+    from .records import JailSpec
+    if isinstance(cfg, JailSpec):
+        return cfg
+    return JailSpec.from_json(cfg) if isinstance(cfg, dict) else JailSpec.read(cfg)
+
+
 def kernel_env(cfg, parent=None) -> dict:
     """The kernel's whole environment: KEPT_ENV and LC_* from `parent` (os.environ by default), then the
     kernel's own folders (HOME, TMPDIR, the caches of XDG, matplotlib and torch's compilers), one thread per
-    library, and the grading token."""
+    library, and the grading token. `cfg`: the jail's spec (or its JSON)."""
     parent = os.environ if parent is None else parent
-    home = cfg["home"]
-    threads = str(cfg.get("threads", 1))
+    cfg = _spec(cfg)
+    home = cfg.home
+    threads = str(cfg.threads)
     cache = os.path.join(home, ".cache")
     env = {k: v for k, v in parent.items() if k in KEPT_ENV or k.startswith("LC_")}
     env.update({
@@ -67,11 +81,11 @@ def kernel_env(cfg, parent=None) -> dict:
         "IPYTHONDIR": os.path.join(home, ".ipython"), "MPLCONFIGDIR": os.path.join(home, ".config", "matplotlib"),
         "MPLBACKEND": "agg", "TORCHINDUCTOR_CACHE_DIR": os.path.join(cache, "torchinductor"),
         "TRITON_CACHE_DIR": os.path.join(cache, "triton"), "PYTHONDONTWRITEBYTECODE": "1",
-        "AUTOGRADER_TOKEN": cfg["token"], "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads,
-        "PYTHONNOUSERSITE": "1", "JUPYTER_RUNTIME_DIR": cfg.get("conn", home),
+        "AUTOGRADER_TOKEN": cfg.token, "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads,
+        "PYTHONNOUSERSITE": "1", "JUPYTER_RUNTIME_DIR": cfg.conn or home,
         "NBGRADER_EXECUTION": "autograde",  # as under nbgrader autograde: the lessons' demonstrations run short
     })
-    if cfg.get("isolate"):
+    if cfg.isolate:
         env.update(USER="nobody", LOGNAME="nobody")
     else:
         env.update({k: parent[k] for k in ("USER", "LOGNAME") if k in parent})
@@ -79,7 +93,7 @@ def kernel_env(cfg, parent=None) -> dict:
 
 
 def _env(cfg, env=None) -> None:
-    home = cfg["home"]
+    home = cfg.home
     for sub in ("tmp", ".cache", ".config", ".ipython", ".local"):
         os.makedirs(os.path.join(home, sub), exist_ok=True)
     env = kernel_env(cfg) if env is None else env
@@ -95,10 +109,10 @@ def _limits(cfg) -> None:
             resource.setrlimit(which, (value, value))
         except (ValueError, OSError):
             pass
-    if cfg.get("memory"):
-        set_limit(resource.RLIMIT_AS, int(cfg["memory"]))
-    if cfg.get("file_size"):
-        set_limit(resource.RLIMIT_FSIZE, int(cfg["file_size"]))
+    if cfg.memory:
+        set_limit(resource.RLIMIT_AS, int(cfg.memory))
+    if cfg.file_size:
+        set_limit(resource.RLIMIT_FSIZE, int(cfg.file_size))
     set_limit(resource.RLIMIT_CORE, 0)
 
 
@@ -127,11 +141,10 @@ def isolation_available() -> bool:
         os.makedirs(work)
         os.chown(work, NOBODY, NOBODY)
         course = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-        cfg = {"work": work, "home": work, "conn": work, "writable": [work], "token": "probe", "isolate": True,
-               "hide": [root], "show": python_paths() + [course], "threads": 1}
         path = os.path.join(root, "jail.json")
-        with open(path, "w") as f:
-            json.dump(cfg, f)
+        from .records import JailSpec
+        JailSpec(work=work, home=work, conn=work, writable=[work], token="probe", isolate=True, hide=[root],
+                 show=python_paths() + [course], threads=1).write(path)
         probe = ("import os, socket, sys, torch\n"
                  "assert os.getuid() == 65534, os.getuid()\n"
                  "assert not os.path.exists(sys.argv[1])\n"
@@ -300,7 +313,7 @@ def _hidden_tops(cfg, shown: list[str]) -> list[str]:
     """The folders to hide behind a tmpfs: /tmp, /var/tmp, the batch's folder, and every folder above
     something shown that `nobody` may not enter."""
     tops = {p for p in HIDDEN_ALWAYS if os.path.isdir(p)}
-    tops |= {os.path.realpath(p) for p in cfg.get("hide", []) if os.path.isdir(p)}
+    tops |= {os.path.realpath(p) for p in cfg.hide if os.path.isdir(p)}
     for path in shown:
         parts = path.strip("/").split("/")
         for i in range(1, len(parts) + 1):
@@ -318,11 +331,11 @@ def _hidden_tops(cfg, shown: list[str]) -> list[str]:
 def _inside(cfg, argv, forked: bool = False) -> None:
     """PID 1 of the new namespaces: arrange the file system, drop to nobody, become the kernel (`forked`: return
     once the file system is arranged, still root, for _drop_privileges and _kernel)."""
-    writable = [os.path.realpath(p) for p in cfg["writable"]]
-    shown = sorted({os.path.realpath(p) for p in cfg.get("show", [])} | set(writable), key=len)
+    writable = [os.path.realpath(p) for p in cfg.writable]
+    shown = sorted({os.path.realpath(p) for p in cfg.show} | set(writable), key=len)
     fds = {p: os.open(p, os.O_PATH | os.O_DIRECTORY) for p in shown if os.path.isdir(p)}
     views = {os.path.realpath(point): os.open(src, os.O_PATH | os.O_DIRECTORY)
-             for point, src in (cfg.get("views") or {}).items()}
+             for point, src in (cfg.views or {}).items()}
     tops = _hidden_tops(cfg, shown)
     for top in tops:
         _mount("-t", "tmpfs", "-o", "mode=0755,size=64m,nosuid,nodev", "tmpfs", top)
@@ -352,7 +365,7 @@ def _inside(cfg, argv, forked: bool = False) -> None:
         _mount("-t", "tmpfs", "-o", "size=64m,mode=1777,nosuid,nodev", "tmpfs", "/dev/shm")
     except subprocess.CalledProcessError:
         pass
-    for p in cfg.get("protected", []):  # a last look: nothing of the course or the submissions is writable
+    for p in cfg.protected:  # a last look: nothing of the course or the submissions is writable
         if os.path.isdir(p):
             try:
                 probe = os.path.join(p, ".autograder-write-probe")
@@ -369,7 +382,7 @@ def _inside(cfg, argv, forked: bool = False) -> None:
     for fd in list(fds.values()) + list(views.values()):
         os.close(fd)
     _limits(cfg)
-    os.chdir(cfg["work"])
+    os.chdir(cfg.work)
     if forked:
         return
     os.execvp("setpriv", ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups",
@@ -429,16 +442,15 @@ def _bridge(conn) -> None:
     data, streams, _, _ = socket.recv_fds(conn, 65536, 3)
     conn.settimeout(None)
     request = json.loads(data)
-    with open(request["config"]) as f:
-        cfg = json.load(f)
+    cfg = _spec(request["config"])
     argv = [str(a) for a in request["argv"]]
-    if not cfg.get("isolate") or len(streams) != 3:
+    if not cfg.isolate or len(streams) != 3:
         raise RuntimeError("a kernel server forks isolated kernels only, with their three standard streams")
     for fd, stream in zip((0, 1, 2), streams):
         os.dup2(stream, fd)
         os.close(stream)
     _env(cfg, request["env"])
-    os.chdir(cfg["work"])
+    os.chdir(cfg.work)
     libc = _libc()
     _check(libc.unshare(CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS), "unshare")
     # what `unshare --propagation private` does; by the C library, as the first child forked from here is the
@@ -560,7 +572,7 @@ def _kernel(cfg, argv) -> None:
     sys.argv = [importlib.util.find_spec(argv[2]).origin, *argv[3:]]
     del sys.path[0]  # the server's working folder, which ipykernel_launcher takes out as well
     import torch
-    torch.set_num_threads(int(cfg.get("threads", 1)))
+    torch.set_num_threads(int(cfg.threads))
     from ipykernel import kernelapp
     try:
         kernelapp.launch_new_instance()
@@ -571,13 +583,13 @@ def _kernel(cfg, argv) -> None:
 
 
 def _through_server(cfg, cfg_path: str, argv) -> None:
-    """The kernel's launcher in a batch: have serve() at cfg["server"] fork the kernel, pass signals on to it and
+    """The kernel's launcher in a batch: have serve() at cfg.server fork the kernel, pass signals on to it and
     exit as it does. Returns where the server cannot be reached (the launcher then starts the kernel itself)."""
     import socket
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         conn.settimeout(30)
-        conn.connect(cfg["server"])
+        conn.connect(cfg.server)
         request = {"config": cfg_path, "argv": argv, "env": kernel_env(cfg)}  # from this launcher's environment
         socket.send_fds(conn, [json.dumps(request).encode()], [0, 1, 2])
         conn.settimeout(None)
@@ -636,16 +648,15 @@ def main(args) -> None:
         inside, rest = True, rest[1:]
     if rest and rest[0] == "--":
         rest = rest[1:]
-    with open(cfg_path) as f:
-        cfg = json.load(f)
+    cfg = _spec(cfg_path)
     if inside:
         _inside(cfg, rest)
         return
-    if cfg.get("isolate") and cfg.get("server"):
+    if cfg.isolate and cfg.server:
         _through_server(cfg, os.path.abspath(cfg_path), rest)
     _env(cfg)
-    os.chdir(cfg["work"])
-    if cfg.get("isolate"):
+    os.chdir(cfg.work)
+    if cfg.isolate:
         os.execvp("unshare", ["unshare", "--mount", "--pid", "--net", "--ipc", "--uts", "--fork", "--kill-child",
                               "--mount-proc", "--propagation", "private",
                               sys.executable, "-m", "autograder.jail", cfg_path, "--inside", "--", *rest])

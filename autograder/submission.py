@@ -21,10 +21,10 @@ import sys
 import threading
 
 if __name__ == "__main__":
-    # This module's own child process (reading a notebook's bytes from stdin) validates notebooks and never an IRI: without this, importing
-    # nbformat imports jsonschema's optional IRI checker, rfc3987_syntax, which builds its grammar at import time
-    # (1.4 s of the child's start here; jsonschema issue #1428). jsonschema skips that format checker when the
-    # import fails, which a None in sys.modules makes it do.
+    # This module's own child process (reading a notebook's bytes from stdin) validates notebooks and never an
+    # IRI: without this, importing nbformat imports jsonschema's optional IRI checker, rfc3987_syntax, which builds
+    # its grammar at import time (1.4 s of the child's start here; jsonschema issue #1428). jsonschema skips that
+    # format checker when the import fails, which a None in sys.modules makes it do.
     sys.modules.setdefault("rfc3987_syntax", None)
 
 import nbformat
@@ -57,8 +57,8 @@ _LESSONS: list = []
 _LESSONS_LOCK = threading.Lock()
 
 
-def _lessons() -> list[tuple[str, set, list]]:
-    """(stem, every grade_id, the check cells' grade_ids in order) of each course lesson."""
+def lessons() -> list[tuple[str, set, list]]:
+    """(stem, every grade_id, the check cells' grade_ids in order) of each course lesson (read once)."""
     with _LESSONS_LOCK:
         if not _LESSONS:
             from .notebooks import lesson_paths
@@ -77,9 +77,19 @@ def _lessons() -> list[tuple[str, set, list]]:
         return _LESSONS[0]
 
 
+_lessons = lessons  # the name tests/test_grade_batch.py imports
+
+
 def _max_points(name: str) -> float | None:
     from .core import REGISTRY, max_points
     return max_points(name) if name in REGISTRY else None
+
+
+def expected_cells(stem: str | None) -> list[tuple[str, str, float]]:
+    """The graded cells of lesson `stem`, in its order: (grade_id, contract name, most points); [] for no lesson.
+    The one place that says which cells a submission is graded on and what each is worth."""
+    found = {s: checks for s, _, checks in lessons()}
+    return [(gid, gid[len("check_"):], _max_points(gid[len("check_"):]) or 0.0) for gid in found.get(stem, [])]
 
 
 def _open_regular(path: pathlib.Path) -> tuple[bytes | None, str | None]:
@@ -338,7 +348,7 @@ def _read_limited(data: bytes) -> dict:
 def lesson_of(path, lesson: str | None = None) -> tuple[str | None, str | None]:
     """(the lesson a submission is graded as, how that was decided): --lesson, else a file or folder named
     after a lesson (nbgrader's submitted/<student>/<lesson>/<lesson>.ipynb)."""
-    stems = {stem for stem, _, _ in _lessons()}
+    stems = {stem for stem, _, _ in lessons()}
     if lesson:
         return (lesson, "the assignment") if lesson in stems else (None, f"--lesson {lesson} is not a lesson")
     path = pathlib.Path(path)
@@ -376,9 +386,9 @@ def read_submission(path, lesson: str | None = None) -> tuple[object, list, list
     for gid, n in counts.items():
         if n > 1:
             problems.append(f"grade_id {gid} appears {n} times (a cell was copied): graded once")
-    found = {stem: checks for stem, _, checks in _lessons()}
+    found = {stem: checks for stem, _, checks in lessons()}
     by_content, best = None, 0
-    for stem, lesson_ids, checks in _lessons():
+    for stem, lesson_ids, _checks in lessons():
         overlap = len(lesson_ids & set(counts))
         if overlap > best:
             by_content, best = stem, overlap
@@ -391,11 +401,8 @@ def read_submission(path, lesson: str | None = None) -> tuple[object, list, list
     elif stem is not None and by_content is not None and by_content != stem:
         problems.append(f"this notebook's graded cells are lesson {by_content}'s, but it is graded as lesson {stem} "
                         f"({how}): another lesson's notebook under this lesson's name?")
-    expected: list[tuple[str, str, float]] = []
+    expected = expected_cells(stem)
     if stem is not None:
-        for gid in found[stem]:
-            name = gid[len("check_"):]
-            expected.append((gid, name, _max_points(name) or 0.0))
         extra = [gid for gid in counts if gid.startswith("check_") and gid not in found[stem]]
         if extra:
             problems.append(f"graded cells not in lesson {stem}, not graded: {', '.join(extra)}")
