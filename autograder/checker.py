@@ -15,8 +15,8 @@ folder a check hands to the learner's code (a tokenizer's save and load: _util.l
 is made by the kernel, in the kernel's own temporary folder, at the checker's request (remote.Endpoint, "tempdir"); the
 checker only passes its name back.
 
-CONFIG (JSON): {"socket", "results", "cells": {cell nonce: name}, "uid": the kernel's uid or null,
-"threads", "memory", "tmp"}.
+CONFIG (JSON, records.CheckerSpec): {"socket", "results", "cells": {cell nonce: name}, "uid": the kernel's uid
+or null, "threads", "memory", "tmp"}. Each verdict is a line of the results file (records.NameVerdict).
 
 A batch starts its checkers from one process, `python -m autograder.checker --serve SOCKET` (`serve`), which
 imports PyTorch and the checks once and forks a checker per notebook on request (each from the same untouched

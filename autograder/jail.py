@@ -31,6 +31,7 @@ import errno
 import json
 import os
 import resource
+import select
 import shutil
 import signal
 import stat
@@ -228,7 +229,7 @@ def remove_tree(path) -> list[str]:
         here = os.fstat(top)
         if (here.st_dev, here.st_ino) != (st.st_dev, st.st_ino):
             raise OSError(f"{path} changed while it was removed")
-        moved = 0
+        moved = [0]  # the folders moved up into `path` so far (their new names: .removed-N)
         while True:
             removed = 0
             with os.scandir(top) as entries:
@@ -241,37 +242,7 @@ def remove_tree(path) -> list[str]:
                         os.unlink(entry, dir_fd=top)
                         removed += 1
                         continue
-                    sub = _open_dir(entry, top)
-                    try:
-                        if os.fstat(sub).st_dev != here.st_dev:  # a mount: detached, then its (empty) folder removed
-                            os.close(sub)
-                            sub = None
-                            if os.geteuid() == 0:
-                                unmount(f"/proc/self/fd/{top}/{entry}")
-                            sub = _open_dir(entry, top)
-                            if os.fstat(sub).st_dev != here.st_dev:
-                                raise OSError(f"a mount that could not be detached: {entry}")
-                        while True:  # emptied: files removed, folders moved up into `path` under new names
-                            with os.scandir(sub) as inner:
-                                children = [(c.name, c.is_dir(follow_symlinks=False))
-                                            for _, c in zip(range(4096), inner)]
-                            if not children:
-                                break
-                            for child, child_is_dir in children:
-                                if not child_is_dir:
-                                    os.unlink(child, dir_fd=sub)
-                                    continue
-                                while True:
-                                    moved += 1
-                                    try:
-                                        os.rename(child, f".removed-{moved}", src_dir_fd=sub, dst_dir_fd=top)
-                                        break
-                                    except OSError as e:
-                                        if e.errno not in (errno.EEXIST, errno.ENOTEMPTY, errno.EISDIR, errno.ENOTDIR):
-                                            raise
-                    finally:
-                        if sub is not None:
-                            os.close(sub)
+                    _empty_folder(top, entry, here.st_dev, moved)
                     os.rmdir(entry, dir_fd=top)
                     removed += 1
                 except OSError as e:
@@ -289,6 +260,41 @@ def remove_tree(path) -> list[str]:
             os.close(top)
         os.close(parent)
     return errors
+
+
+def _empty_folder(top: int, entry: str, dev: int, moved: list) -> None:
+    """Empty the folder `entry` of the open folder `top` (remove_tree's): a mount there detached first (as root),
+    its files removed, its folders moved up into `top` under new names (.removed-N, `moved` counting them)."""
+    sub = _open_dir(entry, top)
+    try:
+        if os.fstat(sub).st_dev != dev:  # a mount: detached, then its (empty) folder removed
+            os.close(sub)
+            sub = None
+            if os.geteuid() == 0:
+                unmount(f"/proc/self/fd/{top}/{entry}")
+            sub = _open_dir(entry, top)
+            if os.fstat(sub).st_dev != dev:
+                raise OSError(f"a mount that could not be detached: {entry}")
+        while True:  # emptied: files removed, folders moved up under new names
+            with os.scandir(sub) as inner:
+                children = [(c.name, c.is_dir(follow_symlinks=False)) for _, c in zip(range(4096), inner)]
+            if not children:
+                break
+            for child, child_is_dir in children:
+                if not child_is_dir:
+                    os.unlink(child, dir_fd=sub)
+                    continue
+                while True:
+                    moved[0] += 1
+                    try:
+                        os.rename(child, f".removed-{moved[0]}", src_dir_fd=sub, dst_dir_fd=top)
+                        break
+                    except OSError as e:
+                        if e.errno not in (errno.EEXIST, errno.ENOTEMPTY, errno.EISDIR, errno.ENOTDIR):
+                            raise
+    finally:
+        if sub is not None:
+            os.close(sub)
 
 
 def _mount_points() -> list[str]:
@@ -435,22 +441,8 @@ def _bridge(conn) -> None:
     """Forked by serve() for one kernel: read {"config", "argv"} and the launcher's standard streams, enter new
     mount, PID, network, IPC and UTS namespaces (as `unshare` does), fork the kernel as their PID 1, then pass
     signals from the launcher to it and its exit status back; the kernel is killed when the launcher's end closes."""
-    import select
-    import socket
     os.setsid()
-    conn.settimeout(30)
-    data, streams, _, _ = socket.recv_fds(conn, 65536, 3)
-    conn.settimeout(None)
-    request = json.loads(data)
-    cfg = _spec(request["config"])
-    argv = [str(a) for a in request["argv"]]
-    if not cfg.isolate or len(streams) != 3:
-        raise RuntimeError("a kernel server forks isolated kernels only, with their three standard streams")
-    for fd, stream in zip((0, 1, 2), streams):
-        os.dup2(stream, fd)
-        os.close(stream)
-    _env(cfg, request["env"])
-    os.chdir(cfg.work)
+    cfg, argv = _bridge_request(conn)
     libc = _libc()
     _check(libc.unshare(CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS), "unshare")
     # what `unshare --propagation private` does; by the C library, as the first child forked from here is the
@@ -470,14 +462,40 @@ def _bridge(conn) -> None:
         finally:
             os._exit(70)
     os.close(started_w)
+    _watch_kernel(conn, pid, started)
+
+
+def _bridge_request(conn) -> tuple[JailSpec, list[str]]:
+    """The launcher's request (its jail spec and the kernel's argv), and its three standard streams made this
+    process's; the kernel's environment and working folder set."""
+    import socket
+    conn.settimeout(30)
+    data, streams, _, _ = socket.recv_fds(conn, 65536, 3)
+    conn.settimeout(None)
+    request = json.loads(data)
+    cfg = _spec(request["config"])
+    argv = [str(a) for a in request["argv"]]
+    if not cfg.isolate or len(streams) != 3:
+        raise RuntimeError("a kernel server forks isolated kernels only, with their three standard streams")
+    for fd, stream in zip((0, 1, 2), streams):
+        os.dup2(stream, fd)
+        os.close(stream)
+    _env(cfg, request["env"])
+    os.chdir(cfg.work)
+    return cfg, argv
+
+
+def _watch_kernel(conn, pid: int, started: int) -> None:
+    """Until the kernel `pid` exits (its status then sent to the launcher) or the launcher's end closes (the kernel
+    then killed): "running" to the launcher once the kernel is jailed, and the signals it forwards passed on."""
+    pending = [started]  # the pipe the kernel writes to once jailed, until it has been read
 
     def tell_started():  # "running" to the launcher, once: before it, a failure lets the launcher start the kernel
-        nonlocal started
-        if started is not None and select.select([started], [], [], 0)[0]:
-            if os.read(started, 1) == b"1":
+        if pending[0] is not None and select.select([pending[0]], [], [], 0)[0]:
+            if os.read(pending[0], 1) == b"1":
                 conn.sendall(b"running\n")
-            os.close(started)
-            started = None
+            os.close(pending[0])
+            pending[0] = None
 
     # no thread here: after unshare(CLONE_NEWPID) this process cannot start one; the kernel's end is seen by
     # its pidfd (Linux 5.3), else by polling
@@ -487,7 +505,7 @@ def _bridge(conn) -> None:
         exited = None
     buffer = b""
     while True:
-        watched = [conn] + [fd for fd in (exited, started) if fd is not None]
+        watched = [conn] + [fd for fd in (exited, pending[0]) if fd is not None]
         readable, _, _ = select.select(watched, [], [], 0.5)
         tell_started()
         done, status = os.waitpid(pid, os.WNOHANG)

@@ -100,85 +100,112 @@ def prepare(nb, expected, problems, socket_path: str) -> tuple[object, dict[str,
 
 # ----------------------------------------------------------------------- the child that runs it
 def _execute(spec_path: str) -> None:
-    """Child process: start the checker, then execute the prepared notebook with the jailed kernel; write
-    {"error": ...}. Outputs are dropped as they come (nothing is read from them); a message from the kernel over
-    OUTPUT_MESSAGE is dropped by ZeroMQ before it is read, and this process's address space is RUNNER_MEMORY (soft:
-    the processes it starts set their own). The checker asks it to interrupt the kernel ("interrupt" on the
-    checker's connection or output): it signals the kernel's launcher that it started, never a pid from elsewhere."""
-    import zmq
-    import zmq.asyncio
-    from jupyter_client.asynchronous import AsyncKernelClient
-    from nbclient import NotebookClient
-    from traitlets import default
-
+    """Child process: start the checker, then execute the prepared notebook with the jailed kernel; write its
+    status (records.RunStatus). Outputs are dropped as they come (nothing is read from them); a message from the
+    kernel over OUTPUT_MESSAGE is dropped by ZeroMQ before it is read, and this process's address space is
+    RUNNER_MEMORY (soft: the processes it starts set their own). The checker asks it to interrupt the kernel
+    ("interrupt" on the checker's connection or output): it signals the kernel's launcher that it started, never a
+    pid from elsewhere."""
+    runner = _Runner(RunSpec.read(spec_path))
+    client_class = _client_class(runner)
+    spec = runner.spec
+    signal.signal(signal.SIGTERM, runner.stop)
+    log = open(spec.log, "wb")
     try:
-        _, hard = resource.getrlimit(resource.RLIMIT_AS)
-        resource.setrlimit(resource.RLIMIT_AS, (RUNNER_MEMORY if hard == resource.RLIM_INFINITY else
-                                                min(RUNNER_MEMORY, hard), hard))
-    except (ValueError, OSError):
-        pass
+        _start_checker(runner, log)
+        nb = nbformat.read(spec.prepared, as_version=4)
+        # each cell may run until its own limit or the notebook's, whichever comes first: at the notebook's the
+        # kernel is interrupted, and the next cell does not start
+        runner.client = client_class(
+            nb, timeout_func=lambda cell: max(1.0, min(spec.cell_timeout, spec.deadline - time.time())),
+            allow_errors=True, interrupt_on_timeout=True, kernel_name=KERNEL_NAME, startup_timeout=120,
+            resources={"metadata": {"path": spec.work}})
+        try:
+            runner.client.execute(cwd=spec.work, stdout=subprocess.DEVNULL, stderr=log)
+        finally:
+            runner.status.interrupted = [i for i in runner.client.interrupted if isinstance(i, int)]
+    except BaseException as e:  # noqa: BLE001  (reported to the parent)
+        runner.failed(e)
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        _kill_token(os.environ.get("AUTOGRADER_TOKEN", ""))
+        _end_checker(runner)
+        log.close()
+        runner.status.write(spec.status)
+        os._exit(0)  # now, even if a thread of the kernel client is still waiting on the dead kernel
 
-    from jupyter_client.manager import AsyncKernelManager
 
-    class Sealed:
-        """The runner's ZeroMQ endpoints: the hard links in `sealed` (the runner's own folder, on the kernel's tmpfs) of
-        the sockets the kernel bound in its connection folder, never those names (see seal_socket)."""
-        def _make_url(self, channel: str) -> str:
-            if self.transport != "ipc":
-                return super()._make_url(channel)
-            port = getattr(self, f"{channel}_port")
-            return "ipc://" + seal_socket(f"{self.ip}-{port}", spec.sealed, gone=kernel_gone)
+class _Stop(BaseException):
+    """The notebook's time is up (in the runner)."""
 
-    class Manager(Sealed, AsyncKernelManager):
-        pass
 
-    class BoundedClient(Sealed, AsyncKernelClient):
-        @default("context")
-        def _context_default(self):
-            self._created_context = True
-            context = zmq.asyncio.Context()
-            context.setsockopt(zmq.MAXMSGSIZE, OUTPUT_MESSAGE)  # every socket to the kernel: larger ones dropped
-            return context
+class _Runner:
+    """The runner's state: its spec, the status it reports, why it stopped, its kernel client and its checker."""
 
-    def kernel_gone() -> bool:  # its launcher (this process's child) has exited: its sockets will never come
-        process = getattr(getattr(getattr(client, "km", None), "provisioner", None), "process", None)
+    def __init__(self, spec: RunSpec):
+        self.spec, self.status = spec, RunStatus()
+        self.stopped: list = []  # the reason, once the notebook's time is up
+        self.client = self.checker = self.connection = self.pidfd = None
+
+    def time_up(self) -> bool:
+        if not self.stopped and time.time() >= self.spec.deadline:
+            self.stopped.append(f"stopped after {self.spec.timeout:g} s (the notebook's time limit)")
+        return bool(self.stopped)
+
+    def stop(self, signum, frame):
+        # the parent's fallback; an asyncio signal handler installed by the kernel client can replace this
+        # one (seen with IPython 9's stack), which is why the deadline is kept here, by the cells' timeouts
+        self.stopped.append(f"stopped after {self.spec.timeout:g} s (the notebook's time limit)")
+        raise _Stop(self.stopped[0])
+
+    def kernel_gone(self) -> bool:
+        """Whether the kernel's launcher (this process's child) has exited: its sockets will never come."""
+        process = getattr(getattr(getattr(self.client, "km", None), "provisioner", None), "process", None)
         return process is not None and process.poll() is not None
 
-    class Stop(BaseException):
-        pass
+    def relay(self, readline) -> None:
+        """The checker's requests to interrupt the kernel (a check past its time limit), passed to the client."""
+        try:
+            for line in iter(readline, b""):
+                if line.strip() in (b"interrupt", "interrupt") and self.client is not None:
+                    self.client.interrupt()
+                if not line:
+                    break
+        except (OSError, ValueError):
+            pass
 
-    stopped = []  # the reason, once the notebook's time is up
+    def failed(self, e: BaseException) -> None:
+        """The status of a run that `e` stopped: the error, the cell it was in, how it ended."""
+        status = self.status
+        status.cell = getattr(self.client, "current", None)
+        status.error = f"{type(e).__name__}: {str(e).strip().splitlines()[0][:300] if str(e).strip() else ''}"
+        status.stopped = isinstance(e, _Stop) or bool(self.stopped)
+        status.ending = _ending(e, status).value
 
-    def time_up() -> bool:
-        if not stopped and time.time() >= spec.deadline:
-            stopped.append(f"stopped after {spec.timeout:g} s (the notebook's time limit)")
-        return bool(stopped)
+
+def _client_class(runner: _Runner):
+    """nbclient's NotebookClient as the runner drives it: over the sealed Unix sockets (seal_socket), messages over
+    OUTPUT_MESSAGE dropped, the deadline kept before each cell, errors kept for the report, interruptions noted."""
+    from nbclient import NotebookClient
+    manager_class, client_factory = _sealed_classes(runner)
+    spec, status = runner.spec, runner.status
 
     class Client(NotebookClient):
         current = None
         interrupted: list = []
 
         def create_kernel_manager(self):  # nbclient's own (asynchronous) manager, over Unix sockets
-            self.km = Manager(kernel_name=KERNEL_NAME, transport="ipc", ip=spec.ipc,
-                                                connection_file=spec.connection_file, config=self.config)
-            self.km.client_factory = BoundedClient
+            self.km = manager_class(kernel_name=KERNEL_NAME, transport="ipc", ip=spec.ipc,
+                                    connection_file=spec.connection_file, config=self.config)
+            self.km.client_factory = client_factory
             return self.km
 
         def interrupt(self) -> None:
-            """SIGINT to the kernel's process group, as jupyter_client's interrupt does, while its launcher (this
-            process's child, not yet reaped: its pid and group cannot be another's) runs."""
-            provisioner = getattr(getattr(self, "km", None), "provisioner", None)
-            process, pgid = getattr(provisioner, "process", None), getattr(provisioner, "pgid", None)
-            if process is None or process.poll() is not None:
-                return
-            try:
-                os.killpg(pgid, signal.SIGINT) if pgid else process.send_signal(signal.SIGINT)
-            except OSError:
-                pass
+            _interrupt_kernel(getattr(getattr(self, "km", None), "provisioner", None))
 
         async def async_execute_cell(self, cell, cell_index, *args, **kwargs):
-            if time_up():  # no cell starts after the time limit
-                raise Stop(stopped[0])
+            if runner.time_up():  # no cell starts after the time limit
+                raise _Stop(runner.stopped[0])
             self.current = cell_index
             status.reached = cell_index
             return await super().async_execute_cell(cell, cell_index, *args, **kwargs)
@@ -191,81 +218,101 @@ def _execute(spec_path: str) -> None:
         async def _async_handle_timeout(self, timeout, cell=None):
             self.interrupted.append(self.current)
             return await super()._async_handle_timeout(timeout, cell)
+    return Client
 
-    def stop(signum, frame):
-        # the parent's fallback; an asyncio signal handler installed by the kernel client can replace this
-        # one (seen with IPython 9's stack), which is why the deadline is kept here, by the cells' timeouts
-        stopped.append(f"stopped after {spec.timeout:g} s (the notebook's time limit)")
-        raise Stop(stopped[0])
 
-    spec = RunSpec.read(spec_path)
-    signal.signal(signal.SIGTERM, stop)
-    status = RunStatus()
-    log = open(spec.log, "wb")
-    checker = connection = pidfd = client = None
+def _sealed_classes(runner: _Runner) -> tuple[type, type]:
+    """(kernel manager, kernel client) classes whose ZeroMQ endpoints are the hard links in the runner's `sealed`
+    folder (on the kernel's tmpfs, the runner's own) of the sockets the kernel bound in its connection folder, never
+    those names (seal_socket); the client's context drops a message over OUTPUT_MESSAGE unread. The runner's address
+    space is limited to RUNNER_MEMORY once the libraries are imported."""
+    import zmq
+    import zmq.asyncio
+    from jupyter_client.asynchronous import AsyncKernelClient
+    from traitlets import default
 
-    def relay(readline) -> None:  # the checker's requests to interrupt the kernel (a check past its time limit)
-        try:
-            for line in iter(readline, b""):
-                if line.strip() in (b"interrupt", "interrupt") and client is not None:
-                    client.interrupt()
-                if not line:
-                    break
-        except (OSError, ValueError):
-            pass
     try:
-        if spec.checker_server:  # forked by the batch's checker process (autograder.checker.serve)
-            from .checker import connect
-            try:
-                connection, pid = connect(spec.checker_server, spec.checker, spec.log)
-            except (OSError, RuntimeError) as e:  # that process is gone: a checker of this notebook's own
-                log.write(f"autograder.kernel: no forked checker ({e}); starting one\n".encode())
-                log.flush()
-            else:
-                try:
-                    pidfd = os.pidfd_open(pid)
-                except (AttributeError, OSError):  # an older kernel or Python: closing the connection ends it
-                    pass
-                reader = connection.makefile("rb")
-                threading.Thread(target=relay, args=(reader.readline,), daemon=True).start()
-        if connection is None:
-            checker = subprocess.Popen([sys.executable, "-m", "autograder.checker", spec.checker],
-                                       stdout=subprocess.PIPE, stderr=log, cwd=spec.private, text=True)
-            if (checker.stdout.readline() or "").strip() != "listening":
-                raise RuntimeError("the checker did not start")
-            threading.Thread(target=relay, args=(checker.stdout.readline,), daemon=True).start()
-        nb = nbformat.read(spec.prepared, as_version=4)
-        # each cell may run until its own limit or the notebook's, whichever comes first: at the notebook's the
-        # kernel is interrupted, and the next cell does not start
-        client = Client(nb, timeout_func=lambda cell: max(1.0, min(spec.cell_timeout, spec.deadline - time.time())),
-                        allow_errors=True, interrupt_on_timeout=True, kernel_name=KERNEL_NAME, startup_timeout=120,
-                        resources={"metadata": {"path": spec.work}})
+        _, hard = resource.getrlimit(resource.RLIMIT_AS)
+        resource.setrlimit(resource.RLIMIT_AS, (RUNNER_MEMORY if hard == resource.RLIM_INFINITY else
+                                                min(RUNNER_MEMORY, hard), hard))
+    except (ValueError, OSError):
+        pass
+
+    from jupyter_client.manager import AsyncKernelManager
+    sealed = runner.spec.sealed
+
+    class Sealed:
+        def _make_url(self, channel: str) -> str:
+            if self.transport != "ipc":
+                return super()._make_url(channel)
+            port = getattr(self, f"{channel}_port")
+            return "ipc://" + seal_socket(f"{self.ip}-{port}", sealed, gone=runner.kernel_gone)
+
+    class Manager(Sealed, AsyncKernelManager):
+        pass
+
+    class BoundedClient(Sealed, AsyncKernelClient):
+        @default("context")
+        def _context_default(self):
+            self._created_context = True
+            context = zmq.asyncio.Context()
+            context.setsockopt(zmq.MAXMSGSIZE, OUTPUT_MESSAGE)  # every socket to the kernel: larger ones dropped
+            return context
+    return Manager, BoundedClient
+
+
+def _interrupt_kernel(provisioner) -> None:
+    """SIGINT to the kernel's process group, as jupyter_client's interrupt does, while its launcher (this process's
+    child, not yet reaped: its pid and group cannot be another's) runs."""
+    process, pgid = getattr(provisioner, "process", None), getattr(provisioner, "pgid", None)
+    if process is None or process.poll() is not None:
+        return
+    try:
+        os.killpg(pgid, signal.SIGINT) if pgid else process.send_signal(signal.SIGINT)
+    except OSError:
+        pass
+
+
+def _start_checker(runner: _Runner, log) -> None:
+    """The notebook's checker: forked by the batch's checker process (autograder.checker.serve) where there is one,
+    else started here; its requests to interrupt the kernel relayed (runner.relay)."""
+    spec = runner.spec
+    if spec.checker_server:
+        from .checker import connect
         try:
-            client.execute(cwd=spec.work, stdout=subprocess.DEVNULL, stderr=log)
-        finally:
-            status.interrupted = [i for i in client.interrupted if isinstance(i, int)]
-    except BaseException as e:  # noqa: BLE001  (reported to the parent)
-        status.cell = getattr(locals().get("client"), "current", None)
-        status.error = f"{type(e).__name__}: {str(e).strip().splitlines()[0][:300] if str(e).strip() else ''}"
-        status.stopped = isinstance(e, Stop) or bool(stopped)
-        status.ending = _ending(e, status).value
-    finally:
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        _kill_token(os.environ.get("AUTOGRADER_TOKEN", ""))
-        if checker is not None:
-            checker.kill()
-            checker.wait()
-        if connection is not None:  # the forked checker exits when this closes; killed now, to be sure
-            if pidfd is not None:  # (a pidfd names that process, never another that reuses its number)
-                try:
-                    signal.pidfd_send_signal(pidfd, signal.SIGKILL)
-                except OSError:
-                    pass
-                os.close(pidfd)
-            connection.close()
-        log.close()
-        status.write(spec.status)
-        os._exit(0)  # now, even if a thread of the kernel client is still waiting on the dead kernel
+            runner.connection, pid = connect(spec.checker_server, spec.checker, spec.log)
+        except (OSError, RuntimeError) as e:  # that process is gone: a checker of this notebook's own
+            log.write(f"autograder.kernel: no forked checker ({e}); starting one\n".encode())
+            log.flush()
+        else:
+            try:
+                runner.pidfd = os.pidfd_open(pid)
+            except (AttributeError, OSError):  # an older kernel or Python: closing the connection ends it
+                pass
+            reader = runner.connection.makefile("rb")
+            threading.Thread(target=runner.relay, args=(reader.readline,), daemon=True).start()
+    if runner.connection is None:
+        runner.checker = subprocess.Popen([sys.executable, "-m", "autograder.checker", spec.checker],
+                                          stdout=subprocess.PIPE, stderr=log, cwd=spec.private, text=True)
+        if (runner.checker.stdout.readline() or "").strip() != "listening":
+            raise RuntimeError("the checker did not start")
+        threading.Thread(target=runner.relay, args=(runner.checker.stdout.readline,), daemon=True).start()
+
+
+def _end_checker(runner: _Runner) -> None:
+    """The checker killed: the one started here, or the forked one (it exits when its connection closes; killed
+    now, to be sure, by its pidfd, which names that process and never another that reuses its number)."""
+    if runner.checker is not None:
+        runner.checker.kill()
+        runner.checker.wait()
+    if runner.connection is not None:
+        if runner.pidfd is not None:
+            try:
+                signal.pidfd_send_signal(runner.pidfd, signal.SIGKILL)
+            except OSError:
+                pass
+            os.close(runner.pidfd)
+        runner.connection.close()
 
 
 def _ending(e: BaseException, status: RunStatus) -> Ending:

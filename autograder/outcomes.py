@@ -42,7 +42,8 @@ class Verdict(tuple):
 
 
 class Ending(enum.Enum):
-    """How the runner's execution of a notebook ended (status.json's "ending"), when it stopped with an error."""
+    """How the runner's execution of a notebook ended (status.json's "ending"), when it stopped with an error.
+    """
     STOPPED = "stopped"          # the notebook's time limit
     DEAD_KERNEL = "dead_kernel"  # the kernel exited, was killed or crashed
     NO_START = "no_start"        # the kernel or the checker did not start (no cell ran)
@@ -59,13 +60,14 @@ def check_line(title: str, top: float, passed: bool, note: str | None = None) ->
 
 
 def name_lines(lines, flags, error: str | None) -> list[str]:
-    """A graded name's lines in the report: its checks' lines, then each thing refused, then the grader's error."""
+    """A graded name's lines in the report: its checks' lines, then each thing refused, then the grader's
+    error."""
     return list(lines) + [f"✗ refused: {f}" for f in flags] + ([f"✗ {error}"] if error else [])
 
 
 def failed_title(line: str) -> str | None:
-    """The check's title in a "✗" line of the report (check_line's, or a name's own "✗ what: why"), else None: the
-    class summary reads the reports already written, whose lines are all it has."""
+    """The check's title in a "✗" line of the report (check_line's, or a name's own "✗ what: why"), else None:
+    the class summary reads the reports already written, whose lines are all it has."""
     if not line.startswith("✗ "):
         return None
     return line[2:].split(" [0/")[0] if " [0/" in line else line[2:].split(":")[0]

@@ -1,10 +1,11 @@
-"""What crosses between the grade command's processes, as typed records (as pytest's `reports.py`): the spec each
-child reads, the checker's verdict on a graded name, the runner's status, and each cell's and notebook's result.
+"""What crosses between the grade command's processes, as typed records (as pytest's `reports.py`): the spec
+each child reads, the checker's verdict on a graded name, the runner's status, and each cell's and notebook's
+result.
 
-Each record is written by one process and read by another, as JSON whose keys are its fields in order (the files
-keep the bytes they had as plain dicts): `to_json()` gives that dict, `from_json(d)` reads one back, taking the
-fields it knows and the defaults for those missing (a record from an older run, or a child that stopped early).
-"""
+Each record is written by one process and read by another, as JSON whose keys are its fields in order (the
+files keep the bytes they had as plain dicts): `to_json()` gives that dict, `from_json(d)` reads one back,
+taking the fields it knows and the defaults for those missing (a record from an older run, or a child that
+stopped early)."""
 from __future__ import annotations
 
 import dataclasses
@@ -35,8 +36,9 @@ class Record:
 # ------------------------------------------------------------------------- the specs each child reads
 @dataclass
 class CheckerSpec(Record):
-    """checker.json, read by autograder/checker.py: its socket, its results file, {cell nonce: contract name}, the
-    kernel's uid (None without isolation), its threads, its own temporary folder, its address space (bytes)."""
+    """checker.json, read by autograder/checker.py: its socket, its results file, {cell nonce: contract name},
+    the kernel's uid (None without isolation), its threads, its own temporary folder, its address space
+    (bytes)."""
     socket: str
     results: str
     cells: dict
@@ -68,8 +70,9 @@ class JailSpec(Record):
 
 @dataclass
 class RunSpec(Record):
-    """spec.json, read by the runner (autograder/kernel.py's `_execute`): the prepared notebook, where to write its
-    status, the kernel's working folder, the limits and deadline, the checker's spec and the folders of the run."""
+    """spec.json, read by the runner (autograder/kernel.py's `_execute`): the prepared notebook, where to
+    write its status, the kernel's working folder, the limits and deadline, the checker's spec and the folders
+    of the run."""
     prepared: str
     status: str
     work: str
@@ -88,8 +91,9 @@ class RunSpec(Record):
 # ------------------------------------------------------------------------------- what comes back
 @dataclass
 class RunStatus(Record):
-    """status.json, the runner's report: the error that stopped it and how it ended (outcomes.Ending), the prepared
-    notebook's cell it was in, the cells interrupted at their time limit, what cells raised, the last cell reached."""
+    """status.json, the runner's report: the error that stopped it and how it ended (outcomes.Ending), the
+    prepared notebook's cell it was in, the cells interrupted at their time limit, what cells raised, the last
+    cell reached."""
     error: str | None = None
     cell: int | None = None
     interrupted: list = field(default_factory=list)
@@ -124,7 +128,8 @@ class CellResult(Record):
 
 @dataclass
 class NotebookResult(Record):
-    """One notebook in the report, as grade_notebook returns it (the batch adds student, sha256, graded_at)."""
+    """One notebook in the report, as grade_notebook returns it (the batch adds student, sha256, graded_at).
+    """
     path: str
     points: float = 0.0
     max_points: float = 0.0

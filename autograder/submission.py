@@ -150,26 +150,38 @@ def cell_facts(source: str) -> dict:
     ("solutions.masks.padding_mask"; "solutions.*" for a star import) and "words": the words of its strings
     (exec(open("../solutions/masks.py").read()), getattr(solutions, "padding_mask")). At most MAX_FACTS each."""
     import ast
-    facts: dict = {"defines": []}
-    mentions = "solutions" in source
     try:
         tree = ast.parse(_without_magics(source))
     except (SyntaxError, ValueError, RecursionError, MemoryError):
-        tree = None
-    if tree is None:  # read by its lines: a cell that does not parse
-        facts["defines"] = list(dict.fromkeys(a or b for a, b in _DEF.findall(source)))[:MAX_FACTS]
-        if mentions:
-            found = {re.sub(r"\s+", "", m): [] for m in re.findall(r"solutions(?:\s*\.\s*[A-Za-z_]\w*)*", source)}
-            for module, names in re.findall(r"from\s+(solutions(?:\.\w+)*)\s+import\s+\(?([\w\s,*]+)", source):
-                for n in names.split(","):
-                    if n.split():  # `a as b` binds b
-                        found[f"{module}.{n.split()[0]}"] = [n.split()[-1]]
-            facts["solutions"] = [[d, c] for d, c in list(found.items())[:MAX_FACTS]]
-            quoted = " ".join(a or b for a, b in re.findall(r"'([^'\n]*)'|\"([^\"\n]*)\"", source))
-            words = set(re.findall(r"\b[A-Za-z_]\w{0,63}\b", quoted))
-            facts["words"] = sorted(words)[:MAX_WORDS] if "solutions" in words else []
+        return _facts_by_lines(source)  # a cell that does not parse
+    facts: dict = {"defines": list(dict.fromkeys(_top_level_names(tree)))[:MAX_FACTS]}
+    if "solutions" not in source:
         return facts
+    found, words = _solutions_reached(tree)
+    facts["solutions"] = [[d, sorted(c)[:MAX_FACTS]] for d, c in list(found.items())[:MAX_FACTS]]
+    facts["words"] = sorted(words)[:MAX_WORDS] if "solutions" in words else []
+    return facts
 
+
+def _facts_by_lines(source: str) -> dict:
+    """cell_facts of a cell that does not parse, read by its text's lines."""
+    facts: dict = {"defines": list(dict.fromkeys(a or b for a, b in _DEF.findall(source)))[:MAX_FACTS]}
+    if "solutions" in source:
+        found = {re.sub(r"\s+", "", m): [] for m in re.findall(r"solutions(?:\s*\.\s*[A-Za-z_]\w*)*", source)}
+        for module, names in re.findall(r"from\s+(solutions(?:\.\w+)*)\s+import\s+\(?([\w\s,*]+)", source):
+            for n in names.split(","):
+                if n.split():  # `a as b` binds b
+                    found[f"{module}.{n.split()[0]}"] = [n.split()[-1]]
+        facts["solutions"] = [[d, c] for d, c in list(found.items())[:MAX_FACTS]]
+        quoted = " ".join(a or b for a, b in re.findall(r"'([^'\n]*)'|\"([^\"\n]*)\"", source))
+        words = set(re.findall(r"\b[A-Za-z_]\w{0,63}\b", quoted))
+        facts["words"] = sorted(words)[:MAX_WORDS] if "solutions" in words else []
+    return facts
+
+
+def _top_level_names(tree) -> list[str]:
+    """The names a cell binds at its top level (inside if/for/while/with/try too, not inside a def or class)."""
+    import ast
     defines: list = []
 
     def bind(target):
@@ -196,20 +208,25 @@ def cell_facts(source: str) -> dict:
             for handler in getattr(node, "handlers", None) or []:
                 top(handler.body)
     top(tree.body)
-    facts["defines"] = list(dict.fromkeys(defines))[:MAX_FACTS]
-    if not mentions:
-        return facts
-    bound: dict[str, str] = {"solutions": "solutions"}  # a name bound to solutions or one of its parts -> which
-    found: dict[str, set] = {}   # a dotted name reached in solutions -> the names it was bound to, or used in
-    words: set = set()
+    return defines
 
-    def binds(node) -> set:
-        """The names a statement defines: what it reaches in solutions is used for them."""
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            return {node.name}
-        targets = node.targets if isinstance(node, ast.Assign) else [node.target] \
-            if isinstance(node, (ast.AnnAssign, ast.AugAssign)) else []
-        return {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+
+def _binds(node) -> set:
+    """The names a statement defines: what it reaches in solutions is used for them."""
+    import ast
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return {node.name}
+    targets = node.targets if isinstance(node, ast.Assign) else [node.target] \
+        if isinstance(node, (ast.AnnAssign, ast.AugAssign)) else []
+    return {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+
+
+def _solutions_reached(tree) -> tuple[dict, set]:
+    """({a dotted name reached in solutions: the names it was bound to, or used in}, the words of the strings)."""
+    import ast
+    bound: dict[str, str] = {"solutions": "solutions"}  # a name bound to solutions or one of its parts -> which
+    found: dict[str, set] = {}
+    words: set = set()
 
     def reach(node, context: set) -> None:
         if isinstance(node, ast.Import):
@@ -240,7 +257,7 @@ def cell_facts(source: str) -> dict:
 
     def statements(body, context: set) -> None:
         for node in body:
-            here = context | binds(node)
+            here = context | _binds(node)
             nested = [getattr(node, f, None) or [] for f in ("body", "orelse", "finalbody")] + \
                 [h.body for h in getattr(node, "handlers", None) or []]
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) or not any(nested):
@@ -254,9 +271,7 @@ def cell_facts(source: str) -> dict:
                 for block in nested:
                     statements(block, here)
     statements(tree.body, set())
-    facts["solutions"] = [[d, sorted(c)[:MAX_FACTS]] for d, c in list(found.items())[:MAX_FACTS]]
-    facts["words"] = sorted(words)[:MAX_WORDS] if "solutions" in words else []
-    return facts
+    return found, words
 
 
 def answer_imports(cells, stem: str | None, names) -> list[str]:
