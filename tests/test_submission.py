@@ -7,9 +7,11 @@ from autograder.submission import MAX_FACTS, cell_facts, expected_cells, lessons
 
 @pytest.mark.parametrize("source, defines", [
     ("def softmax(x):\n    y = 1\n    return y", ["softmax"]),
-    ("class Attention:\n    pass\nA, (b, c) = 1, (2, 3)\nd: int = 4\ne += 1", ["Attention", "A", "b", "c", "d", "e"]),
+    ("class Attention:\n    pass\nA, (b, c) = 1, (2, 3)\nd: int = 4\ne += 1",
+     ["Attention", "A", "b", "c", "d", "e"]),
     ("import torch.nn as nn\nimport numpy.linalg\nfrom math import *", ["nn", "numpy"]),
-    ("if True:\n    f = 1\nelse:\n    g = 2\ntry:\n    h = 3\nexcept Exception:\n    i = 4", ["f", "g", "h", "i"]),
+    ("if True:\n    f = 1\nelse:\n    g = 2\ntry:\n    h = 3\nexcept Exception:\n    i = 4",
+     ["f", "g", "h", "i"]),
     ("%time x = 1\n!pip install y\nz = 2", ["z"]),
     ("%%bash\nx=1", []),
     ("def broken(:\nsoftmax = 1\nclass K:", ["broken", "softmax", "K"]),  # read by its lines
@@ -20,8 +22,8 @@ def test_the_names_a_cell_binds_at_its_top_level(source, defines):
 
 @pytest.mark.parametrize("source, reached", [
     ("from solutions.masks import padding_mask as pm", [["solutions.masks.padding_mask", ["pm"]]]),
-    ("import solutions as s\nmask = s.masks.causal_mask", [["solutions", ["s"]], ["solutions.masks.causal_mask",
-                                                                                  ["mask"]]]),
+    ("import solutions as s\nmask = s.masks.causal_mask",
+     [["solutions", ["s"]], ["solutions.masks.causal_mask", ["mask"]]]),
     ("from solutions import *", [["solutions.*", ["*"]]]),
     ("def softmax(x):\n    return solutions.softmax(x)", [["solutions.softmax", ["softmax"]]]),
 ])
@@ -33,7 +35,8 @@ def test_the_words_of_its_strings_only_where_they_name_solutions():
     facts = cell_facts('exec(open("../solutions/masks.py").read())')
     assert "solutions" in facts["words"] and "masks" in facts["words"]
     assert cell_facts('print("solutions are below")  # solutions')["words"] == ["are", "below", "solutions"]
-    assert "words" not in cell_facts('x = "masks"') and cell_facts('x = "solutions"')["words"] == ["solutions"]
+    assert "words" not in cell_facts('x = "masks"')
+    assert cell_facts('x = "solutions"')["words"] == ["solutions"]
     assert cell_facts('y = "masks" # solutions')["words"] == []  # named only outside a string
 
 
