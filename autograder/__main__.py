@@ -17,6 +17,13 @@ if __name__ == "__main__":
 
 
 def main(argv=None) -> int:
+    """Run the command that argv names: its exit status."""
+    args = _parser().parse_args(argv)
+    return COMMANDS[args.command](args)
+
+
+def _parser() -> argparse.ArgumentParser:
+    """The command line's parser: one subcommand each."""
     parser = argparse.ArgumentParser(prog="python -m autograder")
     sub = parser.add_subparsers(dest="command", required=True)
     g = sub.add_parser("grade", help="grade notebooks, each in a fresh kernel")
@@ -54,74 +61,91 @@ def main(argv=None) -> int:
                      "Colab and the Colab set-up cell find the release (default: the repository of the release already "
                      "in --out, else the course's own, transformer-course/transformer-course)")
     rel.add_argument("--force", action="store_true", help="release an earlier lesson over a later one's release")
-    args = parser.parse_args(argv)
+    return parser
 
-    if args.command == "grade":
-        from .grade import MEMORY_GB, Interrupted, ReportError, grade, shard_of
-        from .submission import _lessons
-        stems = [stem for stem, _, _ in _lessons()]
-        if args.lesson is not None and args.lesson not in stems:
-            print(f"--lesson {args.lesson} is not a lesson; the lessons: {', '.join(stems)}", file=sys.stderr)
+
+def _grade(args) -> int:
+    """grade: the notebooks, each in a fresh kernel; 0 when every one of this shard was graded without an error."""
+    from .grade import MEMORY_GB, Interrupted, ReportError, grade, shard_of
+    from .submission import lessons
+    stems = [stem for stem, _, _ in lessons()]
+    if args.lesson is not None and args.lesson not in stems:
+        print(f"--lesson {args.lesson} is not a lesson; the lessons: {', '.join(stems)}", file=sys.stderr)
+        return 2
+    shard = None
+    if args.shard is not None:
+        k, _, n = args.shard.partition("/")
+        if not (k.isdigit() and n.isdigit() and 0 <= int(k) < int(n)):
+            print(f"--shard {args.shard}: expected K/N with 0 <= K < N, e.g. --shard 0/4", file=sys.stderr)
             return 2
-        shard = None
-        if args.shard is not None:
-            k, _, n = args.shard.partition("/")
-            if not (k.isdigit() and n.isdigit() and 0 <= int(k) < int(n)):
-                print(f"--shard {args.shard}: expected K/N with 0 <= K < N, e.g. --shard 0/4", file=sys.stderr)
-                return 2
-            shard = (int(k), int(n))
-        jobs = args.jobs or min(4, os.cpu_count() or 1)
-        try:
-            report = grade(args.notebooks, args.json, args.timeout, jobs=jobs, cell_timeout=args.cell_timeout,
-                           memory_gb=args.memory if args.memory is not None else MEMORY_GB, lesson=args.lesson,
-                           csv_path=args.csv, shard=shard, regrade=args.regrade)
-        except ReportError as e:
-            print(str(e), file=sys.stderr)
-            return 2
-        except Interrupted as e:
-            print(e.line, file=sys.stderr)
-            return 128 + e.signum
-        mine = {str(p) for p in args.notebooks if shard is None or shard_of(p, shard[1]) == shard[0]}
-        return 0 if all(n["error"] is None for n in report["notebooks"] if n["path"] in mine) else 1
-    if args.command == "merge":
-        from .grade import ReportError, merge, summary_text
-        try:
-            merged, missing = merge(args.reports, args.json, args.csv)
-        except ReportError as e:
-            print(str(e), file=sys.stderr)
-            return 2
-        print(f"{len(merged['notebooks'])} notebooks from {len(args.reports)} reports written to {args.json}"
-              + (f" and {args.csv}" if args.csv else ""))
-        if merged["notebooks"]:
-            print(summary_text(merged))
-        for line in missing:
-            print(f"missing: {line}", file=sys.stderr)
-        return 1 if missing else 0
-    if args.command == "lessons":
-        from .notebooks import sync
-        stale = sync(write=args.write)
-        verb = "rewrote" if args.write else "out of date (run: python -m autograder lessons --write)"
-        print(f"{verb}: {', '.join(stale)}" if stale else "lessons are in sync with solutions/")
-        return 1 if stale and not args.write else 0
-    if args.command == "release":
-        from .release import ReleaseError, build_release
-        try:
-            made = build_release(args.lesson, args.out, args.repo, force=args.force)
-        except ReleaseError as e:
-            print(f"release: {e}", file=sys.stderr)
-            return 2
-        print(f"release of {made.lesson} written to {os.path.abspath(args.out)}: {len(made.files)} files, "
-              f"lessons up to {made.lesson}, Binder and Colab at github.com/{made.repo}")
-        for where in sorted({line.split(": ", 1)[0] for line in made.kept_in_checks}):
-            print(f"  note: {where}: the graded stage's checks, kept whole for check(), hold answer text "
-                  f"(see .course-release.json, kept_in_checks)")
-        return 0
-    if args.command == "nbgrader-course":
-        from .course import build_course
-        path = build_course(args.directory, args.lessons)
-        print(f"nbgrader course written to {path}")
-        return 0
-    return 2
+        shard = (int(k), int(n))
+    jobs = args.jobs or min(4, os.cpu_count() or 1)
+    try:
+        report = grade(args.notebooks, args.json, args.timeout, jobs=jobs, cell_timeout=args.cell_timeout,
+                       memory_gb=args.memory if args.memory is not None else MEMORY_GB, lesson=args.lesson,
+                       csv_path=args.csv, shard=shard, regrade=args.regrade)
+    except ReportError as e:
+        print(str(e), file=sys.stderr)
+        return 2
+    except Interrupted as e:
+        print(e.line, file=sys.stderr)
+        return 128 + e.signum
+    mine = {str(p) for p in args.notebooks if shard is None or shard_of(p, shard[1]) == shard[0]}
+    return 0 if all(n["error"] is None for n in report["notebooks"] if n["path"] in mine) else 1
+
+
+def _merge(args) -> int:
+    """merge: the reports of a batch's shards into one; 1 when something is missing."""
+    from .grade import ReportError, merge, summary_text
+    try:
+        merged, missing = merge(args.reports, args.json, args.csv)
+    except ReportError as e:
+        print(str(e), file=sys.stderr)
+        return 2
+    print(f"{len(merged['notebooks'])} notebooks from {len(args.reports)} reports written to {args.json}"
+          + (f" and {args.csv}" if args.csv else ""))
+    if merged["notebooks"]:
+        print(summary_text(merged))
+    for line in missing:
+        print(f"missing: {line}", file=sys.stderr)
+    return 1 if missing else 0
+
+
+def _lessons(args) -> int:
+    """lessons: check (or --write) the lessons' stubs against solutions/."""
+    from .notebooks import sync
+    stale = sync(write=args.write)
+    verb = "rewrote" if args.write else "out of date (run: python -m autograder lessons --write)"
+    print(f"{verb}: {', '.join(stale)}" if stale else "lessons are in sync with solutions/")
+    return 1 if stale and not args.write else 0
+
+
+def _release(args) -> int:
+    """release: build (or update) a class's release of the lessons up to LESSON."""
+    from .release import ReleaseError, build_release
+    try:
+        made = build_release(args.lesson, args.out, args.repo, force=args.force)
+    except ReleaseError as e:
+        print(f"release: {e}", file=sys.stderr)
+        return 2
+    print(f"release of {made.lesson} written to {os.path.abspath(args.out)}: {len(made.files)} files, "
+          f"lessons up to {made.lesson}, Binder and Colab at github.com/{made.repo}")
+    for where in sorted({line.split(": ", 1)[0] for line in made.kept_in_checks}):
+        print(f"  note: {where}: the graded stage's checks, kept whole for check(), hold answer text "
+              f"(see .course-release.json, kept_in_checks)")
+    return 0
+
+
+def _nbgrader_course(args) -> int:
+    """nbgrader-course: build an nbgrader course directory from the lessons."""
+    from .course import build_course
+    path = build_course(args.directory, args.lessons)
+    print(f"nbgrader course written to {path}")
+    return 0
+
+
+COMMANDS = {"grade": _grade, "merge": _merge, "lessons": _lessons, "release": _release,
+            "nbgrader-course": _nbgrader_course}
 
 
 if __name__ == "__main__":

@@ -15,8 +15,8 @@ folder a check hands to the learner's code (a tokenizer's save and load: _util.l
 is made by the kernel, in the kernel's own temporary folder, at the checker's request (remote.Endpoint, "tempdir"); the
 checker only passes its name back.
 
-CONFIG (JSON): {"socket", "results", "cells": {cell nonce: name}, "uid": the kernel's uid or null,
-"threads", "memory", "tmp"}.
+CONFIG (JSON, records.CheckerSpec): {"socket", "results", "cells": {cell nonce: name}, "uid": the kernel's uid
+or null, "threads", "memory", "tmp"}. Each verdict is a line of the results file (records.NameVerdict).
 
 A batch starts its checkers from one process, `python -m autograder.checker --serve SOCKET` (`serve`), which
 imports PyTorch and the checks once and forks a checker per notebook on request (each from the same untouched
@@ -34,6 +34,9 @@ import sys
 import threading
 import time
 
+from .outcomes import Outcome, Verdict, check_line, name_lines
+from .records import CheckerSpec, NameVerdict
+
 NAME_BUDGET = 240.0   # seconds for all the checks of one name, on top of each check's own limit
 HELLO_TIMEOUT = 20.0
 
@@ -45,124 +48,143 @@ def _peer(conn) -> tuple[int, int]:
 
 #: how this checker asks its runner to interrupt the kernel (set by main)
 _INTERRUPT: list = []
-class Grader:
-    def __init__(self, cfg):
-        from . import core
-        self.core, self.cfg = core, cfg
-        self.cells = {str(k): str(v) for k, v in cfg["cells"].items()}
-        self.graded: set[str] = set()
-        self.results = open(cfg["results"], "a", encoding="utf-8")
 
-    def record(self, result: dict) -> None:
-        self.results.write(json.dumps(result) + "\n")
+
+def _interrupt() -> None:
+    """Ask the runner, which started the kernel, to interrupt it: never a pid taken from the socket."""
+    for tell in _INTERRUPT:
+        try:
+            tell()
+        except (OSError, ValueError):
+            pass
+
+
+class Grader:
+    """The checker's grading of one notebook: each connection is one graded cell (handle)."""
+
+    def __init__(self, spec: CheckerSpec):
+        from . import core
+        self.core, self.spec = core, spec
+        self.cells = {str(k): str(v) for k, v in spec.cells.items()}
+        self.graded: set[str] = set()
+        self.results = open(spec.results, "a", encoding="utf-8")
+
+    def record(self, result: NameVerdict) -> None:
+        self.results.write(json.dumps(result.to_json()) + "\n")
         self.results.flush()
         os.fsync(self.results.fileno())
 
     def handle(self, conn) -> None:
-        from .remote import ChannelError, Endpoint
-        core = self.core
+        """Grade the graded cell that `conn` names: its contract name's checks, the verdict recorded and sent."""
         _, uid = _peer(conn)
-        if self.cfg.get("uid") is not None and uid != self.cfg["uid"]:
+        if self.spec.uid is not None and uid != self.spec.uid:
             conn.close()
             return
-        ep = Endpoint(conn, trusted=True)
-        ep.passthrough = (core.CheckTimeout,)
-        from .checks import _util
-        _util.BUILD_ELSEWHERE = ep.build
-        # an earlier graded name of the lesson, by the name a check chose (_util.learners_own): a mistake paid once
-        _util.LOOKUP_ELSEWHERE = lambda graded: ep.request("resolve", name=graded)
-        _util.FOLDER_ELSEWHERE = lambda: _kernel_folder(ep)
+        ep = self._endpoint(conn)
         try:
-            hello, _ = core._run_limited(ep.ch.recv, HELLO_TIMEOUT)
+            hello, _ = self.core._run_limited(ep.ch.recv, HELLO_TIMEOUT)
         except BaseException:  # noqa: BLE001  (a connection that says nothing)
             conn.close()
             return
         cell = str(hello.get("cell", ""))[:64]
         name = self.cells.get(cell)
-        result = {"cell": cell, "name": name, "points": 0.0, "max_points": 0.0, "lines": [], "flags": [],
-                  "error": None}
+        result = NameVerdict(cell=cell, name=name)
         if name is None or cell in self.graded:
             why = "an unknown graded cell" if name is None else "a graded cell that was already graded"
-            result["flags"].append(f"the notebook asked to grade {why}")
+            result.flags.append(f"the notebook asked to grade {why}")
             self._finish(ep, result, record=False)
             return
         self.graded.add(cell)
-        result["max_points"] = core.max_points(name)
-        broken: list = []
+        result.max_points = self.core.max_points(name)
+        self._grade(ep, name, result)
+        self._finish(ep, result)
 
-        def interrupt():  # by the runner, which started the kernel: never a pid taken from the socket
-            for tell in _INTERRUPT:
-                try:
-                    tell()
-                except (OSError, ValueError):
-                    pass
+    def _endpoint(self, conn):
+        """The channel to the kernel, and the checks' ways to reach it (_util's hooks)."""
+        from .checks import _util
+        from .remote import Endpoint
+        ep = Endpoint(conn, trusted=True)
+        ep.passthrough = (self.core.CheckTimeout,)
+        _util.BUILD_ELSEWHERE = ep.build
+        # an earlier graded name of the lesson, by the name a check chose (_util.learners_own): a mistake paid once
+        _util.LOOKUP_ELSEWHERE = lambda graded: ep.request("resolve", name=graded)
+        _util.FOLDER_ELSEWHERE = lambda: _kernel_folder(ep)
+        return ep
 
-        def run(check, obj):
-            if broken:
-                return 0.0, f"✗ {check.title} [0/{check.points:g}]: skipped: {broken[0]}"
-            saved = core.FORBIDDEN.pop(check.name, None)  # the shortcuts are watched where the learner's code runs
-            try:
-                core._run_limited(lambda: ep.request("watch", name=check.name), 20)
-                points, line = core.run_check(check, obj)
-            except BaseException as e:  # noqa: BLE001
-                broken.append(f"the kernel stopped answering ({type(e).__name__})")
-                return 0.0, f"✗ {check.title} [0/{check.points:g}]: {broken[0]}"
-            finally:
-                if saved is not None:
-                    core.FORBIDDEN[check.name] = saved
-            if "took longer than" in line:
-                interrupt()
-                broken.append("an earlier check ran out of time")
-                return points, line
-            if "ChannelError" in line or "the other side closed" in line:
-                broken.append("the kernel stopped answering")
-                return 0.0, f"✗ {check.title} [0/{check.points:g}]: the kernel stopped answering"
-            try:
-                used = core._run_limited(lambda: ep.request("watched"), 20)
-            except BaseException:  # noqa: BLE001
-                broken.append("the kernel stopped answering")
-                return 0.0, f"✗ {check.title} [0/{check.points:g}]: the kernel stopped answering"
-            used = [str(u)[:200] for u in used] if isinstance(used, list) else []
-            if used:
-                return 0.0, (f"✗ {check.title} [0/{check.points:g}]: your code calls {', '.join(used)}, which does "
-                             "this lesson's work for you: write it yourself")
-            return points, line
-
+    def _grade(self, ep, name: str, result: NameVerdict) -> None:
+        """The learner's `name`, handed over by the kernel, through its checks: into `result`."""
+        core = self.core
         start = time.time()
         try:
             obj = core._run_limited(lambda: ep.request("resolve", name=name), 30)
         except NameError:
-            result["lines"] = [f"✗ {name} is not defined: run the cell that defines it"]
-            self._finish(ep, result)
+            result.undefined = True
+            result.lines = [f"✗ {name} is not defined: run the cell that defines it"]
             return
         except BaseException as e:  # noqa: BLE001
-            result["error"] = f"the kernel did not hand over {name}: {type(e).__name__}: {str(e)[:200]}"
-            self._finish(ep, result)
+            result.error = f"the kernel did not hand over {name}: {type(e).__name__}: {str(e)[:200]}"
             return
+        broken: list = []
         try:
-            _, earned, total, lines = core.run_named(name, obj, run=run)
+            _, earned, total, lines = core.run_named(name, obj, run=lambda c, o: self._check(ep, c, o, broken))
         except BaseException as e:  # noqa: BLE001  (a bug of the grader's: the name earns nothing, said so)
-            result["error"] = f"the grader failed: {type(e).__name__}: {str(e)[:200]}"
+            result.error = f"the grader failed: {type(e).__name__}: {str(e)[:200]}"
         else:
-            result["points"], result["lines"] = float(earned), list(lines)
-        result["seconds"] = round(time.time() - start, 2)
-        self._finish(ep, result)
+            result.points, result.lines = float(earned), list(lines)
+        result.seconds = round(time.time() - start, 2)
 
-    def _finish(self, ep, result, record=True) -> None:
+    def _check(self, ep, check, obj, broken: list) -> Verdict:
+        """One check, run across to the kernel with its shortcuts watched there. `broken`: why the name's later
+        checks are skipped (the kernel stopped answering, or a check ran out of time), once known."""
+        from .remote import ChannelError
+        core = self.core
+        if broken:
+            return lost(check, f"skipped: {broken[0]}", Outcome.SKIPPED)
+        saved = core.FORBIDDEN.pop(check.name, None)  # the shortcuts are watched where the learner's code runs
+        try:
+            core._run_limited(lambda: ep.request("watch", name=check.name), 20)
+            verdict = core.run_check(check, obj, lost=(ChannelError,))
+        except BaseException as e:  # noqa: BLE001
+            broken.append(f"the kernel stopped answering ({type(e).__name__})")
+            return lost(check, broken[0])
+        finally:
+            if saved is not None:
+                core.FORBIDDEN[check.name] = saved
+        if verdict.outcome is Outcome.TIMEOUT:
+            _interrupt()
+            broken.append("an earlier check ran out of time")
+            return verdict
+        if verdict.outcome is Outcome.LOST:
+            broken.append("the kernel stopped answering")
+            return lost(check, "the kernel stopped answering")
+        try:
+            used = core._run_limited(lambda: ep.request("watched"), 20)
+        except BaseException:  # noqa: BLE001
+            broken.append("the kernel stopped answering")
+            return lost(check, "the kernel stopped answering")
+        used = [str(u)[:200] for u in used] if isinstance(used, list) else []
+        return core.refused(check, used) if used else verdict
+
+    def _finish(self, ep, result: NameVerdict, record=True) -> None:
         if record:
             self.record(result)
-        shown = list(result["lines"]) + [f"✗ refused: {f}" for f in result["flags"]] + \
-            ([f"✗ {result['error']}"] if result["error"] else [])
-        shown.append(f"{result['name']}: {result['points']:g}/{result['max_points']:g} points (graded outside "
+        shown = name_lines(result.lines, result.flags, result.error)
+        shown.append(f"{result.name}: {result.points:g}/{result.max_points:g} points (graded outside "
                      "the notebook)")
         try:
-            ep.ch.send({"k": "done", "lines": shown, "points": result["points"]})
+            ep.ch.send({"k": "done", "lines": shown, "points": result.points})
         except OSError:
             pass
         try:
             ep.ch.sock.close()
         except OSError:
             pass
+
+
+def lost(check, note: str, outcome: Outcome = Outcome.LOST) -> Verdict:
+    """The verdict of a check that earned nothing because the kernel stopped answering (or, SKIPPED, an earlier
+    check of the name lost it or ran out of time)."""
+    return Verdict(0.0, check_line(check.title, check.points, False, note), outcome)
 
 
 def _kernel_folder(ep) -> str:
@@ -189,12 +211,11 @@ def _own_temp(folder) -> None:
 def main(cfg_path: str, ready=None, interrupt=None) -> None:
     """Grade the notebook of CONFIG: listen, then call ready() (by default print "listening"), serve its cells.
     interrupt(): how to ask the runner to interrupt the kernel (by default print "interrupt")."""
-    with open(cfg_path) as f:
-        cfg = json.load(f)
+    spec = CheckerSpec.read(cfg_path)
     try:
         soft, hard = resource.getrlimit(resource.RLIMIT_AS)
-        limit = int(cfg["memory"]) if cfg.get("memory") else hard  # (not the runner's, inherited)
-        resource.setrlimit(resource.RLIMIT_AS, (limit, limit) if cfg.get("memory") else (hard, hard))
+        limit = int(spec.memory) if spec.memory else hard  # (not the runner's, inherited)
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit) if spec.memory else (hard, hard))
     except (ValueError, OSError):
         pass
     _INTERRUPT[:] = [interrupt or (lambda: print("interrupt", flush=True))]
@@ -202,19 +223,19 @@ def main(cfg_path: str, ready=None, interrupt=None) -> None:
     # socket's folder is the grade command's (the kernel may only read it): no link in it, and the socket is made
     # connectable by the umask, not by a chmod of its path
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    if os.path.lexists(cfg["socket"]):  # left by a forked checker whose request failed: this one replaces it
-        os.unlink(cfg["socket"])
+    if os.path.lexists(spec.socket):  # left by a forked checker whose request failed: this one replaces it
+        os.unlink(spec.socket)
     mask = os.umask(0o111)
     try:
-        server.bind(cfg["socket"])
+        server.bind(spec.socket)
     finally:
         os.umask(mask)
     server.listen(8)
     (ready or (lambda: print("listening", flush=True)))()
     import torch
-    torch.set_num_threads(int(cfg.get("threads") or 1))
-    _own_temp(cfg.get("tmp"))
-    grader = Grader(cfg)
+    torch.set_num_threads(int(spec.threads or 1))
+    _own_temp(spec.tmp)
+    grader = Grader(spec)
     while True:
         conn, _ = server.accept()
         try:

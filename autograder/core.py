@@ -16,6 +16,7 @@ from .registry import (DEFAULT_TIMEOUT, FORBIDDEN, REGISTRY, Check, CheckFailure
 from .explain import (_describe_exception, _exception_line, _frame_kind, _site, failing_line,  # noqa: F401
                       failing_site)
 from .shortcuts import _watched, watching  # noqa: F401
+from .outcomes import Outcome, Verdict, check_line
 from . import checks  # noqa: F401,E402  (fills the registry: imported once, here)
 
 
@@ -85,39 +86,66 @@ def _run_limited(fn: Callable, seconds: float):
     return box.get("value")
 
 
-def run_check(c: Check, obj) -> tuple[float, str]:
-    """(points, one line of report) for one check; never raises for anything the learner's code does.
-    When the stage forbids a library shortcut (see `forbid`) and the learner's code used it during this
-    check, the check earns nothing, whatever its verdict."""
+def run_check(c: Check, obj, lost: tuple = ()) -> Verdict:
+    """(points, one line of report) for one check, and how it ended (a Verdict); never raises for anything the
+    learner's code does. When the stage forbids a library shortcut (see `forbid`) and the learner's code used it
+    during this check, the check earns nothing, whatever its verdict. `lost`: the exceptions that mean the kernel
+    stopped answering (the grade command's channel errors)."""
     used: list[str] = []
     rules = FORBIDDEN.get(c.name)
     try:
         with _silenced():
             _run_limited(lambda: _watched(c.fn, obj, rules, used) if rules else c.fn(obj), c.timeout)
     except CheckPassed as e:  # right given a wrong earlier name, which the note names (paid once, there)
-        points, line = c.points, f"✓ {c.title} [{c.points:g}/{c.points:g}]: {e}"
-    except CheckFailure as e:
-        points, line = 0.0, f"✗ {c.title} [0/{c.points:g}]: {e}"
-    except NotImplementedError:
-        points, line = 0.0, f"✗ {c.title} [0/{c.points:g}]: not implemented yet"
-    except CheckTimeout:
-        points, line = 0.0, (f"✗ {c.title} [0/{c.points:g}]: took longer than {c.timeout:g} s. Likely: an endless "
-                             "loop (a while loop whose condition never changes), or work repeated far more than needed")
-    except RecursionError:
-        points, line = 0.0, f"✗ {c.title} [0/{c.points:g}]: endless recursion. Likely: the function calls itself"
-    except MemoryError:
-        points, line = 0.0, f"✗ {c.title} [0/{c.points:g}]: ran out of memory. Likely: a tensor far larger than needed"
+        verdict = Verdict(c.points, check_line(c.title, c.points, True, str(e)), Outcome.PASSED)
     except BaseException as e:  # noqa: BLE001  (SystemExit and KeyboardInterrupt from learner code included)
-        if isinstance(e, KeyboardInterrupt) and not isinstance(e, CheckTimeout):
+        failure = _failure(c, e, lost)
+        if failure is None:
             raise  # the learner pressed stop: let the notebook stop
-        points, line = 0.0, f"✗ {c.title} [0/{c.points:g}]: {_exception_line(e)}"
+        note, outcome = failure
+        verdict = Verdict(0.0, check_line(c.title, c.points, False, note), outcome)
     else:
-        points, line = c.points, f"✓ {c.title} [{c.points:g}/{c.points:g}]"
+        verdict = Verdict(c.points, check_line(c.title, c.points, True), Outcome.PASSED)
     if used:
-        names = ", ".join(dict.fromkeys(used))
-        points, line = 0.0, (f"✗ {c.title} [0/{c.points:g}]: your code calls {names}, which does this "
-                             "lesson's work for you: write it yourself")
-    return points, line
+        return refused(c, list(dict.fromkeys(used)))
+    return verdict
+
+
+def _failure(c: Check, e: BaseException, lost: tuple) -> tuple[str, Outcome] | None:
+    """(the note, the outcome) of a check that raised `e`; None for the learner's KeyboardInterrupt (raised on).
+    The outcome is LOST when `e`, or the error it was raised from or while handling, is one of `lost`."""
+    outcome = Outcome.LOST if lost and _raised_from(e, lost) else Outcome.FAILED
+    if isinstance(e, CheckFailure):
+        return str(e), outcome
+    if isinstance(e, NotImplementedError):
+        return "not implemented yet", outcome
+    if isinstance(e, CheckTimeout):
+        return (f"took longer than {c.timeout:g} s. Likely: an endless loop (a while loop whose condition never "
+                "changes), or work repeated far more than needed"), Outcome.TIMEOUT
+    if isinstance(e, RecursionError):
+        return "endless recursion. Likely: the function calls itself", outcome
+    if isinstance(e, MemoryError):
+        return "ran out of memory. Likely: a tensor far larger than needed", outcome
+    if isinstance(e, KeyboardInterrupt):
+        return None
+    return _exception_line(e), outcome
+
+
+def _raised_from(e: BaseException, kinds: tuple) -> bool:
+    """Whether `e` or an error in its chain (__cause__, __context__) is one of `kinds`."""
+    seen: set = set()
+    while e is not None and id(e) not in seen:
+        if isinstance(e, kinds):
+            return True
+        seen.add(id(e))
+        e = e.__cause__ or e.__context__
+    return False
+
+
+def refused(c: Check, names: list[str]) -> Verdict:
+    """The verdict of a check during which the learner's code called the forbidden shortcuts `names`."""
+    note = f"your code calls {', '.join(names)}, which does this lesson's work for you: write it yourself"
+    return Verdict(0.0, check_line(c.title, c.points, False, note), Outcome.REFUSED)
 
 
 def run_checks(obj) -> tuple[str | None, float, float, list[str]]:
@@ -138,10 +166,11 @@ def run_named(name: str, obj, run: Callable | None = None) -> tuple[str | None, 
     total, earned, lines, timed_out = 0.0, 0.0, [], False
     for c in REGISTRY[name]:
         if timed_out:  # the code hangs: do not make the learner (or nbgrader's cell timeout) wait for each check
-            points, line = 0.0, f"✗ {c.title} [0/{c.points:g}]: skipped, an earlier check ran out of time"
+            points, line = 0.0, check_line(c.title, c.points, False, "skipped, an earlier check ran out of time")
         else:
-            points, line = run(c, obj)
-            timed_out = "took longer than" in line
+            verdict = run(c, obj)
+            points, line = verdict
+            timed_out = getattr(verdict, "outcome", None) is Outcome.TIMEOUT
         earned += points
         total += c.points
         lines.append(line)

@@ -25,8 +25,11 @@ import threading
 import time
 
 from . import forkserver
-from .kernel import CANCELLED, CELL_TIMEOUT, MEMORY_GB, NOTEBOOK_TIMEOUT, Cancel, grade_notebook, isolation
-from .submission import _lessons, course_pythonpath, lesson_of, read_submission
+from .outcomes import failed_title
+from .records import NotebookResult
+from .kernel import (CANCELLED, CELL_TIMEOUT, MEMORY_GB, NOTEBOOK_TIMEOUT, Cancel, grade_notebook, isolation,
+                     keep_files, run_notebook)
+from .submission import course_pythonpath, lesson_of, lessons, read_submission
 
 __all__ = ["grade", "grade_notebook", "isolation", "labels", "lesson_of", "merge", "read_submission", "shard_of",
            "student_of", "Interrupted", "ReportError", "CELL_TIMEOUT", "MEMORY_GB", "NOTEBOOK_TIMEOUT"]
@@ -165,7 +168,7 @@ def load_report(path) -> dict | None:
 def _columns(report) -> list[str]:
     """The graded cells in the report, in the course's order (lesson by lesson)."""
     present = {c.get("grade_id") for n in report["notebooks"] for c in n.get("cells") or []}
-    ordered = [gid for _, _, checks in _lessons() for gid in checks if gid in present]
+    ordered = [gid for _, _, checks in lessons() for gid in checks if gid in present]
     return ordered + sorted(g for g in present if isinstance(g, str) and g not in ordered)
 
 
@@ -209,8 +212,8 @@ def _failed_checks(n) -> list[str]:
     for c in n.get("cells") or []:
         name = str(c.get("grade_id", ""))[len("check_"):]
         for line in str(c.get("message") or "").splitlines():
-            if line.startswith("✗ "):
-                title = line[2:].split(" [0/")[0] if " [0/" in line else line[2:].split(":")[0]
+            title = failed_title(line)
+            if title is not None:
                 out.append(f"{name}: {title[:90]}")
     return out
 
@@ -228,7 +231,7 @@ def summary_text(report) -> str:
         top = max(float(n.get("max_points") or 0.0) for n in group)
         scores = [float(n.get("points") or 0.0) for n in group]
         mean, median = statistics.fmean(scores), statistics.median(scores)
-        share = (lambda x: x / top) if top else (lambda x: 0.0)
+        share = (lambda x, top=top: x / top) if top else (lambda x: 0.0)
         bins = collections.Counter(min(9, int(share(x) * 10)) if share(x) < 1 else 10 for x in scores)
         spread = "  ".join(f"{b * 10}-{b * 10 + 9}%: {bins[b]}" if b < 10 else f"100%: {bins[b]}"
                            for b in range(11) if bins[b])
@@ -261,171 +264,218 @@ def grade(paths, json_path=None, timeout: float = NOTEBOOK_TIMEOUT, stream=sys.s
     as each one finishes. SIGINT or SIGTERM stops the batch: the runs under way are stopped and not recorded, what
     finished stays in the report, and Interrupted is raised. A report already at json_path is gone on from: a
     notebook whose path and sha256 are in it is not graded again (unless `regrade`), its other notebooks are kept.
-    `shard` (K, N): only the notebooks that shard_of puts in share K of N."""
-    progress = sys.stderr if progress is None else progress
-    paths = list(dict.fromkeys(str(p) for p in paths))
-    if shard is not None:
-        k, count = shard
-        paths = [p for p in paths if shard_of(p, count) == k]
-    previous = load_report(json_path) if json_path else None
-    jobs = max(1, int(jobs or 1))
-    threads = max(1, (os.cpu_count() or 1) // jobs)
-    isolated = isolation()
-    report = {"notebooks": [], "isolation": isolated, "safe": isolated, "tampering": []}
-    if previous is not None:
-        report["safe"] = bool(previous.get("safe", False)) and isolated
-        report["tampering"] = [t for t in previous.get("tampering") or [] if isinstance(t, dict)]
-    if shard is not None:
-        report["shard"] = {"index": shard[0], "count": shard[1], "assigned": paths}
-    if not report["safe"]:
-        report["warning"] = UNSAFE
-    if not isolated:
-        print(f"WARNING: {UNSAFE} (see autograder/GRADING.md)", file=stream)
-    entries = {n["path"]: n for n in (previous or {}).get("notebooks", [])}
-    order = list(entries) + [p for p in paths if p not in entries]
-    sha = {p: _sha256(p) for p in paths}
-    kept = {p for p in paths if not regrade and p in entries and sha[p] is not None
-            and entries[p].get("sha256") == sha[p] and (lesson is None or entries[p].get("lesson") == lesson)}
-    todo = [p for p in paths if p not in kept]
-    protected = _protected_paths(todo)
-    baseline = _hash_files(protected)
-    seen_changes: set = set()
-    lock = threading.Lock()
-    cancel = Cancel()
-    stopped: list = []
+    `shard` (K, N): only the notebooks that shard_of puts in share K of N.
 
-    def publish():  # the report as it stands, in the files (called by the main thread only)
-        report["notebooks"] = [entries[p] for p in order if p in entries]
-        if json_path:
-            _write_atomically(json_path, json.dumps(report, indent=2))
-        if csv_path:
-            _write_atomically(csv_path, csv_text(report))
+    The batch's steps, in order (each a method of _Batch): read, prepare, run (each notebook: kernel.run_notebook's
+    read, review, prepare, views, specs, run and collect), collect."""
+    batch = _Batch(json_path=json_path, csv_path=csv_path, stream=stream,
+                   progress=sys.stderr if progress is None else progress, lesson=lesson, regrade=regrade,
+                   options=dict(timeout=timeout, cell_timeout=cell_timeout, memory_gb=memory_gb, lesson=lesson))
+    batch.read(paths, shard, jobs)
+    batch.prepare()
+    batch.run()
+    return batch.collect(summary)
 
-    def one(p):
-        r = grade_notebook(p, timeout, cell_timeout=cell_timeout, memory_gb=memory_gb, threads=threads,
-                           protected=[q for q in protected if q.is_dir()], lesson=lesson, batch=batch,
-                           checker_server=checkers and checkers[1], kernel_server=kernels and kernels[1],
-                           cancel=cancel)
-        if r.get("error") == CANCELLED:
+
+class _Batch:
+    """One batch of grade(), as its steps fill it in."""
+
+    def __init__(self, *, json_path, csv_path, stream, progress, lesson, regrade, options: dict):
+        self.json_path, self.csv_path, self.stream, self.progress = json_path, csv_path, stream, progress
+        self.lesson, self.regrade, self.options = lesson, regrade, options
+        self.cancel, self.lock = Cancel(), threading.Lock()
+        self.stopped: list = []          # the signal that stopped the batch, once one has
+        self.seen_changes: set = set()   # the protected files already reported changed
+        self.graded_now: set = set()     # the notebooks graded in this run
+        self.shown: list = []            # the notebooks on screen, in the order given
+        self.folder = None               # the batch's working files
+        self.checkers = self.kernels = None
+
+    def read(self, paths, shard: tuple[int, int] | None, jobs: int) -> None:
+        """Read: the notebooks of this batch (of its shard), the report it goes on from, and the isolation and
+        keep decisions, once for every notebook."""
+        paths = list(dict.fromkeys(str(p) for p in paths))
+        if shard is not None:
+            k, count = shard
+            paths = [p for p in paths if shard_of(p, count) == k]
+        self.paths, self.shard = paths, shard
+        self.previous = load_report(self.json_path) if self.json_path else None
+        self.jobs = max(1, int(jobs or 1))
+        self.threads = max(1, (os.cpu_count() or 1) // self.jobs)
+        self.isolated, self.keep = isolation(), keep_files()  # decided once for the batch, passed to each notebook
+
+    def prepare(self) -> None:
+        """Prepare: the report's header, the notebooks kept from the previous report and those to grade, and the
+        hashes of the files that no notebook may change."""
+        isolated, previous, paths = self.isolated, self.previous, self.paths
+        report = {"notebooks": [], "isolation": isolated, "safe": isolated, "tampering": []}
+        if previous is not None:
+            report["safe"] = bool(previous.get("safe", False)) and isolated
+            report["tampering"] = [t for t in previous.get("tampering") or [] if isinstance(t, dict)]
+        if self.shard is not None:
+            report["shard"] = {"index": self.shard[0], "count": self.shard[1], "assigned": paths}
+        if not report["safe"]:
+            report["warning"] = UNSAFE
+        if not isolated:
+            print(f"WARNING: {UNSAFE} (see autograder/GRADING.md)", file=self.stream)
+        self.report = report
+        self.entries = {n["path"]: n for n in (previous or {}).get("notebooks", [])}
+        self.order = list(self.entries) + [p for p in paths if p not in self.entries]
+        self.sha = {p: _sha256(p) for p in paths}
+        self.kept = {p for p in paths if not self.regrade and p in self.entries and self.sha[p] is not None
+                     and self.entries[p].get("sha256") == self.sha[p]
+                     and (self.lesson is None or self.entries[p].get("lesson") == self.lesson)}
+        self.todo = [p for p in paths if p not in self.kept]
+        self.protected = _protected_paths(self.todo)
+        self.baseline = _hash_files(self.protected)
+        self.label = dict(zip(paths, labels(paths))) if paths else {}
+        self.width = max([32] + [len(n) for n in self.label.values()])
+
+    def run(self) -> None:
+        """Run: every notebook to grade, `jobs` at a time, in the batch's folder, beside its checker and kernel
+        servers; stopped by SIGINT or SIGTERM."""
+        handlers = {}
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                handlers[sig] = signal.signal(sig, self._on_signal)
+        self.folder = tempfile.mkdtemp(prefix="autograder-")
+        self.start = time.time()
+        try:
+            if self.kept:
+                print(f"{len(self.kept)} of {len(self.paths)} notebooks kept from {self.json_path} (graded before, "
+                      f"the file unchanged); grading {len(self.todo)}", file=self.progress, flush=True)
+            many = len(self.todo) > 1
+            self.checkers = _checker_server(self.folder) if many and not self.stopped else None
+            self.kernels = _kernel_server(self.folder, self.threads) if many and self.isolated and not self.stopped \
+                and os.environ.get("AUTOGRADER_KERNEL_SERVER", "on") != "off" else None
+            self.publish()
+            self._pool()
+        finally:
+            for server in (self.checkers, self.kernels):
+                if server:
+                    forkserver.stop(server[0])
+            if not self.keep:  # no link followed, no recursion, never raises (jail.remove_tree)
+                from .jail import remove_tree
+                remove_tree(self.folder)
+            for sig, handler in handlers.items():
+                signal.signal(sig, handler)
+
+    def _pool(self) -> None:
+        """The notebooks to grade, `jobs` at a time: each recorded (and shown, in order) as it finishes."""
+        with concurrent.futures.ThreadPoolExecutor(max_workers=self.jobs) as pool:
+            futures = {pool.submit(self.one, p): p for p in self.todo}
+            pending = set(futures)
+            while pending and not self.stopped:
+                finished, pending = concurrent.futures.wait(pending, timeout=0.5,
+                                                            return_when=concurrent.futures.FIRST_COMPLETED)
+                for f in sorted(finished, key=lambda f: self.todo.index(futures[f])):
+                    self._record(futures[f], f)
+                self.show_ready()
+            if self.stopped:
+                for f in pending:
+                    f.cancel()
+                self.cancel()
+
+    def _record(self, p: str, future) -> None:
+        """One notebook's result in the report (unless its run was stopped), and a line of progress."""
+        try:
+            r = future.result()
+        except Exception as e:  # noqa: BLE001  (a bug here must not stop the batch)
+            r = NotebookResult(path=p, error=f"the grader failed: {type(e).__name__}: {e}")
+        if r.error == CANCELLED:
+            return
+        self.entries[p] = {**r.to_json(), "student": student_of(p), "sha256": self.sha[p],
+                           "graded_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+        self.publish()
+        self.graded_now.add(p)
+        done, elapsed = len(self.graded_now), time.time() - self.start
+        left = elapsed / done * (len(self.todo) - done)
+        print(f"graded {done} of {len(self.todo)}: {self.label[p]} {r.points:g}/{r.max_points:g}; "
+              f"{_duration(elapsed)} so far" + (f", about {_duration(left)} left" if done < len(self.todo)
+                                                 else ""), file=self.progress, flush=True)
+
+    def one(self, p: str) -> NotebookResult:
+        """Grade notebook `p` (in a worker thread), then look for changes to the protected files."""
+        r = run_notebook(p, **self.options, threads=self.threads, protected=[q for q in self.protected if q.is_dir()],
+                         batch=self.folder, checker_server=self.checkers and self.checkers[1],
+                         kernel_server=self.kernels and self.kernels[1], cancel=self.cancel,
+                         isolated=self.isolated, keep=self.keep)
+        if r.error == CANCELLED:
             return r
-        now = _hash_files(protected)
-        with lock:
-            changed = sorted(k for k in set(baseline) | set(now) if baseline.get(k) != now.get(k)
-                             and k not in seen_changes)
-            seen_changes.update(changed)
+        now = _hash_files(self.protected)
+        with self.lock:
+            changed = sorted(k for k in set(self.baseline) | set(now) if self.baseline.get(k) != now.get(k)
+                             and k not in self.seen_changes)
+            self.seen_changes.update(changed)
         if changed:
-            shown = ", ".join(os.path.relpath(c, ROOT) if c.startswith(str(ROOT)) else c for c in changed[:5])
-            if r.get("isolated"):  # read-only for the kernel: someone else changed them
-                report["tampering"].append({"path": p, "files": changed, "by": "not a notebook: the files are "
-                                            "read-only for the kernels, something else changed them"})
-            else:
-                note = (f"files outside the notebook's folder changed while it ran (it, or one graded at the same "
-                        f"time, wrote there): {shown}")
-                r["problems"].append(note)
-                r["error"] = r["error"] or "tampering: " + note
-                r["points"] = 0.0
-                for c in r["cells"]:
-                    c["points"] = 0.0
-                report["tampering"].append({"path": p, "files": changed, "by": "this notebook, or one graded "
-                                            "at the same time"})
+            self._tampered(p, r, changed)
         return r
 
-    label = dict(zip(paths, labels(paths))) if paths else {}
-    width = max([32] + [len(n) for n in label.values()])
+    def _tampered(self, p: str, r: NotebookResult, changed: list) -> None:
+        """Report files changed while `p` ran: with isolation someone else did it; without, the notebook (or one
+        graded beside it) may have, and it earns nothing."""
+        shown = ", ".join(os.path.relpath(c, ROOT) if c.startswith(str(ROOT)) else c for c in changed[:5])
+        if r.isolated:  # read-only for the kernel: someone else changed them
+            self.report["tampering"].append({"path": p, "files": changed, "by": "not a notebook: the files are "
+                                             "read-only for the kernels, something else changed them"})
+            return
+        note = (f"files outside the notebook's folder changed while it ran (it, or one graded at the same time, "
+                f"wrote there): {shown}")
+        r.problems.append(note)
+        r.error = r.error or "tampering: " + note
+        r.points = 0.0
+        for c in r.cells:
+            c.points = 0.0
+        self.report["tampering"].append({"path": p, "files": changed, "by": "this notebook, or one graded at the "
+                                         "same time"})
 
-    def show(r, p, k):
-        name = label[p]
+    def publish(self) -> None:
+        """The report as it stands, in its files (called by the main thread only)."""
+        self.report["notebooks"] = [self.entries[p] for p in self.order if p in self.entries]
+        if self.json_path:
+            _write_atomically(self.json_path, json.dumps(self.report, indent=2))
+        if self.csv_path:
+            _write_atomically(self.csv_path, csv_text(self.report))
+
+    def show_ready(self) -> None:
+        """On screen in the order given, each notebook as soon as it and those before it are done."""
+        paths, shown = self.paths, self.shown
+        while len(shown) < len(paths) and (paths[len(shown)] in self.kept or paths[len(shown)] in self.graded_now):
+            p = paths[len(shown)]
+            shown.append(p)
+            self._show(self.entries[p], p, len(shown))
+
+    def _show(self, r: dict, p: str, k: int) -> None:
+        name, width, stream = self.label[p], self.width, self.stream
         for c in r["cells"]:
             print(f"{name:{width}s} {c['grade_id']:40s} {c['points']:6g} / {c['max_points']:g}", file=stream)
         status = f"  ERROR: {r['error']}" if r["error"] else ""
-        how = "kept: graded before, the file unchanged" if p in kept else f"{r['seconds']:.0f} s"
-        print(f"{name:{width}s} {'TOTAL':40s} {r['points']:6g} / {r['max_points']:g}   ({how}; {k} of {len(paths)})"
-              f"{status}", file=stream)
+        how = "kept: graded before, the file unchanged" if p in self.kept else f"{r['seconds']:.0f} s"
+        print(f"{name:{width}s} {'TOTAL':40s} {r['points']:6g} / {r['max_points']:g}   ({how}; {k} of "
+              f"{len(self.paths)}){status}", file=stream)
         for problem in r["problems"]:
             print(f"{name:{width}s}   note: {problem}", file=stream)
         stream.flush()
 
-    def on_signal(signum, frame):
-        if not stopped:
-            stopped.append(signum)
-            cancel()
+    def _on_signal(self, signum, frame) -> None:
+        if not self.stopped:
+            self.stopped.append(signum)
+            self.cancel()
 
-    handlers = {}
-    if threading.current_thread() is threading.main_thread():
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            handlers[sig] = signal.signal(sig, on_signal)
-    graded_now: set = set()
-    shown: list = []
-
-    def show_ready():  # on screen in the order given, each as soon as it and those before it are done
-        while len(shown) < len(paths) and (paths[len(shown)] in kept or paths[len(shown)] in graded_now):
-            p = paths[len(shown)]
-            shown.append(p)
-            show(entries[p], p, len(shown))
-
-    batch = tempfile.mkdtemp(prefix="autograder-")
-    checkers = kernels = None
-    start = time.time()
-    try:
-        if kept:
-            print(f"{len(kept)} of {len(paths)} notebooks kept from {json_path} (graded before, the file unchanged); "
-                  f"grading {len(todo)}", file=progress, flush=True)
-        checkers = _checker_server(batch) if len(todo) > 1 and not stopped else None
-        kernels = _kernel_server(batch, threads) if len(todo) > 1 and isolated and not stopped and \
-            os.environ.get("AUTOGRADER_KERNEL_SERVER", "on") != "off" else None
-        publish()
-        with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
-            futures = {pool.submit(one, p): p for p in todo}
-            pending, done = set(futures), 0
-            while pending and not stopped:
-                finished, pending = concurrent.futures.wait(pending, timeout=0.5,
-                                                            return_when=concurrent.futures.FIRST_COMPLETED)
-                for f in sorted(finished, key=lambda f: todo.index(futures[f])):
-                    p = futures[f]
-                    try:
-                        r = f.result()
-                    except Exception as e:  # noqa: BLE001  (a bug here must not stop the batch)
-                        r = {"path": p, "points": 0.0, "max_points": 0.0, "error": f"the grader failed: "
-                             f"{type(e).__name__}: {e}", "problems": [], "cells": [], "seconds": 0.0,
-                             "isolated": False, "lesson": None}
-                    if r.get("error") == CANCELLED:
-                        continue
-                    r.update(student=student_of(p), sha256=sha[p], graded_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
-                    entries[p] = r
-                    publish()
-                    done += 1
-                    elapsed = time.time() - start
-                    left = elapsed / done * (len(todo) - done)
-                    print(f"graded {done} of {len(todo)}: {label[p]} {r['points']:g}/{r['max_points']:g}; "
-                          f"{_duration(elapsed)} so far" + (f", about {_duration(left)} left" if done < len(todo)
-                                                             else ""), file=progress, flush=True)
-                    graded_now.add(p)
-                show_ready()
-            if stopped:
-                for f in pending:
-                    f.cancel()
-                cancel()
-    finally:
-        for server in (checkers, kernels):
-            if server:
-                forkserver.stop(server[0])
-        if not os.environ.get("AUTOGRADER_KEEP"):  # no link followed, no recursion, never raises (jail.remove_tree)
-            from .jail import remove_tree
-            remove_tree(batch)
-        for sig, handler in handlers.items():
-            signal.signal(sig, handler)
-    if not stopped:
-        show_ready()
-    publish()
-    if stopped:
-        graded = len(graded_now)
-        where = f"kept in {json_path}: run the same command to go on" if json_path else \
-            "nothing kept (no --json file)"
-        raise Interrupted(stopped[0], f"interrupted ({signal.Signals(stopped[0]).name}): {graded} of {len(todo)} "
-                                      f"notebooks graded in this run, {where}")
-    if summary and report["notebooks"]:
-        print("\n" + summary_text(report), file=stream)
-    return report
+    def collect(self, summary: bool) -> dict:
+        """Collect: the report shown and written in full; Interrupted when the batch was stopped."""
+        if not self.stopped:
+            self.show_ready()
+        self.publish()
+        if self.stopped:
+            where = f"kept in {self.json_path}: run the same command to go on" if self.json_path else \
+                "nothing kept (no --json file)"
+            raise Interrupted(self.stopped[0], f"interrupted ({signal.Signals(self.stopped[0]).name}): "
+                                               f"{len(self.graded_now)} of {len(self.todo)} notebooks graded in "
+                                               f"this run, {where}")
+        if summary and self.report["notebooks"]:
+            print("\n" + summary_text(self.report), file=self.stream)
+        return self.report
 
 
 def merge(reports, json_path=None, csv_path=None) -> tuple[dict, list[str]]:

@@ -31,12 +31,17 @@ import errno
 import json
 import os
 import resource
+import select
 import shutil
 import signal
 import stat
 import subprocess
 import sys
 import sysconfig
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .records import JailSpec
 
 NOBODY = 65534
 HIDDEN_ALWAYS = ("/tmp", "/var/tmp")
@@ -52,13 +57,23 @@ KEPT_ENV = ("PATH", "LANG", "LANGUAGE", "TZ", "TERM", "PYTHONPATH", "PYTHONHASHS
             "JUPYTER_PATH", "VIRTUAL_ENV", "CONDA_PREFIX", "PYENV_VERSION")
 
 
+def _spec(cfg) -> JailSpec:
+    """The jail's spec (records.JailSpec) from its file's path or its JSON. records is imported here, never when
+    this module is: the kernel server holds nothing of autograder but this module and forkserver (serve)."""
+    from .records import JailSpec
+    if isinstance(cfg, JailSpec):
+        return cfg
+    return JailSpec.from_json(cfg) if isinstance(cfg, dict) else JailSpec.read(cfg)
+
+
 def kernel_env(cfg, parent=None) -> dict:
     """The kernel's whole environment: KEPT_ENV and LC_* from `parent` (os.environ by default), then the
     kernel's own folders (HOME, TMPDIR, the caches of XDG, matplotlib and torch's compilers), one thread per
-    library, and the grading token."""
+    library, and the grading token. `cfg`: the jail's spec (or its JSON)."""
     parent = os.environ if parent is None else parent
-    home = cfg["home"]
-    threads = str(cfg.get("threads", 1))
+    cfg = _spec(cfg)
+    home = cfg.home
+    threads = str(cfg.threads)
     cache = os.path.join(home, ".cache")
     env = {k: v for k, v in parent.items() if k in KEPT_ENV or k.startswith("LC_")}
     env.update({
@@ -67,11 +82,11 @@ def kernel_env(cfg, parent=None) -> dict:
         "IPYTHONDIR": os.path.join(home, ".ipython"), "MPLCONFIGDIR": os.path.join(home, ".config", "matplotlib"),
         "MPLBACKEND": "agg", "TORCHINDUCTOR_CACHE_DIR": os.path.join(cache, "torchinductor"),
         "TRITON_CACHE_DIR": os.path.join(cache, "triton"), "PYTHONDONTWRITEBYTECODE": "1",
-        "AUTOGRADER_TOKEN": cfg["token"], "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads,
-        "PYTHONNOUSERSITE": "1", "JUPYTER_RUNTIME_DIR": cfg.get("conn", home),
+        "AUTOGRADER_TOKEN": cfg.token, "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads,
+        "PYTHONNOUSERSITE": "1", "JUPYTER_RUNTIME_DIR": cfg.conn or home,
         "NBGRADER_EXECUTION": "autograde",  # as under nbgrader autograde: the lessons' demonstrations run short
     })
-    if cfg.get("isolate"):
+    if cfg.isolate:
         env.update(USER="nobody", LOGNAME="nobody")
     else:
         env.update({k: parent[k] for k in ("USER", "LOGNAME") if k in parent})
@@ -79,7 +94,7 @@ def kernel_env(cfg, parent=None) -> dict:
 
 
 def _env(cfg, env=None) -> None:
-    home = cfg["home"]
+    home = cfg.home
     for sub in ("tmp", ".cache", ".config", ".ipython", ".local"):
         os.makedirs(os.path.join(home, sub), exist_ok=True)
     env = kernel_env(cfg) if env is None else env
@@ -95,10 +110,10 @@ def _limits(cfg) -> None:
             resource.setrlimit(which, (value, value))
         except (ValueError, OSError):
             pass
-    if cfg.get("memory"):
-        set_limit(resource.RLIMIT_AS, int(cfg["memory"]))
-    if cfg.get("file_size"):
-        set_limit(resource.RLIMIT_FSIZE, int(cfg["file_size"]))
+    if cfg.memory:
+        set_limit(resource.RLIMIT_AS, int(cfg.memory))
+    if cfg.file_size:
+        set_limit(resource.RLIMIT_FSIZE, int(cfg.file_size))
     set_limit(resource.RLIMIT_CORE, 0)
 
 
@@ -127,11 +142,10 @@ def isolation_available() -> bool:
         os.makedirs(work)
         os.chown(work, NOBODY, NOBODY)
         course = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-        cfg = {"work": work, "home": work, "conn": work, "writable": [work], "token": "probe", "isolate": True,
-               "hide": [root], "show": python_paths() + [course], "threads": 1}
         path = os.path.join(root, "jail.json")
-        with open(path, "w") as f:
-            json.dump(cfg, f)
+        from .records import JailSpec
+        JailSpec(work=work, home=work, conn=work, writable=[work], token="probe", isolate=True, hide=[root],
+                 show=python_paths() + [course], threads=1).write(path)
         probe = ("import os, socket, sys, torch\n"
                  "assert os.getuid() == 65534, os.getuid()\n"
                  "assert not os.path.exists(sys.argv[1])\n"
@@ -215,7 +229,7 @@ def remove_tree(path) -> list[str]:
         here = os.fstat(top)
         if (here.st_dev, here.st_ino) != (st.st_dev, st.st_ino):
             raise OSError(f"{path} changed while it was removed")
-        moved = 0
+        moved = [0]  # the folders moved up into `path` so far (their new names: .removed-N)
         while True:
             removed = 0
             with os.scandir(top) as entries:
@@ -228,37 +242,7 @@ def remove_tree(path) -> list[str]:
                         os.unlink(entry, dir_fd=top)
                         removed += 1
                         continue
-                    sub = _open_dir(entry, top)
-                    try:
-                        if os.fstat(sub).st_dev != here.st_dev:  # a mount: detached, then its (empty) folder removed
-                            os.close(sub)
-                            sub = None
-                            if os.geteuid() == 0:
-                                unmount(f"/proc/self/fd/{top}/{entry}")
-                            sub = _open_dir(entry, top)
-                            if os.fstat(sub).st_dev != here.st_dev:
-                                raise OSError(f"a mount that could not be detached: {entry}")
-                        while True:  # emptied: files removed, folders moved up into `path` under new names
-                            with os.scandir(sub) as inner:
-                                children = [(c.name, c.is_dir(follow_symlinks=False))
-                                            for _, c in zip(range(4096), inner)]
-                            if not children:
-                                break
-                            for child, child_is_dir in children:
-                                if not child_is_dir:
-                                    os.unlink(child, dir_fd=sub)
-                                    continue
-                                while True:
-                                    moved += 1
-                                    try:
-                                        os.rename(child, f".removed-{moved}", src_dir_fd=sub, dst_dir_fd=top)
-                                        break
-                                    except OSError as e:
-                                        if e.errno not in (errno.EEXIST, errno.ENOTEMPTY, errno.EISDIR, errno.ENOTDIR):
-                                            raise
-                    finally:
-                        if sub is not None:
-                            os.close(sub)
+                    _empty_folder(top, entry, here.st_dev, moved)
                     os.rmdir(entry, dir_fd=top)
                     removed += 1
                 except OSError as e:
@@ -276,6 +260,41 @@ def remove_tree(path) -> list[str]:
             os.close(top)
         os.close(parent)
     return errors
+
+
+def _empty_folder(top: int, entry: str, dev: int, moved: list) -> None:
+    """Empty the folder `entry` of the open folder `top` (remove_tree's): a mount there detached first (as root),
+    its files removed, its folders moved up into `top` under new names (.removed-N, `moved` counting them)."""
+    sub = _open_dir(entry, top)
+    try:
+        if os.fstat(sub).st_dev != dev:  # a mount: detached, then its (empty) folder removed
+            os.close(sub)
+            sub = None
+            if os.geteuid() == 0:
+                unmount(f"/proc/self/fd/{top}/{entry}")
+            sub = _open_dir(entry, top)
+            if os.fstat(sub).st_dev != dev:
+                raise OSError(f"a mount that could not be detached: {entry}")
+        while True:  # emptied: files removed, folders moved up under new names
+            with os.scandir(sub) as inner:
+                children = [(c.name, c.is_dir(follow_symlinks=False)) for _, c in zip(range(4096), inner)]
+            if not children:
+                break
+            for child, child_is_dir in children:
+                if not child_is_dir:
+                    os.unlink(child, dir_fd=sub)
+                    continue
+                while True:
+                    moved[0] += 1
+                    try:
+                        os.rename(child, f".removed-{moved[0]}", src_dir_fd=sub, dst_dir_fd=top)
+                        break
+                    except OSError as e:
+                        if e.errno not in (errno.EEXIST, errno.ENOTEMPTY, errno.EISDIR, errno.ENOTDIR):
+                            raise
+    finally:
+        if sub is not None:
+            os.close(sub)
 
 
 def _mount_points() -> list[str]:
@@ -300,7 +319,7 @@ def _hidden_tops(cfg, shown: list[str]) -> list[str]:
     """The folders to hide behind a tmpfs: /tmp, /var/tmp, the batch's folder, and every folder above
     something shown that `nobody` may not enter."""
     tops = {p for p in HIDDEN_ALWAYS if os.path.isdir(p)}
-    tops |= {os.path.realpath(p) for p in cfg.get("hide", []) if os.path.isdir(p)}
+    tops |= {os.path.realpath(p) for p in cfg.hide if os.path.isdir(p)}
     for path in shown:
         parts = path.strip("/").split("/")
         for i in range(1, len(parts) + 1):
@@ -318,11 +337,11 @@ def _hidden_tops(cfg, shown: list[str]) -> list[str]:
 def _inside(cfg, argv, forked: bool = False) -> None:
     """PID 1 of the new namespaces: arrange the file system, drop to nobody, become the kernel (`forked`: return
     once the file system is arranged, still root, for _drop_privileges and _kernel)."""
-    writable = [os.path.realpath(p) for p in cfg["writable"]]
-    shown = sorted({os.path.realpath(p) for p in cfg.get("show", [])} | set(writable), key=len)
+    writable = [os.path.realpath(p) for p in cfg.writable]
+    shown = sorted({os.path.realpath(p) for p in cfg.show} | set(writable), key=len)
     fds = {p: os.open(p, os.O_PATH | os.O_DIRECTORY) for p in shown if os.path.isdir(p)}
     views = {os.path.realpath(point): os.open(src, os.O_PATH | os.O_DIRECTORY)
-             for point, src in (cfg.get("views") or {}).items()}
+             for point, src in (cfg.views or {}).items()}
     tops = _hidden_tops(cfg, shown)
     for top in tops:
         _mount("-t", "tmpfs", "-o", "mode=0755,size=64m,nosuid,nodev", "tmpfs", top)
@@ -352,7 +371,7 @@ def _inside(cfg, argv, forked: bool = False) -> None:
         _mount("-t", "tmpfs", "-o", "size=64m,mode=1777,nosuid,nodev", "tmpfs", "/dev/shm")
     except subprocess.CalledProcessError:
         pass
-    for p in cfg.get("protected", []):  # a last look: nothing of the course or the submissions is writable
+    for p in cfg.protected:  # a last look: nothing of the course or the submissions is writable
         if os.path.isdir(p):
             try:
                 probe = os.path.join(p, ".autograder-write-probe")
@@ -369,7 +388,7 @@ def _inside(cfg, argv, forked: bool = False) -> None:
     for fd in list(fds.values()) + list(views.values()):
         os.close(fd)
     _limits(cfg)
-    os.chdir(cfg["work"])
+    os.chdir(cfg.work)
     if forked:
         return
     os.execvp("setpriv", ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups",
@@ -422,23 +441,8 @@ def _bridge(conn) -> None:
     """Forked by serve() for one kernel: read {"config", "argv"} and the launcher's standard streams, enter new
     mount, PID, network, IPC and UTS namespaces (as `unshare` does), fork the kernel as their PID 1, then pass
     signals from the launcher to it and its exit status back; the kernel is killed when the launcher's end closes."""
-    import select
-    import socket
     os.setsid()
-    conn.settimeout(30)
-    data, streams, _, _ = socket.recv_fds(conn, 65536, 3)
-    conn.settimeout(None)
-    request = json.loads(data)
-    with open(request["config"]) as f:
-        cfg = json.load(f)
-    argv = [str(a) for a in request["argv"]]
-    if not cfg.get("isolate") or len(streams) != 3:
-        raise RuntimeError("a kernel server forks isolated kernels only, with their three standard streams")
-    for fd, stream in zip((0, 1, 2), streams):
-        os.dup2(stream, fd)
-        os.close(stream)
-    _env(cfg, request["env"])
-    os.chdir(cfg["work"])
+    cfg, argv = _bridge_request(conn)
     libc = _libc()
     _check(libc.unshare(CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS), "unshare")
     # what `unshare --propagation private` does; by the C library, as the first child forked from here is the
@@ -458,14 +462,40 @@ def _bridge(conn) -> None:
         finally:
             os._exit(70)
     os.close(started_w)
+    _watch_kernel(conn, pid, started)
+
+
+def _bridge_request(conn) -> tuple[JailSpec, list[str]]:
+    """The launcher's request (its jail spec and the kernel's argv), and its three standard streams made this
+    process's; the kernel's environment and working folder set."""
+    import socket
+    conn.settimeout(30)
+    data, streams, _, _ = socket.recv_fds(conn, 65536, 3)
+    conn.settimeout(None)
+    request = json.loads(data)
+    cfg = _spec(request["config"])
+    argv = [str(a) for a in request["argv"]]
+    if not cfg.isolate or len(streams) != 3:
+        raise RuntimeError("a kernel server forks isolated kernels only, with their three standard streams")
+    for fd, stream in zip((0, 1, 2), streams):
+        os.dup2(stream, fd)
+        os.close(stream)
+    _env(cfg, request["env"])
+    os.chdir(cfg.work)
+    return cfg, argv
+
+
+def _watch_kernel(conn, pid: int, started: int) -> None:
+    """Until the kernel `pid` exits (its status then sent to the launcher) or the launcher's end closes (the kernel
+    then killed): "running" to the launcher once the kernel is jailed, and the signals it forwards passed on."""
+    pending = [started]  # the pipe the kernel writes to once jailed, until it has been read
 
     def tell_started():  # "running" to the launcher, once: before it, a failure lets the launcher start the kernel
-        nonlocal started
-        if started is not None and select.select([started], [], [], 0)[0]:
-            if os.read(started, 1) == b"1":
+        if pending[0] is not None and select.select([pending[0]], [], [], 0)[0]:
+            if os.read(pending[0], 1) == b"1":
                 conn.sendall(b"running\n")
-            os.close(started)
-            started = None
+            os.close(pending[0])
+            pending[0] = None
 
     # no thread here: after unshare(CLONE_NEWPID) this process cannot start one; the kernel's end is seen by
     # its pidfd (Linux 5.3), else by polling
@@ -475,7 +505,7 @@ def _bridge(conn) -> None:
         exited = None
     buffer = b""
     while True:
-        watched = [conn] + [fd for fd in (exited, started) if fd is not None]
+        watched = [conn] + [fd for fd in (exited, pending[0]) if fd is not None]
         readable, _, _ = select.select(watched, [], [], 0.5)
         tell_started()
         done, status = os.waitpid(pid, os.WNOHANG)
@@ -560,7 +590,7 @@ def _kernel(cfg, argv) -> None:
     sys.argv = [importlib.util.find_spec(argv[2]).origin, *argv[3:]]
     del sys.path[0]  # the server's working folder, which ipykernel_launcher takes out as well
     import torch
-    torch.set_num_threads(int(cfg.get("threads", 1)))
+    torch.set_num_threads(int(cfg.threads))
     from ipykernel import kernelapp
     try:
         kernelapp.launch_new_instance()
@@ -571,13 +601,13 @@ def _kernel(cfg, argv) -> None:
 
 
 def _through_server(cfg, cfg_path: str, argv) -> None:
-    """The kernel's launcher in a batch: have serve() at cfg["server"] fork the kernel, pass signals on to it and
+    """The kernel's launcher in a batch: have serve() at cfg.server fork the kernel, pass signals on to it and
     exit as it does. Returns where the server cannot be reached (the launcher then starts the kernel itself)."""
     import socket
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         conn.settimeout(30)
-        conn.connect(cfg["server"])
+        conn.connect(cfg.server)
         request = {"config": cfg_path, "argv": argv, "env": kernel_env(cfg)}  # from this launcher's environment
         socket.send_fds(conn, [json.dumps(request).encode()], [0, 1, 2])
         conn.settimeout(None)
@@ -636,16 +666,15 @@ def main(args) -> None:
         inside, rest = True, rest[1:]
     if rest and rest[0] == "--":
         rest = rest[1:]
-    with open(cfg_path) as f:
-        cfg = json.load(f)
+    cfg = _spec(cfg_path)
     if inside:
         _inside(cfg, rest)
         return
-    if cfg.get("isolate") and cfg.get("server"):
+    if cfg.isolate and cfg.server:
         _through_server(cfg, os.path.abspath(cfg_path), rest)
     _env(cfg)
-    os.chdir(cfg["work"])
-    if cfg.get("isolate"):
+    os.chdir(cfg.work)
+    if cfg.isolate:
         os.execvp("unshare", ["unshare", "--mount", "--pid", "--net", "--ipc", "--uts", "--fork", "--kill-child",
                               "--mount-proc", "--propagation", "private",
                               sys.executable, "-m", "autograder.jail", cfg_path, "--inside", "--", *rest])

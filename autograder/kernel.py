@@ -14,6 +14,7 @@ keeps the notebook's deadline and reports how the run ended.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import pathlib
@@ -27,15 +28,17 @@ import threading
 import time
 
 if __name__ == "__main__":
-    # This module's own child process (driving the kernel with nbclient) validates notebooks and never an IRI: without this, importing
-    # nbformat imports jsonschema's optional IRI checker, rfc3987_syntax, which builds its grammar at import time
-    # (1.4 s of the child's start here; jsonschema issue #1428). jsonschema skips that format checker when the
-    # import fails, which a None in sys.modules makes it do.
+    # This module's own child process (driving the kernel with nbclient) validates notebooks and never an IRI:
+    # without this, importing nbformat imports jsonschema's optional IRI checker, rfc3987_syntax, which builds its
+    # grammar at import time (1.4 s of the child's start here; jsonschema issue #1428). jsonschema skips that format
+    # checker when the import fails, which a None in sys.modules makes it do.
     sys.modules.setdefault("rfc3987_syntax", None)
 
 import nbformat
 
-from .submission import _grade_id, _lessons, _max_points, course_pythonpath, lesson_of, read_submission
+from .outcomes import Ending, name_lines
+from .records import CellResult, CheckerSpec, JailSpec, NameVerdict, NotebookResult, RunSpec, RunStatus
+from .submission import _grade_id, course_pythonpath, expected_cells, lesson_of, read_submission
 
 NOTEBOOK_TIMEOUT = 600    # seconds for a whole notebook
 CELL_TIMEOUT = 180        # seconds for one cell
@@ -87,7 +90,7 @@ def prepare(nb, expected, problems, socket_path: str) -> tuple[object, dict[str,
         if cell.cell_type == "code":
             out.cells.append(nbformat.v4.new_code_cell(cell.source))
             origin.append(number)
-    for gid, name, _ in expected:
+    for gid, _name, _ in expected:
         if gid not in done:
             problems.append(f"graded cell {gid} is missing (deleted, or not a code cell): graded at the end")
             out.cells.append(grader(gid))
@@ -97,15 +100,135 @@ def prepare(nb, expected, problems, socket_path: str) -> tuple[object, dict[str,
 
 # ----------------------------------------------------------------------- the child that runs it
 def _execute(spec_path: str) -> None:
-    """Child process: start the checker, then execute the prepared notebook with the jailed kernel; write
-    {"error": ...}. Outputs are dropped as they come (nothing is read from them); a message from the kernel over
-    OUTPUT_MESSAGE is dropped by ZeroMQ before it is read, and this process's address space is RUNNER_MEMORY (soft:
-    the processes it starts set their own). The checker asks it to interrupt the kernel ("interrupt" on the
-    checker's connection or output): it signals the kernel's launcher that it started, never a pid from elsewhere."""
+    """Child process: start the checker, then execute the prepared notebook with the jailed kernel; write its
+    status (records.RunStatus). Outputs are dropped as they come (nothing is read from them); a message from the
+    kernel over OUTPUT_MESSAGE is dropped by ZeroMQ before it is read, and this process's address space is
+    RUNNER_MEMORY (soft: the processes it starts set their own). The checker asks it to interrupt the kernel
+    ("interrupt" on the checker's connection or output): it signals the kernel's launcher that it started, never a
+    pid from elsewhere."""
+    runner = _Runner(RunSpec.read(spec_path))
+    client_class = _client_class(runner)
+    spec = runner.spec
+    signal.signal(signal.SIGTERM, runner.stop)
+    log = open(spec.log, "wb")
+    try:
+        _start_checker(runner, log)
+        nb = nbformat.read(spec.prepared, as_version=4)
+        # each cell may run until its own limit or the notebook's, whichever comes first: at the notebook's the
+        # kernel is interrupted, and the next cell does not start
+        runner.client = client_class(
+            nb, timeout_func=lambda cell: max(1.0, min(spec.cell_timeout, spec.deadline - time.time())),
+            allow_errors=True, interrupt_on_timeout=True, kernel_name=KERNEL_NAME, startup_timeout=120,
+            resources={"metadata": {"path": spec.work}})
+        try:
+            runner.client.execute(cwd=spec.work, stdout=subprocess.DEVNULL, stderr=log)
+        finally:
+            runner.status.interrupted = [i for i in runner.client.interrupted if isinstance(i, int)]
+    except BaseException as e:  # noqa: BLE001  (reported to the parent)
+        runner.failed(e)
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        _kill_token(os.environ.get("AUTOGRADER_TOKEN", ""))
+        _end_checker(runner)
+        log.close()
+        runner.status.write(spec.status)
+        os._exit(0)  # now, even if a thread of the kernel client is still waiting on the dead kernel
+
+
+class _Stop(BaseException):
+    """The notebook's time is up (in the runner)."""
+
+
+class _Runner:
+    """The runner's state: its spec, the status it reports, why it stopped, its kernel client and its checker."""
+
+    def __init__(self, spec: RunSpec):
+        self.spec, self.status = spec, RunStatus()
+        self.stopped: list = []  # the reason, once the notebook's time is up
+        self.client = self.checker = self.connection = self.pidfd = None
+
+    def time_up(self) -> bool:
+        if not self.stopped and time.time() >= self.spec.deadline:
+            self.stopped.append(f"stopped after {self.spec.timeout:g} s (the notebook's time limit)")
+        return bool(self.stopped)
+
+    def stop(self, signum, frame):
+        # the parent's fallback; an asyncio signal handler installed by the kernel client can replace this
+        # one (seen with IPython 9's stack), which is why the deadline is kept here, by the cells' timeouts
+        self.stopped.append(f"stopped after {self.spec.timeout:g} s (the notebook's time limit)")
+        raise _Stop(self.stopped[0])
+
+    def kernel_gone(self) -> bool:
+        """Whether the kernel's launcher (this process's child) has exited: its sockets will never come."""
+        process = getattr(getattr(getattr(self.client, "km", None), "provisioner", None), "process", None)
+        return process is not None and process.poll() is not None
+
+    def relay(self, readline) -> None:
+        """The checker's requests to interrupt the kernel (a check past its time limit), passed to the client."""
+        try:
+            for line in iter(readline, b""):
+                if line.strip() in (b"interrupt", "interrupt") and self.client is not None:
+                    self.client.interrupt()
+                if not line:
+                    break
+        except (OSError, ValueError):
+            pass
+
+    def failed(self, e: BaseException) -> None:
+        """The status of a run that `e` stopped: the error, the cell it was in, how it ended."""
+        status = self.status
+        status.cell = getattr(self.client, "current", None)
+        status.error = f"{type(e).__name__}: {str(e).strip().splitlines()[0][:300] if str(e).strip() else ''}"
+        status.stopped = isinstance(e, _Stop) or bool(self.stopped)
+        status.ending = _ending(e, status).value
+
+
+def _client_class(runner: _Runner):
+    """nbclient's NotebookClient as the runner drives it: over the sealed Unix sockets (seal_socket), messages over
+    OUTPUT_MESSAGE dropped, the deadline kept before each cell, errors kept for the report, interruptions noted."""
+    from nbclient import NotebookClient
+    manager_class, client_factory = _sealed_classes(runner)
+    spec, status = runner.spec, runner.status
+
+    class Client(NotebookClient):
+        current = None
+        interrupted: list = []
+
+        def create_kernel_manager(self):  # nbclient's own (asynchronous) manager, over Unix sockets
+            self.km = manager_class(kernel_name=KERNEL_NAME, transport="ipc", ip=spec.ipc,
+                                    connection_file=spec.connection_file, config=self.config)
+            self.km.client_factory = client_factory
+            return self.km
+
+        def interrupt(self) -> None:
+            _interrupt_kernel(getattr(getattr(self, "km", None), "provisioner", None))
+
+        async def async_execute_cell(self, cell, cell_index, *args, **kwargs):
+            if runner.time_up():  # no cell starts after the time limit
+                raise _Stop(runner.stopped[0])
+            self.current = cell_index
+            status.reached = cell_index
+            return await super().async_execute_cell(cell, cell_index, *args, **kwargs)
+
+        def output(self, outs, msg, display_id, cell_index):
+            if msg.get("msg_type") == "error" and len(status.errors) < 200:  # what the cell raised, for the report
+                status.errors.setdefault(str(cell_index), _error_of(msg.get("content")))
+            return None
+
+        async def _async_handle_timeout(self, timeout, cell=None):
+            self.interrupted.append(self.current)
+            return await super()._async_handle_timeout(timeout, cell)
+    return Client
+
+
+def _sealed_classes(runner: _Runner) -> tuple[type, type]:
+    """(kernel manager, kernel client) classes whose ZeroMQ endpoints are the hard links in the runner's `sealed`
+    folder (on the kernel's tmpfs, the runner's own) of the sockets the kernel bound in its connection folder, never
+    those names (seal_socket); the client's context drops a message over OUTPUT_MESSAGE unread. The runner's address
+    space is limited to RUNNER_MEMORY once the libraries are imported."""
     import zmq
     import zmq.asyncio
     from jupyter_client.asynchronous import AsyncKernelClient
-    from nbclient import NotebookClient
     from traitlets import default
 
     try:
@@ -116,15 +239,14 @@ def _execute(spec_path: str) -> None:
         pass
 
     from jupyter_client.manager import AsyncKernelManager
+    sealed = runner.spec.sealed
 
     class Sealed:
-        """The runner's ZeroMQ endpoints: the hard links in `sealed` (the runner's own folder, on the kernel's tmpfs) of
-        the sockets the kernel bound in its connection folder, never those names (see seal_socket)."""
         def _make_url(self, channel: str) -> str:
             if self.transport != "ipc":
                 return super()._make_url(channel)
             port = getattr(self, f"{channel}_port")
-            return "ipc://" + seal_socket(f"{self.ip}-{port}", spec["sealed"], gone=kernel_gone)
+            return "ipc://" + seal_socket(f"{self.ip}-{port}", sealed, gone=runner.kernel_gone)
 
     class Manager(Sealed, AsyncKernelManager):
         pass
@@ -136,132 +258,77 @@ def _execute(spec_path: str) -> None:
             context = zmq.asyncio.Context()
             context.setsockopt(zmq.MAXMSGSIZE, OUTPUT_MESSAGE)  # every socket to the kernel: larger ones dropped
             return context
+    return Manager, BoundedClient
 
-    def kernel_gone() -> bool:  # its launcher (this process's child) has exited: its sockets will never come
-        process = getattr(getattr(getattr(client, "km", None), "provisioner", None), "process", None)
-        return process is not None and process.poll() is not None
 
-    class Stop(BaseException):
+def _interrupt_kernel(provisioner) -> None:
+    """SIGINT to the kernel's process group, as jupyter_client's interrupt does, while its launcher (this process's
+    child, not yet reaped: its pid and group cannot be another's) runs."""
+    process, pgid = getattr(provisioner, "process", None), getattr(provisioner, "pgid", None)
+    if process is None or process.poll() is not None:
+        return
+    try:
+        os.killpg(pgid, signal.SIGINT) if pgid else process.send_signal(signal.SIGINT)
+    except OSError:
         pass
 
-    stopped = []  # the reason, once the notebook's time is up
 
-    def time_up() -> bool:
-        if not stopped and time.time() >= spec["deadline"]:
-            stopped.append(f"stopped after {spec['timeout']:g} s (the notebook's time limit)")
-        return bool(stopped)
-
-    class Client(NotebookClient):
-        current = None
-        interrupted: list = []
-
-        def create_kernel_manager(self):  # nbclient's own (asynchronous) manager, over Unix sockets
-            self.km = Manager(kernel_name=KERNEL_NAME, transport="ipc", ip=spec["ipc"],
-                                                connection_file=spec["connection_file"], config=self.config)
-            self.km.client_factory = BoundedClient
-            return self.km
-
-        def interrupt(self) -> None:
-            """SIGINT to the kernel's process group, as jupyter_client's interrupt does, while its launcher (this
-            process's child, not yet reaped: its pid and group cannot be another's) runs."""
-            provisioner = getattr(getattr(self, "km", None), "provisioner", None)
-            process, pgid = getattr(provisioner, "process", None), getattr(provisioner, "pgid", None)
-            if process is None or process.poll() is not None:
-                return
+def _start_checker(runner: _Runner, log) -> None:
+    """The notebook's checker: forked by the batch's checker process (autograder.checker.serve) where there is one,
+    else started here; its requests to interrupt the kernel relayed (runner.relay)."""
+    spec = runner.spec
+    if spec.checker_server:
+        from .checker import connect
+        try:
+            runner.connection, pid = connect(spec.checker_server, spec.checker, spec.log)
+        except (OSError, RuntimeError) as e:  # that process is gone: a checker of this notebook's own
+            log.write(f"autograder.kernel: no forked checker ({e}); starting one\n".encode())
+            log.flush()
+        else:
             try:
-                os.killpg(pgid, signal.SIGINT) if pgid else process.send_signal(signal.SIGINT)
+                runner.pidfd = os.pidfd_open(pid)
+            except (AttributeError, OSError):  # an older kernel or Python: closing the connection ends it
+                pass
+            reader = runner.connection.makefile("rb")
+            threading.Thread(target=runner.relay, args=(reader.readline,), daemon=True).start()
+    if runner.connection is None:
+        runner.checker = subprocess.Popen([sys.executable, "-m", "autograder.checker", spec.checker],
+                                          stdout=subprocess.PIPE, stderr=log, cwd=spec.private, text=True)
+        if (runner.checker.stdout.readline() or "").strip() != "listening":
+            raise RuntimeError("the checker did not start")
+        threading.Thread(target=runner.relay, args=(runner.checker.stdout.readline,), daemon=True).start()
+
+
+def _end_checker(runner: _Runner) -> None:
+    """The checker killed: the one started here, or the forked one (it exits when its connection closes; killed
+    now, to be sure, by its pidfd, which names that process and never another that reuses its number)."""
+    if runner.checker is not None:
+        runner.checker.kill()
+        runner.checker.wait()
+    if runner.connection is not None:
+        if runner.pidfd is not None:
+            try:
+                signal.pidfd_send_signal(runner.pidfd, signal.SIGKILL)
             except OSError:
                 pass
+            os.close(runner.pidfd)
+        runner.connection.close()
 
-        async def async_execute_cell(self, cell, cell_index, *args, **kwargs):
-            if time_up():  # no cell starts after the time limit
-                raise Stop(stopped[0])
-            self.current = cell_index
-            status["reached"] = cell_index
-            return await super().async_execute_cell(cell, cell_index, *args, **kwargs)
 
-        def output(self, outs, msg, display_id, cell_index):
-            if msg.get("msg_type") == "error" and len(status["errors"]) < 200:  # what the cell raised, for the report
-                status["errors"].setdefault(str(cell_index), _error_of(msg.get("content")))
-            return None
-
-        async def _async_handle_timeout(self, timeout, cell=None):
-            self.interrupted.append(self.current)
-            return await super()._async_handle_timeout(timeout, cell)
-
-    def stop(signum, frame):
-        # the parent's fallback; an asyncio signal handler installed by the kernel client can replace this
-        # one (seen with IPython 9's stack), which is why the deadline is kept here, by the cells' timeouts
-        stopped.append(f"stopped after {spec['timeout']:g} s (the notebook's time limit)")
-        raise Stop(stopped[0])
-
-    spec = json.loads(pathlib.Path(spec_path).read_text())
-    signal.signal(signal.SIGTERM, stop)
-    status = {"error": None, "cell": None, "interrupted": [], "errors": {}, "reached": None}
-    log = open(spec["log"], "wb")
-    checker = connection = pidfd = client = None
-
-    def relay(readline) -> None:  # the checker's requests to interrupt the kernel (a check past its time limit)
-        try:
-            for line in iter(readline, b""):
-                if line.strip() in (b"interrupt", "interrupt") and client is not None:
-                    client.interrupt()
-                if not line:
-                    break
-        except (OSError, ValueError):
-            pass
-    try:
-        if spec.get("checker_server"):  # forked by the batch's checker process (autograder.checker.serve)
-            from .checker import connect
-            try:
-                connection, pid = connect(spec["checker_server"], spec["checker"], spec["log"])
-            except (OSError, RuntimeError) as e:  # that process is gone: a checker of this notebook's own
-                log.write(f"autograder.kernel: no forked checker ({e}); starting one\n".encode())
-                log.flush()
-            else:
-                try:
-                    pidfd = os.pidfd_open(pid)
-                except (AttributeError, OSError):  # an older kernel or Python: closing the connection ends it
-                    pass
-                reader = connection.makefile("rb")
-                threading.Thread(target=relay, args=(reader.readline,), daemon=True).start()
-        if connection is None:
-            checker = subprocess.Popen([sys.executable, "-m", "autograder.checker", spec["checker"]],
-                                       stdout=subprocess.PIPE, stderr=log, cwd=spec["private"], text=True)
-            if (checker.stdout.readline() or "").strip() != "listening":
-                raise RuntimeError("the checker did not start")
-            threading.Thread(target=relay, args=(checker.stdout.readline,), daemon=True).start()
-        nb = nbformat.read(spec["prepared"], as_version=4)
-        # each cell may run until its own limit or the notebook's, whichever comes first: at the notebook's the
-        # kernel is interrupted, and the next cell does not start
-        client = Client(nb, timeout_func=lambda cell: max(1.0, min(spec["cell_timeout"], spec["deadline"] - time.time())),
-                        allow_errors=True, interrupt_on_timeout=True, kernel_name=KERNEL_NAME, startup_timeout=120,
-                        resources={"metadata": {"path": spec["work"]}})
-        try:
-            client.execute(cwd=spec["work"], stdout=subprocess.DEVNULL, stderr=log)
-        finally:
-            status["interrupted"] = [i for i in client.interrupted if isinstance(i, int)]
-    except BaseException as e:  # noqa: BLE001  (reported to the parent)
-        status["cell"] = getattr(locals().get("client"), "current", None)
-        status["error"] = f"{type(e).__name__}: {str(e).strip().splitlines()[0][:300] if str(e).strip() else ''}"
-        status["stopped"] = isinstance(e, Stop) or bool(stopped)
-    finally:
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        _kill_token(os.environ.get("AUTOGRADER_TOKEN", ""))
-        if checker is not None:
-            checker.kill()
-            checker.wait()
-        if connection is not None:  # the forked checker exits when this closes; killed now, to be sure
-            if pidfd is not None:  # (a pidfd names that process, never another that reuses its number)
-                try:
-                    signal.pidfd_send_signal(pidfd, signal.SIGKILL)
-                except OSError:
-                    pass
-                os.close(pidfd)
-            connection.close()
-        log.close()
-        pathlib.Path(spec["status"]).write_text(json.dumps(status))
-        os._exit(0)  # now, even if a thread of the kernel client is still waiting on the dead kernel
+def _ending(e: BaseException, status: RunStatus) -> Ending:
+    """How the run ended, from what stopped it (in the runner, where its type is known)."""
+    from nbclient.exceptions import DeadKernelError
+    if status.stopped:
+        return Ending.STOPPED
+    # jupyter_client says a kernel that died while starting with a plain RuntimeError ("Kernel died before replying
+    # to kernel_info"): the library's own words, the one message read here
+    if isinstance(e, DeadKernelError) or (isinstance(e, RuntimeError) and "died" in status.error.lower()):
+        return Ending.DEAD_KERNEL
+    if status.cell is None:
+        return Ending.NO_START
+    if any("Timeout" in kind.__name__ for kind in type(e).__mro__):
+        return Ending.CELL_TIMEOUT
+    return Ending.OTHER
 
 
 def seal_socket(source: str, sealed: str, gone=lambda: False, timeout: float = 120.0) -> str:
@@ -347,6 +414,11 @@ def isolation() -> bool:
         return _ISOLATION[0]
 
 
+def keep_files() -> bool:
+    """Whether a notebook's and a batch's working files are kept, to debug the grader (AUTOGRADER_KEEP set)."""
+    return bool(os.environ.get("AUTOGRADER_KEEP"))
+
+
 # ------------------------------------------------------------------------------------- grading
 def _private_dirs(tmp: pathlib.Path, isolated: bool) -> dict[str, pathlib.Path]:
     """The folders of one notebook: `private` (the grade command's and the checker's, never shown to the kernel;
@@ -396,9 +468,9 @@ def _remove(tmp: pathlib.Path, problems: list) -> None:
         problems.append(f"the grader could not remove all of the notebook's working files: {left[0][:200]}")
 
 
-def _results(path: pathlib.Path) -> dict[str, dict]:
-    """{cell nonce: verdict} from the checker's results file."""
-    out = {}
+def _results(path: pathlib.Path) -> dict[str, NameVerdict]:
+    """{cell nonce: the checker's verdict} from its results file (the first of each cell)."""
+    out: dict = {}
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
     except OSError:
@@ -409,7 +481,7 @@ def _results(path: pathlib.Path) -> dict[str, dict]:
         except ValueError:
             continue
         if isinstance(r, dict) and isinstance(r.get("cell"), str):
-            out.setdefault(r["cell"], r)
+            out.setdefault(r["cell"], NameVerdict.from_json(r))
     return out
 
 
@@ -425,15 +497,15 @@ class _CellRuns:
     text, read by autograder/submission.py, or as the lesson's answer cell of that name), what each raised (the
     runner's "errors", by the prepared notebook's cell), how far the run got ("reached")."""
 
-    def __init__(self, nb, prepared, origin: list, nonces: dict, status: dict):
+    def __init__(self, nb, prepared, origin: list, nonces: dict, status: RunStatus):
         self.origin = origin
         self.number_to_index = {n: i for i, n in enumerate(origin) if n}
         self.cells = list(nb.cells) if nb is not None else []
         self.errors = {}
-        for key, value in (status.get("errors") or {}).items():
+        for key, value in (status.errors or {}).items():
             if str(key).isdigit() and isinstance(value, dict) and int(key) < len(origin) and origin[int(key)]:
                 self.errors[origin[int(key)]] = value
-        self.reached = status.get("reached") if isinstance(status.get("reached"), int) else None
+        self.reached = status.reached if isinstance(status.reached, int) else None
         self.graded_at = {}  # name -> index of its grader cell in the prepared notebook
         for index, cell in enumerate(prepared.cells if prepared is not None else []):
             for nonce, name in nonces.items():
@@ -518,175 +590,253 @@ class Cancel:
                 pass
 
 
-def grade_notebook(path: str | os.PathLike, timeout: float = NOTEBOOK_TIMEOUT, *, cell_timeout: float = CELL_TIMEOUT,
-                   memory_gb: float = MEMORY_GB, threads: int | None = None, protected: list | None = None,
-                   lesson: str | None = None, batch: str | os.PathLike | None = None,
-                   checker_server: str | None = None, kernel_server: str | None = None,
-                   cancel: Cancel | None = None) -> dict:
+@dataclasses.dataclass
+class _Run:
+    """One notebook's run, as grade_notebook's steps fill it in: the options it was given, then what each step made."""
+    timeout: float
+    cell_timeout: float
+    memory_gb: float
+    threads: int
+    protected: list
+    isolated: bool
+    checker_server: str | None
+    kernel_server: str | None
+    start: float
+    token: str = dataclasses.field(default_factory=lambda: secrets.token_hex(16))
+    prepared: object = None
+    nonces: dict = dataclasses.field(default_factory=dict)
+    origin: list = dataclasses.field(default_factory=list)
+    status: RunStatus = dataclasses.field(default_factory=RunStatus)
+    verdicts: dict = dataclasses.field(default_factory=dict)
+
+
+def grade_notebook(path: str | os.PathLike, timeout: float = NOTEBOOK_TIMEOUT, **options) -> dict:
     """Grade one notebook: {"path", "points", "max_points", "error", "problems", "cells": [{"grade_id",
-    "points", "max_points", "message"}], "seconds", "isolated", "lesson"}. `lesson`: the assignment (else
-    taken from the file's or folder's name); `batch`: the folder of the batch's working files (a new one
-    by default), which the kernel never sees; `checker_server`: the socket of the batch's checker process
-    (autograder.checker.serve), which forks this notebook's checker (else one is started for it);
-    `kernel_server`: the socket of the batch's kernel server (autograder.jail.serve), which forks this notebook's
-    kernel when it is isolated (else its launcher starts it); `cancel`: the batch's stop (a run it stopped is
-    reported with the error "stopped: the batch was interrupted")."""
-    start = time.time()
-    path = pathlib.Path(path)
-    isolated = isolation()
-    result = {"path": str(path), "points": 0.0, "max_points": 0.0, "error": None, "problems": [], "cells": [],
-              "seconds": 0.0, "isolated": isolated, "lesson": None}
-    nb, expected, problems, stem, error = read_submission(path, lesson)
-    if error and not expected:  # unreadable, but the assignment is known: its cells, each at 0
-        stem, _ = lesson_of(path, lesson)
-        found = {s: checks for s, _, checks in _lessons()}
-        expected = [(gid, gid[len("check_"):], _max_points(gid[len("check_"):]) or 0.0) for gid in found.get(stem, [])]
-    result["problems"], result["lesson"] = problems, stem
-    result["max_points"] = float(sum(p for _, _, p in expected))
-    if error:
-        result["error"] = error
-        result["cells"] = [{"grade_id": g, "points": 0.0, "max_points": p, "message": error} for g, _, p in expected]
-        result["seconds"] = round(time.time() - start, 1)
+    "points", "max_points", "message"}], "seconds", "isolated", "lesson"}, run_notebook's record as JSON."""
+    return run_notebook(path, timeout, **options).to_json()
+
+
+def run_notebook(path: str | os.PathLike, timeout: float = NOTEBOOK_TIMEOUT, *, cell_timeout: float = CELL_TIMEOUT,
+                 memory_gb: float = MEMORY_GB, threads: int | None = None, protected: list | None = None,
+                 lesson: str | None = None, batch: str | os.PathLike | None = None,
+                 checker_server: str | None = None, kernel_server: str | None = None,
+                 cancel: Cancel | None = None, isolated: bool | None = None,
+                 keep: bool | None = None) -> NotebookResult:
+    """Grade one notebook (records.NotebookResult). `lesson`: the assignment (else taken from the file's or folder's
+    name); `batch`: the folder of the batch's working files (a new one by default), which the kernel never sees;
+    `checker_server`: the socket of the batch's checker process (autograder.checker.serve), which forks this
+    notebook's checker (else one is started for it); `kernel_server`: the socket of the batch's kernel server
+    (autograder.jail.serve), which forks this notebook's kernel when it is isolated (else its launcher starts it);
+    `cancel`: the batch's stop (a run it stopped is reported with the error "stopped: the batch was interrupted");
+    `isolated`, `keep`: the batch's isolation() and keep_files(), decided once for it (else here).
+
+    The steps, in order: read (the submission), review (its cells, before they run), prepare (the notebook to
+    run), views and specs (what each child reads), run (the runner, the kernel and the checker), collect (each
+    graded cell's points from the checker's verdicts)."""
+    isolated = isolation() if isolated is None else isolated
+    run = _Run(timeout, cell_timeout, memory_gb, threads or 1, list(protected or []), isolated, checker_server,
+               kernel_server, time.time())
+    result = NotebookResult(path=str(pathlib.Path(path)), isolated=run.isolated)
+    nb, expected = _read(pathlib.Path(path), lesson, result)
+    if result.error:
+        result.cells = [CellResult(g, 0.0, p, result.error) for g, _, p in expected]
+        result.seconds = round(time.time() - run.start, 1)
         return result
-    try:  # read before it runs: what reaches below the library-shortcut watch is named for review (audit.py)
-        from .audit import audit_notebook
-        problems.extend(audit_notebook(nb))
-    except Exception as e:  # noqa: BLE001  (the notebook is graded all the same)
-        problems.append(f"the grader could not read the cells for review: {type(e).__name__}")
-    token = secrets.token_hex(16)
+    _review(nb, result.problems)
     own = batch is None
     batch = pathlib.Path(tempfile.mkdtemp(prefix="autograder-")) if own else pathlib.Path(batch)
     tmp = pathlib.Path(tempfile.mkdtemp(prefix="nb-", dir=batch)).resolve()
     os.chmod(tmp, 0o711)
-    verdicts: dict = {}
-    status: dict = {}
     try:
-        dirs = _private_dirs(tmp, isolated)
-        private, work, home, conn = dirs["private"], dirs["work"], dirs["home"], dirs["conn"]
-        socket_path = str(dirs["sock"] / "grader.sock")
-        prepared, nonces, origin = prepare(nb, expected, problems, socket_path)
-        from .views import build as build_views
-        views = build_views(stem, tmp / "views")
-        from .jail import NOBODY, python_paths
-        threads = threads or 1
-        (private / "checker.json").write_text(json.dumps({
-            "socket": socket_path, "results": str(private / "results.jsonl"), "cells": nonces,
-            "uid": NOBODY if isolated else None, "threads": threads, "tmp": str(private / "tmp"),
-            "memory": int(memory_gb * (1 << 30)) if memory_gb else None}))
-        (private / "jail.json").write_text(json.dumps({
-            "work": str(work), "home": str(home), "conn": str(conn), "writable": [str(work), str(home), str(conn)],
-            "token": token, "memory": int(memory_gb * (1 << 30)) if memory_gb else None, "file_size": FILE_SIZE,
-            "isolate": isolated, "threads": threads, "protected": [str(p) for p in (protected or [])][:50],
-            "hide": [str(batch.resolve()), str(ROOT)], "show": python_paths() + [str(dirs["sock"])], "views": views,
-            "server": kernel_server if isolated else None}))
-        kernels = private / "kernels" / KERNEL_NAME
-        kernels.mkdir(parents=True)
-        pythonpath = course_pythonpath()
-        (kernels / "kernel.json").write_text(json.dumps({
-            "argv": [sys.executable, "-m", "autograder.jail", str(private / "jail.json"), "--",
-                     sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
-            "display_name": "autograder", "language": "python", "interrupt_mode": "signal",
-            "env": {"PYTHONPATH": pythonpath}}))
-        nbformat.write(prepared, str(private / "prepared.ipynb"))
-        spec = {"prepared": str(private / "prepared.ipynb"), "status": str(private / "status.json"),
-                "work": str(work), "cell_timeout": cell_timeout, "log": str(private / "kernel.log"), "timeout": timeout,
-                "deadline": start + timeout, "checker": str(private / "checker.json"), "private": str(private),
-                "ipc": str(conn / "kernel"), "connection_file": str(conn / "kernel.json"), "sealed": str(dirs["sealed"]),
-                "checker_server": checker_server}
-        (private / "spec.json").write_text(json.dumps(spec))
-        env = dict(os.environ, JUPYTER_PATH=str(private), AUTOGRADER_TOKEN=token, PYTHONPATH=pythonpath)
-        runner = ([sys.executable, "-m", "autograder.kernel", str(private / "spec.json")],)
-        options = dict(stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True, text=True, env=env,
-                       cwd=str(private))
-        proc = cancel.start(*runner, **options) if cancel is not None else subprocess.Popen(*runner, **options)
-        if proc is None:
-            raise _Cancelled()
-        stopped = False
-        try:  # the child keeps the deadline itself; this is the fallback for a child that cannot
-            _, err = proc.communicate(timeout=max(0.0, start + timeout - time.time()) + STOP_GRACE)
-        except subprocess.TimeoutExpired:  # the child stops the kernel, then reports
-            stopped = True
-            try:
-                os.killpg(proc.pid, signal.SIGTERM)
-                _, err = proc.communicate(timeout=60)
-            except (OSError, subprocess.TimeoutExpired):
-                for kill in (lambda: os.killpg(proc.pid, signal.SIGKILL), proc.kill):
-                    try:
-                        kill()
-                    except OSError:
-                        pass
-                _, err = proc.communicate()
-        finally:
-            _kill_token(token)
-            if cancel is not None:
-                cancel.finished(proc)
-        err = (err or "")[-20000:]
-        try:
-            status = json.loads((private / "status.json").read_text())
-        except (OSError, ValueError):
-            status = {"error": f"the grader's runner failed: {(err.strip().splitlines() or ['no report'])[-1][:300]}"}
-        verdicts = _results(private / "results.jsonl")
-        if stopped or status.get("stopped"):
-            result["error"] = f"stopped after {timeout:g} s (the notebook's time limit)"
-        elif status.get("error"):
-            cell = status.get("cell")
-            number = origin[cell] if isinstance(cell, int) and 0 <= cell < len(origin) else None
-            where = f" while running the notebook's cell {number}" if number else \
-                " while grading" if isinstance(cell, int) else ""
-            e = status["error"]
-            if "DeadKernel" in e or "died" in e.lower():
-                result["error"] = (f"the kernel died{where} (the notebook's code exited, was killed, or crashed): "
-                                   "the cells after it did not run")
-            elif "checker did not start" in e or cell is None:
-                try:
-                    log = (private / "kernel.log").read_text(errors="replace").strip().splitlines()
-                except OSError:
-                    log = []
-                result["error"] = f"the kernel could not start: {e}" + (f" ({log[-1][:200]})" if log else "")
-            elif "Timeout" in e:
-                result["error"] = f"a cell{where} ran past {cell_timeout:g} s and could not be interrupted"
-            else:
-                result["error"] = f"the run stopped{where}: {e}"
-        for index in status.get("interrupted") or []:
-            number = origin[index] if isinstance(index, int) and 0 <= index < len(origin) else None
-            if number:
-                problems.append(f"cell {number} ran past the cell time limit ({cell_timeout:g} s) and was interrupted; "
-                                "the cells after it still ran")
+        result.error = _run(nb, expected, result, run, tmp, batch, cancel)
     except _Cancelled:
         pass
     finally:
-        if not os.environ.get("AUTOGRADER_KEEP"):  # the working files, kept to debug the grader
-            _remove(tmp, problems)
+        if not (keep_files() if keep is None else keep):  # the working files, kept to debug the grader
+            _remove(tmp, result.problems)
             if own:
-                _remove(batch, problems)
+                _remove(batch, result.problems)
     if cancel is not None and cancel.requested:
-        result["error"] = CANCELLED
-    by_name = {}
-    for nonce, name in (nonces if "nonces" in locals() else {}).items():
-        if nonce in verdicts:
-            by_name.setdefault(name, verdicts[nonce])
-    cells = _CellRuns(nb, prepared if "prepared" in locals() else None, origin if "origin" in locals() else [],
-                      nonces if "nonces" in locals() else {}, status)
+        result.error = CANCELLED
+    result.cells = _collect(nb, expected, run, result.error)
+    result.points = float(sum(c.points for c in result.cells))
+    result.seconds = round(time.time() - run.start, 1)
+    return result
+
+
+def _read(path: pathlib.Path, lesson: str | None, result: NotebookResult) -> tuple[object, list]:
+    """Read: the submission (autograder/submission.py) and its expected graded cells, into `result` (its
+    lesson, problems, most points, and the error that stops it being run)."""
+    nb, expected, problems, stem, error = read_submission(path, lesson)
+    if error and not expected:  # unreadable, but the assignment is known: its cells, each at 0
+        stem, _ = lesson_of(path, lesson)
+        expected = expected_cells(stem)
+    result.problems, result.lesson = problems, stem
+    result.max_points = float(sum(p for _, _, p in expected))
+    result.error = error
+    return nb, expected
+
+
+def _review(nb, problems: list) -> None:
+    """Review: read before it runs, what reaches below the library-shortcut watch is named for review (audit.py)."""
+    try:
+        from .audit import audit_notebook
+        problems.extend(audit_notebook(nb))
+    except Exception as e:  # noqa: BLE001  (the notebook is graded all the same)
+        problems.append(f"the grader could not read the cells for review: {type(e).__name__}")
+
+
+def _run(nb, expected, result: NotebookResult, run: _Run, tmp: pathlib.Path, batch: pathlib.Path,
+         cancel: Cancel | None) -> str | None:
+    """Prepare, views, specs and run: the notebook's folders, the notebook to run, what its kernel sees of the
+    course, each child's spec; then the runner, started and waited for, its status and the checker's verdicts into
+    `run`. Returns the run's error (None when it ran to the end)."""
+    dirs = _private_dirs(tmp, run.isolated)
+    private = dirs["private"]
+    socket_path = str(dirs["sock"] / "grader.sock")
+    run.prepared, run.nonces, run.origin = prepare(nb, expected, result.problems, socket_path)
+    from .views import build as build_views
+    views = build_views(result.lesson, tmp / "views")
+    _write_specs(run, dirs, socket_path, views, batch)
+    stopped, err = _run_runner(run, private, cancel)
+    run.status = _read_status(private / "status.json", err)
+    run.verdicts = _results(private / "results.jsonl")
+    result.problems.extend(_interruptions(run))
+    return _run_error(run, stopped, private / "kernel.log")
+
+
+def _write_specs(run: _Run, dirs: dict, socket_path: str, views: dict, batch: pathlib.Path) -> None:
+    """The specs each child reads, in the notebook's private folder: the checker's, the kernel launcher's (jail),
+    the kernel's (Jupyter's kernelspec), the prepared notebook and the runner's."""
+    from .jail import NOBODY, python_paths
+    private, work, home, conn = dirs["private"], dirs["work"], dirs["home"], dirs["conn"]
+    memory = int(run.memory_gb * (1 << 30)) if run.memory_gb else None
+    CheckerSpec(socket=socket_path, results=str(private / "results.jsonl"), cells=run.nonces,
+                uid=NOBODY if run.isolated else None, threads=run.threads, tmp=str(private / "tmp"),
+                memory=memory).write(private / "checker.json")
+    JailSpec(work=str(work), home=str(home), conn=str(conn), writable=[str(work), str(home), str(conn)],
+             token=run.token, memory=memory, file_size=FILE_SIZE, isolate=run.isolated, threads=run.threads,
+             protected=[str(p) for p in run.protected][:50], hide=[str(batch.resolve()), str(ROOT)],
+             show=python_paths() + [str(dirs["sock"])], views=views,
+             server=run.kernel_server if run.isolated else None).write(private / "jail.json")
+    kernels = private / "kernels" / KERNEL_NAME
+    kernels.mkdir(parents=True)
+    (kernels / "kernel.json").write_text(json.dumps({
+        "argv": [sys.executable, "-m", "autograder.jail", str(private / "jail.json"), "--",
+                 sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+        "display_name": "autograder", "language": "python", "interrupt_mode": "signal",
+        "env": {"PYTHONPATH": course_pythonpath()}}))
+    nbformat.write(run.prepared, str(private / "prepared.ipynb"))
+    RunSpec(prepared=str(private / "prepared.ipynb"), status=str(private / "status.json"), work=str(work),
+            cell_timeout=run.cell_timeout, log=str(private / "kernel.log"), timeout=run.timeout,
+            deadline=run.start + run.timeout, checker=str(private / "checker.json"), private=str(private),
+            ipc=str(conn / "kernel"), connection_file=str(conn / "kernel.json"), sealed=str(dirs["sealed"]),
+            checker_server=run.checker_server).write(private / "spec.json")
+
+
+def _run_runner(run: _Run, private: pathlib.Path, cancel: Cancel | None) -> tuple[bool, str]:
+    """The runner (`python -m autograder.kernel SPEC`) started and waited for: (whether it had to be stopped, the
+    end of its stderr). The runner keeps the deadline itself; this is the fallback for one that cannot."""
+    env = dict(os.environ, JUPYTER_PATH=str(private), AUTOGRADER_TOKEN=run.token, PYTHONPATH=course_pythonpath())
+    runner = ([sys.executable, "-m", "autograder.kernel", str(private / "spec.json")],)
+    options = dict(stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True, text=True, env=env,
+                   cwd=str(private))
+    proc = cancel.start(*runner, **options) if cancel is not None else subprocess.Popen(*runner, **options)
+    if proc is None:
+        raise _Cancelled()
+    stopped = False
+    try:
+        _, err = proc.communicate(timeout=max(0.0, run.start + run.timeout - time.time()) + STOP_GRACE)
+    except subprocess.TimeoutExpired:  # the runner stops the kernel, then reports
+        stopped = True
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+            _, err = proc.communicate(timeout=60)
+        except (OSError, subprocess.TimeoutExpired):
+            for kill in (lambda: os.killpg(proc.pid, signal.SIGKILL), proc.kill):
+                try:
+                    kill()
+                except OSError:
+                    pass
+            _, err = proc.communicate()
+    finally:
+        _kill_token(run.token)
+        if cancel is not None:
+            cancel.finished(proc)
+    return stopped, (err or "")[-20000:]
+
+
+def _read_status(path: pathlib.Path, err: str) -> RunStatus:
+    """The runner's status.json; where there is none, an error from the end of its stderr."""
+    try:
+        return RunStatus.from_json(json.loads(path.read_text()))
+    except (OSError, ValueError, TypeError, AttributeError):
+        return RunStatus(error=f"the grader's runner failed: {(err.strip().splitlines() or ['no report'])[-1][:300]}",
+                         ending=Ending.NO_START.value)
+
+
+def _run_error(run: _Run, stopped: bool, log_path: pathlib.Path) -> str | None:
+    """The notebook's error from how the run ended (outcomes.Ending), or None when it ran to the end."""
+    status = run.status
+    if stopped or status.stopped:
+        return f"stopped after {run.timeout:g} s (the notebook's time limit)"
+    if not status.error:
+        return None
+    cell = status.cell
+    number = run.origin[cell] if isinstance(cell, int) and 0 <= cell < len(run.origin) else None
+    where = f" while running the notebook's cell {number}" if number else " while grading" if isinstance(cell, int) \
+        else ""
+    ending = Ending(status.ending or Ending.NO_START.value)
+    if ending is Ending.DEAD_KERNEL:
+        return (f"the kernel died{where} (the notebook's code exited, was killed, or crashed): the cells after it did "
+                "not run")
+    if ending is Ending.NO_START:
+        try:
+            log = log_path.read_text(errors="replace").strip().splitlines()
+        except OSError:
+            log = []
+        return f"the kernel could not start: {status.error}" + (f" ({log[-1][:200]})" if log else "")
+    if ending is Ending.CELL_TIMEOUT:
+        return f"a cell{where} ran past {run.cell_timeout:g} s and could not be interrupted"
+    return f"the run stopped{where}: {status.error}"
+
+
+def _interruptions(run: _Run) -> list[str]:
+    """A note for each cell interrupted at the cell time limit (the run went on)."""
+    out = []
+    for index in run.status.interrupted or []:
+        number = run.origin[index] if isinstance(index, int) and 0 <= index < len(run.origin) else None
+        if number:
+            out.append(f"cell {number} ran past the cell time limit ({run.cell_timeout:g} s) and was interrupted; "
+                       "the cells after it still ran")
+    return out
+
+
+def _collect(nb, expected, run: _Run, error: str | None) -> list[CellResult]:
+    """Collect: each expected graded cell's points and message, from the checker's verdict on its name."""
+    by_name: dict[str, NameVerdict] = {}
+    for nonce, name in run.nonces.items():
+        if nonce in run.verdicts:
+            by_name.setdefault(name, run.verdicts[nonce])
+    cells = _CellRuns(nb, run.prepared, run.origin, run.nonces, run.status)
+    out = []
     for gid, name, top in expected:
         verdict = by_name.get(name)
         if verdict is None:
-            why = f"not run: {result['error']}" if result["error"] else \
+            why = f"not run: {error}" if error else \
                 "not graded: the graded cell did not reach the grader (the notebook's code stopped it)"
-            result["cells"].append({"grade_id": gid, "points": 0.0, "max_points": top, "message": why})
+            out.append(CellResult(gid, 0.0, top, why))
             continue
-        lines = [str(x) for x in verdict.get("lines") or []]
-        if lines == [f"✗ {name} is not defined: run the cell that defines it"]:  # the checker cannot know why
-            lines = [f"✗ {name} is not defined: {cells.why_undefined(name, result['error'])}"]
+        lines = [str(x) for x in verdict.lines or []]
+        if verdict.undefined:  # the checker cannot know why
+            lines = [f"✗ {name} is not defined: {cells.why_undefined(name, error)}"]
         else:
             lines += cells.notes(name)
-        flags = list(dict.fromkeys(str(f) for f in verdict.get("flags") or []))
-        message = "\n".join(lines + [f"✗ refused: {f}" for f in flags] +
-                            ([f"✗ {verdict['error']}"] if verdict.get("error") else []))
-        points = 0.0 if flags or verdict.get("error") else max(0.0, min(float(verdict.get("points") or 0.0), top))
-        result["cells"].append({"grade_id": gid, "points": points, "max_points": top, "message": message})
-    result["points"] = float(sum(c["points"] for c in result["cells"]))
-    result["seconds"] = round(time.time() - start, 1)
-    return result
+        flags = list(dict.fromkeys(str(f) for f in verdict.flags or []))
+        message = "\n".join(name_lines(lines, flags, verdict.error))
+        points = 0.0 if flags or verdict.error else max(0.0, min(float(verdict.points or 0.0), top))
+        out.append(CellResult(gid, points, top, message))
+    return out
 
 
 if __name__ == "__main__" and len(sys.argv) == 2:

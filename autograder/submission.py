@@ -21,10 +21,10 @@ import sys
 import threading
 
 if __name__ == "__main__":
-    # This module's own child process (reading a notebook's bytes from stdin) validates notebooks and never an IRI: without this, importing
-    # nbformat imports jsonschema's optional IRI checker, rfc3987_syntax, which builds its grammar at import time
-    # (1.4 s of the child's start here; jsonschema issue #1428). jsonschema skips that format checker when the
-    # import fails, which a None in sys.modules makes it do.
+    # This module's own child process (reading a notebook's bytes from stdin) validates notebooks and never an
+    # IRI: without this, importing nbformat imports jsonschema's optional IRI checker, rfc3987_syntax, which builds
+    # its grammar at import time (1.4 s of the child's start here; jsonschema issue #1428). jsonschema skips that
+    # format checker when the import fails, which a None in sys.modules makes it do.
     sys.modules.setdefault("rfc3987_syntax", None)
 
 import nbformat
@@ -57,8 +57,8 @@ _LESSONS: list = []
 _LESSONS_LOCK = threading.Lock()
 
 
-def _lessons() -> list[tuple[str, set, list]]:
-    """(stem, every grade_id, the check cells' grade_ids in order) of each course lesson."""
+def lessons() -> list[tuple[str, set, list]]:
+    """(stem, every grade_id, the check cells' grade_ids in order) of each course lesson (read once)."""
     with _LESSONS_LOCK:
         if not _LESSONS:
             from .notebooks import lesson_paths
@@ -77,9 +77,19 @@ def _lessons() -> list[tuple[str, set, list]]:
         return _LESSONS[0]
 
 
+_lessons = lessons  # the name tests/test_grade_batch.py imports
+
+
 def _max_points(name: str) -> float | None:
     from .core import REGISTRY, max_points
     return max_points(name) if name in REGISTRY else None
+
+
+def expected_cells(stem: str | None) -> list[tuple[str, str, float]]:
+    """The graded cells of lesson `stem`, in its order: (grade_id, contract name, most points); [] for no lesson.
+    The one place that says which cells a submission is graded on and what each is worth."""
+    found = {s: checks for s, _, checks in lessons()}
+    return [(gid, gid[len("check_"):], _max_points(gid[len("check_"):]) or 0.0) for gid in found.get(stem, [])]
 
 
 def _open_regular(path: pathlib.Path) -> tuple[bytes | None, str | None]:
@@ -140,26 +150,38 @@ def cell_facts(source: str) -> dict:
     ("solutions.masks.padding_mask"; "solutions.*" for a star import) and "words": the words of its strings
     (exec(open("../solutions/masks.py").read()), getattr(solutions, "padding_mask")). At most MAX_FACTS each."""
     import ast
-    facts: dict = {"defines": []}
-    mentions = "solutions" in source
     try:
         tree = ast.parse(_without_magics(source))
     except (SyntaxError, ValueError, RecursionError, MemoryError):
-        tree = None
-    if tree is None:  # read by its lines: a cell that does not parse
-        facts["defines"] = list(dict.fromkeys(a or b for a, b in _DEF.findall(source)))[:MAX_FACTS]
-        if mentions:
-            found = {re.sub(r"\s+", "", m): [] for m in re.findall(r"solutions(?:\s*\.\s*[A-Za-z_]\w*)*", source)}
-            for module, names in re.findall(r"from\s+(solutions(?:\.\w+)*)\s+import\s+\(?([\w\s,*]+)", source):
-                for n in names.split(","):
-                    if n.split():  # `a as b` binds b
-                        found[f"{module}.{n.split()[0]}"] = [n.split()[-1]]
-            facts["solutions"] = [[d, c] for d, c in list(found.items())[:MAX_FACTS]]
-            quoted = " ".join(a or b for a, b in re.findall(r"'([^'\n]*)'|\"([^\"\n]*)\"", source))
-            words = set(re.findall(r"\b[A-Za-z_]\w{0,63}\b", quoted))
-            facts["words"] = sorted(words)[:MAX_WORDS] if "solutions" in words else []
+        return _facts_by_lines(source)  # a cell that does not parse
+    facts: dict = {"defines": list(dict.fromkeys(_top_level_names(tree)))[:MAX_FACTS]}
+    if "solutions" not in source:
         return facts
+    found, words = _solutions_reached(tree)
+    facts["solutions"] = [[d, sorted(c)[:MAX_FACTS]] for d, c in list(found.items())[:MAX_FACTS]]
+    facts["words"] = sorted(words)[:MAX_WORDS] if "solutions" in words else []
+    return facts
 
+
+def _facts_by_lines(source: str) -> dict:
+    """cell_facts of a cell that does not parse, read by its text's lines."""
+    facts: dict = {"defines": list(dict.fromkeys(a or b for a, b in _DEF.findall(source)))[:MAX_FACTS]}
+    if "solutions" in source:
+        found = {re.sub(r"\s+", "", m): [] for m in re.findall(r"solutions(?:\s*\.\s*[A-Za-z_]\w*)*", source)}
+        for module, names in re.findall(r"from\s+(solutions(?:\.\w+)*)\s+import\s+\(?([\w\s,*]+)", source):
+            for n in names.split(","):
+                if n.split():  # `a as b` binds b
+                    found[f"{module}.{n.split()[0]}"] = [n.split()[-1]]
+        facts["solutions"] = [[d, c] for d, c in list(found.items())[:MAX_FACTS]]
+        quoted = " ".join(a or b for a, b in re.findall(r"'([^'\n]*)'|\"([^\"\n]*)\"", source))
+        words = set(re.findall(r"\b[A-Za-z_]\w{0,63}\b", quoted))
+        facts["words"] = sorted(words)[:MAX_WORDS] if "solutions" in words else []
+    return facts
+
+
+def _top_level_names(tree) -> list[str]:
+    """The names a cell binds at its top level (inside if/for/while/with/try too, not inside a def or class)."""
+    import ast
     defines: list = []
 
     def bind(target):
@@ -186,20 +208,25 @@ def cell_facts(source: str) -> dict:
             for handler in getattr(node, "handlers", None) or []:
                 top(handler.body)
     top(tree.body)
-    facts["defines"] = list(dict.fromkeys(defines))[:MAX_FACTS]
-    if not mentions:
-        return facts
-    bound: dict[str, str] = {"solutions": "solutions"}  # a name bound to solutions or one of its parts -> which
-    found: dict[str, set] = {}   # a dotted name reached in solutions -> the names it was bound to, or used in
-    words: set = set()
+    return defines
 
-    def binds(node) -> set:
-        """The names a statement defines: what it reaches in solutions is used for them."""
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            return {node.name}
-        targets = node.targets if isinstance(node, ast.Assign) else [node.target] \
-            if isinstance(node, (ast.AnnAssign, ast.AugAssign)) else []
-        return {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+
+def _binds(node) -> set:
+    """The names a statement defines: what it reaches in solutions is used for them."""
+    import ast
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return {node.name}
+    targets = node.targets if isinstance(node, ast.Assign) else [node.target] \
+        if isinstance(node, (ast.AnnAssign, ast.AugAssign)) else []
+    return {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+
+
+def _solutions_reached(tree) -> tuple[dict, set]:
+    """({a dotted name reached in solutions: the names it was bound to, or used in}, the words of the strings)."""
+    import ast
+    bound: dict[str, str] = {"solutions": "solutions"}  # a name bound to solutions or one of its parts -> which
+    found: dict[str, set] = {}
+    words: set = set()
 
     def reach(node, context: set) -> None:
         if isinstance(node, ast.Import):
@@ -230,7 +257,7 @@ def cell_facts(source: str) -> dict:
 
     def statements(body, context: set) -> None:
         for node in body:
-            here = context | binds(node)
+            here = context | _binds(node)
             nested = [getattr(node, f, None) or [] for f in ("body", "orelse", "finalbody")] + \
                 [h.body for h in getattr(node, "handlers", None) or []]
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) or not any(nested):
@@ -244,9 +271,7 @@ def cell_facts(source: str) -> dict:
                 for block in nested:
                     statements(block, here)
     statements(tree.body, set())
-    facts["solutions"] = [[d, sorted(c)[:MAX_FACTS]] for d, c in list(found.items())[:MAX_FACTS]]
-    facts["words"] = sorted(words)[:MAX_WORDS] if "solutions" in words else []
-    return facts
+    return found, words
 
 
 def answer_imports(cells, stem: str | None, names) -> list[str]:
@@ -338,7 +363,7 @@ def _read_limited(data: bytes) -> dict:
 def lesson_of(path, lesson: str | None = None) -> tuple[str | None, str | None]:
     """(the lesson a submission is graded as, how that was decided): --lesson, else a file or folder named
     after a lesson (nbgrader's submitted/<student>/<lesson>/<lesson>.ipynb)."""
-    stems = {stem for stem, _, _ in _lessons()}
+    stems = {stem for stem, _, _ in lessons()}
     if lesson:
         return (lesson, "the assignment") if lesson in stems else (None, f"--lesson {lesson} is not a lesson")
     path = pathlib.Path(path)
@@ -376,9 +401,9 @@ def read_submission(path, lesson: str | None = None) -> tuple[object, list, list
     for gid, n in counts.items():
         if n > 1:
             problems.append(f"grade_id {gid} appears {n} times (a cell was copied): graded once")
-    found = {stem: checks for stem, _, checks in _lessons()}
+    found = {stem: checks for stem, _, checks in lessons()}
     by_content, best = None, 0
-    for stem, lesson_ids, checks in _lessons():
+    for stem, lesson_ids, _checks in lessons():
         overlap = len(lesson_ids & set(counts))
         if overlap > best:
             by_content, best = stem, overlap
@@ -391,11 +416,8 @@ def read_submission(path, lesson: str | None = None) -> tuple[object, list, list
     elif stem is not None and by_content is not None and by_content != stem:
         problems.append(f"this notebook's graded cells are lesson {by_content}'s, but it is graded as lesson {stem} "
                         f"({how}): another lesson's notebook under this lesson's name?")
-    expected: list[tuple[str, str, float]] = []
+    expected = expected_cells(stem)
     if stem is not None:
-        for gid in found[stem]:
-            name = gid[len("check_"):]
-            expected.append((gid, name, _max_points(name) or 0.0))
         extra = [gid for gid in counts if gid.startswith("check_") and gid not in found[stem]]
         if extra:
             problems.append(f"graded cells not in lesson {stem}, not graded: {', '.join(extra)}")
