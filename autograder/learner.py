@@ -218,7 +218,7 @@ class _Rebinder:
 
 def _filled(cell) -> bool:
     try:
-        cell.cell_contents
+        cell.cell_contents  # noqa: B018 (reading an empty cell raises ValueError)
     except ValueError:
         return False
     return True

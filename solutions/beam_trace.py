@@ -95,7 +95,7 @@ def plot_trace(steps, logp, answer, beam_size: int, alpha: float, length_penalty
             place[h] = (t, row)
             if not extended:
                 dropped.add(h)
-        for row, (s, h) in enumerate(finished):
+        for row, (_, h) in enumerate(finished):
             place[h] = (t, beam_size + 0.4 + row)
     fig, ax = plt.subplots(figsize=(11, 4.2))
     for h, (x, y) in place.items():
@@ -118,7 +118,8 @@ def plot_trace(steps, logp, answer, beam_size: int, alpha: float, length_penalty
     ax.set_xlim(-0.5, len(steps) + 0.5)
     ax.set_ylim(beam_size + 0.4 + max(1, max(len(f) for _, f, _ in steps)) - 0.5, -0.6)
     ax.set_xticks(range(len(steps) + 1), ["start"] + [f"step {t}" for t in range(1, len(steps) + 1)])
-    ax.set_yticks([]); ax.set_title(title)
+    ax.set_yticks([])
+    ax.set_title(title)
     ax.spines[["left", "right", "top"]].set_visible(False)
     plt.tight_layout()
     return fig

@@ -2,7 +2,6 @@
 the encoder's output (the "memory") and a feed-forward network, each in a sublayer connection."""
 from __future__ import annotations
 
-import torch
 from torch import nn
 
 from .feed_forward import PositionwiseFeedForward

@@ -264,7 +264,7 @@ def summarize(runs: list[dict]) -> list[dict]:
         by_row.setdefault(r["row"], []).append(r)
     out = []
     for row, rs in by_row.items():
-        def stat(key):
+        def stat(key, rs=rs):
             values = [r[key] for r in rs if r.get(key) is not None]
             if not values:
                 return None, None

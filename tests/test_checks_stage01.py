@@ -416,7 +416,7 @@ def test_slow_learn_bpe_is_fast_enough():
 _learn = functools.partial(edit, LEARN_BPE)  # _learn((old, new), ...): the reference so changed
 
 
-def learn_bpe_mutable_default(corpus, num_merges, min_frequency=2, _words=collections.Counter()):  # noqa: B008
+def learn_bpe_mutable_default(corpus, num_merges, min_frequency=2, _words=collections.Counter()):  # noqa: B006 (the mistake)
     """The word counts of every call so far, kept in a mutable default."""
     _words.update(w for line in corpus for w in line.split())
     return learn_bpe_recount([" ".join(_words.elements())], num_merges, min_frequency)
@@ -541,7 +541,7 @@ def apply_bpe_gpt2(word, merges):
     return list(w)
 
 
-def apply_bpe_cached(word, merges, _cache={}):
+def apply_bpe_cached(word, merges, _cache={}):  # noqa: B006 (a cache, on purpose)
     """A cache keyed by (word, merges): correct."""
     key = (word, tuple(map(tuple, merges)))
     if key not in _cache:

@@ -1,21 +1,21 @@
 """Stage 12's checks: full marks for correct training utilities however written; for each classic mistake, exactly
 the points it earns and the words that name it (the reference and the stub: tests/test_registry.py)."""
-import copy
+import copy  # noqa: F401 (copy to pad_sequence: the rewritten functions' code uses these names, see _as)
 import functools
 import inspect
-import itertools
-import math
-import random
-import sys
-from collections import defaultdict, namedtuple
-from dataclasses import make_dataclass
+import itertools  # noqa: F401
+import math  # noqa: F401
+import random  # noqa: F401
+import sys  # noqa: F401
+from collections import defaultdict, namedtuple  # noqa: F401
+from dataclasses import make_dataclass  # noqa: F401
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
 import torch
-import torch.nn.functional as F
-from torch.nn.utils.rnn import pad_sequence
+import torch.nn.functional as F  # noqa: F401
+from torch.nn.utils.rnn import pad_sequence  # noqa: F401
 
 import solutions
 from solutions import BOS, EOS, PAD, pad_sequences as _pad

@@ -184,7 +184,8 @@ def test_transformer_equals_nn_transformer(norm_first):
     src = torch.tensor([[5, 6, 7, 8, 9], [10, 11, 12, PAD, PAD]])
     tgt = torch.tensor([[1, 20, 21, 22], [1, 23, PAD, PAD]])
     logits = ours(src, tgt, padding_mask(src), target_mask(tgt))
-    embed = lambda emb, ids: ours.positional(emb(ids))  # the same embeddings feed both models
+    def embed(emb, ids):  # the same embeddings feed both models
+        return ours.positional(emb(ids))
     with torch.no_grad():
         out = ref(embed(ours.src_embed, src), embed(ours.tgt_embed, tgt),
                   tgt_mask=~torch.ones(4, 4, dtype=torch.bool).tril(),  # PyTorch: True = may NOT attend

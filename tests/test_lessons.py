@@ -48,7 +48,7 @@ def test_stubs_keep_the_solution_signature_and_docstring(path):
         stub = defs(cell.source)
         ref = defs(solution_source(MODULES[path.stem], cell.metadata["course"]["names"]))
         assert stub.keys() == ref.keys()
-        for name, (args, doc, body) in stub.items():
+        for name, (args, doc, _) in stub.items():
             assert (args, doc) == ref[name][:2], f"{name}: the stub's signature or docstring drifted from solutions/"
         assert "raise NotImplementedError()" in cell.source and "### BEGIN SOLUTION" not in cell.source
 

@@ -3,7 +3,6 @@ commands and runs its lessons; no answer of stage 05 or a later stage is in it (
 planted one); the next release updates the same folder; the graded stage's own checks work in it."""
 import json
 import os
-import pathlib
 import shutil
 import subprocess
 import sys

@@ -209,7 +209,7 @@ def test_precision_bf16_autocast_on_the_cpu(monkeypatch):
     assert isinstance(cpu_has_bf16(), bool)
     cpu = torch.device("cpu")
     for units in (False, True):
-        monkeypatch.setattr(precision_module, "cpu_has_bf16", lambda: units)
+        monkeypatch.setattr(precision_module, "cpu_has_bf16", lambda units=units: units)
         with _autocast(cpu)[0]:
             assert torch.is_autocast_enabled("cpu") is units
             assert not units or torch.get_autocast_dtype("cpu") == torch.bfloat16
@@ -229,7 +229,7 @@ def test_precision_bf16_autocast_on_the_cpu(monkeypatch):
     for precision in ("fp32", "bf16"):
         config = Config(**{**TINY.__dict__, "precision": precision, "max_epochs": 2, "compile": precision == "bf16"})
         model = build_model(config, data.tokenizer.vocab_size)
-        model.generator.register_forward_hook(lambda m, i, out: dtypes.append((precision, out.dtype)))
+        model.generator.register_forward_hook(lambda m, i, out, p=precision: dtypes.append((p, out.dtype)))
         _, history = train(config, data, model=model, progress=False)
         losses[precision] = history["val_loss"][-1]
     assert {d for p, d in dtypes if p == "fp32"} == {torch.float32}

@@ -66,7 +66,7 @@ def _expect_value_error(fn, d_model, n_heads, what):
             raise CheckFailure(what, "a ValueError whose message names the problem",
                                f"ValueError({str(e)[:80]!r})",
                                "say what is wrong, e.g. "
-                               f"f'd_model={{d_model}} is not divisible by n_heads={{n_heads}}'")
+                               "f'd_model={d_model} is not divisible by n_heads={n_heads}'") from None
         return
     except Exception as e:  # noqa: BLE001  (the learner's own error, reported as the wrong kind)
         raise CheckFailure(what, "ValueError with a message naming the problem", f"{type(e).__name__}: {str(e)[:100]}",

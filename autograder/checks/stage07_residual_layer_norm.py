@@ -211,7 +211,8 @@ def _ln_shapes(LN):
         for shape in ((5, 6), (2, 3, 4, 6)):
             x = _ln_input(13, shape)
             what = f"LayerNorm(6)(x), x of shape {shape}"
-            expect_close(as_tensor(_keeps_input(lambda: ln(x), x, what), what), ref(x), what, mistakes=_ln_mistakes(x, ref),
+            got = as_tensor(_keeps_input(lambda: ln(x), x, what), what)  # noqa: B023 (called at once)
+            expect_close(got, ref(x), what, mistakes=_ln_mistakes(x, ref),
                          hint="mean and var over dim=-1 with keepdim=True, whatever the number of dimensions")
 
 
@@ -454,7 +455,8 @@ def _sc_dropout_place(SC):
             got = _call(sc, x, S, what)
             # p = 1 zeroes the sublayer's output: what remains is the residual path alone
             expected = x if norm_first else N(x)
-            expect_all_dropped(got, expected, lambda: _call(sc, x, S, what), 1, what, "value", equal_nan=True)
+            expect_all_dropped(got, expected, lambda: _call(sc, x, S, what), 1, what, "value",  # noqa: B023 (at once)
+                               equal_nan=True)
             formula = _formula_mistake(sc, x, N, S, norm_first, what) if not close(got, expected) else None
             expect_close(got, expected, what,
                          hint="dropout applies to the sublayer's output, before the residual sum: "

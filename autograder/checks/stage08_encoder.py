@@ -561,8 +561,9 @@ def _layer_vs_torch(EncoderLayer, norm_first, seed, lengths, grads=False):
                       without=lambda: layer(x, None))
     with torch.no_grad():
         expected = ref(x, src_key_padding_mask=ids == PAD)
+        mask = key_mask(ids)  # the reference's own, computed once (src_mask went to the learner's layer)
 
-        def fn(mode="post", order="af", norms=(0, 1), allowed=key_mask(ids)):
+        def fn(mode="post", order="af", norms=(0, 1), allowed=mask):
             return enc_layer_ref(ref, x, allowed, mode, order, norms)
         mistakes = layer_mistakes(fn, norm_first)
         mode = "pre" if norm_first else "post"
@@ -674,11 +675,11 @@ def _el_dropout(EncoderLayer):
         layer, what = _make_layer(EncoderLayer, norm_first, dropout=1.0)
         ref = ref_encoder_layer(norm_first, seed=5)
         copy_layer(layer, ref, what)
-        if not computes_like(layer, lambda: layer(x, None), lambda: ref(x)):
+        if not computes_like(layer, lambda: layer(x, None), lambda: ref(x)):  # noqa: B023 (called at once)
             continue  # a wrong layer: the post-norm and pre-norm checks say what is wrong with it
         layer.train()
         with torch.no_grad():
-            got = keeps_input(lambda: layer(x, None), x, f"{what}.train()(x, None)")
+            got = keeps_input(lambda: layer(x, None), x, f"{what}.train()(x, None)")  # noqa: B023 (called at once)
             expected = x if norm_first else ref.norm2(ref.norm1(x))
             zero = torch.zeros_like(x)
             # only the attention (its weights) and the feed-forward (its hidden units) drop: each leaves its bias
@@ -869,8 +870,9 @@ def _encoder_vs_torch(Encoder, norm_first, seed, lengths, n_layers=2, grads=Fals
                       without=lambda: enc(x, None))
     with torch.no_grad():
         expected = ref(x, src_key_padding_mask=ids == PAD)
+        mask = key_mask(ids)  # the reference's own, computed once (src_mask went to the learner's stack)
 
-        def run_layer(lay, inp, mode, masked, allowed=key_mask(ids)):
+        def run_layer(lay, inp, mode, masked, allowed=mask):
             return enc_layer_ref(lay, x if inp is None else inp, allowed if masked else None, mode)
         mistakes = stack_mistakes(list(ref.layers), run_layer, ref.norm, norm_first, default_layer_norm)
         h = x
@@ -902,11 +904,11 @@ def _enc_parts(Encoder):
         enc, what = _make_encoder(Encoder, 2, norm_first, dropout=1.0)
         ref = ref_encoder(2, norm_first, seed=14)
         if not copies_into(enc, ref, what, 2, norm_first, "encoder") or \
-                not computes_like(enc, lambda: enc(x, None), lambda: ref(x)):
+                not computes_like(enc, lambda: enc(x, None), lambda: ref(x)):  # noqa: B023 (called at once)
             continue  # a wrong stack: the post-norm and pre-norm checks say what is wrong with it
         enc.train()
         with torch.no_grad():
-            got = keeps_input(lambda: enc(x, None), x, f"{what}.train()(x, None)")
+            got = keeps_input(lambda: enc(x, None), x, f"{what}.train()(x, None)")  # noqa: B023 (called at once)
             check_residual_path(got, x, list(ref.layers), ("norm1", "norm2"), ref.norm, norm_first,
                                 f"{what}.train()(x, None)", "encoder")
 

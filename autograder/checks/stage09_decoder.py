@@ -167,8 +167,10 @@ def _layer_vs_torch(DecoderLayer, norm_first, seed, tgt_lengths, src_lengths, ho
     got = run(layer, x, memory, key_mask(src), tgt_mask_of(tgt), f"{what}(x, memory, src_mask, tgt_mask)")
     expected = run_ref_decoder(ref, x, memory, src, tgt)
     with torch.no_grad():
+        self_mask, cross_mask = tgt_mask_of(tgt), key_mask(src)  # the reference's own, computed once
+
         def fn(mode="post" if not norm_first else "pre", order="scf", norms=(0, 1, 2), kv="memory",
-               self_allowed=tgt_mask_of(tgt), cross_allowed=key_mask(src), sa="self"):
+               self_allowed=self_mask, cross_allowed=cross_mask, sa="self"):
             return dec_layer_ref(ref, x, memory, self_allowed, cross_allowed, mode, order, norms, kv, sa)
         mistakes = layer_mistakes(fn, norm_first)
         mistakes.update({
@@ -211,8 +213,6 @@ def _layer_vs_torch(DecoderLayer, norm_first, seed, tgt_lengths, src_lengths, ho
         mistakes.update(heads_mistakes(lambda r: dec_layer_ref(r, x, memory, tgt_mask_of(tgt), key_mask(src),
                                                                "pre" if norm_first else "post"), ref))
         if norm_first:
-            L = x.size(1)
-
             def lambda_x(self_x=False, cross_x=False):
                 """A pre-norm layer whose lambdas use the closure's x (the un-normalized sum) instead of their argument."""
                 h = x
@@ -466,8 +466,9 @@ def _decoder_vs_torch(Decoder, norm_first, seed, tgt_lengths, src_lengths, n_lay
     expected = run_ref_decoder(ref, x, memory, src, tgt)
     mode = "pre" if norm_first else "post"
     with torch.no_grad():
-        def run_layer(lay, inp, mode, masked, self_allowed=tgt_mask_of(tgt), cross_allowed=key_mask(src),
-                      mem=memory):
+        self_mask, cross_mask = tgt_mask_of(tgt), key_mask(src)  # the reference's own, computed once
+
+        def run_layer(lay, inp, mode, masked, self_allowed=self_mask, cross_allowed=cross_mask, mem=memory):
             return dec_layer_ref(lay, x if inp is None else inp, mem, self_allowed if masked else None,
                                  cross_allowed if masked else None, mode)
         layers_ref = list(ref.layers)
@@ -613,8 +614,9 @@ def _dec_parts(Decoder):
         dec, what = _make_decoder(Decoder, 2, norm_first, dropout=1.0)
         ref = ref_decoder(2, norm_first, seed=14)
         call = f"{what}.train()(x, memory, src_mask, tgt_mask)"
-        if not copies_into(dec, ref, what, 2, norm_first, "decoder") or not computes_like(dec, lambda: run(dec, x, memory, everything(2, 6), causal(5), call),
-                             lambda: run_ref_decoder(ref, x, memory, src, tgt)):
+        if not copies_into(dec, ref, what, 2, norm_first, "decoder") or not computes_like(
+                dec, lambda: run(dec, x, memory, everything(2, 6), causal(5), call),  # noqa: B023 (called at once)
+                lambda: run_ref_decoder(ref, x, memory, src, tgt)):  # noqa: B023
             continue  # a wrong stack: the post-norm and pre-norm checks say what is wrong with it
         dec.train()
         with torch.no_grad():
