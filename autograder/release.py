@@ -338,7 +338,8 @@ def build_release(lesson: str, out, repo: str | None = None, force: bool = False
     previous = _previous(out)
     repo = repo or (previous or {}).get("repo") or COURSE_REPO
     if not REPO.match(repo):
-        raise ReleaseError(f"--repo {repo!r}: expected OWNER/NAME, a GitHub repository (e.g. my-school/transformer-2027)")
+        raise ReleaseError(f"--repo {repo!r}: expected OWNER/NAME, a GitHub repository (e.g. "
+                           f"my-school/transformer-2027)")
     if previous and previous["lesson"] > lesson and not force:
         raise ReleaseError(f"{out} holds the release of {previous['lesson']}: releasing {lesson} would take back "
                            f"the lessons after it (their answers are already out); --force to do it anyway")

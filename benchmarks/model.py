@@ -145,7 +145,8 @@ def main():
     sizes = {"notebook CPU size (256, 3+3, 1024, V 8k)": dict(d_model=256, n_heads=4, n_layers=3, d_ff=1024, vocab=8000),
              "paper base (512, 6+6, 2048, V 8k)": dict(d_model=512, n_heads=8, n_layers=6, d_ff=2048, vocab=8000)}
     B, L = (32, 30) if a.device == "cpu" else (128, 40)
-    print(f"device {a.device}, {a.dtype}, {torch.get_num_threads()} threads, batches of {B} x {L}, {a.steps} training steps, {5 * a.steps} inferences")
+    print(f"device {a.device}, {a.dtype}, {torch.get_num_threads()} threads, batches of {B} x {L}, {a.steps} "
+          f"training steps, {5 * a.steps} inferences")
     print(f"{'size':44s} {'mode':9s} {'padding':9s} {'ours tok/s':>11s} {'torch tok/s':>12s} {'ratio':>6s} "
           f"{'median':>7s} {'quartiles':>10s}")
     for name, s in sizes.items():
@@ -157,7 +158,8 @@ def main():
                 steps = a.steps if mode == "train" else 5 * a.steps
                 o, r, ratios = paired(ours, ref, s["vocab"], B, L, steps, a.device, a.dtype, mode == "train", padding)
                 q1, med, q3 = (ratios[int(f * (len(ratios) - 1))] for f in (0.25, 0.5, 0.75))
-                print(f"{name:44s} {mode:9s} {padding:9s} {o:11.0f} {r:12.0f} {o / r:6.2f} {med:7.2f} {q1:5.2f}-{q3:.2f}")
+                print(f"{name:44s} {mode:9s} {padding:9s} {o:11.0f} {r:12.0f} {o / r:6.2f} {med:7.2f} "
+                      f"{q1:5.2f}-{q3:.2f}")
     print(f"peak memory (this process, ru_maxrss): {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB")
 
 

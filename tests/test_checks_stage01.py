@@ -458,7 +458,8 @@ ROWS += mistakes("learn_bpe", [
             _learn((f"{WORDS} if word", 'line.strip("\\r\\n").split(" ")')), 7,
             ("IndexError", "skip the empty strings")),
     # the contract's iterables: an emptiness test that reads a generator's first lines
-    Mistake("the corpus read twice", _learn(("    counts = Counter(", "    if not any(line.strip() for line in corpus):\n"
+    Mistake("the corpus read twice", _learn(("    counts = Counter(", "    if not any(line.strip() for line in "
+                                                                      "corpus):\n"
                                              "        return []\n    counts = Counter(")), 7,
             ("a generator of", "read twice", "corpus = list(corpus)")),
     Mistake("corpus lines stripped in place",  # seen on the case with spaces at the ends of its lines
@@ -954,7 +955,8 @@ ROWS += mistakes("BPETokenizer", [
     # the contract's special ids: a sorted vocabulary keeps <unk> at 3 unless a symbol sorts before '<' (the checks'
     # corpus had none), and puts <bos> at 0 whatever the corpus
     Mistake("vocabulary sorted, specials included", _tok((RETURN_SELF, "        self.itos = sorted(self.itos)\n"
-                                                          "        self.stoi = {s: i for i, s in enumerate(self.itos)}\n"
+                                                          "        self.stoi = {s: i for i, s in "
+                                                          "enumerate(self.itos)}\n"
                                                           + RETURN_SELF)), 7,
             ("itos[:4]", "sorted order", "keep the specials first")),
     # told 'joined with spaces' before: the opposite mistake

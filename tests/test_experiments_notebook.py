@@ -25,7 +25,8 @@ CLAIMS = [
     ("**BLEU** is sacreBLEU on the 1,000 test sentences, greedy decoding",
      "sorted({r['test_sentences'] for r in runs})", lambda v: v == [1000]),
     ("Here the base's 4 heads become 1, 2 and 8 ($d_k$ 128, 64, 16 against 32)",
-     "[[c.n_heads, c.d_model // c.n_heads] for c in map(experiments.row_config, ('base', 'A-h1', 'A-h-half', 'A-h-double'))]",
+     "[[c.n_heads, c.d_model // c.n_heads] for c in map(experiments.row_config, ('base', 'A-h1', 'A-h-half', "
+     "'A-h-double'))]",
      lambda v: v == [[4, 32], [1, 128], [2, 64], [8, 16]]),
     ("Every recorded run also kept a snapshot every 6 steps and averaged the last 5 (steps 276 to 300",
      "sorted({(r['config']['snapshot_steps'], r['config']['average_last'], r['averaged_snapshots'], r['steps']) "

@@ -214,7 +214,8 @@ def test_a_wrong_padding_mask_is_reported_and_lesson_05_goes_on(tmp_path):
     nb = solved(next(p for p in LESSONS if p.stem == "05_masks"))
     at = next(i for i, c in enumerate(nb.cells) if c.metadata.get("nbgrader", {}).get("grade_id") == "check_padding_mask")
     nb.cells.insert(at + 1, nbformat.v4.new_code_cell(
-        "def padding_mask(ids, pad_id=PAD):\n    return (ids != pad_id)[:, None, :]   # (B, 1, L): a dimension forgotten"))
+        "def padding_mask(ids, pad_id=PAD):\n    return (ids != pad_id)[:, None, :]   # (B, 1, L): a dimension "
+        "forgotten"))
     nb.cells.insert(0, nbformat.v4.new_code_cell(f"import sys; sys.path.insert(0, {str(ROOT)!r})"))
     NotebookClient(nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
     printed = {i: "".join(o.get("text", "") for o in c.get("outputs", []) if o.output_type == "stream")

@@ -298,7 +298,8 @@ def _attn_rows(attn):
             hint = "the softmax runs over dim 0 (the batch); it must run over the keys (dim=-1)"
         elif ones(sums * math.sqrt(q.size(-1))):
             hint = AFTER_SOFTMAX
-        raise CheckFailure("weights.sum(-1)", "all ones", f"values from {sums.min().item():.3f} to {sums.max().item():.3f}",
+        raise CheckFailure("weights.sum(-1)", "all ones", f"values from {sums.min().item():.3f} to "
+                                                          f"{sums.max().item():.3f}",
                            hint)
 
 

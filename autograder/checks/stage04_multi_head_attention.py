@@ -421,8 +421,8 @@ def _mistakes(ref, query, key, value, mask=None):
     h = ref.num_heads
     for k in (1, 2, 4, 8, 6, 3):  # the numbers of heads people write into their code
         if k != h and ref.embed_dim % k == 0:
-            variants[f"n_heads ignored: this is the output of {k} head{'s' * (k > 1)}, not {h}: use the n_heads argument "
-                     f"(self.h = n_heads, d_k = d_model // n_heads), no fixed number"] = dict(heads=k)
+            variants[f"n_heads ignored: this is the output of {k} head{'s' * (k > 1)}, not {h}: use the n_heads "
+                     f"argument (self.h = n_heads, d_k = d_model // n_heads), no fixed number"] = dict(heads=k)
     if mask is not None:
         variants["mask ignored: pass it to the attention of every head"] = dict(mask_mode="ignored")
         variants["mask polarity inverted: True means 'may attend'"] = dict(mask_mode="inverted")
@@ -638,7 +638,8 @@ def _dropout_half(MHA):
         got = expect_shape(_forward(mha, x, x, x, what=what), (2, 4, 8), what)
     if not torch.isfinite(got).all():
         raise CheckFailure(f"{what}: {(~torch.isfinite(got)).sum().item()} values are NaN or inf", "finite values",
-                           "NaN or inf", "dropout: keep each weight with probability 1 - p and scale it by 1 / (1 - p); "
+                           "NaN or inf", "dropout: keep each weight with probability 1 - p and scale it by "
+                                         "1 / (1 - p); "
                            "nn.Dropout(dropout) does it (and gives zeros at p = 1)")
     W, b = ref.in_proj_weight.detach().double(), ref.in_proj_bias.detach().double()
     Wo, bo = ref.out_proj.weight.detach().double(), ref.out_proj.bias.detach().double()

@@ -19,8 +19,9 @@ from ._util import (LEFT_AUTOGRAD, as_module, as_tensor, build, close, diagnose,
 forbid("LayerNorm", "nn.LayerNorm (or F.layer_norm)", functions=("layer_norm", "native_layer_norm"),
        classes=("torch.nn.LayerNorm",))
 
-INPLACE_HINT = ("an in-place operation on the input (x -= mean, x += ..., x.sub_(...), x.masked_fill_(...)) changes the "
-                "caller's tensor; in pre-norm that tensor is the residual x itself: write x = x - mean, x = x + ...")
+INPLACE_HINT = ("an in-place operation on the input (x -= mean, x += ..., x.sub_(...), x.masked_fill_(...)) "
+                "changes the caller's tensor; in pre-norm that tensor is the residual x itself: write "
+                "x = x - mean, x = x + ...")
 
 
 def _keeps_input(fn, x: torch.Tensor, what: str):

@@ -25,7 +25,8 @@ from ._util import as_module, build, close, expect_close, expect_shape, expect_s
 # the lesson's own work, which PyTorch's Transformer modules must not do for the learner
 TORCH_TRANSFORMER = ("torch.nn.TransformerEncoderLayer", "torch.nn.TransformerEncoder", "torch.nn.TransformerDecoderLayer",
                      "torch.nn.TransformerDecoder", "torch.nn.Transformer")
-forbid(("EncoderLayer", "Encoder"), "PyTorch's nn.Transformer modules (nn.TransformerEncoderLayer, nn.TransformerEncoder, ...)",
+forbid(("EncoderLayer", "Encoder"), "PyTorch's nn.Transformer modules (nn.TransformerEncoderLayer, "
+                                    "nn.TransformerEncoder, ...)",
        functions=("_transformer_encoder_layer_fwd",), classes=TORCH_TRANSFORMER)
 
 PAD = 0                    # the contract's <pad> id
@@ -305,8 +306,8 @@ STATE = ("the same module gave a wrong answer on a second batch: something from 
          "tensor saved on self and reused?); use the arguments of each call")
 IN_PLACE_GRAD = ("an in-place operation (x += ..., memory.mul_(...), a `_` method, out=...) on an input or on a tensor "
                  "autograd still needs breaks the backward pass, so training would crash: compute new tensors instead")
-NO_GRAD = ("the output is cut off from autograd: forward runs under torch.no_grad() (or detaches its result, or rebuilds it "
-           "with .data, torch.tensor(...) or numpy), so no parameter would ever be trained")
+NO_GRAD = ("the output is cut off from autograd: forward runs under torch.no_grad() (or detaches its result, or "
+           "rebuilds it with .data, torch.tensor(...) or numpy), so no parameter would ever be trained")
 
 
 def same_gradients(mine, ref, inputs, real, what, seed=0, module=None):

@@ -21,7 +21,8 @@ from .stage08_encoder import (MASK_CHANGED, STATE, TORCH_TRANSFORMER, D, FF, H, 
                               stack_mistakes, sublayer, check_parts_drop, heads_mistakes, part_calls)
 
 # the lesson's own work, which PyTorch's Transformer modules must not do for the learner
-forbid(("DecoderLayer", "Decoder"), "PyTorch's nn.Transformer modules (nn.TransformerDecoderLayer, nn.TransformerDecoder, ...)",
+forbid(("DecoderLayer", "Decoder"), "PyTorch's nn.Transformer modules (nn.TransformerDecoderLayer, "
+                                    "nn.TransformerDecoder, ...)",
        functions=("_transformer_encoder_layer_fwd",), classes=TORCH_TRANSFORMER)
 
 
@@ -49,11 +50,11 @@ def transposed(allowed):
 
 
 MIXED_LENGTHS = ("the target's and the source's lengths got mixed up: self-attention is self_attn(x, x, x, tgt_mask), "
-                 "cross-attention is cross_attn(x, memory, memory, src_mask) (queries from the decoder, keys and values "
-                 "from the memory; tgt_mask for self-attention, src_mask for cross-attention), and a layer is called "
-                 "as layer(x, memory, src_mask, tgt_mask)")
-IN_PLACE = ("work on new tensors: x = x + ... instead of x += ... (or another in-place `_` method), so that the caller's "
-            "tensors stay as they were (autograd needs them too)")
+                 "cross-attention is cross_attn(x, memory, memory, src_mask) (queries from the decoder, keys and "
+                 "values from the memory; tgt_mask for self-attention, src_mask for cross-attention), and a layer "
+                 "is called as layer(x, memory, src_mask, tgt_mask)")
+IN_PLACE = ("work on new tensors: x = x + ... instead of x += ... (or another in-place `_` method), so that the "
+            "caller's tensors stay as they were (autograd needs them too)")
 
 
 def mentions_both(error, n, m) -> bool:
@@ -656,7 +657,8 @@ def _dec_masks(Decoder):
     m2 = memory.clone()
     with seeded(1010):
         m2[src == PAD] = torch.randn(int((src == PAD).sum()), D) * 3
-    close_at(run(dec, x, m2, sm, tm, what), a, tgt != PAD, "output after changing only the memory at source padding positions",
+    close_at(run(dec, x, m2, sm, tm, what), a, tgt != PAD, "output after changing only the memory at source "
+                                                           "padding positions",
              hint="src_mask not passed to every layer's cross-attention")
     # a second batch with other lengths through the same stack: nothing of the earlier calls may be kept
     x2, memory2, src2, tgt2 = _inputs(101, [5, 3], [4, 6])

@@ -43,9 +43,9 @@ def sinusoid(L, d):
 
 
 MIXED_LENGTHS = ("the source's and the target's lengths got mixed up: encode(src, src_mask) = encoder(positional("
-                 "src_embed(src)), src_mask); decode(tgt_in, memory, src_mask, tgt_mask) = decoder(positional(tgt_embed("
-                 "tgt_in)), memory, src_mask, tgt_mask); forward(src, tgt_in, src_mask, tgt_mask) passes each mask on "
-                 "where it belongs")
+                 "src_embed(src)), src_mask); decode(tgt_in, memory, src_mask, "
+                 "tgt_mask) = decoder(positional(tgt_embed(tgt_in)), memory, src_mask, tgt_mask); forward(src, "
+                 "tgt_in, src_mask, tgt_mask) passes each mask on where it belongs")
 
 
 def call(fn, *args, what):
@@ -436,7 +436,8 @@ def _dropped_once(kept, dropped, p, what):
                            f"values {1 / (1 - p) ** 2:g} x their eval-mode value",
                            "dropout applied twice after the positional encoding: PositionalEncoding already ends "
                            "with dropout(x + PE); add no dropout of your own on top of it")
-    raise CheckFailure(what, f"each value 0 or {1 / (1 - p):g} x its eval-mode value: dropout(embedding * sqrt(d_model) "
+    raise CheckFailure(what, f"each value 0 or {1 / (1 - p):g} x its eval-mode value: "
+                             f"dropout(embedding * sqrt(d_model) "
                        "+ PE), one dropout on the sum", "other values",
                        "dropout applied before the positional encoding is added (dropout(embedding) + PE) or to part "
                        "of the sum only: PositionalEncoding returns dropout(x + PE[:L])")
@@ -817,8 +818,8 @@ def _tied_gradient(model, logits, src, tgt, states_fn, what):
                            "the generator's share: sum over positions of dloss/dlogits x decoder state",
                            "none" if empty else "a different gradient",
                            "the generator's weight is cut off from autograd in forward (F.linear(h, weight.detach()) "
-                           "or weight.data): the logits' gradient never reaches the tied weight through the projection; "
-                           "use self.generator(h) (or the Parameter itself)" if empty else
+                           "or weight.data): the logits' gradient never reaches the tied weight through the "
+                           "projection; use self.generator(h) (or the Parameter itself)" if empty else
                            "forward must be generator(decode(...)) with the tied Parameter itself, nothing detached")
     real = sorted(set(tgt.flatten().tolist()) - {PAD})
     if real and torch.allclose(grad[real], share[real], atol=1e-5, rtol=1e-4):  # float32 sums: not exactly equal

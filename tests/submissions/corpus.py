@@ -423,7 +423,8 @@ def cases() -> list[Case]:
         "did not reach the grader", hostile=True)
     add("forge_tensor_that_always_equals", _set_solution(own, "softmax", ALWAYS_EQUAL), ATTENTION, hostile=True)
     add("forge_function_mode", _set_solution(own, "softmax", FUNCTION_MODE), ATTENTION, hostile=True)
-    naive = _set_solution(lean, "softmax", "def softmax(x, dim=-1):\n    return x.exp() / x.exp().sum(dim, keepdim=True)")
+    naive = _set_solution(lean, "softmax", "def softmax(x, dim=-1):\n    return x.exp() / x.exp().sum(dim, "
+                                           "keepdim=True)")
     torch_patched = _insert(_set_solution(naive, "scaled_dot_product_attention", "def scaled_dot_product_attention(*a, **k):\n"
                                           "    return None"), "check_softmax",
                             "torch.allclose = lambda *a, **k: True\ntorch.Tensor.__eq__ = lambda *a, **k: True\n"
@@ -433,9 +434,11 @@ def cases() -> list[Case]:
                            "    f = sys._getframe(0)\n    while f is not None:\n"
                            "        f.f_globals.pop('expect_close', None)\n        f = f.f_back\n    return x")
     add("forge_walks_the_frames", frames, ATTENTION, hostile=True)
-    gcwalk = _insert(own, "softmax", "import gc\nfound = [o for o in gc.get_objects() if isinstance(o, dict) and 'key' in o]")
+    gcwalk = _insert(own, "softmax", "import gc\nfound = [o for o in gc.get_objects() if isinstance(o, dict) and "
+                                     "'key' in o]")
     add("forge_walks_the_gc", gcwalk, FULL, hostile=True)
-    thread = _insert(lean, "softmax", "import threading, time\n\ndef meddle():\n    while True:\n        time.sleep(0.05)\n\n"
+    thread = _insert(lean, "softmax", "import threading, time\n\ndef meddle():\n    while True:\n        "
+                                      "time.sleep(0.05)\n\n"
                      "threading.Thread(target=meddle, daemon=True).start()")
     add("forge_leaves_a_thread", thread, FULL, hostile=True)
     forged = copy.deepcopy(lean_released)
@@ -450,7 +453,8 @@ def cases() -> list[Case]:
     add("forge_edits_check_cell_and_points", inflated, 0.0, "check_softmax was edited", hostile=True)
 
     # ------------------------------------------------------------ borrowed answers
-    add("borrow_torch_softmax", _set_solution(lean, "softmax", "def softmax(x, dim=-1):\n    return torch.softmax(x, dim)"),
+    add("borrow_torch_softmax", _set_solution(lean, "softmax", "def softmax(x, dim=-1):\n    return "
+                                                               "torch.softmax(x, dim)"),
         ATTENTION, "calls a library softmax", hostile=True)
     sdpa = ATTENTION_OK.replace("    return weights @ v, weights",
                                 "    out = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)\n"
