@@ -165,7 +165,8 @@ class _Rebinder:
 
     def _globals(self, g: dict) -> dict:
         if id(g) not in self.copies:
-            self.copies[id(g)] = {**g, **{k: v for k, v in self.swap.items() if g.get(k) is getattr(self.fallback, k, None)}}
+            self.copies[id(g)] = {**g, **{k: v for k, v in self.swap.items()
+                                          if g.get(k) is getattr(self.fallback, k, None)}}
         return self.copies[id(g)]
 
     def function(self, fn):
@@ -227,7 +228,8 @@ def _filled(cell) -> bool:
 def _with_learner_parts(chosen: dict, fallback, names: list[str], exclude=()) -> tuple[dict, dict]:
     """({name: object} for every name, the learner's where chosen, else the fallback's rebuilt on the learner's parts
     where it uses any; {rebuilt name: the learner's names inside it, directly or through another rebuilt one}).
-    Names in `exclude` stay the fallback's own, parts included (a reference BPETokenizer keeps the reference learn_bpe)."""
+    Names in `exclude` stay the fallback's own, parts included (a reference BPETokenizer keeps the reference
+    learn_bpe)."""
     swap, inside, rebuilt = dict(chosen), {n: [n] for n in chosen}, {}
     for name in names:
         if name in chosen or name in exclude or not hasattr(fallback, name):
@@ -353,7 +355,10 @@ def _collect(lessons_dir, fallback, verify, log, exclude) -> Implementation:
     for name in list(chosen):
         chosen[name] = _traced(chosen[name], name, usage)
     # the reference's later stages rebuilt on the learner's finished (and now traced) parts
-    swap, rebuilt = _with_learner_parts(chosen, fallback, names, exclude) if fallback is not None else (dict(chosen), {})
+    if fallback is not None:
+        swap, rebuilt = _with_learner_parts(chosen, fallback, names, exclude)
+    else:
+        swap, rebuilt = dict(chosen), {}
     for ns in spaces:
         for name, obj in list(ns.items()):
             if name in chosen or (name in swap and obj is getattr(fallback, name, None)):
@@ -363,8 +368,8 @@ def _collect(lessons_dir, fallback, verify, log, exclude) -> Implementation:
     objects = {n: swap[n] if n in swap else getattr(fallback, n) for n in names
                if n in swap or hasattr(fallback, n)}
     mine = [n for n in names if n in chosen]
-    log(f"full points, so yours from here on: {len(mine)} of {len(names)} names" + (f" ({', '.join(mine)})" if mine else "")
-        + " (what actually runs is recorded: impl.ran())")
+    log(f"full points, so yours from here on: {len(mine)} of {len(names)} names"
+        + (f" ({', '.join(mine)})" if mine else "") + " (what actually runs is recorded: impl.ran())")
     unwritten = [n for n in names if re.fullmatch(r"reference: yours scores 0/.*", report[n])]
     if unwritten:
         log(f"  the reference for {', '.join(unwritten)}: yours scores 0 (not written yet?)")

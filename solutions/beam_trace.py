@@ -79,7 +79,8 @@ def print_steps(steps, logp, answer, length_penalty, alpha: float, words) -> Non
         line = " | ".join(f"{words(h[1:])} {logp[h]:.2f}" for h in opens)
         print(f"step {t}  open{'' if extended else ' (not extended)'}: {line}")
         for s, h in finished:
-            print(f"        finished: {words(h[1:-1])} <eos>   log p {s:.2f}   score {s / length_penalty(t, alpha):.3f}")
+            print(f"        finished: {words(h[1:-1])} <eos>   log p {s:.2f}   "
+                  f"score {s / length_penalty(t, alpha):.3f}")
     print("answer:", words(answer))
 
 

@@ -34,7 +34,8 @@ def demo_steps(steps: int) -> int:
 
 
 def random_sequences(rng: random.Random, n: int, shortest: int = 3, longest: int = 8) -> list[list[int]]:
-    """n random sources of shortest..longest symbols. Example: random_sequences(random.Random(0), 1) -> [[10, 4, 7, 7, 10]]"""
+    """n random sources of shortest..longest symbols.
+    Example: random_sequences(random.Random(0), 1) -> [[10, 4, 7, 7, 10]]"""
     return [[rng.randint(4, V - 1) for _ in range(rng.randint(shortest, longest))] for _ in range(n)]
 
 

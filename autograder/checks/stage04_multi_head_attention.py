@@ -361,7 +361,8 @@ def _manual(ref: nn.MultiheadAttention, query, key, value, mask=None, split="ok"
             return x.reshape(B, L, d_k, h).permute(0, 3, 1, 2)
         return x.reshape(B, h, L, d_k) if split == "no_transpose" else x.reshape(B, L, h, d_k).transpose(1, 2)
     q, k, v = sp(q), sp(k), sp(v)
-    scores = q @ k.transpose(-2, -1) / {"d_model": math.sqrt(d), "none": 1.0, "h": math.sqrt(h), "twice": d_k}.get(scale, math.sqrt(d_k))
+    divisor = {"d_model": math.sqrt(d), "none": 1.0, "h": math.sqrt(h), "twice": d_k}.get(scale, math.sqrt(d_k))
+    scores = q @ k.transpose(-2, -1) / divisor
     if mask is not None and mask_mode == "transposed":
         scores = scores.masked_fill(~mask.transpose(-2, -1), -1e9)
     if mask is not None and mask_mode in ("ok", "inverted", "zero"):

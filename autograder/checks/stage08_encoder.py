@@ -23,8 +23,8 @@ from ..registry import CheckFailure, forbid, register
 from ._util import as_module, build, close, expect_close, expect_shape, expect_still_training, seeded
 
 # the lesson's own work, which PyTorch's Transformer modules must not do for the learner
-TORCH_TRANSFORMER = ("torch.nn.TransformerEncoderLayer", "torch.nn.TransformerEncoder", "torch.nn.TransformerDecoderLayer",
-                     "torch.nn.TransformerDecoder", "torch.nn.Transformer")
+TORCH_TRANSFORMER = ("torch.nn.TransformerEncoderLayer", "torch.nn.TransformerEncoder",
+                     "torch.nn.TransformerDecoderLayer", "torch.nn.TransformerDecoder", "torch.nn.Transformer")
 forbid(("EncoderLayer", "Encoder"), "PyTorch's nn.Transformer modules (nn.TransformerEncoderLayer, "
                                     "nn.TransformerEncoder, ...)",
        functions=("_transformer_encoder_layer_fwd",), classes=TORCH_TRANSFORMER)
@@ -228,8 +228,8 @@ def layer_mistakes(layer_fn, norm_first: bool) -> dict:
             layer_fn(mode="post-no-residual")
         out["LayerNorm applied to the sublayer's output only: x + LayerNorm(sublayer(x)) instead of "
             "LayerNorm(x + sublayer(x))"] = layer_fn(mode="norm-inside")
-        out["LayerNorm missing: x + sublayer(x) is never normalized; post-norm is LayerNorm(x + dropout(sublayer(x)))"] = \
-            layer_fn(mode="no-norm")
+        out["LayerNorm missing: x + sublayer(x) is never normalized; post-norm is "
+            "LayerNorm(x + dropout(sublayer(x)))"] = layer_fn(mode="no-norm")
     return out
 
 
@@ -537,8 +537,8 @@ def check_sublayer_dropout(layer, call, x, parts, what):
 
 
 # ==================================================================================== EncoderLayer
-EXTRA_NORM = "the pre-norm layer's output normalized again at its end: a pre-norm layer returns x + dropout(ff(norm(x))) " \
-    "unnormalized (the Encoder's final norm normalizes the last layer's output)"
+EXTRA_NORM = ("the pre-norm layer's output normalized again at its end: a pre-norm layer returns "
+              "x + dropout(ff(norm(x))) unnormalized (the Encoder's final norm normalizes the last layer's output)")
 
 
 def _make_layer(EncoderLayer, norm_first=False, dropout=0.0, seed=0):
@@ -630,7 +630,8 @@ def _el_parts(EncoderLayer):
                         ("feed_forward.w_2.weight", (12, 20)), ("sublayers.1.norm.weight", (12,))):
         expect_shape(get_path(other, path, what), shape, f"{what}: {path}",
                      "build the parts from the arguments: MultiHeadAttention(d_model, n_heads, dropout), "
-                     "PositionwiseFeedForward(d_model, d_ff, dropout), SublayerConnection(d_model, ...); no fixed sizes")
+                     "PositionwiseFeedForward(d_model, d_ff, dropout), SublayerConnection(d_model, ...); "
+                     "no fixed sizes")
 
 
 @register("EncoderLayer", "post-norm equals nn.TransformerEncoderLayer with the same weights")

@@ -15,8 +15,9 @@ from ..registry import CheckFailure, CheckPassed, CheckTimeout, forbid, register
 from . import _util
 from ._util import build, close, expect_shape, learners_own, seeded
 from .stage08_encoder import (MASK_CHANGED, STATE, TORCH_TRANSFORMER, D, FF, H, PAD, as_module, check_dropout,
-                              check_layer_parts, check_sublayer_dropout, check_residual_path, check_stack_distinct, check_stack_parts, close_at,
-                              computes_like, copies_into, copy_final_norm, copy_layer, default_layer_norm, ffn, ids_with_lengths,
+                              check_layer_parts, check_sublayer_dropout, check_residual_path, check_stack_distinct,
+                              check_stack_parts, close_at, computes_like, copies_into, copy_final_norm, copy_layer,
+                              default_layer_norm, ffn, ids_with_lengths,
                               inverted, key_mask, layer_mistakes, mha, randomize, same_gradients, stack_layers,
                               stack_mistakes, sublayer, check_parts_drop, heads_mistakes, part_calls)
 
@@ -215,7 +216,8 @@ def _layer_vs_torch(DecoderLayer, norm_first, seed, tgt_lengths, src_lengths, ho
                                                                "pre" if norm_first else "post"), ref))
         if norm_first:
             def lambda_x(self_x=False, cross_x=False):
-                """A pre-norm layer whose lambdas use the closure's x (the un-normalized sum) instead of their argument."""
+                """A pre-norm layer whose lambdas use the closure's x (the un-normalized sum) instead of their
+                argument."""
                 h = x
                 n = ref.norm1(h)
                 q = h if self_x else n
@@ -336,7 +338,8 @@ def _dl_src_padding(DecoderLayer):
         m2[src == PAD] = torch.randn(int((src == PAD).sum()), D) * 3
     call = f"DecoderLayer({D}, {H}, {FF}, dropout=0.0)(x, memory, src_mask, tgt_mask)"
     close_at(run(layer, x, m2, key_mask(src), tgt_mask_of(tgt), call),
-             run(layer, x, memory, key_mask(src), tgt_mask_of(tgt), call), tgt != PAD, "output after changing only the memory at the source's padding positions",
+             run(layer, x, memory, key_mask(src), tgt_mask_of(tgt), call), tgt != PAD,
+             "output after changing only the memory at the source's padding positions",
              hint="cross-attention without the source padding mask: cross_attn(x, memory, memory, src_mask)")
     # a second batch with other lengths through the same layer: nothing of the earlier calls may be kept
     x2, memory2, src2, tgt2 = _inputs(61, [4, 3], [3, 6])
@@ -366,7 +369,8 @@ def _dl_dropout(DecoderLayer):
     with seeded(7):
         x, memory = torch.randn(2, 5, D), torch.randn(2, 6, D)
     check_dropout(lambda p: _make_layer(DecoderLayer, dropout=p)[0],
-                  lambda m: expect_shape(run(m, x, memory, everything(2, 6), causal(5), f"DecoderLayer({D}, {H}, {FF})"),
+                  lambda m: expect_shape(run(m, x, memory, everything(2, 6), causal(5),
+                                             f"DecoderLayer({D}, {H}, {FF})"),
                                          (2, 5, D), f"DecoderLayer({D}, {H}, {FF})(x (2, 5, {D}), memory (2, 6, {D}), "
                                          "src_mask, tgt_mask)"),
                   f"DecoderLayer({D}, {H}, {FF})")
@@ -386,7 +390,8 @@ def _dl_dropout(DecoderLayer):
                      lambda: run_ref_decoder(ref, x, memory, src, tgt)):
         check_sublayer_dropout(_make_layer(DecoderLayer, True, dropout=0.5)[0],
                                lambda m: run(m, x, memory, everything(2, 6), causal(5), what), x,
-                               ("self_attn", "cross_attn", "feed_forward"), f"DecoderLayer({D}, {H}, {FF}, norm_first=True)")
+                               ("self_attn", "cross_attn", "feed_forward"),
+                               f"DecoderLayer({D}, {H}, {FF}, norm_first=True)")
 
 
 class _KeysSeen(nn.Module):
@@ -665,5 +670,7 @@ def _dec_masks(Decoder):
     tgt2[0, 2] = PAD  # a hole: tgt_mask hides a key the causal mask alone would not
     _kept_or_its_own(lambda: close_at(run(dec, x2, memory2, key_mask(src2), tgt_mask_of(tgt2), what),
                                       run_ref_decoder(ref, x2, memory2, src2, tgt2), tgt2 != PAD,
-                                      "a second batch (other lengths, other masks) through the same decoder", hint=STATE),
-                     lambda: _decoder_vs_torch(Decoder, False, seed=101, tgt_lengths=[5, 3], src_lengths=[4, 6], hole=2))
+                                      "a second batch (other lengths, other masks) through the same decoder",
+                                      hint=STATE),
+                     lambda: _decoder_vs_torch(Decoder, False, seed=101, tgt_lengths=[5, 3], src_lengths=[4, 6],
+                                               hole=2))

@@ -15,7 +15,8 @@ from ..explain import _describe_exception
 from ..registry import CheckFailure, forbid, register
 from ._util import build, close, expect_close, expect_shape, expect_still_training, seeded
 from .stage08_encoder import (NO_GRAD, STATE, TORCH_TRANSFORMER, D, FF, H, PAD, as_module, close_at, copy_final_norm,
-                              copy_layer, default_layer_norm, enc_layer_ref, get_path, inverted, randomize, stack_layers)
+                              copy_layer, default_layer_norm, enc_layer_ref, get_path, inverted, randomize,
+                              stack_layers)
 from .stage09_decoder import mentions_both
 
 # the lesson's own work, which PyTorch's Transformer modules must not do for the learner
@@ -149,8 +150,8 @@ def _not_passed(got, value, label, stack):
     if got is None:
         return f"{label} not passed on to the {stack}"
     if value.dtype == torch.bool and label != "memory" and _same(got, ~value, label):
-        return f"{label} inverted (~{label} or {label} == 0) on its way to the {stack}: True means 'may attend'; pass " \
-               f"{label} on as it is"
+        return (f"{label} inverted (~{label} or {label} == 0) on its way to the {stack}: True means 'may attend'; "
+                f"pass {label} on as it is")
     if label == "memory":
         return ("memory changed on its way to the decoder (through the positional encoding, a norm, dropout?): the "
                 "decoder gets the encoder's output as it is")

@@ -138,7 +138,8 @@ def _mistakes(logits, target, epsilon, ignore_index=PAD):
     out[SIGN] = -per[keep].sum() / n
     out[MEAN_OVER_V] = per[keep].sum() / n / V
     if epsilon > 0:
-        out[PROBS] = (-(1 - epsilon) * p_t - epsilon / (V - 1) * (1 - p_t))[keep].mean() if keep.any() else per.sum() * 0
+        probs = -(1 - epsilon) * p_t - epsilon / (V - 1) * (1 - p_t)
+        out[PROBS] = probs[keep].mean() if keep.any() else per.sum() * 0
         out[OTHERS_EMPTY] = ((1 - epsilon) * nll)[keep].sum() / n
         out[TARGET_EXTRA] = (per + epsilon / (V - 1) * nll)[keep].sum() / n
         if V > 2:
@@ -159,7 +160,8 @@ def _mistakes(logits, target, epsilon, ignore_index=PAD):
         for d in range(logits.dim() - 1):  # the softmax over the batch or the positions instead of the vocabulary
             logp = F.log_softmax(logits.double(), d).reshape(-1, V)
             nll_d = -logp.gather(1, flat_t.clamp(0, V - 1)[:, None]).squeeze(1)
-            out[WRONG_DIM.format(d=d)] = ((1 - epsilon) * nll_d + epsilon / (V - 1) * (-logp.sum(1) - nll_d))[keep].mean()
+            loss_d = (1 - epsilon) * nll_d + epsilon / (V - 1) * (-logp.sum(1) - nll_d)
+            out[WRONG_DIM.format(d=d)] = loss_d[keep].mean()
     if epsilon != 0.1:
         out[EPS_IGNORED + " (0.1, the default, was used)"] = _reference(logits, target, 0.1, ignore_index)
     if ignore_index != PAD:
