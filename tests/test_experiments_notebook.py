@@ -60,7 +60,8 @@ def test_parameters_cell_and_no_outputs():
 
 
 def test_cells_are_short_enough_to_read():
-    """tests/test_lessons.py's rule for the other lessons: no markdown cell over 250 words, no code cell over 30 lines."""
+    """tests/test_lessons.py's rule for the other lessons: no markdown cell over 250 words, no code cell over 30
+    lines."""
     nb = nbformat.read(str(NOTEBOOK), as_version=4)
     assert not [i for i, c in enumerate(nb.cells) if c.cell_type == "markdown" and len(c.source.split()) > 250]
     assert not [i for i, c in enumerate(nb.cells) if c.cell_type == "code" and len(c.source.splitlines()) > 30]
@@ -90,7 +91,8 @@ def executed(tmp_path_factory):
     nbformat.write(nb, str(source))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     t0 = time.time()
-    proc = subprocess.run([sys.executable, "-m", "papermill", str(source), str(folder / "out.ipynb"), "--cwd", str(folder)],
+    proc = subprocess.run([sys.executable, "-m", "papermill", str(source), str(folder / "out.ipynb"),
+                           "--cwd", str(folder)],
                           capture_output=True, text=True, timeout=900, env=env)
     seconds = time.time() - t0
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -44,7 +44,8 @@ _kept = _w_drop != 0
     "07_residual_layer_norm": """
 import json as _j, pathlib as _pl, solutions as _s
 from solutions.translate import config_for as _config_for
-_res = {k: _j.loads((_pl.Path(_s.__file__).parents[1] / 'benchmarks' / 'results' / f'translate_cpu_{k}.json').read_text())
+_res = {k: _j.loads((_pl.Path(_s.__file__).parents[1] / 'benchmarks' / 'results' /
+                     f'translate_cpu_{k}.json').read_text())
         for k in ('prenorm', 'postnorm', 'default.seed0', 'default.seed1')}
 """,
     "09_decoder": """
@@ -249,15 +250,16 @@ CLAIMS = {
          "leaky.tolist()", lambda v: all(x > 0.01 for x in v)),
         ("The line \"with target_mask\" is no longer 0 at positions 0 to 3: it moves like the line \"padding mask "
          "only\"",
-         "[_tried.tolist(), leaky.tolist()]", lambda v: all(x > 0.01 for x in v[0][:4]) and all(x > 0.01 for x in v[1])),
+         "[_tried.tolist(), leaky.tolist()]",
+         lambda v: all(x > 0.01 for x in v[0][:4]) and all(x > 0.01 for x in v[1])),
         ("each target position looks at the source position it must reverse",
          "[trained_rows, list(range(len(toy_source) - 1, -1, -1))]", lambda v: v[0][:len(v[1])] == v[1]),
     ],
     "10_output_projection": [
         ("they are a smaller share: about a fifth of the tied model, against 30% at the base size",
          "list(shares.values())", lambda v: close(v[0], 0.30, 0.01) and close(v[1], 0.2, 0.01)),
-        # V / (N d_model) for each size, and the reasoning: the ratio fell (5,202 / 768 < 37,000 / 3,072), and so did the
-        # embeddings' share of the tied model
+        # V / (N d_model) for each size, and the reasoning: the ratio fell (5,202 / 768 < 37,000 / 3,072), and so
+        # did the embeddings' share of the tied model
         ("The share follows $V / (N\\,d_{model})$, and the small model's vocabulary shrank more than its layers "
          "(5,202 / 768 against 37,000 / 3,072)",
          "[[[s['V'], s['n_layers'] * s['d_model']] for s in sizes.values()], list(shares.values())]",
@@ -335,7 +337,8 @@ CLAIMS = {
         ("Clipped, it is $2/7 = 0.286$, so BLEU is 28.6", "reference.corpus_bleu(*corpora[\"clipping: 'the' x7 "
                                                           "(max_n=1)\"])",
          lambda v: close(v, 28.57, 0.01)),
-        ("Beam search finds translations the model itself considers more probable, and here they also score higher BLEU",
+        ("Beam search finds translations the model itself considers more probable, and here they also score "
+         "higher BLEU",
          "[_logp['beam 4'] - _logp['greedy'], _bleu['beam 4'] - _bleu['greedy']]", lambda v: v[0] > 0.5 and v[1] > 3),
         ("A beam of 2 is already enough here", "[_bleu['beam 2'], _bleu['beam 4'], _bleu['beam 8']]",
          lambda v: max(v) - min(v) < 0.5),
@@ -440,7 +443,8 @@ RECORDED_CLAIMS = {
          "(perplexity 51.6 and 55.9 against 48.5)",
          "[all(beyond('B-dk-half', k) for k in ('val_ppl', 'bleu')), d('B-dk-half', 'val_ppl') > 0, d('B-dk-half', "
          "'bleu') < 0, d('B-dk-quarter', 'val_ppl') > d('B-dk-half', 'val_ppl'), d('B-dk-quarter', "
-         "'bleu') < d('B-dk-half', 'bleu'), [round(S[r]['val_ppl'], 1) for r in ('B-dk-half', 'B-dk-quarter', 'base')]]",
+         "'bleu') < d('B-dk-half', 'bleu'), "
+         "[round(S[r]['val_ppl'], 1) for r in ('B-dk-half', 'B-dk-quarter', 'base')]]",
          lambda v: v == [True, True, True, True, True, [51.6, 55.9, 48.5]]),
         ("($d_{model}$ 256: perplexity 33.0 and BLEU 11.8; 64 far worse; a wider $d_{ff}$ helps too). Depth does "
          "not, at this budget: 4 layers are worse than 2 (55.3 against 48.5)",
@@ -452,14 +456,17 @@ RECORDED_CLAIMS = {
          "[round(S['D-drop0']['val_ppl'], 1), round(S['D-drop0']['bleu'], 1), beyond('D-drop0', 'bleu')]",
          lambda v: v == [38.7, 13.0, True]),
         ("in 300 steps (0.89 epochs) the model has not seen a sentence twice",
-         "sorted({(r['steps'], round(r['epochs'], 2)) for r in runs if r['row'] == 'base'})", lambda v: v == [(300, 0.89)]),
+         "sorted({(r['steps'], round(r['epochs'], 2)) for r in runs if r['row'] == 'base'})",
+         lambda v: v == [(300, 0.89)]),
         ("Without label smoothing the plain perplexity is lower (46.5), as in the paper; the BLEU difference is within "
-         "the seeds' spread", "[round(S['D-ls0']['val_ppl'], 1), beyond('D-ls0', 'bleu')]", lambda v: v == [46.5, False]),
+         "the seeds' spread", "[round(S['D-ls0']['val_ppl'], 1), beyond('D-ls0', 'bleu')]",
+         lambda v: v == [46.5, False]),
         ("within the spread in BLEU, as in the paper, and a little worse in perplexity (50.2)",
          "[beyond('E-learned', 'bleu'), round(S['E-learned']['val_ppl'], 1), d('E-learned', 'val_ppl') > 0]",
          lambda v: v == [False, 50.2, True]),
         ("post-norm is worse at the base's rate (perplexity 60.4)", "[round(S['F-postnorm']['val_ppl'], 1), "
-         "S['F-postnorm']['change'], beyond('F-postnorm', 'val_ppl')]", lambda v: v[0] == 60.4 and "post-norm" in v[1] and v[2]),
+         "S['F-postnorm']['change'], beyond('F-postnorm', 'val_ppl')]",
+         lambda v: v[0] == 60.4 and "post-norm" in v[1] and v[2]),
         ("Untied embeddings (34.9) and a constant rate (38.6) are better after 300 steps: untying adds a million "
          "parameters",
          "[round(S['F-untied']['val_ppl'], 1), round(S['F-constant']['val_ppl'], 1), "
@@ -473,7 +480,8 @@ RECORDED_CLAIMS = {
 RECORDED_CASES = [(stem, i) for stem, claims in RECORDED_CLAIMS.items() for i in range(len(claims))]
 
 
-@pytest.mark.parametrize("stem,index", RECORDED_CASES, ids=[f"{s}-{RECORDED_CLAIMS[s][i][0][:40]}" for s, i in RECORDED_CASES])
+@pytest.mark.parametrize("stem,index", RECORDED_CASES,
+                         ids=[f"{s}-{RECORDED_CLAIMS[s][i][0][:40]}" for s, i in RECORDED_CASES])
 def test_claim_holds_on_the_recorded_runs(stem, index):
     quote, expr, holds = RECORDED_CLAIMS[stem][index]
     text = markdown_text(nbformat.read(str(lesson_path(stem)), as_version=4))

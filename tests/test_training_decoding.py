@@ -94,7 +94,8 @@ class TableModel(nn.Module):
         return torch.randn(self.vocab, generator=g) * 2
 
     def decode(self, tgt_in, memory, src_mask, tgt_mask):
-        assert tgt_mask.shape[-1] == tgt_in.size(1) and tgt_mask[0, 0].tolist() == causal_mask(tgt_in.size(1))[0, 0].tolist()
+        assert tgt_mask.shape[-1] == tgt_in.size(1)
+        assert tgt_mask[0, 0].tolist() == causal_mask(tgt_in.size(1))[0, 0].tolist()
         out = torch.zeros(tgt_in.size(0), tgt_in.size(1), self.vocab)
         for b in range(tgt_in.size(0)):
             key = tuple(memory[b, :, 0].long().tolist())
