@@ -169,91 +169,7 @@ def _layer_vs_torch(DecoderLayer, norm_first, seed, tgt_lengths, src_lengths, ho
     got = run(layer, x, memory, key_mask(src), tgt_mask_of(tgt), f"{what}(x, memory, src_mask, tgt_mask)")
     expected = run_ref_decoder(ref, x, memory, src, tgt)
     with torch.no_grad():
-        self_mask, cross_mask = tgt_mask_of(tgt), key_mask(src)  # the reference's own, computed once
-
-        def fn(mode="post" if not norm_first else "pre", order="scf", norms=(0, 1, 2), kv="memory",
-               self_allowed=self_mask, cross_allowed=cross_mask, sa="self"):
-            return dec_layer_ref(ref, x, memory, self_allowed, cross_allowed, mode, order, norms, kv, sa)
-        mistakes = layer_mistakes(fn, norm_first)
-        mistakes.update({
-            "sublayer order wrong: cross-attention ran before self-attention (self-attention, cross-attention, "
-            "feed-forward, in sublayers[0], [1], [2])": fn(order="csf"),
-            "sublayer order wrong: the feed-forward ran first": fn(order="fsc"),
-            "the sublayers' norms mixed up: sublayers[0] wraps self-attention, [1] cross-attention, [2] the "
-            "feed-forward": fn(norms=(1, 0, 2)),
-            "decoder self-attention without the causal mask (only padding hidden): a position sees later "
-            "target tokens": fn(self_allowed=key_mask(tgt)),
-            "tgt_mask not passed to self-attention: no causal mask, no target padding mask": fn(self_allowed=None),
-            TRANSPOSED: fn(self_allowed=transposed(tgt_mask_of(tgt))),
-            "cross-attention without the source padding mask (src_mask): the memory's padding was attended":
-                fn(cross_allowed=None),
-            "tgt_mask inverted (~tgt_mask or tgt_mask == 0 given to self-attention): True means 'may attend'; pass "
-            "tgt_mask on as it is": fn(self_allowed=inverted(tgt_mask_of(tgt))),
-            "src_mask inverted (~src_mask or src_mask == 0 given to cross-attention): True means 'may attend'; pass "
-            "src_mask on as it is": fn(cross_allowed=inverted(key_mask(src))),
-            "cross-attention computed with self_attn: use self.cross_attn(x, memory, memory, src_mask), the "
-            "module with its own projections": fn(kv="self_attn"),
-            "self-attention run through the cross-attention module (self.cross_attn(x, x, x, tgt_mask)): the two "
-            "attentions have their own projections, self-attention is self.self_attn(x, x, x, tgt_mask)":
-                fn(sa="cross"),
-            "the two attention modules swapped: self-attention ran through self.cross_attn and cross-attention "
-            "through self.self_attn; self.self_attn(x, x, x, tgt_mask), then self.cross_attn(x, memory, memory, "
-            "src_mask) (each module has its own projections)": fn(sa="cross", kv="self_attn"),
-            "tgt_mask ignored: a causal mask built inside the layer hides later tokens but not the target's "
-            "padding; pass tgt_mask itself to self-attention": fn(self_allowed=causal(x.size(1))),
-            "sublayer order wrong: the feed-forward ran before cross-attention (self-attention, cross-attention, "
-            "feed-forward, in sublayers[0], [1], [2])": fn(order="sfc"),
-            "the cross-attention sublayer is missing: self-attention, then cross_attn(x, memory, memory, src_mask), "
-            "then the feed-forward, in sublayers[0], [1], [2]": fn(order="sf", norms=(0, 2)),
-            "the cross-attention sublayer is missing (and the feed-forward went through sublayers[1]): self-attention, "
-            "cross-attention, feed-forward, in sublayers[0], [1], [2]": fn(order="sf", norms=(0, 1)),
-            "sublayers[0] used for cross-attention too: each sublayer has its own connection, sublayers[1] for "
-            "cross-attention": fn(norms=(0, 0, 2)),
-            "sublayers[1] used for the feed-forward too: each sublayer has its own connection, sublayers[2] for the "
-            "feed-forward": fn(norms=(0, 1, 1)),
-        })
-        mistakes.update(heads_mistakes(lambda r: dec_layer_ref(r, x, memory, tgt_mask_of(tgt), key_mask(src),
-                                                               "pre" if norm_first else "post"), ref))
-        if norm_first:
-            def lambda_x(self_x=False, cross_x=False):
-                """A pre-norm layer whose lambdas use the closure's x (the un-normalized sum) instead of their
-                argument."""
-                h = x
-                n = ref.norm1(h)
-                q = h if self_x else n
-                h = h + mha(ref.self_attn, q, q, q, tgt_mask_of(tgt))
-                n = ref.norm2(h)
-                h = h + mha(ref.multihead_attn, h if cross_x else n, memory, memory, key_mask(src))
-                return h + ffn(ref, ref.norm3(h))
-            mistakes["the attention's lambda uses x instead of its argument (lambda y: self.self_attn(x, x, x, "
-                     "tgt_mask)): in pre-norm the sublayer connection hands it norm(x); use lambda y: "
-                     "self.self_attn(y, y, y, tgt_mask)"] = lambda_x(self_x=True)
-            mistakes["cross-attention's lambda uses x instead of its argument (lambda y: self.cross_attn(x, memory, "
-                     "memory, src_mask)): in pre-norm the sublayer connection hands it norm(x); use lambda y: "
-                     "self.cross_attn(y, memory, memory, src_mask)"] = lambda_x(cross_x=True)
-            mistakes["the lambdas use x instead of their argument: in pre-norm the sublayer connection hands them "
-                     "norm(x); use lambda y: self.self_attn(y, y, y, tgt_mask) and lambda y: self.cross_attn(y, "
-                     "memory, memory, src_mask)"] = lambda_x(True, True)
-        if x.size(1) == memory.size(1):
-            mistakes.update({
-                "the masks swapped: src_mask given to self-attention and tgt_mask to cross-attention (self_attn(x, "
-                "x, x, tgt_mask), cross_attn(x, memory, memory, src_mask))":
-                    fn(self_allowed=key_mask(src), cross_allowed=tgt_mask_of(tgt)),
-                "tgt_mask given to cross-attention: cross-attention hides the source padding with src_mask":
-                    fn(cross_allowed=tgt_mask_of(tgt)),
-                "src_mask given to self-attention: decoder self-attention takes tgt_mask (causal and target padding)":
-                    fn(self_allowed=key_mask(src)),
-                "cross-attention keys and values taken from the decoder (x) instead of the memory":
-                    fn(kv="x"),
-                "cross-attention keys and values taken from the decoder (x) instead of the memory, without a mask":
-                    fn(kv="x", cross_allowed=None),
-                "cross-attention keys taken from the decoder (x): keys and values both come from the memory":
-                    fn(kv="k=x"),
-                "cross-attention values taken from the decoder (x): keys and values both come from the memory":
-                    fn(kv="v=x"),
-                "cross-attention roles swapped: the queries come from the decoder, keys and values from the memory":
-                    fn(kv="q=memory"),
-            })
+        mistakes = _layer_mistakes(ref, x, memory, src, tgt, norm_first)
     close_at(got, expected, tgt != PAD,
              f"{what}(x, memory, src_mask, tgt_mask) vs nn.TransformerDecoderLayer(norm_first={norm_first})",
              hint=("self-attention(x, x, x, tgt_mask), then cross-attention(x, memory, memory, src_mask), then the "
@@ -264,6 +180,114 @@ def _layer_vs_torch(DecoderLayer, norm_first, seed, tgt_lengths, src_lengths, ho
                        lambda a, b: run_ref_grad(ref, a, b, src, tgt), [("x", x), ("memory", memory)], tgt != PAD,
                        f"{what}(x, memory, src_mask, tgt_mask)", seed=seed, module=layer)
     return layer, ref, x, memory, src, tgt
+
+
+def _layer_mistakes(ref, x, memory, src, tgt, norm_first):
+    """The outputs of the classic decoder-layer mistakes on these inputs, by their description (close_at's
+    `mistakes`), in the order they are tried."""
+    self_mask, cross_mask = tgt_mask_of(tgt), key_mask(src)  # the reference's own, computed once
+
+    def fn(mode="post" if not norm_first else "pre", order="scf", norms=(0, 1, 2), kv="memory",
+           self_allowed=self_mask, cross_allowed=cross_mask, sa="self"):
+        return dec_layer_ref(ref, x, memory, self_allowed, cross_allowed, mode, order, norms, kv, sa)
+    mistakes = layer_mistakes(fn, norm_first)
+    mistakes.update(_wiring_mistakes(fn, x, src, tgt))
+    mistakes.update(heads_mistakes(lambda r: dec_layer_ref(r, x, memory, tgt_mask_of(tgt), key_mask(src),
+                                                           "pre" if norm_first else "post"), ref))
+    if norm_first:
+        mistakes.update(_lambda_mistakes(ref, x, memory, src, tgt))
+    if x.size(1) == memory.size(1):
+        mistakes.update(_same_length_mistakes(fn, src, tgt))
+    return mistakes
+
+
+def _wiring_mistakes(fn, x, src, tgt):
+    """The sublayers in the wrong order or connections, a mask missing, inverted or hand-made, the attentions
+    mixed up: `fn` computes the layer so wired."""
+    return {
+        "sublayer order wrong: cross-attention ran before self-attention (self-attention, cross-attention, "
+        "feed-forward, in sublayers[0], [1], [2])": fn(order="csf"),
+        "sublayer order wrong: the feed-forward ran first": fn(order="fsc"),
+        "the sublayers' norms mixed up: sublayers[0] wraps self-attention, [1] cross-attention, [2] the "
+        "feed-forward": fn(norms=(1, 0, 2)),
+        "decoder self-attention without the causal mask (only padding hidden): a position sees later "
+        "target tokens": fn(self_allowed=key_mask(tgt)),
+        "tgt_mask not passed to self-attention: no causal mask, no target padding mask": fn(self_allowed=None),
+        TRANSPOSED: fn(self_allowed=transposed(tgt_mask_of(tgt))),
+        "cross-attention without the source padding mask (src_mask): the memory's padding was attended":
+            fn(cross_allowed=None),
+        "tgt_mask inverted (~tgt_mask or tgt_mask == 0 given to self-attention): True means 'may attend'; pass "
+        "tgt_mask on as it is": fn(self_allowed=inverted(tgt_mask_of(tgt))),
+        "src_mask inverted (~src_mask or src_mask == 0 given to cross-attention): True means 'may attend'; pass "
+        "src_mask on as it is": fn(cross_allowed=inverted(key_mask(src))),
+        "cross-attention computed with self_attn: use self.cross_attn(x, memory, memory, src_mask), the "
+        "module with its own projections": fn(kv="self_attn"),
+        "self-attention run through the cross-attention module (self.cross_attn(x, x, x, tgt_mask)): the two "
+        "attentions have their own projections, self-attention is self.self_attn(x, x, x, tgt_mask)":
+            fn(sa="cross"),
+        "the two attention modules swapped: self-attention ran through self.cross_attn and cross-attention "
+        "through self.self_attn; self.self_attn(x, x, x, tgt_mask), then self.cross_attn(x, memory, memory, "
+        "src_mask) (each module has its own projections)": fn(sa="cross", kv="self_attn"),
+        "tgt_mask ignored: a causal mask built inside the layer hides later tokens but not the target's "
+        "padding; pass tgt_mask itself to self-attention": fn(self_allowed=causal(x.size(1))),
+        "sublayer order wrong: the feed-forward ran before cross-attention (self-attention, cross-attention, "
+        "feed-forward, in sublayers[0], [1], [2])": fn(order="sfc"),
+        "the cross-attention sublayer is missing: self-attention, then cross_attn(x, memory, memory, src_mask), "
+        "then the feed-forward, in sublayers[0], [1], [2]": fn(order="sf", norms=(0, 2)),
+        "the cross-attention sublayer is missing (and the feed-forward went through sublayers[1]): self-attention, "
+        "cross-attention, feed-forward, in sublayers[0], [1], [2]": fn(order="sf", norms=(0, 1)),
+        "sublayers[0] used for cross-attention too: each sublayer has its own connection, sublayers[1] for "
+        "cross-attention": fn(norms=(0, 0, 2)),
+        "sublayers[1] used for the feed-forward too: each sublayer has its own connection, sublayers[2] for the "
+        "feed-forward": fn(norms=(0, 1, 1)),
+    }
+
+
+def _lambda_mistakes(ref, x, memory, src, tgt):
+    """Pre-norm: the lambdas that use the closure's x (the un-normalized sum) instead of their argument."""
+    def lambda_x(self_x=False, cross_x=False):  # the layer whose self- or cross-attention lambda uses x
+        h = x
+        n = ref.norm1(h)
+        q = h if self_x else n
+        h = h + mha(ref.self_attn, q, q, q, tgt_mask_of(tgt))
+        n = ref.norm2(h)
+        h = h + mha(ref.multihead_attn, h if cross_x else n, memory, memory, key_mask(src))
+        return h + ffn(ref, ref.norm3(h))
+    mistakes = {}
+    mistakes["the attention's lambda uses x instead of its argument (lambda y: self.self_attn(x, x, x, "
+             "tgt_mask)): in pre-norm the sublayer connection hands it norm(x); use lambda y: "
+             "self.self_attn(y, y, y, tgt_mask)"] = lambda_x(self_x=True)
+    mistakes["cross-attention's lambda uses x instead of its argument (lambda y: self.cross_attn(x, memory, "
+             "memory, src_mask)): in pre-norm the sublayer connection hands it norm(x); use lambda y: "
+             "self.cross_attn(y, memory, memory, src_mask)"] = lambda_x(cross_x=True)
+    mistakes["the lambdas use x instead of their argument: in pre-norm the sublayer connection hands them "
+             "norm(x); use lambda y: self.self_attn(y, y, y, tgt_mask) and lambda y: self.cross_attn(y, "
+             "memory, memory, src_mask)"] = lambda_x(True, True)
+    return mistakes
+
+
+def _same_length_mistakes(fn, src, tgt):
+    """What shows only when the target and the source have the same length: the masks or the memory's
+    roles swapped."""
+    return {
+    "the masks swapped: src_mask given to self-attention and tgt_mask to cross-attention (self_attn(x, "
+    "x, x, tgt_mask), cross_attn(x, memory, memory, src_mask))":
+        fn(self_allowed=key_mask(src), cross_allowed=tgt_mask_of(tgt)),
+    "tgt_mask given to cross-attention: cross-attention hides the source padding with src_mask":
+        fn(cross_allowed=tgt_mask_of(tgt)),
+    "src_mask given to self-attention: decoder self-attention takes tgt_mask (causal and target padding)":
+        fn(self_allowed=key_mask(src)),
+    "cross-attention keys and values taken from the decoder (x) instead of the memory":
+        fn(kv="x"),
+    "cross-attention keys and values taken from the decoder (x) instead of the memory, without a mask":
+        fn(kv="x", cross_allowed=None),
+    "cross-attention keys taken from the decoder (x): keys and values both come from the memory":
+        fn(kv="k=x"),
+    "cross-attention values taken from the decoder (x): keys and values both come from the memory":
+        fn(kv="v=x"),
+    "cross-attention roles swapped: the queries come from the decoder, keys and values from the memory":
+        fn(kv="q=memory"),
+    }
 
 
 @register("DecoderLayer", "has self_attn, cross_attn, feed_forward and 3 sublayers, each its own; keeps the shape")
