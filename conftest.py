@@ -43,7 +43,8 @@ UNITS = {
     "tests/test_hostile.py": {  # the `batch` fixture's tests stay together in the file's own unit
         "alone": ["test_the_command_goes_on_past_unreadable_files", "test_isolated_kernels_see_a_read_only_course",
                   "test_a_notebook_past_its_time_limit_keeps_what_was_graded",
-                  "test_the_grader_s_memory_and_time_stay_bounded", "test_the_kernel_server_holds_nothing_of_the_course",
+                  "test_the_grader_s_memory_and_time_stay_bounded",
+                  "test_the_kernel_server_holds_nothing_of_the_course",
                   "test_a_kernel_the_server_cannot_jail_is_started_by_its_launcher"],
         "others": ["test_the_kernel_chooses_no_path_type_or_model_of_the_checker",
                    "test_the_isolation_probes_pass_from_a_virtual_environment_under_tmp",
@@ -56,7 +57,8 @@ UNITS = {
                   "test_claim_holds_on_the_solved_lesson[09_decoder-"],
     },
     "tests/test_lessons.py": {"lesson-05": ["test_a_wrong_padding_mask_is_reported_and_lesson_05_goes_on"]},
-    "tests/test_release.py": {"lesson-12": ["test_the_open_lessons_demonstrations_that_need_its_stubs_are_skipped_and_say_why"]},
+    "tests/test_release.py": {
+        "lesson-12": ["test_the_open_lessons_demonstrations_that_need_its_stubs_are_skipped_and_say_why"]},
     "tests/test_nbgrader.py": {"alone": ["test_importing_the_graded_stages_answer_earns_nothing",
                                          "test_a_rebuild_keeps_the_instructors_config"]},
 }

@@ -40,7 +40,8 @@ def describe(value) -> str | None:
     if isinstance(value, (tuple, list)) and value and len(value) <= 4:
         parts = [describe(v) for v in value]
         if all(p is not None for p in parts):
-            return ("(" if isinstance(value, tuple) else "[") + "; ".join(parts) + (")" if isinstance(value, tuple) else "]")
+            opening, closing = "()" if isinstance(value, tuple) else "[]"
+            return opening + "; ".join(parts) + closing
     if isinstance(value, (tuple, list, dict, set)):
         return f"{type(value).__name__} of {len(value)}"
     if isinstance(value, (bool, int, float, str)) or value is None:

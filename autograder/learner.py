@@ -165,7 +165,8 @@ class _Rebinder:
 
     def _globals(self, g: dict) -> dict:
         if id(g) not in self.copies:
-            self.copies[id(g)] = {**g, **{k: v for k, v in self.swap.items() if g.get(k) is getattr(self.fallback, k, None)}}
+            self.copies[id(g)] = {**g, **{k: v for k, v in self.swap.items()
+                                          if g.get(k) is getattr(self.fallback, k, None)}}
         return self.copies[id(g)]
 
     def function(self, fn):
@@ -218,7 +219,7 @@ class _Rebinder:
 
 def _filled(cell) -> bool:
     try:
-        cell.cell_contents
+        cell.cell_contents  # noqa: B018 (reading an empty cell raises ValueError)
     except ValueError:
         return False
     return True
@@ -227,7 +228,8 @@ def _filled(cell) -> bool:
 def _with_learner_parts(chosen: dict, fallback, names: list[str], exclude=()) -> tuple[dict, dict]:
     """({name: object} for every name, the learner's where chosen, else the fallback's rebuilt on the learner's parts
     where it uses any; {rebuilt name: the learner's names inside it, directly or through another rebuilt one}).
-    Names in `exclude` stay the fallback's own, parts included (a reference BPETokenizer keeps the reference learn_bpe)."""
+    Names in `exclude` stay the fallback's own, parts included (a reference BPETokenizer keeps the reference
+    learn_bpe)."""
     swap, inside, rebuilt = dict(chosen), {n: [n] for n in chosen}, {}
     for name in names:
         if name in chosen or name in exclude or not hasattr(fallback, name):
@@ -280,8 +282,6 @@ def collect(lessons_dir="lessons", fallback=None, verify: bool = True, log=print
 def _collect(lessons_dir, fallback, verify, log, exclude) -> Implementation:
     import nbformat
 
-    from .core import check, max_points
-
     names = contract_names()
     chosen: dict = {}
     report: dict = {}
@@ -296,50 +296,13 @@ def _collect(lessons_dir, fallback, verify, log, exclude) -> Implementation:
         if not stubs:
             continue
         order += [n for c in stubs for n in _stub_names(c) if n in names]
-        ns: dict = {"__name__": f"learner_{path.stem}"}
-        imports = next((c.source for c in code[1:] if "import" in c.source and not _stub_names(c)), "")
-        with contextlib.redirect_stdout(io.StringIO()):
-            try:
-                exec(compile(imports, f"{path.name}: imports", "exec"), ns)
-            except Exception as e:  # noqa: BLE001
-                log(f"{path.name}: its imports cell failed ({type(e).__name__}: {e}); using the reference")
-                continue
-        ns.update(chosen)  # the learner's earlier stages replace the reference ones the lesson imported
-        swap, _ = _with_learner_parts(chosen, fallback, names, exclude)
-        for name, obj in list(ns.items()):  # and reference ones built on them (their Decoder in our Transformer)
-            if name in swap and fallback is not None and obj is getattr(fallback, name, None):
-                ns[name] = swap[name]
+        ns = _lesson_namespace(path, code, chosen, fallback, names, exclude, log)
+        if ns is None:
+            continue
         spaces.append(ns)
         used.append(path)
         for cell in stubs:
-            try:
-                with contextlib.redirect_stdout(io.StringIO()):
-                    exec(compile(cell.source, f"{path.name}: {' '.join(_stub_names(cell))}", "exec"), ns)
-            except Exception as e:  # noqa: BLE001
-                for name in _stub_names(cell):
-                    report[name] = f"reference: the cell does not run ({type(e).__name__})"
-                continue
-            for name in _stub_names(cell):
-                obj = ns.get(name)
-                if obj is None or name not in names:
-                    continue
-                if name in exclude:
-                    report[name] = "reference: you chose it (exclude)"
-                    if hasattr(fallback, name):
-                        ns[name] = getattr(fallback, name)  # the lesson's later cells use the reference one too
-                    continue
-                if not _defined_in(obj, f"{path.name}: "):
-                    report[name] = "reference: the lesson's cell does not define it (imported from elsewhere?)"
-                    continue
-                if verify:
-                    with contextlib.redirect_stdout(io.StringIO()):
-                        points = check(obj)
-                    if points < max_points(name):
-                        report[name] = f"reference: yours scores {points:g}/{max_points(name):g}"
-                        continue
-                chosen[name] = obj
-                ns[name] = obj
-                report[name] = "yours"
+            _run_stub_cell(cell, path, ns, names, chosen, report, fallback, exclude, verify)
     if not report:
         log(f"no lesson notebooks with your code in {pathlib.Path(lessons_dir).resolve()}: put your completed "
             "lessons (01_tokenization.ipynb ...) there, or pass their folder")
@@ -352,23 +315,93 @@ def _collect(lessons_dir, fallback, verify, log, exclude) -> Implementation:
     usage: set = set()
     for name in list(chosen):
         chosen[name] = _traced(chosen[name], name, usage)
-    # the reference's later stages rebuilt on the learner's finished (and now traced) parts
-    swap, rebuilt = _with_learner_parts(chosen, fallback, names, exclude) if fallback is not None else (dict(chosen), {})
-    for ns in spaces:
-        for name, obj in list(ns.items()):
-            if name in chosen or (name in swap and obj is getattr(fallback, name, None)):
-                ns[name] = swap[name]
+    swap, rebuilt = _rewire(chosen, spaces, fallback, names, exclude)
     for name, parts in rebuilt.items():
         report[name] += f"; built from your {', '.join(parts)}"
     objects = {n: swap[n] if n in swap else getattr(fallback, n) for n in names
                if n in swap or hasattr(fallback, n)}
     mine = [n for n in names if n in chosen]
-    log(f"full points, so yours from here on: {len(mine)} of {len(names)} names" + (f" ({', '.join(mine)})" if mine else "")
-        + " (what actually runs is recorded: impl.ran())")
+    _log_choices(log, names, mine, report)
+    return Implementation(objects, mine, report, usage, rebuilt, used)
+
+
+def _lesson_namespace(path, code, chosen, fallback, names, exclude, log) -> dict | None:
+    """The namespace a lesson's stub cells run in: its imports cell run, then the learner's earlier stages (and the
+    reference's built on them) in place of the reference's; None when the imports cell fails."""
+    ns: dict = {"__name__": f"learner_{path.stem}"}
+    imports = next((c.source for c in code[1:] if "import" in c.source and not _stub_names(c)), "")
+    with contextlib.redirect_stdout(io.StringIO()):
+        try:
+            exec(compile(imports, f"{path.name}: imports", "exec"), ns)
+        except Exception as e:  # noqa: BLE001
+            log(f"{path.name}: its imports cell failed ({type(e).__name__}: {e}); using the reference")
+            return None
+    ns.update(chosen)  # the learner's earlier stages replace the reference ones the lesson imported
+    swap, _ = _with_learner_parts(chosen, fallback, names, exclude)
+    for name, obj in list(ns.items()):  # and reference ones built on them (their Decoder in our Transformer)
+        if name in swap and fallback is not None and obj is getattr(fallback, name, None):
+            ns[name] = swap[name]
+    return ns
+
+
+def _run_stub_cell(cell, path, ns, names, chosen, report, fallback, exclude, verify) -> None:
+    """Runs one of the lesson's stub cells in `ns` and takes each name it defines that passes (into `chosen`), saying
+    in `report` which is used, the learner's or the reference, and why."""
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):
+            exec(compile(cell.source, f"{path.name}: {' '.join(_stub_names(cell))}", "exec"), ns)
+    except Exception as e:  # noqa: BLE001
+        for name in _stub_names(cell):
+            report[name] = f"reference: the cell does not run ({type(e).__name__})"
+        return
+    for name in _stub_names(cell):
+        obj = ns.get(name)
+        if obj is None or name not in names:
+            continue
+        report[name] = _verdict(name, obj, path, ns, fallback, exclude, verify)
+        if report[name] == "yours":
+            chosen[name] = obj
+            ns[name] = obj
+
+
+def _verdict(name, obj, path, ns, fallback, exclude, verify) -> str:
+    """'yours', or 'reference: ' and why not (excluded, defined elsewhere, short of full points)."""
+    from .core import check, max_points
+
+    if name in exclude:
+        if hasattr(fallback, name):
+            ns[name] = getattr(fallback, name)  # the lesson's later cells use the reference one too
+        return "reference: you chose it (exclude)"
+    if not _defined_in(obj, f"{path.name}: "):
+        return "reference: the lesson's cell does not define it (imported from elsewhere?)"
+    if verify:
+        with contextlib.redirect_stdout(io.StringIO()):
+            points = check(obj)
+        if points < max_points(name):
+            return f"reference: yours scores {points:g}/{max_points(name):g}"
+    return "yours"
+
+
+def _rewire(chosen, spaces, fallback, names, exclude) -> tuple[dict, dict]:
+    """The reference's later stages rebuilt on the learner's finished (and now traced) parts, put in place in every
+    lesson's namespace: (swap, rebuilt) as _with_learner_parts gives them."""
+    if fallback is not None:
+        swap, rebuilt = _with_learner_parts(chosen, fallback, names, exclude)
+    else:
+        swap, rebuilt = dict(chosen), {}
+    for ns in spaces:
+        for name, obj in list(ns.items()):
+            if name in chosen or (name in swap and obj is getattr(fallback, name, None)):
+                ns[name] = swap[name]
+    return swap, rebuilt
+
+
+def _log_choices(log, names, mine, report) -> None:
+    log(f"full points, so yours from here on: {len(mine)} of {len(names)} names"
+        + (f" ({', '.join(mine)})" if mine else "") + " (what actually runs is recorded: impl.ran())")
     unwritten = [n for n in names if re.fullmatch(r"reference: yours scores 0/.*", report[n])]
     if unwritten:
         log(f"  the reference for {', '.join(unwritten)}: yours scores 0 (not written yet?)")
     for name in names:
         if report[name] != "yours" and name not in unwritten:
             log(f"  {name}: {report[name]}")
-    return Implementation(objects, mine, report, usage, rebuilt, used)

@@ -43,7 +43,8 @@ if importlib.util.find_spec("autograder") is None:
     else:  # JupyterLab started from another Python than the one the course was installed into
         raise ModuleNotFoundError(f"this kernel's Python, {{sys.executable}}, cannot import the course: run "
                                   "`python -m pip install -r requirements.txt` in the course's folder with that "
-                                  "Python, or open the lesson from the course's lessons/ folder; then restart the kernel")'''
+                                  "Python, or open the lesson from the course's lessons/ folder; then restart the \
+kernel")'''
 
 
 # ------------------------------------------------------------------------------------------ sources

@@ -338,7 +338,8 @@ def build_release(lesson: str, out, repo: str | None = None, force: bool = False
     previous = _previous(out)
     repo = repo or (previous or {}).get("repo") or COURSE_REPO
     if not REPO.match(repo):
-        raise ReleaseError(f"--repo {repo!r}: expected OWNER/NAME, a GitHub repository (e.g. my-school/transformer-2027)")
+        raise ReleaseError(f"--repo {repo!r}: expected OWNER/NAME, a GitHub repository (e.g. "
+                           f"my-school/transformer-2027)")
     if previous and previous["lesson"] > lesson and not force:
         raise ReleaseError(f"{out} holds the release of {previous['lesson']}: releasing {lesson} would take back "
                            f"the lessons after it (their answers are already out); --force to do it anyway")
@@ -365,7 +366,8 @@ def build_release(lesson: str, out, repo: str | None = None, force: bool = False
         found = leaks(stage, lesson, exempt=tuple(checks))
         if found:  # never reached while views.py clears what it should: a last guard, not the mechanism
             raise ReleaseError("the release would hold answer text: " + "; ".join(found[:5]))
-        kept = leaks(stage, lesson) if checks else []  # what the graded stage's own checks hold (kept whole for check())
+        # what the graded stage's own checks hold (kept whole for check())
+        kept = leaks(stage, lesson) if checks else []
         files = sorted(str(p.relative_to(stage)) for p in stage.rglob("*") if p.is_file())
         _replace(out, previous, stage, files)
         record = Release(lesson=lesson, repo=repo, files=files, kept_in_checks=kept)

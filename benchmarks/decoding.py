@@ -35,7 +35,8 @@ def sources(args):
     torch.manual_seed(0)
     model = Transformer(1000, 1000, d_model=128, n_heads=4, n_layers=2, d_ff=256, dropout=0.0).eval()
     g = torch.Generator().manual_seed(0)
-    src = [torch.randint(4, 1000, (int(n),), generator=g).tolist() for n in torch.randint(5, 25, (args.sources,), generator=g)]
+    src = [torch.randint(4, 1000, (int(n),), generator=g).tolist()
+           for n in torch.randint(5, 25, (args.sources,), generator=g)]
     return model, src, 20
 
 

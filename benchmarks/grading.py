@@ -44,7 +44,8 @@ def timed(cmd, cwd) -> tuple[float, float, subprocess.CompletedProcess]:
         proc.returncode = os.waitstatus_to_exitcode(status)
         out.seek(0)
         err.seek(0)
-        return seconds, usage.ru_maxrss / 1024, subprocess.CompletedProcess(cmd, proc.returncode, out.read(), err.read())
+        finished = subprocess.CompletedProcess(cmd, proc.returncode, out.read(), err.read())
+        return seconds, usage.ru_maxrss / 1024, finished
 
 
 def full_marks(what: str, points: float, top: float) -> None:

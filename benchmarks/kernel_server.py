@@ -63,7 +63,8 @@ def main() -> None:
                 wall, cpu = time.perf_counter() - start, busy_seconds() - cpu
                 points = [n["points"] for n in report["notebooks"]]
                 rows[mode].append((wall, cpu, points))
-                print(f"{run:>4} {mode:>7} {wall:7.1f} {cpu:7.1f}  {sum(points):g} of {sum(n['max_points'] for n in report['notebooks']):g}")
+                print(f"{run:>4} {mode:>7} {wall:7.1f} {cpu:7.1f}  {sum(points):g} of "
+                      f"{sum(n['max_points'] for n in report['notebooks']):g}")
         same = all(r[2] == rows["off"][0][2] for m in rows for r in rows[m])
         wall = {m: sum(r[0] for r in rows[m]) for m in rows}
         cpu = {m: sum(r[1] for r in rows[m]) for m in rows}

@@ -8,8 +8,9 @@ post-norm, tied embeddings and projection) and see the same batches. A training 
 label-smoothed loss, backward and an Adam step; inference is encode plus one decoder step for a
 batch of prefixes. Batches are random ids padded either uniformly (lengths L/2 to L) or as the course's
 length-bucketed batches are (see PADDING): nn.Transformer's eval fast path skips padding in the encoder,
-so the share of padding matters to the inference ratio. The two models take turns step by step on the same batch (`--steps` training steps,
-five times as many inferences, after two warm-up steps), so a busy moment of the machine falls on both.
+so the share of padding matters to the inference ratio. The two models take turns step by step on the same
+batch (`--steps` training steps, five times as many inferences, after two warm-up steps), so a busy moment of
+the machine falls on both.
 Prints target tokens per second, the ratio ours / PyTorch's (higher is better) over the whole run, and
 the median and quartiles of the step-by-step ratios.
 """
@@ -142,22 +143,26 @@ def main():
     p.add_argument("--padding", default="both", choices=["uniform", "bucketed", "both"],
                    help="how much of each batch is padding (see PADDING); both: a row for each")
     a = p.parse_args()
-    sizes = {"notebook CPU size (256, 3+3, 1024, V 8k)": dict(d_model=256, n_heads=4, n_layers=3, d_ff=1024, vocab=8000),
+    sizes = {"notebook CPU size (256, 3+3, 1024, V 8k)":
+             dict(d_model=256, n_heads=4, n_layers=3, d_ff=1024, vocab=8000),
              "paper base (512, 6+6, 2048, V 8k)": dict(d_model=512, n_heads=8, n_layers=6, d_ff=2048, vocab=8000)}
     B, L = (32, 30) if a.device == "cpu" else (128, 40)
-    print(f"device {a.device}, {a.dtype}, {torch.get_num_threads()} threads, batches of {B} x {L}, {a.steps} training steps, {5 * a.steps} inferences")
+    print(f"device {a.device}, {a.dtype}, {torch.get_num_threads()} threads, batches of {B} x {L}, {a.steps} "
+          f"training steps, {5 * a.steps} inferences")
     print(f"{'size':44s} {'mode':9s} {'padding':9s} {'ours tok/s':>11s} {'torch tok/s':>12s} {'ratio':>6s} "
           f"{'median':>7s} {'quartiles':>10s}")
     for name, s in sizes.items():
         torch.manual_seed(0)
-        ours = solutions.Transformer(s["vocab"], s["vocab"], s["d_model"], s["n_heads"], s["n_layers"], s["d_ff"]).to(a.device)
+        ours = solutions.Transformer(s["vocab"], s["vocab"], s["d_model"], s["n_heads"], s["n_layers"],
+                                     s["d_ff"]).to(a.device)
         ref = TorchTransformer(s["vocab"], s["d_model"], s["n_heads"], s["n_layers"], s["d_ff"]).to(a.device)
         for mode in ("train", "inference"):
             for padding in (PADDING if a.padding == "both" else [a.padding]):
                 steps = a.steps if mode == "train" else 5 * a.steps
                 o, r, ratios = paired(ours, ref, s["vocab"], B, L, steps, a.device, a.dtype, mode == "train", padding)
                 q1, med, q3 = (ratios[int(f * (len(ratios) - 1))] for f in (0.25, 0.5, 0.75))
-                print(f"{name:44s} {mode:9s} {padding:9s} {o:11.0f} {r:12.0f} {o / r:6.2f} {med:7.2f} {q1:5.2f}-{q3:.2f}")
+                print(f"{name:44s} {mode:9s} {padding:9s} {o:11.0f} {r:12.0f} {o / r:6.2f} {med:7.2f} "
+                      f"{q1:5.2f}-{q3:.2f}")
     print(f"peak memory (this process, ru_maxrss): {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB")
 
 

@@ -4,7 +4,8 @@
 
 One training step as solutions.translate.train takes it (forward, label-smoothed loss, backward, gradient
 clipping, an Adam step) of the CPU default model (config_for("cpu"): d_model 256, 3+3 layers; a vocabulary
-of 8,202 by default, the one of BPE 8,000 that benchmarks/translate_cpu.md measured it with) on batches shaped like Multi30k's at 1,500 padded tokens (100 sentences of 13 to 17 tokens). The
+of 8,202 by default, the one of BPE 8,000 that benchmarks/translate_cpu.md measured it with) on batches shaped
+like Multi30k's at 1,500 padded tokens (100 sentences of 13 to 17 tokens). The
 variants take turns step by step on the same batches, each with its own copy of the same initial weights,
 after two warm-up steps each, so that a busy moment of the machine falls on all of them:
 

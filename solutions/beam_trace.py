@@ -79,7 +79,8 @@ def print_steps(steps, logp, answer, length_penalty, alpha: float, words) -> Non
         line = " | ".join(f"{words(h[1:])} {logp[h]:.2f}" for h in opens)
         print(f"step {t}  open{'' if extended else ' (not extended)'}: {line}")
         for s, h in finished:
-            print(f"        finished: {words(h[1:-1])} <eos>   log p {s:.2f}   score {s / length_penalty(t, alpha):.3f}")
+            print(f"        finished: {words(h[1:-1])} <eos>   log p {s:.2f}   "
+                  f"score {s / length_penalty(t, alpha):.3f}")
     print("answer:", words(answer))
 
 
@@ -95,7 +96,7 @@ def plot_trace(steps, logp, answer, beam_size: int, alpha: float, length_penalty
             place[h] = (t, row)
             if not extended:
                 dropped.add(h)
-        for row, (s, h) in enumerate(finished):
+        for row, (_, h) in enumerate(finished):
             place[h] = (t, beam_size + 0.4 + row)
     fig, ax = plt.subplots(figsize=(11, 4.2))
     for h, (x, y) in place.items():
@@ -118,7 +119,8 @@ def plot_trace(steps, logp, answer, beam_size: int, alpha: float, length_penalty
     ax.set_xlim(-0.5, len(steps) + 0.5)
     ax.set_ylim(beam_size + 0.4 + max(1, max(len(f) for _, f, _ in steps)) - 0.5, -0.6)
     ax.set_xticks(range(len(steps) + 1), ["start"] + [f"step {t}" for t in range(1, len(steps) + 1)])
-    ax.set_yticks([]); ax.set_title(title)
+    ax.set_yticks([])
+    ax.set_title(title)
     ax.spines[["left", "right", "top"]].set_visible(False)
     plt.tight_layout()
     return fig

@@ -73,7 +73,8 @@ def number(kind, low=None, high=None, *, low_open: bool = False, high_open: bool
         try:
             value = kind(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"expected {'an integer' if kind is int else 'a number'}, got {text!r}")
+            raise argparse.ArgumentTypeError(
+                f"expected {'an integer' if kind is int else 'a number'}, got {text!r}") from None
         if kind is float and value != value:
             raise argparse.ArgumentTypeError(f"expected a number, got {text!r}")
         if low is not None and (value <= low if low_open else value < low):

@@ -290,9 +290,10 @@ def _zip_lines(archive: pathlib.Path, file_name: str) -> list[str]:
 def load_wmt14(source: str = "wmt14", cache_dir=None, direction: str = "de-en", checksums: dict | None = None,
                **download) -> dict[str, tuple[list[str], list[str]]]:
     """WMT 2014 English-German: {"train": (4,508,785 source lines, as many target lines), "val": newstest2013
-    (3,000; sacreBLEU's "wmt13"), "test": newstest2014 (3,003; sacreBLEU's "wmt14/full")}. direction "de-en" gives (German, English) like every loader here;
-    "en-de", the paper's direction, gives (English, German). Each archive is checked against its pinned sha256
-    first (fetch_wmt14); a German file and its English file of different lengths are an error naming them.
+    (3,000; sacreBLEU's "wmt13"), "test": newstest2014 (3,003; sacreBLEU's "wmt14/full")}. direction "de-en"
+    gives (German, English) like every loader here; "en-de", the paper's direction, gives (English, German).
+    Each archive is checked against its pinned sha256 first (fetch_wmt14); a German file and its English file of
+    different lengths are an error naming them.
 
     Costs (not measured here, where nothing downloads): 1.70 GB of archives in the cache, ~1.4 GB of text in
     memory as Python strings (several GB), and the course's pure-Python BPE over 9 million lines.
@@ -516,8 +517,8 @@ def load_data(data: str = "multi30k", cache_dir=None, synthetic_sizes=(20000, 50
 
     "multi30k": download (or reuse the cache); if that fails, say why on stdout and fall back to the
     synthetic corpus. "synthetic": the synthetic corpus. "wmt14": WMT 2014, German to English; "wmt14-en-de":
-    the paper's direction, English to German (load_wmt14; cache_dir is then the WMT cache). A URL or a folder: that Multi30k mirror
-    (failure is an error there: you asked for that mirror). `download` goes to load_multi30k
+    the paper's direction, English to German (load_wmt14; cache_dir is then the WMT cache). A URL or a folder:
+    that Multi30k mirror (failure is an error there: you asked for that mirror). `download` goes to load_multi30k
     (retries, timeout, backoff).
     Example: name, splits = load_data("synthetic"); name -> "synthetic"
     """

@@ -264,7 +264,7 @@ def summarize(runs: list[dict]) -> list[dict]:
         by_row.setdefault(r["row"], []).append(r)
     out = []
     for row, rs in by_row.items():
-        def stat(key):
+        def stat(key, rs=rs):
             values = [r[key] for r in rs if r.get(key) is not None]
             if not values:
                 return None, None
@@ -293,7 +293,8 @@ def markdown_table(runs: list[dict]) -> str:
         avg = f"{s['bleu_averaged']:.2f} ({s['averaging_gain']:+.2f})" if s["bleu_averaged"] is not None else ""
         lines.append(f"| {s['row']} | {s['change']} | {s['parameters'] / 1e6:.2f}M | {s['steps']} | {len(s['seeds'])} "
                      f"| {s['val_ppl']:.2f} ± {s['val_ppl_spread']:.2f} | {s['bleu']:.2f} ± {s['bleu_spread']:.2f} "
-                     f"| {avg} | {label} | {'' if ppl is None else f'{ppl:.2f}'} | {'' if bleu is None else f'{bleu:.1f}'} |")
+                     f"| {avg} | {label} | {'' if ppl is None else f'{ppl:.2f}'} | "
+                     f"{'' if bleu is None else f'{bleu:.1f}'} |")
     return "\n".join(lines)
 
 

@@ -3,8 +3,8 @@
 Every position of a sequence holds a point (x1, x2) drawn from N(0, 1), on its own (8 positions, nothing to
 learn from the others), and the model must output x1 * x2 at every position. A one-layer model of width 16:
 a linear map in, multi-head attention with its residual and LayerNorm, then (or not) the position-wise
-feed-forward network with its own, and a linear map out, trained with Adam for a few hundred steps. The score is the fraction
-of the target's variance left unexplained on fresh points: 0 is perfect, 1 is no better than the mean.
+feed-forward network with its own, and a linear map out, trained with Adam for a few hundred steps. The score is
+the fraction of the target's variance left unexplained on fresh points: 0 is perfect, 1 is no better than the mean.
 
 It measures one small model on one function; it does not say how much the network matters at the paper's scale
 (most of a layer's parameters: lesson 06's count).

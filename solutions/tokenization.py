@@ -143,7 +143,8 @@ _RANKS: dict = {}
 
 def merge_ranks(merges) -> dict[tuple[str, str], int]:
     """{pair: position of its first occurrence in merges}, built once per merges list (kept by identity:
-    build a new list rather than editing one in place). Example: [("l", "o"), ("lo", "w")] -> {("l", "o"): 0, ("lo", "w"): 1}"""
+    build a new list rather than editing one in place).
+    Example: [("l", "o"), ("lo", "w")] -> {("l", "o"): 0, ("lo", "w"): 1}"""
     entry = _RANKS.get(id(merges))
     if entry is None or entry[0] is not merges or entry[1] != len(merges):
         ranks: dict = {}

@@ -34,7 +34,8 @@ def demo_steps(steps: int) -> int:
 
 
 def random_sequences(rng: random.Random, n: int, shortest: int = 3, longest: int = 8) -> list[list[int]]:
-    """n random sources of shortest..longest symbols. Example: random_sequences(random.Random(0), 1) -> [[10, 4, 7, 7, 10]]"""
+    """n random sources of shortest..longest symbols.
+    Example: random_sequences(random.Random(0), 1) -> [[10, 4, 7, 7, 10]]"""
     return [[rng.randint(4, V - 1) for _ in range(rng.randint(shortest, longest))] for _ in range(n)]
 
 
@@ -113,7 +114,9 @@ def plot_training(losses: list[float], rates: list[float], title: str):
     fig, ax = plt.subplots(figsize=(6.5, 2.8))
     steps = range(1, len(losses) + 1)
     ax.semilogy(steps, losses, lw=0.8, label="loss")
-    ax.set_xlabel("step"); ax.set_ylabel("loss (log scale)"); ax.set_title(title)
+    ax.set_xlabel("step")
+    ax.set_ylabel("loss (log scale)")
+    ax.set_title(title)
     lr_ax = ax.twinx()
     lr_ax.plot(steps, rates, color="tab:orange", lw=1.2, label="learning rate")
     lr_ax.set_ylabel("learning rate", color="tab:orange")

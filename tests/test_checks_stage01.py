@@ -416,7 +416,7 @@ def test_slow_learn_bpe_is_fast_enough():
 _learn = functools.partial(edit, LEARN_BPE)  # _learn((old, new), ...): the reference so changed
 
 
-def learn_bpe_mutable_default(corpus, num_merges, min_frequency=2, _words=collections.Counter()):  # noqa: B008
+def learn_bpe_mutable_default(corpus, num_merges, min_frequency=2, _words=collections.Counter()):  # noqa: B006 (the mistake)
     """The word counts of every call so far, kept in a mutable default."""
     _words.update(w for line in corpus for w in line.split())
     return learn_bpe_recount([" ".join(_words.elements())], num_merges, min_frequency)
@@ -458,7 +458,8 @@ ROWS += mistakes("learn_bpe", [
             _learn((f"{WORDS} if word", 'line.strip("\\r\\n").split(" ")')), 7,
             ("IndexError", "skip the empty strings")),
     # the contract's iterables: an emptiness test that reads a generator's first lines
-    Mistake("the corpus read twice", _learn(("    counts = Counter(", "    if not any(line.strip() for line in corpus):\n"
+    Mistake("the corpus read twice", _learn(("    counts = Counter(", "    if not any(line.strip() for line in "
+                                                                      "corpus):\n"
                                              "        return []\n    counts = Counter(")), 7,
             ("a generator of", "read twice", "corpus = list(corpus)")),
     Mistake("corpus lines stripped in place",  # seen on the case with spaces at the ends of its lines
@@ -541,7 +542,7 @@ def apply_bpe_gpt2(word, merges):
     return list(w)
 
 
-def apply_bpe_cached(word, merges, _cache={}):
+def apply_bpe_cached(word, merges, _cache={}):  # noqa: B006 (a cache, on purpose)
     """A cache keyed by (word, merges): correct."""
     key = (word, tuple(map(tuple, merges)))
     if key not in _cache:
@@ -954,7 +955,8 @@ ROWS += mistakes("BPETokenizer", [
     # the contract's special ids: a sorted vocabulary keeps <unk> at 3 unless a symbol sorts before '<' (the checks'
     # corpus had none), and puts <bos> at 0 whatever the corpus
     Mistake("vocabulary sorted, specials included", _tok((RETURN_SELF, "        self.itos = sorted(self.itos)\n"
-                                                          "        self.stoi = {s: i for i, s in enumerate(self.itos)}\n"
+                                                          "        self.stoi = {s: i for i, s in "
+                                                          "enumerate(self.itos)}\n"
                                                           + RETURN_SELF)), 7,
             ("itos[:4]", "sorted order", "keep the specials first")),
     # told 'joined with spaces' before: the opposite mistake

@@ -281,7 +281,7 @@ def test_check_never_raises_and_never_writes_to_stderr(capfd):
     import warnings
 
     def scaled_dot_product_attention(q, k, v, mask=None, dropout=None):
-        warnings.warn("a learner's warning")
+        warnings.warn("a learner's warning")  # noqa: B028 (a learner's code, as written)
         import sys
         print("to stderr", file=sys.stderr)
         raise ZeroDivisionError("boom")

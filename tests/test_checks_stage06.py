@@ -101,7 +101,8 @@ def _layers(w_1, w_2):
 
 MISTAKES = [
     # the activation
-    Mistake("GELU instead of ReLU", _activation("nn.functional.gelu"), 2, "GELU instead of ReLU"),  # numeric checks lost
+    # numeric checks lost
+    Mistake("GELU instead of ReLU", _activation("nn.functional.gelu"), 2, "GELU instead of ReLU"),
     Mistake("LeakyReLU", _activation("nn.functional.leaky_relu"), 2, "LeakyReLU instead of ReLU"),
     # dropout is judged against the network's own hidden layer: a wrong activation does not cost the dropout's point
     Mistake("tanh", _activation("torch.tanh"), 2, ("tanh instead of ReLU", "✓ dropout sits between relu and w_2")),

@@ -4,12 +4,12 @@ Stage 10 builds its correct styles on the decoders defined here."""
 import copy  # noqa: F401 (the styles' code uses these names)
 import functools
 import inspect
-import math
+import math  # noqa: F401 (the styles' code uses it, and nn below)
 
 import pytest
 import torch
 import torch.utils.checkpoint  # noqa: F401
-from torch import nn
+from torch import nn  # noqa: F401
 
 import solutions
 from tests.grading import Mistake, assert_full_marks, assert_mistake, edit, grade_one, mistakes

@@ -179,7 +179,8 @@ MISTAKES = [
     Mistake("sign flipped", _loss(mean="-loss.mean()"), 1, "sign is flipped"),
     # the contract's layouts: strided views (every other check passes contiguous tensors)
     Mistake(".view(-1, V) and .view(-1): contiguous inputs only", edit(
-        LOSS, ("F.log_softmax(logits.float(), dim=-1).reshape(-1, V)", "F.log_softmax(logits.view(-1, V).float(), dim=-1)"),
+        LOSS, ("F.log_softmax(logits.float(), dim=-1).reshape(-1, V)",
+               "F.log_softmax(logits.view(-1, V).float(), dim=-1)"),
         ("target = target.reshape(-1)", "target = target.view(-1)")), 6,
             ("non-contiguous views", "needs a contiguous tensor", ".reshape(-1, V)")),
     # the inputs and the graph

@@ -1,21 +1,21 @@
 """Stage 12's checks: full marks for correct training utilities however written; for each classic mistake, exactly
 the points it earns and the words that name it (the reference and the stub: tests/test_registry.py)."""
-import copy
+import copy  # noqa: F401 (copy to pad_sequence: the rewritten functions' code uses these names, see _as)
 import functools
 import inspect
-import itertools
-import math
-import random
-import sys
-from collections import defaultdict, namedtuple
-from dataclasses import make_dataclass
+import itertools  # noqa: F401
+import math  # noqa: F401
+import random  # noqa: F401
+import sys  # noqa: F401
+from collections import defaultdict, namedtuple  # noqa: F401
+from dataclasses import make_dataclass  # noqa: F401
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
 import torch
-import torch.nn.functional as F
-from torch.nn.utils.rnn import pad_sequence
+import torch.nn.functional as F  # noqa: F401
+from torch.nn.utils.rnn import pad_sequence  # noqa: F401
 
 import solutions
 from solutions import BOS, EOS, PAD, pad_sequences as _pad
@@ -391,13 +391,15 @@ NOAM_MISTAKES = [
                                     "return factor * d_model ** -0.5 * torch.min(s.rsqrt(), s * warmup_steps ** -1.5)"),
             3, ("type(noam_lr(4000, 512))", "expected float", "got tensor", "float(rate)")),
     Mistake("a float64 tensor", _as(NOAM, "s = torch.tensor(float(max(1, step)), dtype=torch.float64)",
-                                    "return factor * d_model ** -0.5 * torch.minimum(s.rsqrt(), s * warmup_steps ** -1.5)"),
+                                    "return factor * d_model ** -0.5 * torch.minimum(s.rsqrt(), "
+                                    "s * warmup_steps ** -1.5)"),
             3, ("expected float", "got tensor")),
     Mistake("numpy float32", _as(NOAM, "s, f32 = np.float32(max(step, 1)), np.float32", "return f32(factor) * "
                                  "f32(d_model) ** f32(-0.5) * min(s ** f32(-0.5), s * f32(warmup_steps) ** f32(-1.5))"),
             3, ("expected float", "numpy.float32")),
     # Adam refuses it at its first step (addcdiv_(): 'value' must be Number, not numpy.ndarray)
-    Mistake("a one-element numpy array", noam_array := _as(NOAM, "return np.array([solutions.noam_lr(step, d_model, warmup_steps, "
+    Mistake("a one-element numpy array", noam_array := _as(NOAM, "return np.array([solutions.noam_lr(step, "
+                                                                 "d_model, warmup_steps, "
                                                    "factor)])"), 3, ("expected float", "numpy.ndarray")),
 ]
 

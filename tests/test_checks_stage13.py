@@ -134,7 +134,8 @@ GREEDY_STYLES = {
         ("next_tok.masked_fill(finished, eos_id)", "np.where(finished, eos_id, next_tok)"),
         (f"for row in ys[:, 1:].tolist():\n        {_APPEND}", "for row in ys[:, 1:]:\n        hits = np.nonzero("
          "row == eos_id)[0]\n        results.append(list(row[: hits[0]] if len(hits) else row))")),
-    # model.eval() and the mode restored, keyword-only extras, the parameters' device, log_softmax in float64, a mask from triu, takewhile
+    # model.eval() and the mode restored, keyword-only extras, the parameters' device, log_softmax in float64, a mask
+    # from triu, takewhile
     "greedy_kwonly_float64": edit(
         GREEDY, _top("import itertools", "was = model.training", "model.eval()",
                      "device = device or next(model.parameters()).device"),

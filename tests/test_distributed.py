@@ -177,7 +177,8 @@ def test_paper_sizes_on_the_command_line():
     assert (base.warmup_steps, base.max_steps, base.max_tokens, base.accumulate) == (4000, 100000, 3125, 2)
     assert base.noam_factor == pytest.approx(1.0)  # equation 3 as printed: lrate = d_model^-0.5 * min(...)
     big = config("--size", "big", "--steps", "10")
-    assert (big.d_model, big.d_ff, big.n_heads, big.dropout, big.max_steps, big.max_tokens) == (1024, 4096, 16, 0.3, 10, 25000)
+    assert (big.d_model, big.d_ff, big.n_heads, big.dropout, big.max_steps, big.max_tokens) == \
+        (1024, 4096, 16, 0.3, 10, 25000)
     assert big.noam_factor == pytest.approx(1.0)
     assert config("--steps", "7").max_steps == 7 and config().d_model == 256  # without --size: as before
     # against the base model, the big one departs where the paper's big model does, and says so

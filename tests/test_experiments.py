@@ -97,14 +97,16 @@ def test_constant_schedule_keeps_the_peak_rate_and_warmup_is_the_paper_s():
     rates = []
     for _ in range(5):
         rates.append(optimizer.param_groups[0]["lr"])
-        optimizer.step(); scheduler.step()
+        optimizer.step()
+        scheduler.step()
     assert rates == [3e-4] * 5
     config = Config(d_model=16, warmup_steps=4, lr_peak=1e-3)
     optimizer, scheduler = make_schedule(config, model)
     rates = []
     for _ in range(8):
         rates.append(optimizer.param_groups[0]["lr"])
-        optimizer.step(); scheduler.step()
+        optimizer.step()
+        scheduler.step()
     assert max(rates) == pytest.approx(1e-3) and rates.index(max(rates)) == 3  # the peak at step 4 = warmup_steps
     with pytest.raises(ValueError, match="lr_schedule"):
         make_schedule(Config(lr_schedule="cosine"), model)

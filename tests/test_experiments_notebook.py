@@ -25,7 +25,8 @@ CLAIMS = [
     ("**BLEU** is sacreBLEU on the 1,000 test sentences, greedy decoding",
      "sorted({r['test_sentences'] for r in runs})", lambda v: v == [1000]),
     ("Here the base's 4 heads become 1, 2 and 8 ($d_k$ 128, 64, 16 against 32)",
-     "[[c.n_heads, c.d_model // c.n_heads] for c in map(experiments.row_config, ('base', 'A-h1', 'A-h-half', 'A-h-double'))]",
+     "[[c.n_heads, c.d_model // c.n_heads] for c in map(experiments.row_config, ('base', 'A-h1', 'A-h-half', "
+     "'A-h-double'))]",
      lambda v: v == [[4, 32], [1, 128], [2, 64], [8, 16]]),
     ("Every recorded run also kept a snapshot every 6 steps and averaged the last 5 (steps 276 to 300",
      "sorted({(r['config']['snapshot_steps'], r['config']['average_last'], r['averaged_snapshots'], r['steps']) "
@@ -59,7 +60,8 @@ def test_parameters_cell_and_no_outputs():
 
 
 def test_cells_are_short_enough_to_read():
-    """tests/test_lessons.py's rule for the other lessons: no markdown cell over 250 words, no code cell over 30 lines."""
+    """tests/test_lessons.py's rule for the other lessons: no markdown cell over 250 words, no code cell over 30
+    lines."""
     nb = nbformat.read(str(NOTEBOOK), as_version=4)
     assert not [i for i, c in enumerate(nb.cells) if c.cell_type == "markdown" and len(c.source.split()) > 250]
     assert not [i for i, c in enumerate(nb.cells) if c.cell_type == "code" and len(c.source.splitlines()) > 30]
@@ -89,7 +91,8 @@ def executed(tmp_path_factory):
     nbformat.write(nb, str(source))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     t0 = time.time()
-    proc = subprocess.run([sys.executable, "-m", "papermill", str(source), str(folder / "out.ipynb"), "--cwd", str(folder)],
+    proc = subprocess.run([sys.executable, "-m", "papermill", str(source), str(folder / "out.ipynb"),
+                           "--cwd", str(folder)],
                           capture_output=True, text=True, timeout=900, env=env)
     seconds = time.time() - t0
     assert proc.returncode == 0, proc.stderr[-3000:]

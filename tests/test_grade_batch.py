@@ -4,7 +4,6 @@ started again, one student graded again, and the class graded in shards by three
 reasons the report gives (a SyntaxError, an exception at definition, a cell that did not run, the answer imported
 from solutions) are the true ones. Plus the pieces that need no kernel."""
 import csv
-import io
 import json
 import os
 import pathlib

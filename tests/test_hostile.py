@@ -152,10 +152,11 @@ def batch(tmp_path_factory):
             else:
                 os.environ[k] = v
     seconds = time.time() - start
+    peaks = {g.decode(): max([kb >> 10 for n, kb in watch.peak.items() if g.decode() in n] or [0]) for g in GRADER}
     print(f"\n{len(paths)} notebooks graded in {seconds:.0f} s (jobs=2, isolation={isolated}); peak memory (MB) "
-          f"{ {g.decode(): max([kb >> 10 for n, kb in watch.peak.items() if g.decode() in n] or [0]) for g in GRADER} }, "
-          f"the largest {max(watch.peak.values(), default=0) >> 10} MB (this process included); disk grown by {watch.disk >> 20} MB\n"
-          f"{out.getvalue()}")
+          f"{peaks}, "
+          f"the largest {max(watch.peak.values(), default=0) >> 10} MB (this process included); disk grown by "
+          f"{watch.disk >> 20} MB\n{out.getvalue()}")
     return SimpleNamespace(cases={c.name: c for c in chosen}, report=report, seconds=seconds, isolated=isolated,
                            hostname=hostname, watch=watch, outside=outside, canary=canary, heard=heard,
                            by_name={pathlib.Path(n["path"]).stem: n for n in report["notebooks"]},
@@ -318,7 +319,8 @@ def test_a_notebook_past_its_time_limit_keeps_what_was_graded(tmp_path):
     from autograder.notebooks import solved
     from tests.submissions.corpus import LESSON, _insert, _lean
     nb = _insert(_lean(solved(LESSON)), "scaled_dot_product_attention",
-                 "import os, time\nif os.fork() == 0:\n    os.execvp('sleep', ['sleep', '4242.4243'])\ntime.sleep(10**6)")
+                 "import os, time\nif os.fork() == 0:\n    os.execvp('sleep', ['sleep', "
+                 "'4242.4243'])\ntime.sleep(10**6)")
     path = tmp_path / "stops.ipynb"
     nbformat.write(nb, str(path))
     r = grade([path], stream=io.StringIO(), timeout=45, cell_timeout=600)["notebooks"][0]
@@ -521,10 +523,10 @@ def test_an_interrupt_lands_on_the_kernel_whatever_pids_it_recycles(batch):
 
 
 def test_a_call_s_gradients_are_given_once(batch):
-    """After each call the kernel makes into the checker's objects (lesson 03's dropout module), 40 backward requests for
-    it, of the right shapes (a million each) or not: the checker answers one, refuses the rest, and its own tensors are
-    untouched (the dropout check compares what its module saw and gave with its own reference): full points; a notebook
-    that got a second answer spoils its own answer."""
+    """After each call the kernel makes into the checker's objects (lesson 03's dropout module), 40 backward requests
+    for it, of the right shapes (a million each) or not: the checker answers one, refuses the rest, and its own tensors
+    are untouched (the dropout check compares what its module saw and gave with its own reference): full points; a
+    notebook that got a second answer spoils its own answer."""
     for name in ("gradients_pumped_same", "gradients_pumped_wrong_shapes"):
         r = assert_graded_as_expected(batch, name)
         assert r["error"] is None and r["points"] == FULL, r

@@ -53,7 +53,8 @@ def test_attention_equals_torch_sdpa_with_masks():
     mask[..., 0] = True  # every query keeps one key, so PyTorch's reference has no NaN row
     out, w = scaled_dot_product_attention(q, k, v, mask)
     ref = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
-    assert maxdiff(out, ref) < 1e-5, f"attention output differs from F.scaled_dot_product_attention by {maxdiff(out, ref):.2e}"
+    assert maxdiff(out, ref) < 1e-5, \
+        f"attention output differs from F.scaled_dot_product_attention by {maxdiff(out, ref):.2e}"
     assert maxdiff(w.sum(-1), torch.ones(2, 3, 5)) < 1e-5 and (w[~mask.expand_as(w)] == 0).all()
 
 
@@ -93,7 +94,8 @@ def test_multi_head_attention_equals_torch_with_padding_mask():
     ids = torch.tensor([[4] * 7, [4] * 5 + [PAD] * 2, [4] * 2 + [PAD] * 5])
     out = ours(q, kv, kv, padding_mask(ids))
     expected, weights = ref(q, kv, kv, key_padding_mask=ids == PAD, average_attn_weights=False)
-    assert maxdiff(out, expected) < TOL, f"MultiHeadAttention vs nn.MultiheadAttention: max diff {maxdiff(out, expected):.2e}"
+    assert maxdiff(out, expected) < TOL, \
+        f"MultiHeadAttention vs nn.MultiheadAttention: max diff {maxdiff(out, expected):.2e}"
     assert ours.attn_weights.shape == (3, 4, 5, 7) and maxdiff(ours.attn_weights, weights) < TOL
     with pytest.raises(ValueError, match="divisible"):
         MultiHeadAttention(10, 3)
@@ -105,7 +107,8 @@ def test_masks():
     assert padding_mask(ids).shape == (2, 1, 1, 3) and padding_mask(ids)[1, 0, 0].tolist() == [True, False, False]
     assert causal_mask(3)[0, 0].tolist() == [[True, False, False], [True, True, False], [True, True, True]]
     tm = target_mask(ids)
-    assert tm.shape == (2, 1, 3, 3) and tm[0, 0].tolist() == [[True, False, False], [True, True, False], [True, True, False]]
+    assert tm.shape == (2, 1, 3, 3)
+    assert tm[0, 0].tolist() == [[True, False, False], [True, True, False], [True, True, False]]
 
 
 # ---------------------------------------------------------------- stages 06-07
@@ -184,7 +187,8 @@ def test_transformer_equals_nn_transformer(norm_first):
     src = torch.tensor([[5, 6, 7, 8, 9], [10, 11, 12, PAD, PAD]])
     tgt = torch.tensor([[1, 20, 21, 22], [1, 23, PAD, PAD]])
     logits = ours(src, tgt, padding_mask(src), target_mask(tgt))
-    embed = lambda emb, ids: ours.positional(emb(ids))  # the same embeddings feed both models
+    def embed(emb, ids):  # the same embeddings feed both models
+        return ours.positional(emb(ids))
     with torch.no_grad():
         out = ref(embed(ours.src_embed, src), embed(ours.tgt_embed, tgt),
                   tgt_mask=~torch.ones(4, 4, dtype=torch.bool).tril(),  # PyTorch: True = may NOT attend

@@ -60,7 +60,8 @@ def test_lesson14_trains_decodes_and_scores_with_the_learners_code(impl, tmp_pat
     model, history = train(TINY, data, progress=False, impl=impl)
     assert type(model) is impl.Transformer and history["steps"] > 0
     # the model is theirs all the way down: their stacks, layers, attention, feed-forward, norms, embeddings
-    kinds = {type(m).__name__: _lesson_of(type(m)) for m in model.modules() if _lesson_of(type(m)).startswith("learner_")}
+    kinds = {type(m).__name__: _lesson_of(type(m)) for m in model.modules()
+             if _lesson_of(type(m)).startswith("learner_")}
     assert kinds == {"Transformer": "learner_10_output_projection", "TokenEmbedding": "learner_01_tokenization",
                      "PositionalEncoding": "learner_02_positional_encoding", "Encoder": "learner_08_encoder",
                      "EncoderLayer": "learner_08_encoder", "Decoder": "learner_09_decoder",
@@ -93,12 +94,12 @@ def test_the_learners_code_trains_under_the_cpu_defaults_bf16(impl):
         torch.manual_seed(0)
         untrained = validation_loss(build_model(config, data.tokenizer.vocab_size, impl), data.val, config, impl)
         model = build_model(config, data.tokenizer.vocab_size, impl)
-        model.generator.register_forward_hook(lambda m, i, out: dtypes.append((precision, out.dtype)))
+        model.generator.register_forward_hook(lambda m, i, out, p=precision: dtypes.append((p, out.dtype)))
         _, history = train(config, data, model=model, progress=False, impl=impl)
         losses[precision] = (untrained, history["val_loss"][-1])
     assert type(model) is impl.Transformer
     assert {d for p, d in dtypes if p == "bf16"} == {torch.bfloat16}, dtypes
-    (before32, after32), (before16, after16) = losses["fp32"], losses["bf16"]
+    (_, after32), (before16, after16) = losses["fp32"], losses["bf16"]
     assert after16 < 0.8 * before16 and abs(after16 - after32) < 0.1 * after32, losses
 
 def test_a_name_that_did_not_run_is_never_reported_as_run(impl):
@@ -126,7 +127,8 @@ def test_a_name_short_of_full_points_falls_back_to_the_reference(tmp_path):
     assert impl.corpus_bleu is solutions.corpus_bleu and "corpus_bleu" not in impl.mine
     assert impl.report["corpus_bleu"].startswith("reference: yours scores ")
     assert impl.mine == ["greedy_decode", "length_penalty", "beam_search"]
-    assert impl.report["Transformer"] == "reference: not found in the lessons" and impl.Transformer is solutions.Transformer
+    assert impl.report["Transformer"] == "reference: not found in the lessons"
+    assert impl.Transformer is solutions.Transformer
     text = "\n".join(lines)
     assert "yours from here on: 3 of 35 names" in text and "corpus_bleu: reference: yours scores" in text
     # a name the learner keeps from the reference (KEEP_REFERENCE in lesson 14), also inside their own code
@@ -180,7 +182,8 @@ def test_the_learners_decoder_trains_inside_the_reference_transformer(tmp_path):
     assert type(model.encoder) is solutions.Encoder  # not theirs: the reference's
     assert impl.ran() == ["DecoderLayer", "Decoder"]
     report = impl.usage_report()
-    assert "your code that ran: 2 of your 2 names" in report and "the reference's Transformer, built from your Decoder" in report
+    assert "your code that ran: 2 of your 2 names" in report
+    assert "the reference's Transformer, built from your Decoder" in report
     assert type(solutions.Transformer(20, 20, d_model=8, n_heads=2, n_layers=1, d_ff=16).decoder) is solutions.Decoder
     # a name kept from the reference keeps the reference's parts too
     kept = collect(tmp_path, fallback=solutions, log=[].append, exclude=["Transformer"])
@@ -208,7 +211,8 @@ def test_two_notebooks_of_one_lesson_the_last_saved_is_used_and_said(tmp_path, n
     """Jupyter's copy beside the lesson: one of the two is used (the one saved last), collect names it, and every
     score reported is that notebook's: here the copy is the released lesson (nothing written: 0 points)."""
     import os
-    solved, released = independent.solved_lessons()["05_masks.ipynb"], nbformat.read(str(ROOT / "lessons" / "05_masks.ipynb"), as_version=4)
+    solved = independent.solved_lessons()["05_masks.ipynb"]
+    released = nbformat.read(str(ROOT / "lessons" / "05_masks.ipynb"), as_version=4)
     other = "05_masks.ipynb" if newer != "05_masks.ipynb" else "05_masks-Copy1.ipynb"
     nbformat.write(solved, str(tmp_path / newer))
     nbformat.write(released, str(tmp_path / other))

@@ -44,7 +44,8 @@ _kept = _w_drop != 0
     "07_residual_layer_norm": """
 import json as _j, pathlib as _pl, solutions as _s
 from solutions.translate import config_for as _config_for
-_res = {k: _j.loads((_pl.Path(_s.__file__).parents[1] / 'benchmarks' / 'results' / f'translate_cpu_{k}.json').read_text())
+_res = {k: _j.loads((_pl.Path(_s.__file__).parents[1] / 'benchmarks' / 'results' /
+                     f'translate_cpu_{k}.json').read_text())
         for k in ('prenorm', 'postnorm', 'default.seed0', 'default.seed1')}
 """,
     "09_decoder": """
@@ -121,7 +122,8 @@ CLAIMS = {
          "[[i + 1, a, b] for i, (a, b) in enumerate(toy_merges) if (a + b).removesuffix('</w>') == 'low']",
          lambda v: v == [[7, "lo", "w</w>"]]),
         ("So the `w` goes to merge 4, `w + est</w>`; without merge 4 the word would still be `lo + w + est</w>`",
-         "[toy_merges.index(('w', 'est</w>')) + 1, apply_bpe('lowest', [m for m in toy_merges if m != ('w', 'est</w>')])]",
+         "[toy_merges.index(('w', 'est</w>')) + 1, apply_bpe('lowest', [m for m in toy_merges if m != ('w', "
+         "'est</w>')])]",
          lambda v: v == [4, ["lo", "w", "est</w>"]]),
         ("*slow* ends in `low</w>`", "apply_bpe('slow', toy_merges)", lambda v: v[-1] == "low</w>"),
         ("*newer* keeps only `ne` of *new*, because *newest* became one symbol before `new` was ever a piece",
@@ -146,7 +148,8 @@ CLAIMS = {
         ("$q\\cdot k = \\sum_{i=1}^{d_k} q_i k_i$ has variance $d_k$. With $d_k = 64$ the scores spread over roughly "
          "$\\pm 8$ to $\\pm 24$",
          "[[(torch.randn(20000, d) * torch.randn(20000, d)).sum(-1).var().item() / d for d in (4, 64, 256)], "
-         "[((torch.randn(20000, 64) * torch.randn(20000, 64)).sum(-1).abs() <= b).float().mean().item() for b in (8, 24)]]",
+         "[((torch.randn(20000, 64) * torch.randn(20000, 64)).sum(-1).abs() <= b).float().mean().item() for b in "
+         "(8, 24)]]",
          lambda v: all(close(r, 1.0, 0.06) for r in v[0]) and close(v[1][0], 0.68, 0.03) and v[1][1] > 0.99),
         ("rows sum to 1, and the padded column is empty",
          "[weights[0].sum(-1).tolist(), weights[0][:, 5].abs().max().item()]",
@@ -169,7 +172,8 @@ CLAIMS = {
          "[_s.target_mask(torch.tensor([[1, 7, 0]]))[0, 0].any(-1).tolist(), "
          "tuple(_s.padding_mask(torch.tensor([[5, 0]])).shape)]",
          lambda v: v == [[True, True, True], [1, 1, 1, 2]]),
-        ("a source sentence that is empty, padded to the batch's length, leaves every query of cross-attention with no key",
+        ("a source sentence that is empty, padded to the batch's length, leaves every query of cross-attention "
+         "with no key",
          "_s.padding_mask(_s.pad_sequences([[5, 6], []]))[1].any().item()", lambda v: v is False),
         ("in training mode some entries are 0 and the rest are scaled by $1/(1-p)$, so a row sums to 1 only on average",
          "[(_w_drop == 0).any().item(), torch.allclose(_w_drop[_kept], 2 * _w[_kept]), "
@@ -182,7 +186,8 @@ CLAIMS = {
          "[weights[2][-1].tolist(), weights[1][0].tolist(), weights[2][:-1].amax(-1).min().item()]",
          lambda v: all(close(w, 1 / 6, 1e-6) for w in v[0] + v[1]) and v[2] > 0.5),
         ("so that block, `(d_k, d_model)`, is $(W_i^Q)^\\top$: the transpose of the table's $W_i^Q$, `(d_model, d_k)`",
-         "[list(mha.w_q.weight[8:16].shape), torch.allclose(mha.w_q(x)[..., 8:16], x @ mha.w_q.weight[8:16].T + mha.w_q.bias[8:16])]",
+         "[list(mha.w_q.weight[8:16].shape), torch.allclose(mha.w_q(x)[..., 8:16], x @ "
+         "mha.w_q.weight[8:16].T + mha.w_q.bias[8:16])]",
          lambda v: v == [[8, 32], True]),
     ],
     "06_feed_forward": [
@@ -216,7 +221,8 @@ CLAIMS = {
         ("in 15 minutes on 2 CPU cores, with the defaults of 2026-11-30 (float32, BPE 8,000 merges, dropout 0.1, no "
          "checkpoint averaging), not today's",
          "[[r['date'], round(r['train_seconds'] / 60), r['config']['bpe_merges'], r['config']['dropout'], "
-         "r['config'].get('precision', 'fp32'), r['config'].get('average_last', 0)] for r in (_res['prenorm'], _res['postnorm'])]",
+         "r['config'].get('precision', 'fp32'), r['config'].get('average_last', 0)] for r in (_res['prenorm'], "
+         "_res['postnorm'])]",
          lambda v: v == [["2026-11-30", 15, 8000, 0.1, "fp32", 0]] * 2),
         ("pre-norm at a peak rate of 2e-3 with 300 warmup steps: 31.2 BLEU (greedy); post-norm at 1e-3 with 500, the "
          "rate that had trained it well (3.6e-3 made it collapse): 20.8",
@@ -226,8 +232,8 @@ CLAIMS = {
         ("Today's default (bfloat16, BPE 5,000, no dropout, the last 5 snapshots averaged) reaches 35.4 and 35.9 "
          "pre-norm; post-norm is not measured with it",
          "[[round(_res[k]['greedy_bleu'], 1) for k in ('default.seed0', 'default.seed1')], "
-         "[getattr(_config_for('cpu'), f) for f in ('precision', 'bpe_merges', 'dropout', 'average_last', 'norm_first')], "
-         "[_res[k]['config'][f] for k in ('default.seed0', 'default.seed1') "
+         "[getattr(_config_for('cpu'), f) for f in ('precision', 'bpe_merges', 'dropout', 'average_last', "
+         "'norm_first')], [_res[k]['config'][f] for k in ('default.seed0', 'default.seed1') "
          "for f in ('bpe_merges', 'dropout', 'average_last', 'norm_first')]]",
          lambda v: v == [[35.4, 35.9], ["auto", 5000, 0.0, 5, True], [5000, 0.0, 5, True] * 2]),
     ],
@@ -242,18 +248,20 @@ CLAIMS = {
          and all(x == 0.0 for x in v[0][:-1]) and v[0][-1] > 0.1),
         ("the change at the end leaks into every earlier position",
          "leaky.tolist()", lambda v: all(x > 0.01 for x in v)),
-        ("The line \"with target_mask\" is no longer 0 at positions 0 to 3: it moves like the line \"padding mask only\"",
-         "[_tried.tolist(), leaky.tolist()]", lambda v: all(x > 0.01 for x in v[0][:4]) and all(x > 0.01 for x in v[1])),
+        ("The line \"with target_mask\" is no longer 0 at positions 0 to 3: it moves like the line \"padding mask "
+         "only\"",
+         "[_tried.tolist(), leaky.tolist()]",
+         lambda v: all(x > 0.01 for x in v[0][:4]) and all(x > 0.01 for x in v[1])),
         ("each target position looks at the source position it must reverse",
          "[trained_rows, list(range(len(toy_source) - 1, -1, -1))]", lambda v: v[0][:len(v[1])] == v[1]),
     ],
     "10_output_projection": [
         ("they are a smaller share: about a fifth of the tied model, against 30% at the base size",
          "list(shares.values())", lambda v: close(v[0], 0.30, 0.01) and close(v[1], 0.2, 0.01)),
-        # V / (N d_model) for each size, and the reasoning: the ratio fell (5,202 / 768 < 37,000 / 3,072), and so did the
-        # embeddings' share of the tied model
-        ("The share follows $V / (N\\,d_{model})$, and the small model's vocabulary shrank more than its layers (5,202 / "
-         "768 against 37,000 / 3,072)",
+        # V / (N d_model) for each size, and the reasoning: the ratio fell (5,202 / 768 < 37,000 / 3,072), and so
+        # did the embeddings' share of the tied model
+        ("The share follows $V / (N\\,d_{model})$, and the small model's vocabulary shrank more than its layers "
+         "(5,202 / 768 against 37,000 / 3,072)",
          "[[[s['V'], s['n_layers'] * s['d_model']] for s in sizes.values()], list(shares.values())]",
          lambda v: v[0] == [[37000, 3072], [5202, 768]] and 5202 / 37000 < 768 / 3072 and v[1][1] < v[1][0]),
     ],
@@ -295,8 +303,8 @@ CLAIMS = {
     ],
     "13_decoding": [
         # 600 steps of 64 pairs, a line every 100 steps; under a grader 20 steps, fewer than 100: no line at all
-        ("We train it on 600 fresh batches of 64 pairs; the cell prints the loss and the time every 100 steps. (While a "
-         "grader runs the notebook it trains only 20 steps and prints nothing",
+        ("We train it on 600 fresh batches of 64 pairs; the cell prints the loss and the time every 100 steps. "
+         "(While a grader runs the notebook it trains only 20 steps and prints nothing",
          "[step, len(pairs), _graded, 'for step in range(1, demo_steps(600) + 1):' in _cells, "
          "'    if step % 100 == 0:\\n        print(' in _cells]",
          lambda v: v[:2] == [600, 64] and v[2] == 20 < 100 and v[3:] == [True, True]),
@@ -314,9 +322,10 @@ CLAIMS = {
          lambda v: len(v) >= 4 and set(v) == {"a"}),
         # the figure's own two hypotheses, and the crossing between 0.52 and 0.54
         ("a short one (4 tokens, $\\log p = -2.0$) and a long one (12 tokens, $\\log p = -2.8$). The short one has the "
-         "higher $\\log p$. Dividing by $lp$ pulls the long one's score up more, and from $\\alpha \\approx 0.53$ on it wins",
-         "[[list(short), list(long_)], [short[1] / length_penalty(short[0], a) > long_[1] / length_penalty(long_[0], a) "
-         "for a in (0.0, 0.52, 0.54, 1.0)]]",
+         "higher $\\log p$. Dividing by $lp$ pulls the long one's score up more, and from $\\alpha \\approx 0.53$ "
+         "on it wins",
+         "[[list(short), list(long_)], [short[1] / length_penalty(short[0], "
+         "a) > long_[1] / length_penalty(long_[0], a) for a in (0.0, 0.52, 0.54, 1.0)]]",
          lambda v: v == [[[4, -2.0], [12, -2.8]], [True, True, False, False]]),
         ("After step 1, \"a\" leads \"the\". After step 2, \"the house\" has overtaken every \"a\" phrase",
          "[words(steps[0][0][0][1:]), words(steps[1][0][0][1:])]", lambda v: v == ["a", "the house"]),
@@ -325,9 +334,11 @@ CLAIMS = {
          lambda v: v == 0.0),
         ("they agree at only about 34 BLEU", "reference.corpus_bleu(*corpora['two translators of the toy task'])",
          lambda v: close(v, 34, 3)),
-        ("Clipped, it is $2/7 = 0.286$, so BLEU is 28.6", "reference.corpus_bleu(*corpora[\"clipping: 'the' x7 (max_n=1)\"])",
+        ("Clipped, it is $2/7 = 0.286$, so BLEU is 28.6", "reference.corpus_bleu(*corpora[\"clipping: 'the' x7 "
+                                                          "(max_n=1)\"])",
          lambda v: close(v, 28.57, 0.01)),
-        ("Beam search finds translations the model itself considers more probable, and here they also score higher BLEU",
+        ("Beam search finds translations the model itself considers more probable, and here they also score "
+         "higher BLEU",
          "[_logp['beam 4'] - _logp['greedy'], _bleu['beam 4'] - _bleu['greedy']]", lambda v: v[0] > 0.5 and v[1] > 3),
         ("A beam of 2 is already enough here", "[_bleu['beam 2'], _bleu['beam 4'], _bleu['beam 8']]",
          lambda v: max(v) - min(v) < 0.5),
@@ -422,18 +433,21 @@ def beyond(row, key):
 """
 RECORDED_CLAIMS = {
     "15_experiments": [
-        ("one head of 128 is as good in perplexity and better in BLEU (9.3 against 8.2), and 8 heads of 16 are worse on both",
-         "[beyond('A-h1', 'val_ppl'), round(S['A-h1']['bleu'], 1), round(S['base']['bleu'], 1), beyond('A-h1', 'bleu'), "
-         "d('A-h-double', 'val_ppl') > 0 and beyond('A-h-double', 'val_ppl'), d('A-h-double', 'bleu') < 0 and beyond('A-h-double', 'bleu')]",
+        ("one head of 128 is as good in perplexity and better in BLEU (9.3 against 8.2), and 8 heads of 16 are "
+         "worse on both",
+         "[beyond('A-h1', 'val_ppl'), round(S['A-h1']['bleu'], 1), round(S['base']['bleu'], 1), beyond('A-h1', "
+         "'bleu'), d('A-h-double', 'val_ppl') > 0 and beyond('A-h-double', 'val_ppl'), d('A-h-double', 'bleu') < 0 "
+         "and beyond('A-h-double', 'bleu')]",
          lambda v: v == [False, 9.3, 8.2, True, True, True]),
-        ("halving $d_k$ worsens both measures beyond the seeds' spread, and quartering it worsens them more (perplexity "
-         "51.6 and 55.9 against 48.5)",
-         "[all(beyond('B-dk-half', k) for k in ('val_ppl', 'bleu')), d('B-dk-half', 'val_ppl') > 0, d('B-dk-half', 'bleu') < 0, "
-         "d('B-dk-quarter', 'val_ppl') > d('B-dk-half', 'val_ppl'), d('B-dk-quarter', 'bleu') < d('B-dk-half', 'bleu'), "
+        ("halving $d_k$ worsens both measures beyond the seeds' spread, and quartering it worsens them more "
+         "(perplexity 51.6 and 55.9 against 48.5)",
+         "[all(beyond('B-dk-half', k) for k in ('val_ppl', 'bleu')), d('B-dk-half', 'val_ppl') > 0, d('B-dk-half', "
+         "'bleu') < 0, d('B-dk-quarter', 'val_ppl') > d('B-dk-half', 'val_ppl'), d('B-dk-quarter', "
+         "'bleu') < d('B-dk-half', 'bleu'), "
          "[round(S[r]['val_ppl'], 1) for r in ('B-dk-half', 'B-dk-quarter', 'base')]]",
          lambda v: v == [True, True, True, True, True, [51.6, 55.9, 48.5]]),
-        ("($d_{model}$ 256: perplexity 33.0 and BLEU 11.8; 64 far worse; a wider $d_{ff}$ helps too). Depth does not, at "
-         "this budget: 4 layers are worse than 2 (55.3 against 48.5)",
+        ("($d_{model}$ 256: perplexity 33.0 and BLEU 11.8; 64 far worse; a wider $d_{ff}$ helps too). Depth does "
+         "not, at this budget: 4 layers are worse than 2 (55.3 against 48.5)",
          "[round(S['C-d-double']['val_ppl'], 1), round(S['C-d-double']['bleu'], 1), d('C-d-half', 'val_ppl') > 30, "
          "d('C-ff-double', 'val_ppl') < 0 and d('C-ff-double', 'bleu') > 0, round(S['C-N-double']['val_ppl'], 1), "
          "beyond('C-N-double', 'val_ppl')]",
@@ -442,15 +456,19 @@ RECORDED_CLAIMS = {
          "[round(S['D-drop0']['val_ppl'], 1), round(S['D-drop0']['bleu'], 1), beyond('D-drop0', 'bleu')]",
          lambda v: v == [38.7, 13.0, True]),
         ("in 300 steps (0.89 epochs) the model has not seen a sentence twice",
-         "sorted({(r['steps'], round(r['epochs'], 2)) for r in runs if r['row'] == 'base'})", lambda v: v == [(300, 0.89)]),
+         "sorted({(r['steps'], round(r['epochs'], 2)) for r in runs if r['row'] == 'base'})",
+         lambda v: v == [(300, 0.89)]),
         ("Without label smoothing the plain perplexity is lower (46.5), as in the paper; the BLEU difference is within "
-         "the seeds' spread", "[round(S['D-ls0']['val_ppl'], 1), beyond('D-ls0', 'bleu')]", lambda v: v == [46.5, False]),
+         "the seeds' spread", "[round(S['D-ls0']['val_ppl'], 1), beyond('D-ls0', 'bleu')]",
+         lambda v: v == [46.5, False]),
         ("within the spread in BLEU, as in the paper, and a little worse in perplexity (50.2)",
          "[beyond('E-learned', 'bleu'), round(S['E-learned']['val_ppl'], 1), d('E-learned', 'val_ppl') > 0]",
          lambda v: v == [False, 50.2, True]),
         ("post-norm is worse at the base's rate (perplexity 60.4)", "[round(S['F-postnorm']['val_ppl'], 1), "
-         "S['F-postnorm']['change'], beyond('F-postnorm', 'val_ppl')]", lambda v: v[0] == 60.4 and "post-norm" in v[1] and v[2]),
-        ("Untied embeddings (34.9) and a constant rate (38.6) are better after 300 steps: untying adds a million parameters",
+         "S['F-postnorm']['change'], beyond('F-postnorm', 'val_ppl')]",
+         lambda v: v[0] == 60.4 and "post-norm" in v[1] and v[2]),
+        ("Untied embeddings (34.9) and a constant rate (38.6) are better after 300 steps: untying adds a million "
+         "parameters",
          "[round(S['F-untied']['val_ppl'], 1), round(S['F-constant']['val_ppl'], 1), "
          "S['F-untied']['parameters'] - S['base']['parameters']]",
          lambda v: v[:2] == [34.9, 38.6] and 0.9e6 < v[2] < 1.2e6),
@@ -462,7 +480,8 @@ RECORDED_CLAIMS = {
 RECORDED_CASES = [(stem, i) for stem, claims in RECORDED_CLAIMS.items() for i in range(len(claims))]
 
 
-@pytest.mark.parametrize("stem,index", RECORDED_CASES, ids=[f"{s}-{RECORDED_CLAIMS[s][i][0][:40]}" for s, i in RECORDED_CASES])
+@pytest.mark.parametrize("stem,index", RECORDED_CASES,
+                         ids=[f"{s}-{RECORDED_CLAIMS[s][i][0][:40]}" for s, i in RECORDED_CASES])
 def test_claim_holds_on_the_recorded_runs(stem, index):
     quote, expr, holds = RECORDED_CLAIMS[stem][index]
     text = markdown_text(nbformat.read(str(lesson_path(stem)), as_version=4))

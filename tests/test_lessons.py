@@ -48,7 +48,7 @@ def test_stubs_keep_the_solution_signature_and_docstring(path):
         stub = defs(cell.source)
         ref = defs(solution_source(MODULES[path.stem], cell.metadata["course"]["names"]))
         assert stub.keys() == ref.keys()
-        for name, (args, doc, body) in stub.items():
+        for name, (args, doc, _) in stub.items():
             assert (args, doc) == ref[name][:2], f"{name}: the stub's signature or docstring drifted from solutions/"
         assert "raise NotImplementedError()" in cell.source and "### BEGIN SOLUTION" not in cell.source
 
@@ -72,13 +72,15 @@ def test_graded_cells_are_worth_max_points_and_cover_the_stubs(path):
 @pytest.mark.parametrize("path", LESSONS, ids=IDS)
 def test_committed_without_outputs(path):
     nb = json.loads(path.read_text())
-    dirty = [i for i, c in enumerate(nb["cells"]) if c["cell_type"] == "code" and (c["outputs"] or c["execution_count"])]
+    dirty = [i for i, c in enumerate(nb["cells"])
+             if c["cell_type"] == "code" and (c["outputs"] or c["execution_count"])]
     assert not dirty, f"cells {dirty} carry outputs: strip them"
 
 
 def test_clear_solutions_is_nbgrader_s():
     src = "def f(x):\n    \"\"\"doc\"\"\"\n    y = 1\n    ### BEGIN SOLUTION\n    return x\n    ### END SOLUTION\n"
-    assert clear_solutions(src) == "def f(x):\n    \"\"\"doc\"\"\"\n    y = 1\n    # YOUR CODE HERE\n    raise NotImplementedError()\n"
+    assert clear_solutions(src) == \
+        "def f(x):\n    \"\"\"doc\"\"\"\n    y = 1\n    # YOUR CODE HERE\n    raise NotImplementedError()\n"
     assert "### END SOLUTION" in solution_source("attention", ["softmax"])
 
 
@@ -149,7 +151,8 @@ x = torch.tensor([1., -2.])
     ("DecoderLayer", """
 layer = solutions.DecoderLayer(8, 2, 16, dropout=0.0)
 out = layer(torch.randn(1, 5, 8), torch.randn(1, 7, 8), None, solutions.causal_mask(5))
-""", [("layer(torch.randn(1, 5, 8), torch.randn(1, 7, 8), None, causal_mask(5)).shape -> (1, 5, 8)", "out.shape == (1, 5, 8)"),
+""", [("layer(torch.randn(1, 5, 8), torch.randn(1, 7, 8), None, causal_mask(5)).shape -> (1, 5, 8)",
+       "out.shape == (1, 5, 8)"),
       ("layer.cross_attn.attn_weights.shape -> (1, 2, 5, 7)", "layer.cross_attn.attn_weights.shape == (1, 2, 5, 7)"),
       ("layer.self_attn.attn_weights[0, :, 0, 1:].sum().item() -> 0.0",
        "layer.self_attn.attn_weights[0, :, 0, 1:].sum().item() == 0.0")]),
@@ -212,9 +215,11 @@ def test_a_wrong_padding_mask_is_reported_and_lesson_05_goes_on(tmp_path):
 
     from autograder.notebooks import ROOT, solved
     nb = solved(next(p for p in LESSONS if p.stem == "05_masks"))
-    at = next(i for i, c in enumerate(nb.cells) if c.metadata.get("nbgrader", {}).get("grade_id") == "check_padding_mask")
+    at = next(i for i, c in enumerate(nb.cells)
+              if c.metadata.get("nbgrader", {}).get("grade_id") == "check_padding_mask")
     nb.cells.insert(at + 1, nbformat.v4.new_code_cell(
-        "def padding_mask(ids, pad_id=PAD):\n    return (ids != pad_id)[:, None, :]   # (B, 1, L): a dimension forgotten"))
+        "def padding_mask(ids, pad_id=PAD):\n    return (ids != pad_id)[:, None, :]   # (B, 1, L): a dimension "
+        "forgotten"))
     nb.cells.insert(0, nbformat.v4.new_code_cell(f"import sys; sys.path.insert(0, {str(ROOT)!r})"))
     NotebookClient(nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
     printed = {i: "".join(o.get("text", "") for o in c.get("outputs", []) if o.output_type == "stream")

@@ -37,7 +37,6 @@ def test_the_reference_gets_full_marks(name):
 @pytest.mark.parametrize("name", NAMES)
 def test_the_stub_gets_zero_and_says_not_implemented(name):
     points, text = grade(stub(name), name)
-    lines = [line for line in text.splitlines() if line.strip()]
     assert points == 0, text
     assert text.count("not implemented yet") == len(REGISTRY[name]), text
 

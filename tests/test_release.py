@@ -3,7 +3,6 @@ commands and runs its lessons; no answer of stage 05 or a later stage is in it (
 planted one); the next release updates the same folder; the graded stage's own checks work in it."""
 import json
 import os
-import pathlib
 import shutil
 import subprocess
 import sys
@@ -38,7 +37,8 @@ def release(tmp_path_factory):
 def test_the_release_holds_the_lessons_up_to_05_pointing_at_the_class(release):
     assert sorted(p.stem for p in (release / "lessons").glob("*.ipynb")) == FIVE
     for name in ("README.md", "requirements.txt", "pyproject.toml", "conftest.py", "binder/postBuild",
-                 "binder/requirements.txt", "autograder/checks/stage05_masks.py", "autograder/fixtures/stage01_bpe.json"):
+                 "binder/requirements.txt", "autograder/checks/stage05_masks.py",
+                 "autograder/fixtures/stage01_bpe.json"):
         assert (release / name).is_file(), name
     assert not (release / ".git").exists() and not (release / "tests").exists()
     readme = (release / "README.md").read_text()
@@ -128,7 +128,8 @@ def test_the_graded_stages_check_works_in_the_release(release):
     padding_mask, written in as a student would, earns full marks; the stub earns nothing)."""
     answer = solution_source("masks", ["padding_mask"])
     probe = "import torch\nfrom solutions import PAD\nfrom autograder import check, max_points\n" + answer + \
-        "\nimport solutions.masks as stub\nprint(check(padding_mask), max_points('padding_mask'), check(stub.padding_mask))"
+        "\nimport solutions.masks as stub\n" \
+        "print(check(padding_mask), max_points('padding_mask'), check(stub.padding_mask))"
     proc = subprocess.run([sys.executable, "-c", probe], cwd=release, capture_output=True, text=True, timeout=300,
                           env=dict(without_the_course(), PYTHONPATH=str(release)))
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -94,7 +94,8 @@ class TableModel(nn.Module):
         return torch.randn(self.vocab, generator=g) * 2
 
     def decode(self, tgt_in, memory, src_mask, tgt_mask):
-        assert tgt_mask.shape[-1] == tgt_in.size(1) and tgt_mask[0, 0].tolist() == causal_mask(tgt_in.size(1))[0, 0].tolist()
+        assert tgt_mask.shape[-1] == tgt_in.size(1)
+        assert tgt_mask[0, 0].tolist() == causal_mask(tgt_in.size(1))[0, 0].tolist()
         out = torch.zeros(tgt_in.size(0), tgt_in.size(1), self.vocab)
         for b in range(tgt_in.size(0)):
             key = tuple(memory[b, :, 0].long().tolist())
@@ -170,7 +171,7 @@ def test_transformer_learns_to_copy():
     model = Transformer(V, V, d_model=d, n_heads=4, n_layers=1, d_ff=128, dropout=0.0)
     opt, sched = make_optimizer(model, d, warmup_steps=100, factor=0.5)
     model.train()
-    for step in range(1000):
+    for _ in range(1000):
         seqs = [[rng.randint(4, V - 1) for _ in range(rng.randint(3, 8))] for _ in range(64)]
         b = make_batch(seqs, seqs)
         loss = label_smoothed_loss(model(b.src, b.tgt_in, b.src_mask, b.tgt_mask), b.tgt_out, 0.0)

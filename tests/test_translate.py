@@ -42,7 +42,8 @@ def test_config_defaults():
     assert (cpu.d_model, cpu.n_layers, cpu.device) == (256, 3, "cpu") and gpu.d_model > cpu.d_model
     assert config_for("cpu", minutes=1).minutes == 1
     # noam_factor puts the top of the warmup schedule at lr_peak
-    assert abs(solutions.noam_lr(cpu.warmup_steps, cpu.d_model, cpu.warmup_steps, cpu.noam_factor) - cpu.lr_peak) < 1e-12
+    peak = solutions.noam_lr(cpu.warmup_steps, cpu.d_model, cpu.warmup_steps, cpu.noam_factor)
+    assert abs(peak - cpu.lr_peak) < 1e-12
 
 
 def test_prepare_data_shares_one_vocabulary():
@@ -177,7 +178,8 @@ def test_attention_maps_cover_every_layer_and_head(trained):
 def test_command_line(tmp_path):
     cmd = [sys.executable, "-m", "solutions.translate", "train", "--data", "synthetic", "--synthetic-train", "300",
            "--minutes", "0.05", "--d-model", "32", "--n-heads", "2", "--n-layers", "1", "--d-ff", "64",
-           "--bpe-merges", "100", "--max-test", "20", "--device", "cpu", "--threads", "1", "--quiet", "--out", str(tmp_path / "run")]
+           "--bpe-merges", "100", "--max-test", "20", "--device", "cpu", "--threads", "1", "--quiet",
+           "--out", str(tmp_path / "run")]
     result = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr[-2000:]
     assert "test BLEU" in result.stdout and "peak memory" in result.stdout
@@ -209,7 +211,7 @@ def test_precision_bf16_autocast_on_the_cpu(monkeypatch):
     assert isinstance(cpu_has_bf16(), bool)
     cpu = torch.device("cpu")
     for units in (False, True):
-        monkeypatch.setattr(precision_module, "cpu_has_bf16", lambda: units)
+        monkeypatch.setattr(precision_module, "cpu_has_bf16", lambda units=units: units)
         with _autocast(cpu)[0]:
             assert torch.is_autocast_enabled("cpu") is units
             assert not units or torch.get_autocast_dtype("cpu") == torch.bfloat16
@@ -229,7 +231,7 @@ def test_precision_bf16_autocast_on_the_cpu(monkeypatch):
     for precision in ("fp32", "bf16"):
         config = Config(**{**TINY.__dict__, "precision": precision, "max_epochs": 2, "compile": precision == "bf16"})
         model = build_model(config, data.tokenizer.vocab_size)
-        model.generator.register_forward_hook(lambda m, i, out: dtypes.append((precision, out.dtype)))
+        model.generator.register_forward_hook(lambda m, i, out, p=precision: dtypes.append((p, out.dtype)))
         _, history = train(config, data, model=model, progress=False)
         losses[precision] = history["val_loss"][-1]
     assert {d for p, d in dtypes if p == "fp32"} == {torch.float32}
@@ -254,8 +256,10 @@ def test_the_dropout_departure_states_the_fixed_step_records():
                      r"BLEU \(greedy, seed 0\)", why)
     assert said, why
     assert with_["steps"] == without["steps"] == int(said[1].replace(",", ""))
-    assert (with_["config"]["dropout"], without["config"]["dropout"], without["config"]["attention_dropout"]) == (0.1, 0, 0)
-    same = [{k: v for k, v in run["config"].items() if "dropout" not in k and k != "minutes"} for run in (with_, without)]
+    assert (with_["config"]["dropout"], without["config"]["dropout"], without["config"]["attention_dropout"]) == \
+        (0.1, 0, 0)
+    same = [{k: v for k, v in run["config"].items() if "dropout" not in k and k != "minutes"}
+            for run in (with_, without)]
     assert same[0] == same[1], "the two runs differ in more than dropout (and the wall-clock guard)"
     assert all(a < b for a, b in zip(without["val_loss"], with_["val_loss"]))
     assert float(said[2]) == round(without["greedy_bleu"] - with_["greedy_bleu"], 1)

@@ -221,7 +221,8 @@ def test_the_dropout_sentence_states_the_recorded_runs():
     text = " ".join(" ".join(c.source.split()) for c in nb.cells if c.cell_type == "markdown")
     for quote in ("The CPU model trains **without dropout**: 15 minutes are about 6 epochs",
                   "The validation loss of the last weights stops falling after the fifth or sixth epoch here, where "
-                  "the average still gains", "put dropout back (`DROPOUT = 0.1` in the settings, as the GPU model has)"):
+                  "the average still gains",
+                  "put dropout back (`DROPOUT = 0.1` in the settings, as the GPU model has)"):
         assert quote in text, quote
     assert (config_for("cpu").dropout, config_for("cpu").attention_dropout, config_for("cuda").dropout) == (0, 0, 0.1)
     for seed in (0, 1):

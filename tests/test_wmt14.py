@@ -58,9 +58,11 @@ def test_reads_the_fixture_in_both_directions(tmp_path):
     assert de == ["Wiederaufnahme der Sitzungsperiode", "Ich bitte Sie.", "Ein Satz\u2028mit Trenner",
                   "Gold für 10.000 Dollar?"]
     assert en == ["Resumption of the session", "Please rise.", "A sentence", "$10,000 Gold?"]
-    assert splits["val"] == (["Eine Kreuzung in Gutach", "Zwei Häuser", "Drei"], ["A crossing in Gutach", "Two houses", "Three"])
+    assert splits["val"] == (["Eine Kreuzung in Gutach", "Zwei Häuser", "Drei"],
+                             ["A crossing in Gutach", "Two houses", "Three"])
     # newstest2014 in SGML: the text of each <seg>, spaces collapsed as sacreBLEU reads it
-    assert splits["test"] == (["Gutach: Noch mehr Sicherheit für Fußgänger", "Sie stehen keine 100 Meter voneinander entfernt"],
+    assert splits["test"] == (["Gutach: Noch mehr Sicherheit für Fußgänger",
+                               "Sie stehen keine 100 Meter voneinander entfernt"],
                               ["Gutach: Increased safety for pedestrians", "They are not even 100 metres apart"])
     paper = load_wmt14(str(tmp_path), direction="en-de", checksums=sums)  # the paper's direction: English first
     assert paper["test"] == splits["test"][::-1] and paper["train"] == splits["train"][::-1]

@@ -164,7 +164,8 @@ def diagnose(got, mistakes, same, every: bool = False) -> str | None:
 
 
 def expect_close(got, expected: torch.Tensor, what: str, hint: str | None = None, atol: float = 1e-4,
-                 rtol: float = 1e-4, mistakes: dict[str, torch.Tensor] | None = None, formula: str | None = None) -> None:
+                 rtol: float = 1e-4, mistakes: dict[str, torch.Tensor] | None = None,
+                 formula: str | None = None) -> None:
     """Fail unless got ≈ expected. `mistakes` maps a classic mistake's description to the output it
     would give (see matching_mistakes: lazily computed answers, or a function making the table, work too): when got
     matches one, the message names that mistake instead of the generic hint. `formula`:

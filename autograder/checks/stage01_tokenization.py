@@ -780,7 +780,8 @@ def _vocab_size(tok):
 
 
 class _OnePass:
-    """The lines as a generator gives them (an iterator, empty once read), noting a read after the end: a second pass."""
+    """The lines as a generator gives them (an iterator, empty once read), noting a read after the end: a second
+    pass."""
 
     def __init__(self, lines):
         self._lines, self.ended, self.read_again = iter(list(lines)), False, False

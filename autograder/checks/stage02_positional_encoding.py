@@ -154,7 +154,8 @@ def _sin_example(sinusoidal_encoding):
 def _sin_formula(sinusoidal_encoding):
     for max_len, d_model in ((50, 16), (30, 6)):
         pe, what = _encode(sinusoidal_encoding, max_len, d_model)
-        _expect_close_lazy(pe, _table(max_len, d_model), what, None, 1e-4, lambda: _table_mistakes(max_len, d_model),
+        _expect_close_lazy(pe, _table(max_len, d_model), what, None, 1e-4,
+                           lambda max_len=max_len, d_model=d_model: _table_mistakes(max_len, d_model),
                            formula=SIN_FORMULA)
 
 
@@ -177,7 +178,7 @@ def _sin_large(sinusoidal_encoding):
 def _sin_odd(sinusoidal_encoding):
     _encode(sinusoidal_encoding, 4, 6)  # an unfinished function says so first
     for d_model in (7, 1):
-        expect_raises(lambda: sinusoidal_encoding(10, d_model), ValueError,
+        expect_raises(lambda: sinusoidal_encoding(10, d_model), ValueError,  # noqa: B023 (called here, at once)
                       f"sinusoidal_encoding(10, {d_model}) (odd d_model)",
                       "sin and cos come in pairs of columns: `if d_model % 2: raise ValueError(f'd_model must be "
                       "even, got {d_model}')` first")

@@ -242,9 +242,10 @@ def _reference(q, k, v, mask=None):
         mistakes["mask applied after the softmax: masked weights were zeroed but the rows no longer sum to 1"] = \
             (torch.softmax(s, -1) * mask) @ v
         mistakes["mask applied after the softmax and renormalized: fill the scores with -inf (or a large "
-                 "negative) BEFORE the softmax"] = (lambda w: w / w.sum(-1, keepdim=True))(torch.softmax(s, -1) * mask) @ v
-        mistakes["masked scores filled with 0 instead of a large negative number: exp(0) = 1 still gives them weight"] = \
-            torch.softmax(s.masked_fill(~mask, 0.0), -1) @ v
+                 "negative) BEFORE the softmax"] = \
+            (lambda w: w / w.sum(-1, keepdim=True))(torch.softmax(s, -1) * mask) @ v
+        mistakes["masked scores filled with 0 instead of a large negative number: exp(0) = 1 still gives them "
+                 "weight"] = torch.softmax(s.masked_fill(~mask, 0.0), -1) @ v
         mistakes["mask ignored"] = torch.softmax(s, -1) @ v
     return ref_out, mistakes
 
@@ -298,7 +299,8 @@ def _attn_rows(attn):
             hint = "the softmax runs over dim 0 (the batch); it must run over the keys (dim=-1)"
         elif ones(sums * math.sqrt(q.size(-1))):
             hint = AFTER_SOFTMAX
-        raise CheckFailure("weights.sum(-1)", "all ones", f"values from {sums.min().item():.3f} to {sums.max().item():.3f}",
+        raise CheckFailure("weights.sum(-1)", "all ones", f"values from {sums.min().item():.3f} to "
+                                                          f"{sums.max().item():.3f}",
                            hint)
 
 

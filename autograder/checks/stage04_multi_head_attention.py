@@ -66,7 +66,7 @@ def _expect_value_error(fn, d_model, n_heads, what):
             raise CheckFailure(what, "a ValueError whose message names the problem",
                                f"ValueError({str(e)[:80]!r})",
                                "say what is wrong, e.g. "
-                               f"f'd_model={{d_model}} is not divisible by n_heads={{n_heads}}'")
+                               "f'd_model={d_model} is not divisible by n_heads={n_heads}'") from None
         return
     except Exception as e:  # noqa: BLE001  (the learner's own error, reported as the wrong kind)
         raise CheckFailure(what, "ValueError with a message naming the problem", f"{type(e).__name__}: {str(e)[:100]}",
@@ -361,7 +361,8 @@ def _manual(ref: nn.MultiheadAttention, query, key, value, mask=None, split="ok"
             return x.reshape(B, L, d_k, h).permute(0, 3, 1, 2)
         return x.reshape(B, h, L, d_k) if split == "no_transpose" else x.reshape(B, L, h, d_k).transpose(1, 2)
     q, k, v = sp(q), sp(k), sp(v)
-    scores = q @ k.transpose(-2, -1) / {"d_model": math.sqrt(d), "none": 1.0, "h": math.sqrt(h), "twice": d_k}.get(scale, math.sqrt(d_k))
+    divisor = {"d_model": math.sqrt(d), "none": 1.0, "h": math.sqrt(h), "twice": d_k}.get(scale, math.sqrt(d_k))
+    scores = q @ k.transpose(-2, -1) / divisor
     if mask is not None and mask_mode == "transposed":
         scores = scores.masked_fill(~mask.transpose(-2, -1), -1e9)
     if mask is not None and mask_mode in ("ok", "inverted", "zero"):
@@ -421,8 +422,8 @@ def _mistakes(ref, query, key, value, mask=None):
     h = ref.num_heads
     for k in (1, 2, 4, 8, 6, 3):  # the numbers of heads people write into their code
         if k != h and ref.embed_dim % k == 0:
-            variants[f"n_heads ignored: this is the output of {k} head{'s' * (k > 1)}, not {h}: use the n_heads argument "
-                     f"(self.h = n_heads, d_k = d_model // n_heads), no fixed number"] = dict(heads=k)
+            variants[f"n_heads ignored: this is the output of {k} head{'s' * (k > 1)}, not {h}: use the n_heads "
+                     f"argument (self.h = n_heads, d_k = d_model // n_heads), no fixed number"] = dict(heads=k)
     if mask is not None:
         variants["mask ignored: pass it to the attention of every head"] = dict(mask_mode="ignored")
         variants["mask polarity inverted: True means 'may attend'"] = dict(mask_mode="inverted")
@@ -638,7 +639,8 @@ def _dropout_half(MHA):
         got = expect_shape(_forward(mha, x, x, x, what=what), (2, 4, 8), what)
     if not torch.isfinite(got).all():
         raise CheckFailure(f"{what}: {(~torch.isfinite(got)).sum().item()} values are NaN or inf", "finite values",
-                           "NaN or inf", "dropout: keep each weight with probability 1 - p and scale it by 1 / (1 - p); "
+                           "NaN or inf", "dropout: keep each weight with probability 1 - p and scale it by "
+                                         "1 / (1 - p); "
                            "nn.Dropout(dropout) does it (and gives zeros at p = 1)")
     W, b = ref.in_proj_weight.detach().double(), ref.in_proj_bias.detach().double()
     Wo, bo = ref.out_proj.weight.detach().double(), ref.out_proj.bias.detach().double()

@@ -182,9 +182,9 @@ def _causal_device(causal_mask):
             raise
         raise CheckFailure("causal_mask(3, device=torch.device('meta'))", "a mask on the requested device",
                            f"NotImplementedError: {str(e)[:60]}",
-                           "a .cpu(), .to('cpu') or .tolist() of the mask made on `device` sends it to the CPU: on a GPU "
-                           "it comes back there and cannot meet the scores; return the tensor made with device=device "
-                           "as it is") from None
+                           "a .cpu(), .to('cpu') or .tolist() of the mask made on `device` sends it to the CPU: on "
+                           "a GPU it comes back there and cannot meet the scores; return the tensor made with "
+                           "device=device as it is") from None
     if got.device.type != "meta":
         raise CheckFailure("causal_mask(3, device=torch.device('meta')).device", "meta", str(got.device),
                            "causal_mask ignores `device`: create the tensor on it, "
@@ -322,8 +322,9 @@ def _blame_earlier_parts(target_mask, ids, got, pad_id=0):
     if wrong:
         said = ", ".join(f"{name} gives shape {shapes[name]}" for name in wrong)
         raise CheckPassed(f"target_mask is padding_mask(...) & causal_mask(...) of your own functions, as it should "
-                          f"be; the mask is wrong because your {' and '.join(wrong)} {'is' if len(wrong) == 1 else 'are'}"
-                          f" ({said}): fix {' and '.join(wrong)} (its checks say how)")
+                          f"be; the mask is wrong because your {' and '.join(wrong)} "
+                          f"{'is' if len(wrong) == 1 else 'are'} ({said}): fix {' and '.join(wrong)} (its checks "
+                          f"say how)")
 
 
 @register("target_mask", "uses the pad_id argument")

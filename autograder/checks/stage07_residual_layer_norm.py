@@ -11,16 +11,17 @@ from torch import nn
 
 from ..explain import failing_line
 from ..registry import CheckFailure, forbid, register
-from ._util import (LEFT_AUTOGRAD, as_module, as_tensor, build, close, diagnose, expect_all_dropped, expect_close, expect_grads,
-                    expect_no_dropout_in_eval, expect_shape, reduces_without_keepdim, seeded)
+from ._util import (LEFT_AUTOGRAD, as_module, as_tensor, build, close, diagnose, expect_all_dropped, expect_close,
+                    expect_grads, expect_no_dropout_in_eval, expect_shape, reduces_without_keepdim, seeded)
 
 # the lesson's own work, which a library call must not do for the learner (SublayerConnection may use any
 # LayerNorm: its checks put nn.LayerNorm in place of the learner's)
 forbid("LayerNorm", "nn.LayerNorm (or F.layer_norm)", functions=("layer_norm", "native_layer_norm"),
        classes=("torch.nn.LayerNorm",))
 
-INPLACE_HINT = ("an in-place operation on the input (x -= mean, x += ..., x.sub_(...), x.masked_fill_(...)) changes the "
-                "caller's tensor; in pre-norm that tensor is the residual x itself: write x = x - mean, x = x + ...")
+INPLACE_HINT = ("an in-place operation on the input (x -= mean, x += ..., x.sub_(...), x.masked_fill_(...)) "
+                "changes the caller's tensor; in pre-norm that tensor is the residual x itself: write "
+                "x = x - mean, x = x + ...")
 
 
 def _keeps_input(fn, x: torch.Tensor, what: str):
@@ -211,7 +212,8 @@ def _ln_shapes(LN):
         for shape in ((5, 6), (2, 3, 4, 6)):
             x = _ln_input(13, shape)
             what = f"LayerNorm(6)(x), x of shape {shape}"
-            expect_close(as_tensor(_keeps_input(lambda: ln(x), x, what), what), ref(x), what, mistakes=_ln_mistakes(x, ref),
+            got = as_tensor(_keeps_input(lambda: ln(x), x, what), what)  # noqa: B023 (called at once)
+            expect_close(got, ref(x), what, mistakes=_ln_mistakes(x, ref),
                          hint="mean and var over dim=-1 with keepdim=True, whatever the number of dimensions")
 
 
@@ -310,7 +312,8 @@ def _sc_mistakes(x, N, S, norm_first):
             **common}
 
 
-@register("SublayerConnection", "has `norm`, a LayerNorm(d_model) with weight and bias, as LayerNorm(d_model) builds it")
+@register("SublayerConnection",
+          "has `norm`, a LayerNorm(d_model) with weight and bias, as LayerNorm(d_model) builds it")
 def _sc_attr(SC):
     for kwargs in ({}, {"norm_first": True}):
         sc = build(SC, 6, what=f"SublayerConnection(6{', norm_first=True' if kwargs else ''})", **kwargs)
@@ -338,7 +341,8 @@ def _own_norm(SC):
     with torch.no_grad():
         default.load_state_dict(own.state_dict(), strict=False)
         x = _sc_input(24) * 1e-3  # a variance of about 4e-6: an eps of 1e-6 or 1e-12 instead of 1e-5 shows
-        what = "SublayerConnection(6, dropout=0.0) with its own norm, (x, a sublayer that returns zeros), x of std 0.002"
+        what = ("SublayerConnection(6, dropout=0.0) with its own norm, (x, a sublayer that returns zeros), "
+                "x of std 0.002")
         got = _call(sc, x, lambda t: torch.zeros_like(t), what)
         if close(got, default(x), atol=1e-4, rtol=1e-3) or not close(own(x), got, atol=1e-4, rtol=1e-3):
             return  # right, or the composition is wrong (the checks with nn.LayerNorm say how)
@@ -441,6 +445,26 @@ def _formula_mistake(sc, x, N, S, norm_first, what):
     return None if description is None else description + " (in eval mode too, with the sublayer's output kept)"
 
 
+def _dropout_formula(norm_first):
+    return "x + dropout(sublayer(norm(x)))" if norm_first else "norm(x + dropout(sublayer(x)))"
+
+
+def _dropout_place_mistakes(x, N, S, norm_first):
+    """The outputs of dropout put elsewhere than on the sublayer's output, with p=1 (all of it dropped)."""
+    return {"dropout applied to the residual sum (or to x itself) instead of the sublayer's "
+            "output only (or the residual x is missing): " + _dropout_formula(norm_first):
+                torch.zeros_like(x) if norm_first else N(torch.zeros_like(x)),
+            "dropout not applied in train mode: self.dropout = nn.Dropout(dropout) on the "
+            "sublayer's output": x + S(N(x)) if norm_first else N(x + S(x)),
+            "dropout applied to the sublayer's input instead of its output: " + _dropout_formula(norm_first):
+                x + S(torch.zeros_like(x)) if norm_first else N(x + S(torch.zeros_like(x))),
+            **({} if norm_first else {
+                "dropout applied after the norm, to the whole output: only the sublayer's "
+                "output goes through dropout, norm(x + dropout(sublayer(x)))":
+                    torch.zeros_like(x)}),
+            **_sc_mistakes(x, N, lambda t: torch.zeros_like(t), norm_first)}
+
+
 @register("SublayerConnection",
           "dropout on the sublayer's output only (train mode, p=1: post-norm gives norm(x), pre-norm x)")
 def _sc_dropout_place(SC):
@@ -454,25 +478,14 @@ def _sc_dropout_place(SC):
             got = _call(sc, x, S, what)
             # p = 1 zeroes the sublayer's output: what remains is the residual path alone
             expected = x if norm_first else N(x)
-            expect_all_dropped(got, expected, lambda: _call(sc, x, S, what), 1, what, "value", equal_nan=True)
+            expect_all_dropped(got, expected, lambda: _call(sc, x, S, what), 1, what, "value",  # noqa: B023 (at once)
+                               equal_nan=True)
             formula = _formula_mistake(sc, x, N, S, norm_first, what) if not close(got, expected) else None
             expect_close(got, expected, what,
                          hint="dropout applies to the sublayer's output, before the residual sum: "
-                              + ("x + dropout(sublayer(norm(x)))" if norm_first else "norm(x + dropout(sublayer(x)))"),
-                         mistakes={formula: got} if formula is not None else {"dropout applied to the residual sum (or to x itself) instead of the sublayer's "
-                                   "output only (or the residual x is missing): "
-                                   + ("x + dropout(sublayer(norm(x)))" if norm_first else "norm(x + dropout(sublayer(x)))"):
-                                       torch.zeros_like(x) if norm_first else N(torch.zeros_like(x)),
-                                   "dropout not applied in train mode: self.dropout = nn.Dropout(dropout) on the "
-                                   "sublayer's output": x + S(N(x)) if norm_first else N(x + S(x)),
-                                   "dropout applied to the sublayer's input instead of its output: "
-                                   + ("x + dropout(sublayer(norm(x)))" if norm_first else "norm(x + dropout(sublayer(x)))"):
-                                       x + S(torch.zeros_like(x)) if norm_first else N(x + S(torch.zeros_like(x))),
-                                   **({} if norm_first else {
-                                       "dropout applied after the norm, to the whole output: only the sublayer's "
-                                       "output goes through dropout, norm(x + dropout(sublayer(x)))":
-                                           torch.zeros_like(x)}),
-                                   **_sc_mistakes(x, N, lambda t: torch.zeros_like(t), norm_first)})
+                              + _dropout_formula(norm_first),
+                         mistakes={formula: got} if formula is not None else
+                         _dropout_place_mistakes(x, N, S, norm_first))
     # p = 0.5, pre-norm: x is added back untouched, so out - x is dropout(sublayer(norm(x))) itself: each value
     # 0 or 2 * sublayer(norm(x)), about half of them 0 (a fixed rate, two dropouts, or no rescaling show here)
     sc, N = _make_sc(SC, 16, 0.5, True, seed=6)

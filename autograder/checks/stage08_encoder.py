@@ -23,9 +23,10 @@ from ..registry import CheckFailure, forbid, register
 from ._util import as_module, build, close, expect_close, expect_shape, expect_still_training, seeded
 
 # the lesson's own work, which PyTorch's Transformer modules must not do for the learner
-TORCH_TRANSFORMER = ("torch.nn.TransformerEncoderLayer", "torch.nn.TransformerEncoder", "torch.nn.TransformerDecoderLayer",
-                     "torch.nn.TransformerDecoder", "torch.nn.Transformer")
-forbid(("EncoderLayer", "Encoder"), "PyTorch's nn.Transformer modules (nn.TransformerEncoderLayer, nn.TransformerEncoder, ...)",
+TORCH_TRANSFORMER = ("torch.nn.TransformerEncoderLayer", "torch.nn.TransformerEncoder",
+                     "torch.nn.TransformerDecoderLayer", "torch.nn.TransformerDecoder", "torch.nn.Transformer")
+forbid(("EncoderLayer", "Encoder"), "PyTorch's nn.Transformer modules (nn.TransformerEncoderLayer, "
+                                    "nn.TransformerEncoder, ...)",
        functions=("_transformer_encoder_layer_fwd",), classes=TORCH_TRANSFORMER)
 
 PAD = 0                    # the contract's <pad> id
@@ -227,8 +228,8 @@ def layer_mistakes(layer_fn, norm_first: bool) -> dict:
             layer_fn(mode="post-no-residual")
         out["LayerNorm applied to the sublayer's output only: x + LayerNorm(sublayer(x)) instead of "
             "LayerNorm(x + sublayer(x))"] = layer_fn(mode="norm-inside")
-        out["LayerNorm missing: x + sublayer(x) is never normalized; post-norm is LayerNorm(x + dropout(sublayer(x)))"] = \
-            layer_fn(mode="no-norm")
+        out["LayerNorm missing: x + sublayer(x) is never normalized; post-norm is "
+            "LayerNorm(x + dropout(sublayer(x)))"] = layer_fn(mode="no-norm")
     return out
 
 
@@ -305,8 +306,8 @@ STATE = ("the same module gave a wrong answer on a second batch: something from 
          "tensor saved on self and reused?); use the arguments of each call")
 IN_PLACE_GRAD = ("an in-place operation (x += ..., memory.mul_(...), a `_` method, out=...) on an input or on a tensor "
                  "autograd still needs breaks the backward pass, so training would crash: compute new tensors instead")
-NO_GRAD = ("the output is cut off from autograd: forward runs under torch.no_grad() (or detaches its result, or rebuilds it "
-           "with .data, torch.tensor(...) or numpy), so no parameter would ever be trained")
+NO_GRAD = ("the output is cut off from autograd: forward runs under torch.no_grad() (or detaches its result, or "
+           "rebuilds it with .data, torch.tensor(...) or numpy), so no parameter would ever be trained")
 
 
 def same_gradients(mine, ref, inputs, real, what, seed=0, module=None):
@@ -536,8 +537,8 @@ def check_sublayer_dropout(layer, call, x, parts, what):
 
 
 # ==================================================================================== EncoderLayer
-EXTRA_NORM = "the pre-norm layer's output normalized again at its end: a pre-norm layer returns x + dropout(ff(norm(x))) " \
-    "unnormalized (the Encoder's final norm normalizes the last layer's output)"
+EXTRA_NORM = ("the pre-norm layer's output normalized again at its end: a pre-norm layer returns "
+              "x + dropout(ff(norm(x))) unnormalized (the Encoder's final norm normalizes the last layer's output)")
 
 
 def _make_layer(EncoderLayer, norm_first=False, dropout=0.0, seed=0):
@@ -561,8 +562,9 @@ def _layer_vs_torch(EncoderLayer, norm_first, seed, lengths, grads=False):
                       without=lambda: layer(x, None))
     with torch.no_grad():
         expected = ref(x, src_key_padding_mask=ids == PAD)
+        mask = key_mask(ids)  # the reference's own, computed once (src_mask went to the learner's layer)
 
-        def fn(mode="post", order="af", norms=(0, 1), allowed=key_mask(ids)):
+        def fn(mode="post", order="af", norms=(0, 1), allowed=mask):
             return enc_layer_ref(ref, x, allowed, mode, order, norms)
         mistakes = layer_mistakes(fn, norm_first)
         mode = "pre" if norm_first else "post"
@@ -628,7 +630,8 @@ def _el_parts(EncoderLayer):
                         ("feed_forward.w_2.weight", (12, 20)), ("sublayers.1.norm.weight", (12,))):
         expect_shape(get_path(other, path, what), shape, f"{what}: {path}",
                      "build the parts from the arguments: MultiHeadAttention(d_model, n_heads, dropout), "
-                     "PositionwiseFeedForward(d_model, d_ff, dropout), SublayerConnection(d_model, ...); no fixed sizes")
+                     "PositionwiseFeedForward(d_model, d_ff, dropout), SublayerConnection(d_model, ...); "
+                     "no fixed sizes")
 
 
 @register("EncoderLayer", "post-norm equals nn.TransformerEncoderLayer with the same weights")
@@ -674,11 +677,11 @@ def _el_dropout(EncoderLayer):
         layer, what = _make_layer(EncoderLayer, norm_first, dropout=1.0)
         ref = ref_encoder_layer(norm_first, seed=5)
         copy_layer(layer, ref, what)
-        if not computes_like(layer, lambda: layer(x, None), lambda: ref(x)):
+        if not computes_like(layer, lambda: layer(x, None), lambda: ref(x)):  # noqa: B023 (called at once)
             continue  # a wrong layer: the post-norm and pre-norm checks say what is wrong with it
         layer.train()
         with torch.no_grad():
-            got = keeps_input(lambda: layer(x, None), x, f"{what}.train()(x, None)")
+            got = keeps_input(lambda: layer(x, None), x, f"{what}.train()(x, None)")  # noqa: B023 (called at once)
             expected = x if norm_first else ref.norm2(ref.norm1(x))
             zero = torch.zeros_like(x)
             # only the attention (its weights) and the feed-forward (its hidden units) drop: each leaves its bias
@@ -869,8 +872,9 @@ def _encoder_vs_torch(Encoder, norm_first, seed, lengths, n_layers=2, grads=Fals
                       without=lambda: enc(x, None))
     with torch.no_grad():
         expected = ref(x, src_key_padding_mask=ids == PAD)
+        mask = key_mask(ids)  # the reference's own, computed once (src_mask went to the learner's stack)
 
-        def run_layer(lay, inp, mode, masked, allowed=key_mask(ids)):
+        def run_layer(lay, inp, mode, masked, allowed=mask):
             return enc_layer_ref(lay, x if inp is None else inp, allowed if masked else None, mode)
         mistakes = stack_mistakes(list(ref.layers), run_layer, ref.norm, norm_first, default_layer_norm)
         h = x
@@ -902,11 +906,11 @@ def _enc_parts(Encoder):
         enc, what = _make_encoder(Encoder, 2, norm_first, dropout=1.0)
         ref = ref_encoder(2, norm_first, seed=14)
         if not copies_into(enc, ref, what, 2, norm_first, "encoder") or \
-                not computes_like(enc, lambda: enc(x, None), lambda: ref(x)):
+                not computes_like(enc, lambda: enc(x, None), lambda: ref(x)):  # noqa: B023 (called at once)
             continue  # a wrong stack: the post-norm and pre-norm checks say what is wrong with it
         enc.train()
         with torch.no_grad():
-            got = keeps_input(lambda: enc(x, None), x, f"{what}.train()(x, None)")
+            got = keeps_input(lambda: enc(x, None), x, f"{what}.train()(x, None)")  # noqa: B023 (called at once)
             check_residual_path(got, x, list(ref.layers), ("norm1", "norm2"), ref.norm, norm_first,
                                 f"{what}.train()(x, None)", "encoder")
 

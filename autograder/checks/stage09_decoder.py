@@ -15,13 +15,15 @@ from ..registry import CheckFailure, CheckPassed, CheckTimeout, forbid, register
 from . import _util
 from ._util import build, close, expect_shape, learners_own, seeded
 from .stage08_encoder import (MASK_CHANGED, STATE, TORCH_TRANSFORMER, D, FF, H, PAD, as_module, check_dropout,
-                              check_layer_parts, check_sublayer_dropout, check_residual_path, check_stack_distinct, check_stack_parts, close_at,
-                              computes_like, copies_into, copy_final_norm, copy_layer, default_layer_norm, ffn, ids_with_lengths,
+                              check_layer_parts, check_sublayer_dropout, check_residual_path, check_stack_distinct,
+                              check_stack_parts, close_at, computes_like, copies_into, copy_final_norm, copy_layer,
+                              default_layer_norm, ffn, ids_with_lengths,
                               inverted, key_mask, layer_mistakes, mha, randomize, same_gradients, stack_layers,
                               stack_mistakes, sublayer, check_parts_drop, heads_mistakes, part_calls)
 
 # the lesson's own work, which PyTorch's Transformer modules must not do for the learner
-forbid(("DecoderLayer", "Decoder"), "PyTorch's nn.Transformer modules (nn.TransformerDecoderLayer, nn.TransformerDecoder, ...)",
+forbid(("DecoderLayer", "Decoder"), "PyTorch's nn.Transformer modules (nn.TransformerDecoderLayer, "
+                                    "nn.TransformerDecoder, ...)",
        functions=("_transformer_encoder_layer_fwd",), classes=TORCH_TRANSFORMER)
 
 
@@ -49,11 +51,11 @@ def transposed(allowed):
 
 
 MIXED_LENGTHS = ("the target's and the source's lengths got mixed up: self-attention is self_attn(x, x, x, tgt_mask), "
-                 "cross-attention is cross_attn(x, memory, memory, src_mask) (queries from the decoder, keys and values "
-                 "from the memory; tgt_mask for self-attention, src_mask for cross-attention), and a layer is called "
-                 "as layer(x, memory, src_mask, tgt_mask)")
-IN_PLACE = ("work on new tensors: x = x + ... instead of x += ... (or another in-place `_` method), so that the caller's "
-            "tensors stay as they were (autograd needs them too)")
+                 "cross-attention is cross_attn(x, memory, memory, src_mask) (queries from the decoder, keys and "
+                 "values from the memory; tgt_mask for self-attention, src_mask for cross-attention), and a layer "
+                 "is called as layer(x, memory, src_mask, tgt_mask)")
+IN_PLACE = ("work on new tensors: x = x + ... instead of x += ... (or another in-place `_` method), so that the "
+            "caller's tensors stay as they were (autograd needs them too)")
 
 
 def mentions_both(error, n, m) -> bool:
@@ -167,90 +169,7 @@ def _layer_vs_torch(DecoderLayer, norm_first, seed, tgt_lengths, src_lengths, ho
     got = run(layer, x, memory, key_mask(src), tgt_mask_of(tgt), f"{what}(x, memory, src_mask, tgt_mask)")
     expected = run_ref_decoder(ref, x, memory, src, tgt)
     with torch.no_grad():
-        def fn(mode="post" if not norm_first else "pre", order="scf", norms=(0, 1, 2), kv="memory",
-               self_allowed=tgt_mask_of(tgt), cross_allowed=key_mask(src), sa="self"):
-            return dec_layer_ref(ref, x, memory, self_allowed, cross_allowed, mode, order, norms, kv, sa)
-        mistakes = layer_mistakes(fn, norm_first)
-        mistakes.update({
-            "sublayer order wrong: cross-attention ran before self-attention (self-attention, cross-attention, "
-            "feed-forward, in sublayers[0], [1], [2])": fn(order="csf"),
-            "sublayer order wrong: the feed-forward ran first": fn(order="fsc"),
-            "the sublayers' norms mixed up: sublayers[0] wraps self-attention, [1] cross-attention, [2] the "
-            "feed-forward": fn(norms=(1, 0, 2)),
-            "decoder self-attention without the causal mask (only padding hidden): a position sees later "
-            "target tokens": fn(self_allowed=key_mask(tgt)),
-            "tgt_mask not passed to self-attention: no causal mask, no target padding mask": fn(self_allowed=None),
-            TRANSPOSED: fn(self_allowed=transposed(tgt_mask_of(tgt))),
-            "cross-attention without the source padding mask (src_mask): the memory's padding was attended":
-                fn(cross_allowed=None),
-            "tgt_mask inverted (~tgt_mask or tgt_mask == 0 given to self-attention): True means 'may attend'; pass "
-            "tgt_mask on as it is": fn(self_allowed=inverted(tgt_mask_of(tgt))),
-            "src_mask inverted (~src_mask or src_mask == 0 given to cross-attention): True means 'may attend'; pass "
-            "src_mask on as it is": fn(cross_allowed=inverted(key_mask(src))),
-            "cross-attention computed with self_attn: use self.cross_attn(x, memory, memory, src_mask), the "
-            "module with its own projections": fn(kv="self_attn"),
-            "self-attention run through the cross-attention module (self.cross_attn(x, x, x, tgt_mask)): the two "
-            "attentions have their own projections, self-attention is self.self_attn(x, x, x, tgt_mask)":
-                fn(sa="cross"),
-            "the two attention modules swapped: self-attention ran through self.cross_attn and cross-attention "
-            "through self.self_attn; self.self_attn(x, x, x, tgt_mask), then self.cross_attn(x, memory, memory, "
-            "src_mask) (each module has its own projections)": fn(sa="cross", kv="self_attn"),
-            "tgt_mask ignored: a causal mask built inside the layer hides later tokens but not the target's "
-            "padding; pass tgt_mask itself to self-attention": fn(self_allowed=causal(x.size(1))),
-            "sublayer order wrong: the feed-forward ran before cross-attention (self-attention, cross-attention, "
-            "feed-forward, in sublayers[0], [1], [2])": fn(order="sfc"),
-            "the cross-attention sublayer is missing: self-attention, then cross_attn(x, memory, memory, src_mask), "
-            "then the feed-forward, in sublayers[0], [1], [2]": fn(order="sf", norms=(0, 2)),
-            "the cross-attention sublayer is missing (and the feed-forward went through sublayers[1]): self-attention, "
-            "cross-attention, feed-forward, in sublayers[0], [1], [2]": fn(order="sf", norms=(0, 1)),
-            "sublayers[0] used for cross-attention too: each sublayer has its own connection, sublayers[1] for "
-            "cross-attention": fn(norms=(0, 0, 2)),
-            "sublayers[1] used for the feed-forward too: each sublayer has its own connection, sublayers[2] for the "
-            "feed-forward": fn(norms=(0, 1, 1)),
-        })
-        mistakes.update(heads_mistakes(lambda r: dec_layer_ref(r, x, memory, tgt_mask_of(tgt), key_mask(src),
-                                                               "pre" if norm_first else "post"), ref))
-        if norm_first:
-            L = x.size(1)
-
-            def lambda_x(self_x=False, cross_x=False):
-                """A pre-norm layer whose lambdas use the closure's x (the un-normalized sum) instead of their argument."""
-                h = x
-                n = ref.norm1(h)
-                q = h if self_x else n
-                h = h + mha(ref.self_attn, q, q, q, tgt_mask_of(tgt))
-                n = ref.norm2(h)
-                h = h + mha(ref.multihead_attn, h if cross_x else n, memory, memory, key_mask(src))
-                return h + ffn(ref, ref.norm3(h))
-            mistakes["the attention's lambda uses x instead of its argument (lambda y: self.self_attn(x, x, x, "
-                     "tgt_mask)): in pre-norm the sublayer connection hands it norm(x); use lambda y: "
-                     "self.self_attn(y, y, y, tgt_mask)"] = lambda_x(self_x=True)
-            mistakes["cross-attention's lambda uses x instead of its argument (lambda y: self.cross_attn(x, memory, "
-                     "memory, src_mask)): in pre-norm the sublayer connection hands it norm(x); use lambda y: "
-                     "self.cross_attn(y, memory, memory, src_mask)"] = lambda_x(cross_x=True)
-            mistakes["the lambdas use x instead of their argument: in pre-norm the sublayer connection hands them "
-                     "norm(x); use lambda y: self.self_attn(y, y, y, tgt_mask) and lambda y: self.cross_attn(y, "
-                     "memory, memory, src_mask)"] = lambda_x(True, True)
-        if x.size(1) == memory.size(1):
-            mistakes.update({
-                "the masks swapped: src_mask given to self-attention and tgt_mask to cross-attention (self_attn(x, "
-                "x, x, tgt_mask), cross_attn(x, memory, memory, src_mask))":
-                    fn(self_allowed=key_mask(src), cross_allowed=tgt_mask_of(tgt)),
-                "tgt_mask given to cross-attention: cross-attention hides the source padding with src_mask":
-                    fn(cross_allowed=tgt_mask_of(tgt)),
-                "src_mask given to self-attention: decoder self-attention takes tgt_mask (causal and target padding)":
-                    fn(self_allowed=key_mask(src)),
-                "cross-attention keys and values taken from the decoder (x) instead of the memory":
-                    fn(kv="x"),
-                "cross-attention keys and values taken from the decoder (x) instead of the memory, without a mask":
-                    fn(kv="x", cross_allowed=None),
-                "cross-attention keys taken from the decoder (x): keys and values both come from the memory":
-                    fn(kv="k=x"),
-                "cross-attention values taken from the decoder (x): keys and values both come from the memory":
-                    fn(kv="v=x"),
-                "cross-attention roles swapped: the queries come from the decoder, keys and values from the memory":
-                    fn(kv="q=memory"),
-            })
+        mistakes = _layer_mistakes(ref, x, memory, src, tgt, norm_first)
     close_at(got, expected, tgt != PAD,
              f"{what}(x, memory, src_mask, tgt_mask) vs nn.TransformerDecoderLayer(norm_first={norm_first})",
              hint=("self-attention(x, x, x, tgt_mask), then cross-attention(x, memory, memory, src_mask), then the "
@@ -261,6 +180,114 @@ def _layer_vs_torch(DecoderLayer, norm_first, seed, tgt_lengths, src_lengths, ho
                        lambda a, b: run_ref_grad(ref, a, b, src, tgt), [("x", x), ("memory", memory)], tgt != PAD,
                        f"{what}(x, memory, src_mask, tgt_mask)", seed=seed, module=layer)
     return layer, ref, x, memory, src, tgt
+
+
+def _layer_mistakes(ref, x, memory, src, tgt, norm_first):
+    """The outputs of the classic decoder-layer mistakes on these inputs, by their description (close_at's
+    `mistakes`), in the order they are tried."""
+    self_mask, cross_mask = tgt_mask_of(tgt), key_mask(src)  # the reference's own, computed once
+
+    def fn(mode="post" if not norm_first else "pre", order="scf", norms=(0, 1, 2), kv="memory",
+           self_allowed=self_mask, cross_allowed=cross_mask, sa="self"):
+        return dec_layer_ref(ref, x, memory, self_allowed, cross_allowed, mode, order, norms, kv, sa)
+    mistakes = layer_mistakes(fn, norm_first)
+    mistakes.update(_wiring_mistakes(fn, x, src, tgt))
+    mistakes.update(heads_mistakes(lambda r: dec_layer_ref(r, x, memory, tgt_mask_of(tgt), key_mask(src),
+                                                           "pre" if norm_first else "post"), ref))
+    if norm_first:
+        mistakes.update(_lambda_mistakes(ref, x, memory, src, tgt))
+    if x.size(1) == memory.size(1):
+        mistakes.update(_same_length_mistakes(fn, src, tgt))
+    return mistakes
+
+
+def _wiring_mistakes(fn, x, src, tgt):
+    """The sublayers in the wrong order or connections, a mask missing, inverted or hand-made, the attentions
+    mixed up: `fn` computes the layer so wired."""
+    return {
+        "sublayer order wrong: cross-attention ran before self-attention (self-attention, cross-attention, "
+        "feed-forward, in sublayers[0], [1], [2])": fn(order="csf"),
+        "sublayer order wrong: the feed-forward ran first": fn(order="fsc"),
+        "the sublayers' norms mixed up: sublayers[0] wraps self-attention, [1] cross-attention, [2] the "
+        "feed-forward": fn(norms=(1, 0, 2)),
+        "decoder self-attention without the causal mask (only padding hidden): a position sees later "
+        "target tokens": fn(self_allowed=key_mask(tgt)),
+        "tgt_mask not passed to self-attention: no causal mask, no target padding mask": fn(self_allowed=None),
+        TRANSPOSED: fn(self_allowed=transposed(tgt_mask_of(tgt))),
+        "cross-attention without the source padding mask (src_mask): the memory's padding was attended":
+            fn(cross_allowed=None),
+        "tgt_mask inverted (~tgt_mask or tgt_mask == 0 given to self-attention): True means 'may attend'; pass "
+        "tgt_mask on as it is": fn(self_allowed=inverted(tgt_mask_of(tgt))),
+        "src_mask inverted (~src_mask or src_mask == 0 given to cross-attention): True means 'may attend'; pass "
+        "src_mask on as it is": fn(cross_allowed=inverted(key_mask(src))),
+        "cross-attention computed with self_attn: use self.cross_attn(x, memory, memory, src_mask), the "
+        "module with its own projections": fn(kv="self_attn"),
+        "self-attention run through the cross-attention module (self.cross_attn(x, x, x, tgt_mask)): the two "
+        "attentions have their own projections, self-attention is self.self_attn(x, x, x, tgt_mask)":
+            fn(sa="cross"),
+        "the two attention modules swapped: self-attention ran through self.cross_attn and cross-attention "
+        "through self.self_attn; self.self_attn(x, x, x, tgt_mask), then self.cross_attn(x, memory, memory, "
+        "src_mask) (each module has its own projections)": fn(sa="cross", kv="self_attn"),
+        "tgt_mask ignored: a causal mask built inside the layer hides later tokens but not the target's "
+        "padding; pass tgt_mask itself to self-attention": fn(self_allowed=causal(x.size(1))),
+        "sublayer order wrong: the feed-forward ran before cross-attention (self-attention, cross-attention, "
+        "feed-forward, in sublayers[0], [1], [2])": fn(order="sfc"),
+        "the cross-attention sublayer is missing: self-attention, then cross_attn(x, memory, memory, src_mask), "
+        "then the feed-forward, in sublayers[0], [1], [2]": fn(order="sf", norms=(0, 2)),
+        "the cross-attention sublayer is missing (and the feed-forward went through sublayers[1]): self-attention, "
+        "cross-attention, feed-forward, in sublayers[0], [1], [2]": fn(order="sf", norms=(0, 1)),
+        "sublayers[0] used for cross-attention too: each sublayer has its own connection, sublayers[1] for "
+        "cross-attention": fn(norms=(0, 0, 2)),
+        "sublayers[1] used for the feed-forward too: each sublayer has its own connection, sublayers[2] for the "
+        "feed-forward": fn(norms=(0, 1, 1)),
+    }
+
+
+def _lambda_mistakes(ref, x, memory, src, tgt):
+    """Pre-norm: the lambdas that use the closure's x (the un-normalized sum) instead of their argument."""
+    def lambda_x(self_x=False, cross_x=False):  # the layer whose self- or cross-attention lambda uses x
+        h = x
+        n = ref.norm1(h)
+        q = h if self_x else n
+        h = h + mha(ref.self_attn, q, q, q, tgt_mask_of(tgt))
+        n = ref.norm2(h)
+        h = h + mha(ref.multihead_attn, h if cross_x else n, memory, memory, key_mask(src))
+        return h + ffn(ref, ref.norm3(h))
+    mistakes = {}
+    mistakes["the attention's lambda uses x instead of its argument (lambda y: self.self_attn(x, x, x, "
+             "tgt_mask)): in pre-norm the sublayer connection hands it norm(x); use lambda y: "
+             "self.self_attn(y, y, y, tgt_mask)"] = lambda_x(self_x=True)
+    mistakes["cross-attention's lambda uses x instead of its argument (lambda y: self.cross_attn(x, memory, "
+             "memory, src_mask)): in pre-norm the sublayer connection hands it norm(x); use lambda y: "
+             "self.cross_attn(y, memory, memory, src_mask)"] = lambda_x(cross_x=True)
+    mistakes["the lambdas use x instead of their argument: in pre-norm the sublayer connection hands them "
+             "norm(x); use lambda y: self.self_attn(y, y, y, tgt_mask) and lambda y: self.cross_attn(y, "
+             "memory, memory, src_mask)"] = lambda_x(True, True)
+    return mistakes
+
+
+def _same_length_mistakes(fn, src, tgt):
+    """What shows only when the target and the source have the same length: the masks or the memory's
+    roles swapped."""
+    return {
+    "the masks swapped: src_mask given to self-attention and tgt_mask to cross-attention (self_attn(x, "
+    "x, x, tgt_mask), cross_attn(x, memory, memory, src_mask))":
+        fn(self_allowed=key_mask(src), cross_allowed=tgt_mask_of(tgt)),
+    "tgt_mask given to cross-attention: cross-attention hides the source padding with src_mask":
+        fn(cross_allowed=tgt_mask_of(tgt)),
+    "src_mask given to self-attention: decoder self-attention takes tgt_mask (causal and target padding)":
+        fn(self_allowed=key_mask(src)),
+    "cross-attention keys and values taken from the decoder (x) instead of the memory":
+        fn(kv="x"),
+    "cross-attention keys and values taken from the decoder (x) instead of the memory, without a mask":
+        fn(kv="x", cross_allowed=None),
+    "cross-attention keys taken from the decoder (x): keys and values both come from the memory":
+        fn(kv="k=x"),
+    "cross-attention values taken from the decoder (x): keys and values both come from the memory":
+        fn(kv="v=x"),
+    "cross-attention roles swapped: the queries come from the decoder, keys and values from the memory":
+        fn(kv="q=memory"),
+    }
 
 
 @register("DecoderLayer", "has self_attn, cross_attn, feed_forward and 3 sublayers, each its own; keeps the shape")
@@ -335,7 +362,8 @@ def _dl_src_padding(DecoderLayer):
         m2[src == PAD] = torch.randn(int((src == PAD).sum()), D) * 3
     call = f"DecoderLayer({D}, {H}, {FF}, dropout=0.0)(x, memory, src_mask, tgt_mask)"
     close_at(run(layer, x, m2, key_mask(src), tgt_mask_of(tgt), call),
-             run(layer, x, memory, key_mask(src), tgt_mask_of(tgt), call), tgt != PAD, "output after changing only the memory at the source's padding positions",
+             run(layer, x, memory, key_mask(src), tgt_mask_of(tgt), call), tgt != PAD,
+             "output after changing only the memory at the source's padding positions",
              hint="cross-attention without the source padding mask: cross_attn(x, memory, memory, src_mask)")
     # a second batch with other lengths through the same layer: nothing of the earlier calls may be kept
     x2, memory2, src2, tgt2 = _inputs(61, [4, 3], [3, 6])
@@ -365,7 +393,8 @@ def _dl_dropout(DecoderLayer):
     with seeded(7):
         x, memory = torch.randn(2, 5, D), torch.randn(2, 6, D)
     check_dropout(lambda p: _make_layer(DecoderLayer, dropout=p)[0],
-                  lambda m: expect_shape(run(m, x, memory, everything(2, 6), causal(5), f"DecoderLayer({D}, {H}, {FF})"),
+                  lambda m: expect_shape(run(m, x, memory, everything(2, 6), causal(5),
+                                             f"DecoderLayer({D}, {H}, {FF})"),
                                          (2, 5, D), f"DecoderLayer({D}, {H}, {FF})(x (2, 5, {D}), memory (2, 6, {D}), "
                                          "src_mask, tgt_mask)"),
                   f"DecoderLayer({D}, {H}, {FF})")
@@ -385,7 +414,8 @@ def _dl_dropout(DecoderLayer):
                      lambda: run_ref_decoder(ref, x, memory, src, tgt)):
         check_sublayer_dropout(_make_layer(DecoderLayer, True, dropout=0.5)[0],
                                lambda m: run(m, x, memory, everything(2, 6), causal(5), what), x,
-                               ("self_attn", "cross_attn", "feed_forward"), f"DecoderLayer({D}, {H}, {FF}, norm_first=True)")
+                               ("self_attn", "cross_attn", "feed_forward"),
+                               f"DecoderLayer({D}, {H}, {FF}, norm_first=True)")
 
 
 class _KeysSeen(nn.Module):
@@ -466,8 +496,9 @@ def _decoder_vs_torch(Decoder, norm_first, seed, tgt_lengths, src_lengths, n_lay
     expected = run_ref_decoder(ref, x, memory, src, tgt)
     mode = "pre" if norm_first else "post"
     with torch.no_grad():
-        def run_layer(lay, inp, mode, masked, self_allowed=tgt_mask_of(tgt), cross_allowed=key_mask(src),
-                      mem=memory):
+        self_mask, cross_mask = tgt_mask_of(tgt), key_mask(src)  # the reference's own, computed once
+
+        def run_layer(lay, inp, mode, masked, self_allowed=self_mask, cross_allowed=cross_mask, mem=memory):
             return dec_layer_ref(lay, x if inp is None else inp, mem, self_allowed if masked else None,
                                  cross_allowed if masked else None, mode)
         layers_ref = list(ref.layers)
@@ -613,8 +644,9 @@ def _dec_parts(Decoder):
         dec, what = _make_decoder(Decoder, 2, norm_first, dropout=1.0)
         ref = ref_decoder(2, norm_first, seed=14)
         call = f"{what}.train()(x, memory, src_mask, tgt_mask)"
-        if not copies_into(dec, ref, what, 2, norm_first, "decoder") or not computes_like(dec, lambda: run(dec, x, memory, everything(2, 6), causal(5), call),
-                             lambda: run_ref_decoder(ref, x, memory, src, tgt)):
+        if not copies_into(dec, ref, what, 2, norm_first, "decoder") or not computes_like(
+                dec, lambda: run(dec, x, memory, everything(2, 6), causal(5), call),  # noqa: B023 (called at once)
+                lambda: run_ref_decoder(ref, x, memory, src, tgt)):  # noqa: B023
             continue  # a wrong stack: the post-norm and pre-norm checks say what is wrong with it
         dec.train()
         with torch.no_grad():
@@ -654,12 +686,15 @@ def _dec_masks(Decoder):
     m2 = memory.clone()
     with seeded(1010):
         m2[src == PAD] = torch.randn(int((src == PAD).sum()), D) * 3
-    close_at(run(dec, x, m2, sm, tm, what), a, tgt != PAD, "output after changing only the memory at source padding positions",
+    close_at(run(dec, x, m2, sm, tm, what), a, tgt != PAD, "output after changing only the memory at source "
+                                                           "padding positions",
              hint="src_mask not passed to every layer's cross-attention")
     # a second batch with other lengths through the same stack: nothing of the earlier calls may be kept
     x2, memory2, src2, tgt2 = _inputs(101, [5, 3], [4, 6])
     tgt2[0, 2] = PAD  # a hole: tgt_mask hides a key the causal mask alone would not
     _kept_or_its_own(lambda: close_at(run(dec, x2, memory2, key_mask(src2), tgt_mask_of(tgt2), what),
                                       run_ref_decoder(ref, x2, memory2, src2, tgt2), tgt2 != PAD,
-                                      "a second batch (other lengths, other masks) through the same decoder", hint=STATE),
-                     lambda: _decoder_vs_torch(Decoder, False, seed=101, tgt_lengths=[5, 3], src_lengths=[4, 6], hole=2))
+                                      "a second batch (other lengths, other masks) through the same decoder",
+                                      hint=STATE),
+                     lambda: _decoder_vs_torch(Decoder, False, seed=101, tgt_lengths=[5, 3], src_lengths=[4, 6],
+                                               hole=2))

@@ -15,7 +15,8 @@ from ..explain import _describe_exception
 from ..registry import CheckFailure, forbid, register
 from ._util import build, close, expect_close, expect_shape, expect_still_training, seeded
 from .stage08_encoder import (NO_GRAD, STATE, TORCH_TRANSFORMER, D, FF, H, PAD, as_module, close_at, copy_final_norm,
-                              copy_layer, default_layer_norm, enc_layer_ref, get_path, inverted, randomize, stack_layers)
+                              copy_layer, default_layer_norm, enc_layer_ref, get_path, inverted, randomize,
+                              stack_layers)
 from .stage09_decoder import mentions_both
 
 # the lesson's own work, which PyTorch's Transformer modules must not do for the learner
@@ -43,9 +44,9 @@ def sinusoid(L, d):
 
 
 MIXED_LENGTHS = ("the source's and the target's lengths got mixed up: encode(src, src_mask) = encoder(positional("
-                 "src_embed(src)), src_mask); decode(tgt_in, memory, src_mask, tgt_mask) = decoder(positional(tgt_embed("
-                 "tgt_in)), memory, src_mask, tgt_mask); forward(src, tgt_in, src_mask, tgt_mask) passes each mask on "
-                 "where it belongs")
+                 "src_embed(src)), src_mask); decode(tgt_in, memory, src_mask, "
+                 "tgt_mask) = decoder(positional(tgt_embed(tgt_in)), memory, src_mask, tgt_mask); forward(src, "
+                 "tgt_in, src_mask, tgt_mask) passes each mask on where it belongs")
 
 
 def call(fn, *args, what):
@@ -149,8 +150,8 @@ def _not_passed(got, value, label, stack):
     if got is None:
         return f"{label} not passed on to the {stack}"
     if value.dtype == torch.bool and label != "memory" and _same(got, ~value, label):
-        return f"{label} inverted (~{label} or {label} == 0) on its way to the {stack}: True means 'may attend'; pass " \
-               f"{label} on as it is"
+        return (f"{label} inverted (~{label} or {label} == 0) on its way to the {stack}: True means 'may attend'; "
+                f"pass {label} on as it is")
     if label == "memory":
         return ("memory changed on its way to the decoder (through the positional encoding, a norm, dropout?): the "
                 "decoder gets the encoder's output as it is")
@@ -264,19 +265,7 @@ def _vs_torch(Transformer, norm_first, seed, second_batch=False):
                 h = ref.decoder.norm(h)
             return gen(default_layer_norm(h) if extra_norm else h)
         memory = encode(s_in)
-        enc_mistakes = {k: encode(v) for k, v in s_wrong.items()}
-        enc_mistakes["src_mask not passed on to the encoder: the source padding was attended"] = ref.encoder(s_in)
-        h = s_in
-        for layer in ref.encoder.layers:
-            h = enc_layer_ref(layer, h, inverted((src != PAD)[:, None, None, :]), "pre" if norm_first else "post")
-        enc_mistakes["src_mask inverted on its way to the encoder (~src_mask or src_mask == 0): True means 'may "
-                     "attend'; pass src_mask on as it is"] = ref.encoder.norm(h) if norm_first else h
-        if not norm_first:
-            enc_mistakes["final norm present in the post-norm encoder: norm must be the identity"] = \
-                default_layer_norm(memory)
-        else:
-            enc_mistakes["final norm missing in the pre-norm encoder: apply its LayerNorm after the last layer"] = \
-                encode(s_in, final=False)
+        enc_mistakes = _encoder_mistakes(ref, encode, memory, s_in, s_wrong, src, norm_first)
     close_at(call(model.encode, src, sm, what=f"{what}.encode(src, src_mask)"), memory, src != PAD,
              f"{what}.encode(src, src_mask) vs nn.TransformerEncoder on embedding * sqrt(d_model) + PE",
              hint="encode(src) = encoder(positional(src_embed(src)), src_mask)", mistakes=enc_mistakes)
@@ -284,35 +273,66 @@ def _vs_torch(Transformer, norm_first, seed, second_batch=False):
         out = ref(s_in, t_in, tgt_mask=causal_not, src_key_padding_mask=pad_s, tgt_key_padding_mask=pad_t,
                   memory_key_padding_mask=pad_s)  # nn.Transformer itself: the reference
         expected = gen(out)
-        mistakes = _logit_mistakes(expected)
-        mistakes.update(_states_mistakes(gen, out))
-        for k, v in t_wrong.items():
-            mistakes[k] = full(s_in, v)
-        mistakes[NOT_SCALED + " (source and target)"] = full(s_wrong[NOT_SCALED], t_wrong[NOT_SCALED])
-        mistakes["src_mask not passed on to decode: cross-attention attended the source padding"] = \
-            full(s_in, t_in, cross_mask=False)
-        mistakes["tgt_mask not passed on to decode: the decoder's self-attention saw later target tokens"] = \
-            full(s_in, t_in, tgt="none")
-        mistakes["the target's padding mask given to decode instead of tgt_mask: without the causal part, the "
-                 "decoder's self-attention saw later target tokens"] = full(s_in, t_in, tgt="pad")
-        if norm_first:
-            mistakes["final norms missing in the pre-norm encoder and decoder"] = full(s_in, t_in, final=False)
-        else:
-            mistakes["final norms present in the post-norm encoder and decoder: norm must be the identity"] = \
-                full(s_in, t_in, extra_norm=True)
+        mistakes = _forward_mistakes(full, gen, out, expected, (s_in, s_wrong), (t_in, t_wrong), norm_first)
     close_at(call(model, src, tgt, sm, tm, what=f"{what}(src, tgt_in, src_mask, tgt_mask)"), expected, tgt != PAD,
              f"{what}(src, tgt_in, src_mask, tgt_mask) vs generator(nn.Transformer(...)) with the same weights",
              hint="forward = generator(decode(tgt_in, encode(src, src_mask), src_mask, tgt_mask))", mistakes=mistakes)
     if second_batch:  # other lengths (the same shapes), other masks: nothing of the earlier calls may be kept
-        src2, tgt2, sm2, tm2 = _batch(seed + 50, src_lengths=(3, 6), tgt_lengths=(5, 2))
-        with torch.no_grad():
-            s2, _ = _inputs(model, src2, "src", what)
-            t2, _ = _inputs(model, tgt2, "tgt", what)
-            causal2 = ~torch.ones(tgt2.size(1), tgt2.size(1), dtype=torch.bool).tril()
-            expected2 = gen(ref(s2, t2, tgt_mask=causal2, src_key_padding_mask=src2 == PAD,
-                                tgt_key_padding_mask=tgt2 == PAD, memory_key_padding_mask=src2 == PAD))
-        close_at(call(model, src2, tgt2, sm2, tm2, what=f"{what}(src, tgt_in, src_mask, tgt_mask)"), expected2,
-                 tgt2 != PAD, f"{what} on a second batch (other lengths, other masks)", hint=STATE)
+        _vs_torch_again(model, ref, gen, what, seed)
+
+
+def _encoder_mistakes(ref, encode, memory, s_in, s_wrong, src, norm_first):
+    """encode's classic mistakes: the embeddings' (s_wrong), src_mask missing or inverted, the final norm."""
+    enc_mistakes = {k: encode(v) for k, v in s_wrong.items()}
+    enc_mistakes["src_mask not passed on to the encoder: the source padding was attended"] = ref.encoder(s_in)
+    h = s_in
+    for layer in ref.encoder.layers:
+        h = enc_layer_ref(layer, h, inverted((src != PAD)[:, None, None, :]), "pre" if norm_first else "post")
+    enc_mistakes["src_mask inverted on its way to the encoder (~src_mask or src_mask == 0): True means 'may "
+                 "attend'; pass src_mask on as it is"] = ref.encoder.norm(h) if norm_first else h
+    if not norm_first:
+        enc_mistakes["final norm present in the post-norm encoder: norm must be the identity"] = \
+            default_layer_norm(memory)
+    else:
+        enc_mistakes["final norm missing in the pre-norm encoder: apply its LayerNorm after the last layer"] = \
+            encode(s_in, final=False)
+    return enc_mistakes
+
+
+def _forward_mistakes(full, gen, out, expected, source, target, norm_first):
+    """forward's classic mistakes: the logits', the states', the embeddings' (source and target: (input, {mistake:
+    input})), a mask not passed on, the final norms. `full` computes the model so made."""
+    (s_in, s_wrong), (t_in, t_wrong) = source, target
+    mistakes = _logit_mistakes(expected)
+    mistakes.update(_states_mistakes(gen, out))
+    for k, v in t_wrong.items():
+        mistakes[k] = full(s_in, v)
+    mistakes[NOT_SCALED + " (source and target)"] = full(s_wrong[NOT_SCALED], t_wrong[NOT_SCALED])
+    mistakes["src_mask not passed on to decode: cross-attention attended the source padding"] = \
+        full(s_in, t_in, cross_mask=False)
+    mistakes["tgt_mask not passed on to decode: the decoder's self-attention saw later target tokens"] = \
+        full(s_in, t_in, tgt="none")
+    mistakes["the target's padding mask given to decode instead of tgt_mask: without the causal part, the "
+             "decoder's self-attention saw later target tokens"] = full(s_in, t_in, tgt="pad")
+    if norm_first:
+        mistakes["final norms missing in the pre-norm encoder and decoder"] = full(s_in, t_in, final=False)
+    else:
+        mistakes["final norms present in the post-norm encoder and decoder: norm must be the identity"] = \
+            full(s_in, t_in, extra_norm=True)
+    return mistakes
+
+
+def _vs_torch_again(model, ref, gen, what, seed):
+    """A second batch, other lengths (the same shapes) and other masks: nothing of the earlier calls may be kept."""
+    src2, tgt2, sm2, tm2 = _batch(seed + 50, src_lengths=(3, 6), tgt_lengths=(5, 2))
+    with torch.no_grad():
+        s2, _ = _inputs(model, src2, "src", what)
+        t2, _ = _inputs(model, tgt2, "tgt", what)
+        causal2 = ~torch.ones(tgt2.size(1), tgt2.size(1), dtype=torch.bool).tril()
+        expected2 = gen(ref(s2, t2, tgt_mask=causal2, src_key_padding_mask=src2 == PAD,
+                            tgt_key_padding_mask=tgt2 == PAD, memory_key_padding_mask=src2 == PAD))
+    close_at(call(model, src2, tgt2, sm2, tm2, what=f"{what}(src, tgt_in, src_mask, tgt_mask)"), expected2,
+             tgt2 != PAD, f"{what} on a second batch (other lengths, other masks)", hint=STATE)
 
 
 def _no_final(enc, s, pad):
@@ -436,7 +456,8 @@ def _dropped_once(kept, dropped, p, what):
                            f"values {1 / (1 - p) ** 2:g} x their eval-mode value",
                            "dropout applied twice after the positional encoding: PositionalEncoding already ends "
                            "with dropout(x + PE); add no dropout of your own on top of it")
-    raise CheckFailure(what, f"each value 0 or {1 / (1 - p):g} x its eval-mode value: dropout(embedding * sqrt(d_model) "
+    raise CheckFailure(what, f"each value 0 or {1 / (1 - p):g} x its eval-mode value: "
+                             f"dropout(embedding * sqrt(d_model) "
                        "+ PE), one dropout on the sum", "other values",
                        "dropout applied before the positional encoding is added (dropout(embedding) + PE) or to part "
                        "of the sum only: PositionalEncoding returns dropout(x + PE[:L])")
@@ -582,6 +603,55 @@ def _as_given(got, given, what, expected, p, place):
                        "inside the layers only")
 
 
+def _run_on_stand_ins(model, part, batch, memory, seed, train):
+    """(output, encoder stand-in, decoder stand-in) of `part` (encode, decode or forward) run on the batch with the
+    model's encoder and decoder replaced by stand-ins that record their calls, in train or eval mode."""
+    src, tgt, sm, tm = batch
+    enc, dec = _Recorder(), _Recorder()
+    model.encoder, model.decoder = enc, dec
+    model.train(train)
+    with seeded(seed + 1), torch.no_grad():
+        if part == "encode":
+            out = model.encode(src, sm)
+        elif part == "decode":
+            out = model.decode(tgt, memory, sm, tm)
+        else:
+            out = model(src, tgt, sm, tm)
+    return out, enc, dec
+
+
+def _stand_in_paths(model, what, part, memory, out, enc, dec, clean):
+    """(got, given, what, expected, place) for each path, or None when a stand-in was not called as expected.
+    `clean(part)`: whether encode or decode adds no dropout of its own (forward's paths count only those)."""
+    if part == "encode":
+        if len(enc.calls) != 1:
+            return None
+        return [(out, enc.calls[0][0], f"{what}.train().encode(src, src_mask) with an encoder that returns its "
+                 "input", "the encoder's output as it is", "the encoder's output")]
+    if len(dec.calls) != 1:
+        return None
+    mem = _argument(dec.calls[0], 0, ("memory",))
+    if part == "decode":
+        return [(mem, memory, f"{what}.train().decode(tgt_in, memory, src_mask, tgt_mask): the memory the "
+                 "decoder was given", "memory itself", "the memory"),
+                (out, dec.calls[0][0], f"{what}.train().decode(...) with a decoder that returns its input",
+                 "the decoder's output as it is", "the decoder's output")]
+    if len(enc.calls) != 1 or not isinstance(mem, torch.Tensor):
+        return None
+    gen = model.generator
+    with torch.no_grad():
+        logits = gen(dec.calls[0][0]) if isinstance(gen, nn.Module) else None
+    found = []
+    decode_clean = clean("decode")
+    if decode_clean and clean("encode"):
+        found.append((mem, enc.calls[0][0], f"{what}.train()(src, tgt_in, src_mask, tgt_mask): the memory the "
+                      "decoder was given", "the encoder's output as it is", "the memory (the encoder's output)"))
+    if logits is not None and decode_clean:
+        found.append((out, logits, f"{what}.train()(src, tgt_in, src_mask, tgt_mask) with a decoder that returns "
+                      "its input", "generator(the decoder's output)", "the decoder's output or the logits"))
+    return found
+
+
 def _no_dropout_elsewhere(Transformer, seed, part):
     """With dropout=0.5 in train mode, and the encoder and decoder replaced by stand-ins that return their input x:
     encode returns the encoder's output, decode hands the decoder the memory and returns its output, forward hands
@@ -595,58 +665,21 @@ def _no_dropout_elsewhere(Transformer, seed, part):
         memory = torch.randn(src.size(0), src.size(1), D)
 
     def run(train):
-        enc, dec = _Recorder(), _Recorder()
-        model.encoder, model.decoder = enc, dec
-        model.train(train)
-        with seeded(seed + 1), torch.no_grad():
-            if part == "encode":
-                out = model.encode(src, sm)
-            elif part == "decode":
-                out = model.decode(tgt, memory, sm, tm)
-            else:
-                out = model(src, tgt, sm, tm)
-        return out, enc, dec
+        return _run_on_stand_ins(model, part, (src, tgt, sm, tm), memory, seed, train)
 
     verdicts = {}  # part -> whether it adds no dropout of its own (computed once)
 
-    def paths(out, enc, dec):
-        """(got, given, what, expected, place) for each path, or None when a stand-in was not called as expected."""
-        if part == "encode":
-            if len(enc.calls) != 1:
-                return None
-            return [(out, enc.calls[0][0], f"{what}.train().encode(src, src_mask) with an encoder that returns its "
-                     "input", "the encoder's output as it is", "the encoder's output")]
-        if len(dec.calls) != 1:
-            return None
-        mem = _argument(dec.calls[0], 0, ("memory",))
-        if part == "decode":
-            return [(mem, memory, f"{what}.train().decode(tgt_in, memory, src_mask, tgt_mask): the memory the "
-                     "decoder was given", "memory itself", "the memory"),
-                    (out, dec.calls[0][0], f"{what}.train().decode(...) with a decoder that returns its input",
-                     "the decoder's output as it is", "the decoder's output")]
-        if len(enc.calls) != 1 or not isinstance(mem, torch.Tensor):
-            return None
-        gen = model.generator
-        with torch.no_grad():
-            logits = gen(dec.calls[0][0]) if isinstance(gen, nn.Module) else None
-        found = []
+    def clean(inner):  # a dropout inside encode or decode is that check's: not counted twice
+        if inner not in verdicts:
+            try:
+                _no_dropout_elsewhere(Transformer, seed, inner)
+                verdicts[inner] = True
+            except CheckFailure:
+                verdicts[inner] = False
+        return verdicts[inner]
 
-        def clean(inner):  # a dropout inside encode or decode is that check's: not counted twice
-            if inner not in verdicts:
-                try:
-                    _no_dropout_elsewhere(Transformer, seed, inner)
-                    verdicts[inner] = True
-                except CheckFailure:
-                    verdicts[inner] = False
-            return verdicts[inner]
-        decode_clean = clean("decode")
-        if decode_clean and clean("encode"):
-            found.append((mem, enc.calls[0][0], f"{what}.train()(src, tgt_in, src_mask, tgt_mask): the memory the "
-                          "decoder was given", "the encoder's output as it is", "the memory (the encoder's output)"))
-        if logits is not None and decode_clean:
-            found.append((out, logits, f"{what}.train()(src, tgt_in, src_mask, tgt_mask) with a decoder that returns "
-                          "its input", "generator(the decoder's output)", "the decoder's output or the logits"))
-        return found
+    def paths(out, enc, dec):
+        return _stand_in_paths(model, what, part, memory, out, enc, dec, clean)
 
     try:
         eval_paths = paths(*run(False))
@@ -817,8 +850,8 @@ def _tied_gradient(model, logits, src, tgt, states_fn, what):
                            "the generator's share: sum over positions of dloss/dlogits x decoder state",
                            "none" if empty else "a different gradient",
                            "the generator's weight is cut off from autograd in forward (F.linear(h, weight.detach()) "
-                           "or weight.data): the logits' gradient never reaches the tied weight through the projection; "
-                           "use self.generator(h) (or the Parameter itself)" if empty else
+                           "or weight.data): the logits' gradient never reaches the tied weight through the "
+                           "projection; use self.generator(h) (or the Parameter itself)" if empty else
                            "forward must be generator(decode(...)) with the tied Parameter itself, nothing detached")
     real = sorted(set(tgt.flatten().tolist()) - {PAD})
     if real and torch.allclose(grad[real], share[real], atol=1e-5, rtol=1e-4):  # float32 sums: not exactly equal

@@ -48,8 +48,8 @@ EPS_IGNORED = "the epsilon argument is ignored (a fixed value is used)"
 NO_SMOOTHING = "no smoothing: plain cross-entropy (the target must keep 1 - epsilon, not 1)"
 IGNORE_IGNORED = ("the ignore_index argument is ignored: <pad> = 0 was left out instead of ignore_index; use the "
                   "argument")
-EPS_OVER_V_OTHERS = ("each wrong token got epsilon / V: there are V - 1 wrong tokens, each gets epsilon / (V - 1), so that "
-                     "the distribution sums to 1")
+EPS_OVER_V_OTHERS = ("each wrong token got epsilon / V: there are V - 1 wrong tokens, each gets epsilon / (V - 1), "
+                     "so that the distribution sums to 1")
 PAD_COLUMN_EMPTY = ("the <pad> column got no smoothing mass: the contract shares epsilon among all V - 1 tokens other "
                     "than the target, <pad> included")
 BY_BATCH = ("divided by the batch size instead of the number of non-padding positions: average over the positions "
@@ -59,25 +59,25 @@ PER_SENTENCE = ("averaged within each sentence, then over the sentences: average
 SIGN = "the sign is flipped: the loss is -sum q log p (positive), the log-probabilities are negative"
 SWAPPED = ("epsilon and 1 - epsilon swapped: the target keeps 1 - epsilon, the other V - 1 tokens share epsilon "
            "(epsilon / (V - 1) each)")
-TARGET_EXTRA = ("the target got epsilon / (V - 1) on top of 1 - epsilon (the distribution sums to more than 1): the target "
-                "keeps exactly 1 - epsilon, only the V - 1 other tokens share epsilon")
-MEAN_OVER_V = ("averaged over the vocabulary too (.mean() over positions and tokens): sum q * log p over the V tokens of "
-               "a position, then average over the positions")
+TARGET_EXTRA = ("the target got epsilon / (V - 1) on top of 1 - epsilon (the distribution sums to more than 1): "
+                "the target keeps exactly 1 - epsilon, only the V - 1 other tokens share epsilon")
+MEAN_OVER_V = ("averaged over the vocabulary too (.mean() over positions and tokens): sum q * log p over the V "
+               "tokens of a position, then average over the positions")
 EACH_EPS = "each wrong token got epsilon: the V - 1 wrong tokens share epsilon, epsilon / (V - 1) each"
 PROBS = "probabilities used instead of log-probabilities: the cross-entropy is -sum q * log_softmax(logits)"
-OTHERS_EMPTY = ("the V - 1 other tokens got nothing (only (1 - epsilon) * -log p[target] is left; epsilon // (V - 1) is "
-                "integer division?): each gets epsilon / (V - 1)")
+OTHERS_EMPTY = ("the V - 1 other tokens got nothing (only (1 - epsilon) * -log p[target] is left; "
+                "epsilon // (V - 1) is integer division?): each gets epsilon / (V - 1)")
 UNSTABLE = ("log-probabilities from log(softmax(logits)): for confident logits the softmax underflows to 0, so the log "
-            "is -inf (or a clamp / + 1e-9 hides the true value, far below log 1e-9 here); use F.log_softmax(logits, dim=-1) "
-            "(or logits - logsumexp)")
+            "is -inf (or a clamp / + 1e-9 hides the true value, far below log 1e-9 here); use "
+            "F.log_softmax(logits, dim=-1) (or logits - logsumexp)")
 WRONG_DIM = ("log_softmax over dim={d} instead of the vocabulary: the probabilities of a position are over its V "
              "tokens, the last dimension: F.log_softmax(logits, dim=-1)")
 SHAPE_ONE = ("one number, but not a 0-dim tensor: no .reshape(1), .view(1), keepdim=True or [None] at the end; "
              "loss.sum() / n or loss.mean() gives shape ()")
 ANY_SHAPE = ("logits are (..., V) of any shape, target the same without V: work over the last dimension, "
              "reshape logits to (-1, V) and target to (-1,)")
-MUTATED = ("work on copies: target.masked_fill(...) or torch.where(...) (no in-place `_` methods, no `target[...] = ...`, "
-           "no `logits -= ...`) so the caller's tensors stay as they were")
+MUTATED = ("work on copies: target.masked_fill(...) or torch.where(...) (no in-place `_` methods, no "
+           "`target[...] = ...`, no `logits -= ...`) so the caller's tensors stay as they were")
 
 
 NON_CONTIGUOUS = (".view(-1, V) (or .view(-1)) needs a contiguous tensor, and logits sliced or transposed (a model's "
@@ -138,7 +138,8 @@ def _mistakes(logits, target, epsilon, ignore_index=PAD):
     out[SIGN] = -per[keep].sum() / n
     out[MEAN_OVER_V] = per[keep].sum() / n / V
     if epsilon > 0:
-        out[PROBS] = (-(1 - epsilon) * p_t - epsilon / (V - 1) * (1 - p_t))[keep].mean() if keep.any() else per.sum() * 0
+        probs = -(1 - epsilon) * p_t - epsilon / (V - 1) * (1 - p_t)
+        out[PROBS] = probs[keep].mean() if keep.any() else per.sum() * 0
         out[OTHERS_EMPTY] = ((1 - epsilon) * nll)[keep].sum() / n
         out[TARGET_EXTRA] = (per + epsilon / (V - 1) * nll)[keep].sum() / n
         if V > 2:
@@ -159,7 +160,8 @@ def _mistakes(logits, target, epsilon, ignore_index=PAD):
         for d in range(logits.dim() - 1):  # the softmax over the batch or the positions instead of the vocabulary
             logp = F.log_softmax(logits.double(), d).reshape(-1, V)
             nll_d = -logp.gather(1, flat_t.clamp(0, V - 1)[:, None]).squeeze(1)
-            out[WRONG_DIM.format(d=d)] = ((1 - epsilon) * nll_d + epsilon / (V - 1) * (-logp.sum(1) - nll_d))[keep].mean()
+            loss_d = (1 - epsilon) * nll_d + epsilon / (V - 1) * (-logp.sum(1) - nll_d)
+            out[WRONG_DIM.format(d=d)] = loss_d[keep].mean()
     if epsilon != 0.1:
         out[EPS_IGNORED + " (0.1, the default, was used)"] = _reference(logits, target, 0.1, ignore_index)
     if ignore_index != PAD:

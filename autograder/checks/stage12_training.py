@@ -276,7 +276,8 @@ def _mb_src_mask(make_batch):
     if isinstance(src, torch.Tensor) and src.dim() == 2 and not src.dtype.is_floating_point and \
             src.dtype != torch.bool and not _same_ids(src, e["src"]) and not _mask_equals(b.src_mask, full) and \
             _mask_equals(b.src_mask, (src != PAD)[:, None, None, :]):
-        raise CheckFailure(f"batch.src_mask for sources {SRC}", f"padding_mask of the right src, shape {tuple(full.shape)}",
+        raise CheckFailure(f"batch.src_mask for sources {SRC}", f"padding_mask of the right src, shape "
+                                                                f"{tuple(full.shape)}",
                            f"padding_mask of the batch's own src, shape {tuple(b.src_mask.shape)}",
                            "the mask is the padding mask of the batch's own src, which is wrong (see the src item): "
                            "the mask is built right, fix src and the mask follows")

@@ -266,6 +266,63 @@ def _greedy_variants(next_logits, src, max_len, bos=BOS, eos=EOS):
     }
 
 
+def _ref_penalties(alpha, penalty, bos_counts, probs):
+    """(lp, norm) of _ref_beam: the length penalty of a length, and a log p normalized by it (or a mistake's way)."""
+    def lp(length):
+        return ((5 + length + (1 if bos_counts is True else 0)) / 6) ** alpha if penalty else 1.0
+
+    def norm(s, length):
+        if probs:  # a product of probabilities, divided by the penalty
+            s = math.exp(s)
+        if penalty == "mul":
+            return s * lp(length)
+        if penalty == "power":
+            return s / length ** alpha
+        return s / lp(length)
+    return lp, norm
+
+
+def _ref_beam_keeping_finished(scores, norm, max_len, K, bos, eos, eos_counts, finished_in_beam):
+    """_ref_beam's mistake of beams that do not set finished hypotheses aside: they stay in the beam, extended
+    further, or ("slots") kept there as they are, taking a slot."""
+    beams = [((bos,), 0.0)]
+    for _ in range(max_len):
+        cands = []
+        for p, s in beams:
+            if eos in p[1:] and finished_in_beam == "slots":
+                cands.append((s, p))
+                continue
+            cands += [(s + v, p + (tok,)) for tok, v in enumerate(scores(p))]
+        cands.sort(key=lambda c: -c[0])
+        beams = [(p, s) for s, p in cands[:K]]
+        if all(eos in p[1:] for p, _ in beams):
+            break
+
+    def final(p, s):
+        ids = list(p[1:])
+        if eos in ids:
+            ids = ids[:ids.index(eos)]
+            return norm(s, len(ids) + (1 if eos_counts else 0)), ids
+        return norm(s, len(ids)), ids
+    return max((final(p, s) for p, s in beams), key=lambda f: f[0])[1]
+
+
+def _ref_stops(t, open_, finished, width, lp, max_len, K, stop_first, stop_at_k, twice, stop, bound) -> bool:
+    """Whether _ref_beam stops after step t: the contract's early stop (`stop`) or one of the mistakes' ones."""
+    if stop_first and finished:
+        return True
+    if (stop_at_k and len(finished) >= K) or not open_ or width == 0:
+        return True
+    if twice and finished and t < max_len and max(s for _, s in open_) / lp(max_len) <= max(f[0] for f in finished):
+        return True  # (the early stop of the normalized scores, then divided again: see the end)
+    if stop and finished and t < max_len and \
+            max(s for _, s in open_) / max(lp(t + 1), lp(max_len)) <= max(f[0] for f in finished):
+        return True
+    return bool(bound and finished and t < max_len and
+                max(s for _, s in open_) / {"current": lp(t), "next": lp(t + 1)}.get(bound, 1.0) <=
+                max(f[0] for f in finished))
+
+
 def _ref_beam(next_logits, src, max_len, K, alpha, bos=BOS, eos=EOS, penalty=True, eos_counts=True,
               stop_first=False, finished_in_beam=None, raw=False, opens_count=True, bos_counts=False,
               accumulate=True, bound=None, shrink=None, all_eos=False, probs=False, open_raw=False,
@@ -282,18 +339,7 @@ def _ref_beam(next_logits, src, max_len, K, alpha, bos=BOS, eos=EOS, penalty=Tru
     log p), a finished one keeps it; "again": those still open at max_len are divided once more. `stop`: the
     contract's early stop (the best open score / the penalty of max(t + 1, max_len) <= the best finished score),
     which changes nothing for a right search but does for a wrong one."""
-    def lp(length):
-        return ((5 + length + (1 if bos_counts is True else 0)) / 6) ** alpha if penalty else 1.0
-
-    def norm(s, length):
-        if probs:  # a product of probabilities, divided by the penalty
-            s = math.exp(s)
-        if penalty == "mul":
-            return s * lp(length)
-        if penalty == "power":
-            return s / length ** alpha
-        return s / lp(length)
-
+    lp, norm = _ref_penalties(alpha, penalty, bos_counts, probs)
     memo = {}
 
     def scores(prefix):
@@ -305,26 +351,7 @@ def _ref_beam(next_logits, src, max_len, K, alpha, bos=BOS, eos=EOS, penalty=Tru
         return memo[prefix]
 
     if finished_in_beam is not None:  # beams that do not set finished hypotheses aside
-        beams = [((bos,), 0.0)]
-        for _ in range(max_len):
-            cands = []
-            for p, s in beams:
-                if eos in p[1:] and finished_in_beam == "slots":
-                    cands.append((s, p))
-                    continue
-                cands += [(s + v, p + (tok,)) for tok, v in enumerate(scores(p))]
-            cands.sort(key=lambda c: -c[0])
-            beams = [(p, s) for s, p in cands[:K]]
-            if all(eos in p[1:] for p, _ in beams):
-                break
-
-        def final(p, s):
-            ids = list(p[1:])
-            if eos in ids:
-                ids = ids[:ids.index(eos)]
-                return norm(s, len(ids) + (1 if eos_counts else 0)), ids
-            return norm(s, len(ids)), ids
-        return max((final(p, s) for p, s in beams), key=lambda f: f[0])[1]
+        return _ref_beam_keeping_finished(scores, norm, max_len, K, bos, eos, eos_counts, finished_in_beam)
 
     open_, finished, width = [((bos,), 0.0)], [], K  # finished: (normalized score, ids)
     for t in range(1, max_len + 1):
@@ -344,18 +371,7 @@ def _ref_beam(next_logits, src, max_len, K, alpha, bos=BOS, eos=EOS, penalty=Tru
                 if len(new_open) == K and not all_eos:
                     break
         open_ = new_open
-        if stop_first and finished:
-            break
-        if (stop_at_k and len(finished) >= K) or not open_ or width == 0:
-            break
-        if twice and finished and t < max_len and max(s for _, s in open_) / lp(max_len) <= max(f[0] for f in finished):
-            break  # (the early stop of the normalized scores, then divided again: see the end)
-        if stop and finished and t < max_len and \
-                max(s for _, s in open_) / max(lp(t + 1), lp(max_len)) <= max(f[0] for f in finished):
-            break
-        if bound and finished and t < max_len and \
-                max(s for _, s in open_) / {"current": lp(t), "next": lp(t + 1)}.get(bound, 1.0) <= \
-                max(f[0] for f in finished):
+        if _ref_stops(t, open_, finished, width, lp, max_len, K, stop_first, stop_at_k, twice, stop, bound):
             break
     else:
         if opens_count or not finished:
@@ -1162,7 +1178,16 @@ def _bleu_formula(hyps, refs, max_n, clip=True, brevity=True, geometric=True, fl
 
 
 def _bleu_mistakes(hyps, refs, max_n):
+    """(corpus BLEU as sacreBLEU computes it, {a classic mistake: the score it gives}) for these sentences."""
     expected = _sacrebleu(hyps, refs, max_n)
+    out = _bleu_formula_mistakes(hyps, refs, max_n, expected)
+    out.update(_bleu_corpus_mistakes(hyps, refs, max_n))
+    out.update(_bleu_part_mistakes(hyps, refs, max_n, expected))
+    return expected, out
+
+
+def _bleu_formula_mistakes(hyps, refs, max_n, expected):
+    """The formula's classic mistakes: clipping, the brevity penalty, the means, the scale, skipped sentences."""
     out = {
         "n-gram counts not clipped: a hypothesis n-gram matches at most as often as it occurs in the reference "
         "(min(count in hypothesis, count in reference))": _bleu_formula(hyps, refs, max_n, clip=False),
@@ -1206,6 +1231,12 @@ def _bleu_mistakes(hyps, refs, max_n):
     if max_n != 4:
         out["the weights are fixed at 1/4: the mean of the log precisions is over the max_n orders (weight "
             "1 / max_n)"] = _bleu_formula(hyps, refs, max_n, weight=0.25)
+    return out
+
+
+def _bleu_corpus_mistakes(hyps, refs, max_n):
+    """The corpus joined, the arguments swapped, the orders cut short, smoothing."""
+    out = {}
     out["the corpus was joined into one long sentence: n-grams across sentence boundaries were counted; count "
         "the n-grams of each sentence, then sum the counts"] = _sacrebleu([[w for h in hyps for w in h]],
                                                                           [[w for r in refs for w in r]], max_n)
@@ -1218,7 +1249,12 @@ def _bleu_mistakes(hyps, refs, max_n):
     for smooth in ("exp", "floor", "add-k"):
         out[f"smoothed ({smooth}): the contract's BLEU has no smoothing, a zero precision gives 0"] = \
             _sacrebleu(hyps, refs, max_n, smooth)
-    # the parts of BLEU one at a time (issue 40): orders, counts, the denominators, rounding
+    return out
+
+
+def _bleu_part_mistakes(hyps, refs, max_n, expected):
+    """The parts of BLEU one at a time (issue 40): orders, counts, the denominators, rounding."""
+    out = {}
     if max_n > 1:
         out["the order n = max_n was dropped from the sum but the mean still divides by max_n: sum log p_n over "
             "n = 1..max_n, range(1, max_n + 1)"] = _bleu_parts(hyps, refs, max_n, last_order=False)
@@ -1235,7 +1271,7 @@ def _bleu_mistakes(hyps, refs, max_n):
             round(expected, digits)
     out["the score was truncated to a whole number (int(bleu) or math.floor): return it as it is, a float"] = \
         float(math.floor(expected))
-    return expected, out
+    return out
 
 
 def _bleu_parts(hyps, refs, max_n, last_order=True, distinct_total=False, total_shift=0, add=0):

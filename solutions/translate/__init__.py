@@ -37,23 +37,39 @@ from __future__ import annotations
 from solutions.cli import UsageError
 from solutions.data import load_data
 from solutions.tokenization import UNK, BPETokenizer
-from solutions.translate.checkpoints import (CHECKPOINT_KEYS, RESUME_MAY_CHANGE, CheckpointError, _cpu_state,
-                                             _from_saved, _tokenizer_from_text, _tokenizer_text,
-                                             average_checkpoints, average_states, check_resume,
-                                             load_checkpoint, read_checkpoint, save_checkpoint)
-from solutions.translate.commands import (PROG, _read_lines, _run_training, build_parser, config_from_args,
-                                          default_config, main, peak_memory_mb, run_training, run_translate)
+from solutions.translate.checkpoints import (CHECKPOINT_KEYS, RESUME_MAY_CHANGE, CheckpointError, average_checkpoints,
+                                             average_states, check_resume, load_checkpoint, read_checkpoint,
+                                             save_checkpoint)
+from solutions.translate.commands import (PROG, build_parser, config_from_args, default_config, main, peak_memory_mb,
+                                          run_training, run_translate)
 from solutions.translate.config import (CONFIG_RULES, LR_PAPER_BASE, PAPER_BASE, PAPER_BIG, PAPER_SIZES,
                                         TINY_LESSON, Config, budget_text, config_for, config_problems,
                                         lesson_config, paper_config, plural)
 from solutions.translate.data import PreparedData, prepare_data
-from solutions.translate.implementation import _use
-from solutions.translate.inference import (_decode_ids, _max_len, bleu_scores, decoding_args, evaluate_bleu,
-                                           score_test, translate, translate_batch)
-from solutions.translate.loop import (SLOW_FRACTION, SPEED_CHECK, TrainState, _speed_fields, _target_tokens,
-                                      slow_machine_note, train, validation_loss)
+from solutions.translate.inference import (bleu_scores, decoding_args, evaluate_bleu, score_test, translate,
+                                           translate_batch)
+from solutions.translate.loop import (SLOW_FRACTION, SPEED_CHECK, TrainState, slow_machine_note, train,
+                                      validation_loss)
 from solutions.translate.model import (LEARNED_MAX_LEN, build_model, make_schedule, set_attention_dropout,
                                        set_key_size)
 from solutions.translate.paper import RECORDED_CPU, departures, departures_markdown
 from solutions.translate.plots import attention_maps, pieces, plot_attention
 from solutions.translate.precision import _autocast, cpu_has_bf16, resolved_precision
+
+# the names this package offers (lesson 14 and the tests import them from here), by module
+__all__ = [
+    "UsageError", "load_data", "UNK", "BPETokenizer",
+    "CHECKPOINT_KEYS", "RESUME_MAY_CHANGE", "CheckpointError", "average_checkpoints", "average_states",
+    "check_resume", "load_checkpoint", "read_checkpoint", "save_checkpoint",
+    "PROG", "build_parser", "config_from_args", "default_config", "main", "peak_memory_mb", "run_training",
+    "run_translate",
+    "CONFIG_RULES", "LR_PAPER_BASE", "PAPER_BASE", "PAPER_BIG", "PAPER_SIZES", "TINY_LESSON", "Config",
+    "budget_text", "config_for", "config_problems", "lesson_config", "paper_config", "plural",
+    "PreparedData", "prepare_data",
+    "bleu_scores", "decoding_args", "evaluate_bleu", "score_test", "translate", "translate_batch",
+    "SLOW_FRACTION", "SPEED_CHECK", "TrainState", "slow_machine_note", "train", "validation_loss",
+    "LEARNED_MAX_LEN", "build_model", "make_schedule", "set_attention_dropout", "set_key_size",
+    "RECORDED_CPU", "departures", "departures_markdown",
+    "attention_maps", "pieces", "plot_attention",
+    "_autocast", "cpu_has_bf16", "resolved_precision",  # _autocast: tests/test_translate.py tests it from here
+]

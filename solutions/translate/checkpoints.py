@@ -115,7 +115,8 @@ def read_checkpoint(path, kind: str = "model", map_location="cpu", label: str = 
     except (pickle.UnpicklingError, zipfile.BadZipFile, EOFError, UnicodeDecodeError, ValueError) as e:
         if "Unsupported global" in str(e):
             raise CheckpointError(f"{name} holds Python objects beyond tensors and plain data (not loaded: loading "
-                                  f"them could run its code); it is not a checkpoint of this course; {written}") from None
+                                  f"them could run its code); it is not a checkpoint of this course; "
+                                  f"{written}") from None
         raise CheckpointError(f"{name} is corrupt or not a file that torch.save wrote (nothing in it could be read "
                               f"as tensors and plain data); {written}") from None
     except RuntimeError as e:  # PyTorch's reader: a zip archive cut short or damaged

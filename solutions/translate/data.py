@@ -34,7 +34,7 @@ def prepare_data(config: Config, splits: dict, tokenizer: BPETokenizer | None = 
         tokenizer = _use(impl, "BPETokenizer")().train(de + en, config.bpe_merges)
         if progress:
             merges = getattr(tokenizer, "merges", None)
-            print(f"joint BPE: " + (f"{len(merges)} merges, " if merges is not None else "")
+            print("joint BPE: " + (f"{len(merges)} merges, " if merges is not None else "")
                   + f"vocabulary {tokenizer.vocab_size}, {time.time() - t0:.0f} s", flush=True)
 
     def encode(split):

@@ -50,7 +50,8 @@ def translate_batch(model, tokenizer: BPETokenizer, sentences: list[str], method
     (little padding), decoded with greedy_decode or beam_search, returned in the input order; with `progress`,
     a bar of the sentences done and its estimate of the time left.
 
-    Example: translate_batch(model, tok, ["Ein Hund läuft.", "Zwei Männer lachen."]) -> ["A dog runs.", "Two men laugh."]
+    Example: translate_batch(model, tok, ["Ein Hund läuft.", "Zwei Männer lachen."])
+             -> ["A dog runs.", "Two men laugh."]
     """
     if method not in ("greedy", "beam"):
         raise ValueError(f"method must be 'greedy' or 'beam', got {method!r}")

@@ -125,7 +125,8 @@ def _fixed_rows(c: Config, data_name: str) -> list:
     elif data_name != "wmt14-en-de":
         rows.append(("data", "WMT 2014 English-German, 4.5 million sentence pairs",
                      "Multi30k: German to English, 29,000 image captions" if multi30k else
-                     f"{data_name} corpus: German to English", "downloads in seconds and trains in minutes on a laptop"))
+                     f"{data_name} corpus: German to English",
+                     "downloads in seconds and trains in minutes on a laptop"))
     rows.append(("training time", "100,000 steps, 12 hours on 8 P100 GPUs",
                  (f"at most {c.max_steps:,} steps and " if c.max_steps else "")
                  + "the notebook's time budget, on one " + ("GPU" if c.device.startswith("cuda") else "CPU"),

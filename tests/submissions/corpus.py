@@ -423,9 +423,11 @@ def cases() -> list[Case]:
         "did not reach the grader", hostile=True)
     add("forge_tensor_that_always_equals", _set_solution(own, "softmax", ALWAYS_EQUAL), ATTENTION, hostile=True)
     add("forge_function_mode", _set_solution(own, "softmax", FUNCTION_MODE), ATTENTION, hostile=True)
-    naive = _set_solution(lean, "softmax", "def softmax(x, dim=-1):\n    return x.exp() / x.exp().sum(dim, keepdim=True)")
-    torch_patched = _insert(_set_solution(naive, "scaled_dot_product_attention", "def scaled_dot_product_attention(*a, **k):\n"
-                                          "    return None"), "check_softmax",
+    naive = _set_solution(lean, "softmax", "def softmax(x, dim=-1):\n    return x.exp() / x.exp().sum(dim, "
+                                           "keepdim=True)")
+    torch_patched = _insert(_set_solution(naive, "scaled_dot_product_attention",
+                                          "def scaled_dot_product_attention(*a, **k):\n    return None"),
+                            "check_softmax",
                             "torch.allclose = lambda *a, **k: True\ntorch.Tensor.__eq__ = lambda *a, **k: True\n"
                             "torch.isfinite = lambda t: torch.ones_like(t, dtype=torch.bool)")
     add("forge_patches_torch", torch_patched, 2.0, "NaN", hostile=True)
@@ -433,9 +435,11 @@ def cases() -> list[Case]:
                            "    f = sys._getframe(0)\n    while f is not None:\n"
                            "        f.f_globals.pop('expect_close', None)\n        f = f.f_back\n    return x")
     add("forge_walks_the_frames", frames, ATTENTION, hostile=True)
-    gcwalk = _insert(own, "softmax", "import gc\nfound = [o for o in gc.get_objects() if isinstance(o, dict) and 'key' in o]")
+    gcwalk = _insert(own, "softmax", "import gc\nfound = [o for o in gc.get_objects() if isinstance(o, dict) and "
+                                     "'key' in o]")
     add("forge_walks_the_gc", gcwalk, FULL, hostile=True)
-    thread = _insert(lean, "softmax", "import threading, time\n\ndef meddle():\n    while True:\n        time.sleep(0.05)\n\n"
+    thread = _insert(lean, "softmax", "import threading, time\n\ndef meddle():\n    while True:\n        "
+                                      "time.sleep(0.05)\n\n"
                      "threading.Thread(target=meddle, daemon=True).start()")
     add("forge_leaves_a_thread", thread, FULL, hostile=True)
     forged = copy.deepcopy(lean_released)
@@ -450,7 +454,8 @@ def cases() -> list[Case]:
     add("forge_edits_check_cell_and_points", inflated, 0.0, "check_softmax was edited", hostile=True)
 
     # ------------------------------------------------------------ borrowed answers
-    add("borrow_torch_softmax", _set_solution(lean, "softmax", "def softmax(x, dim=-1):\n    return torch.softmax(x, dim)"),
+    add("borrow_torch_softmax", _set_solution(lean, "softmax", "def softmax(x, dim=-1):\n    return "
+                                                               "torch.softmax(x, dim)"),
         ATTENTION, "calls a library softmax", hostile=True)
     sdpa = ATTENTION_OK.replace("    return weights @ v, weights",
                                 "    out = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)\n"
@@ -467,8 +472,8 @@ def cases() -> list[Case]:
         "imports the graded stage's answer from solutions", hostile=True)
     wrapped = _set_solution(lean, "softmax", "import solutions\n\ndef softmax(x, dim=-1):\n"
                             "    return solutions.softmax(x, dim)")
-    add("borrow_wraps_solutions", wrapped, 0.0, "not implemented yet", "imports the graded stage's answer from solutions",
-        hostile=True)
+    add("borrow_wraps_solutions", wrapped, 0.0, "not implemented yet",
+        "imports the graded stage's answer from solutions", hostile=True)
     hidden = _set_solution(own, "softmax", "def softmax(x, dim=-1):\n"
                            "    return getattr(__import__('solu' + 'tions'), 'soft' + 'max')(x, dim)")
     add("borrow_hidden_solutions_call", hidden, ATTENTION, "not implemented yet", hostile=True)
@@ -767,7 +772,8 @@ def second_red_team(canary_dir: str, canary: str) -> list[Case]:
     add("paths_links_raced_by_helpers", _insert(lean, "softmax", RACE % (canary_dir, canary)), FULL)
     add("paths_folder_1500_deep", _insert(lean, "softmax", DEEP % (canary_dir, canary)), FULL)
     # 100 MB of empty lists: about 2 GB once built (the old checker built it whole)
-    add("resource_message_of_100_mb", _insert(lean, "check_softmax", BIG_MESSAGE % "b'[' + b'[],' * 33_000_000 + b'[]]'"),
+    add("resource_message_of_100_mb",
+        _insert(lean, "check_softmax", BIG_MESSAGE % "b'[' + b'[],' * 33_000_000 + b'[]]'"),
         0.0, "did not hand over softmax", "a message of 99000004 bytes and 0 blobs is over the limit")
     add("resource_message_of_a_million_values",
         _insert(lean, "check_softmax", BIG_MESSAGE % "b'{\"k\": \"rep\", \"v\": [' + b'0,' * 1_300_000 + b'0]}'"), 0.0,
@@ -823,7 +829,8 @@ def forged(self, v, blobs, diff):
     return node
 
 remote.Endpoint._enc_tensor = forged"""
-CPU_CAUSAL_MASK = "def causal_mask(size, device=None):\n    return torch.ones(size, size, dtype=torch.bool).tril()[None, None]"
+CPU_CAUSAL_MASK = ("def causal_mask(size, device=None):\n"
+                   "    return torch.ones(size, size, dtype=torch.bool).tril()[None, None]")
 
 # lesson 12: Adam(maximize=True) moves the parameters the wrong way; the kernel rebinds the checks' model factory to a
 # model of zeros (no gradient, nothing moves), or zeroes what it is given to build, so that the wrong way goes unseen
@@ -869,8 +876,8 @@ def other_lessons(canary_dir: str, canary: str) -> list[tuple[str, Case]]:
     out.append(("01_tokenization", Case("paths_kernel_names_the_checks_folder", 29.0, ["save(path)"], hostile=True,
                                         needs_isolation=True, content=race, max_points=39.0)))
     tagged = _insert(_with_solutions("05_masks", [], {"causal_mask": CPU_CAUSAL_MASK}), "check_causal_mask", FORGED_TAG)
-    out.append(("05_masks", Case("types_forged_tensor_class", 2.0, ["is built on the requested device", "got cpu"], hostile=True,
-                                 needs_isolation=True, content=tagged, max_points=11.0)))
+    out.append(("05_masks", Case("types_forged_tensor_class", 2.0, ["is built on the requested device", "got cpu"],
+                                 hostile=True, needs_isolation=True, content=tagged, max_points=11.0)))
     for name, attack in (("types_rebinds_the_model_factory", REBINDS_FACTORY),
                          ("types_zeroes_the_model_it_is_given", ZEROES_WHAT_IT_BUILDS)):
         nb = _insert(_with_solutions("12_training", ["noam_lr"], {"make_optimizer": MAXIMIZE}), "check_make_optimizer",
