@@ -2,7 +2,7 @@
 
 BPE is checked against merges and segmentations made by subword-nmt, the reference implementation of
 Sennrich et al. (2016), stored in autograder/fixtures/stage01_bpe.json (autograder/fixtures/stage01_bpe.py
-makes them; tests/test_checks_stage01.py verifies them). The small variants below (`_learn_variant`, ...) are written
+makes them; tests/test_checks_stage01.py verifies them). The small variants (`_learn_variant` in stage01_learn_bpe.py, ...) are written
 from the contract only to NAME a mistake once the learner's answer already differs from the fixture:
 they are never the measure of right and wrong. This module holds what the stage's checks share; each graded
 name's checks are in a module of its own (stage01_get_pair_stats.py, ...).
