@@ -140,6 +140,18 @@ def _tok_specials(cls):
                            "'<unk>'] + subwords" if UNK not in low else _stale_stoi(tok) or
                            "every character of the corpus (alone and with </w>) and every merge belongs in the "
                            "vocabulary")
+    _unknown_symbols(tok, words)
+    first = list(words)[0]
+    _one_vocabulary_each(cls, tok, first, words)
+    # the contract's special ids whatever the corpus holds: symbols that sort before '<' too
+    corpus, n, _, _ = _case("tokenizer")
+    rich = build(cls, what="BPETokenizer()")
+    rich.train(list(corpus) + BEFORE_LT, n)
+    _specials_in_place(rich, f"BPETokenizer().train(corpus + {BEFORE_LT[:1]}..., {n})")
+
+
+def _unknown_symbols(tok, words):
+    """_tok_specials, its second part: characters never seen in training become <unk> (3), and only they."""
     for text, expected in (("Ж", [UNK]), ("ЖЖ", None)):
         got = _encode(tok, text)
         if expected is not None:
@@ -158,6 +170,10 @@ def _tok_specials(cls):
     _expect(_encode(tok, f"Ж{first}"), expected, f"encode('Ж{first}'), a word with one unknown character",
             "map each subword on its own: the unknown 'Ж' to 3 (<unk>), the known subwords of the rest to their "
             "ids (not the whole word to one <unk>)")
+
+
+def _one_vocabulary_each(cls, tok, first, words):
+    """_tok_specials, its third part: a second tokenizer, trained on other text, has its own vocabulary and cache."""
     # another tokenizer, trained on other text, knows only its own characters and leaves the first one alone
     before = _encode(tok, first)
     corpus, n, _, _ = _case("docstring")
@@ -186,11 +202,6 @@ def _tok_specials(cls):
     if got != before:
         raise CheckFailure(f"the first tokenizer's encode({first!r}) after a second one was trained",
                            f"{fmt(before)} (as before)", fmt(got), shared)
-    # the contract's special ids whatever the corpus holds: symbols that sort before '<' too
-    corpus, n, _, _ = _case("tokenizer")
-    rich = build(cls, what="BPETokenizer()")
-    rich.train(list(corpus) + BEFORE_LT, n)
-    _specials_in_place(rich, f"BPETokenizer().train(corpus + {BEFORE_LT[:1]}..., {n})")
 
 
 SPECIAL_SYMBOLS = ("<pad>", "<bos>", "<eos>", "<unk>")

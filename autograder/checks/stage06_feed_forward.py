@@ -229,6 +229,12 @@ def _dropout_place_half(FFN):
         raise CheckFailure(what, "w_2 applied to relu(w_1(x)) with each hidden unit dropped (0) or doubled",
                            "something else", "w_2(dropout(relu(w_1(x)))): dropout on the hidden layer only, between "
                            "relu and w_2 (not on the input x too)")
+    _dropped_or_doubled(what, hidden, h, tol, live)
+
+
+def _dropped_or_doubled(what, hidden, h, tol, live):
+    """_dropout_place_half's last part: each live hidden unit dropped (0) or doubled, with a fresh mask per value;
+    else the likely mistake (one mask for all positions, dropout twice, no rescaling)."""
     ratio, slack = hidden[live] / h[live], (tol / h.abs().clamp_min(1e-3))[live]
     dropped = ratio.abs() <= slack
 

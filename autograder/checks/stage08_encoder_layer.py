@@ -45,6 +45,50 @@ def _make_layer(EncoderLayer, norm_first=False, dropout=0.0, seed=0):
     return as_module(layer, what), what
 
 
+def _layer_mistakes_named(ref, x, ids, norm_first):
+    """_layer_vs_torch's table of mistakes: the reference layer's output with each classic mistake put in."""
+    mask = key_mask(ids)  # the reference's own, computed once (src_mask went to the learner's layer)
+
+    def fn(mode="post", order="af", norms=(0, 1), allowed=mask):
+        return enc_layer_ref(ref, x, allowed, mode, order, norms)
+    mistakes = layer_mistakes(fn, norm_first)
+    mode = "pre" if norm_first else "post"
+    mistakes["sublayer order wrong: the feed-forward ran before self-attention (sublayers[0] wraps "
+             "self-attention, sublayers[1] the feed-forward)"] = fn(mode, "fa", (0, 1))
+    mistakes["the two sublayers' norms swapped: sublayers[0] must wrap self-attention, sublayers[1] the "
+             "feed-forward"] = fn(mode, "af", (1, 0))
+    mistakes["sublayers[0] used for both sublayers: the feed-forward must go through sublayers[1]"] = \
+        fn(mode, "af", (0, 0))
+    mistakes["one sublayer connection (one LayerNorm) shared by both sublayers: build a new "
+             "SublayerConnection for each"] = fn(mode, "af", (1, 1))
+    mistakes["the feed-forward sublayer is missing: the layer returns after self-attention; then "
+             "x = sublayers[1](x, feed_forward)"] = fn(mode, "a", (0,))
+    mistakes["the feed-forward sublayer got the layer's input x instead of the self-attention sublayer's output: "
+             "x = sublayers[0](x, ...); return sublayers[1](x, feed_forward), each step on the previous one's "
+             "result"] = fn(mode, "f", (1,))
+    if norm_first:
+        h = x + mha(ref.self_attn, x, x, x, key_mask(ids))
+        mistakes["the attention's lambda uses x instead of its argument (lambda y: self.self_attn(x, x, x, mask)): "
+                 "in pre-norm the sublayer connection hands it norm(x); use lambda y: self.self_attn(y, y, y, "
+                 "mask)"] = h + ffn(ref, ref.norm2(h))
+        mistakes[EXTRA_NORM] = ref.norm2(fn(mode))
+        n1 = ref.norm1(x)
+        h = x + mha(ref.self_attn, n1, x, x, key_mask(ids))
+        mistakes["self-attention's keys and values taken from x instead of the lambda's argument (lambda y: "
+                 "self.self_attn(y, x, x, mask)): in pre-norm the sublayer connection hands it norm(x); use "
+                 "lambda y: self.self_attn(y, y, y, mask)"] = h + ffn(ref, ref.norm2(h))
+    mistakes["src_mask inverted (~src_mask or src_mask == 0 given to self-attention): True means 'may attend'; "
+             "pass src_mask on as it is"] = fn(mode, allowed=inverted(key_mask(ids)))
+    mistakes.update(heads_mistakes(lambda r: enc_layer_ref(r, x, key_mask(ids), mode), ref))
+    if (ids == PAD).any():
+        mistakes["src_mask not passed to self-attention (or reshaped so that it hides queries instead of keys: "
+                 "keep its (B, 1, 1, L) shape): the padding positions were attended"] = fn(mode, allowed=None)
+        mistakes["src_mask not passed to self-attention, and " + (
+            "norm_first ignored" if norm_first else "pre-norm computed")] = \
+            fn("post" if norm_first else "pre", allowed=None)
+    return mistakes
+
+
 def _layer_vs_torch(EncoderLayer, norm_first, seed, lengths, grads=False):
     layer, what = _make_layer(EncoderLayer, norm_first)
     ref = ref_encoder_layer(norm_first, seed)
@@ -59,45 +103,7 @@ def _layer_vs_torch(EncoderLayer, norm_first, seed, lengths, grads=False):
                       without=lambda: layer(x, None))
     with torch.no_grad():
         expected = ref(x, src_key_padding_mask=ids == PAD)
-        mask = key_mask(ids)  # the reference's own, computed once (src_mask went to the learner's layer)
-
-        def fn(mode="post", order="af", norms=(0, 1), allowed=mask):
-            return enc_layer_ref(ref, x, allowed, mode, order, norms)
-        mistakes = layer_mistakes(fn, norm_first)
-        mode = "pre" if norm_first else "post"
-        mistakes["sublayer order wrong: the feed-forward ran before self-attention (sublayers[0] wraps "
-                 "self-attention, sublayers[1] the feed-forward)"] = fn(mode, "fa", (0, 1))
-        mistakes["the two sublayers' norms swapped: sublayers[0] must wrap self-attention, sublayers[1] the "
-                 "feed-forward"] = fn(mode, "af", (1, 0))
-        mistakes["sublayers[0] used for both sublayers: the feed-forward must go through sublayers[1]"] = \
-            fn(mode, "af", (0, 0))
-        mistakes["one sublayer connection (one LayerNorm) shared by both sublayers: build a new "
-                 "SublayerConnection for each"] = fn(mode, "af", (1, 1))
-        mistakes["the feed-forward sublayer is missing: the layer returns after self-attention; then "
-                 "x = sublayers[1](x, feed_forward)"] = fn(mode, "a", (0,))
-        mistakes["the feed-forward sublayer got the layer's input x instead of the self-attention sublayer's output: "
-                 "x = sublayers[0](x, ...); return sublayers[1](x, feed_forward), each step on the previous one's "
-                 "result"] = fn(mode, "f", (1,))
-        if norm_first:
-            h = x + mha(ref.self_attn, x, x, x, key_mask(ids))
-            mistakes["the attention's lambda uses x instead of its argument (lambda y: self.self_attn(x, x, x, mask)): "
-                     "in pre-norm the sublayer connection hands it norm(x); use lambda y: self.self_attn(y, y, y, "
-                     "mask)"] = h + ffn(ref, ref.norm2(h))
-            mistakes[EXTRA_NORM] = ref.norm2(fn(mode))
-            n1 = ref.norm1(x)
-            h = x + mha(ref.self_attn, n1, x, x, key_mask(ids))
-            mistakes["self-attention's keys and values taken from x instead of the lambda's argument (lambda y: "
-                     "self.self_attn(y, x, x, mask)): in pre-norm the sublayer connection hands it norm(x); use "
-                     "lambda y: self.self_attn(y, y, y, mask)"] = h + ffn(ref, ref.norm2(h))
-        mistakes["src_mask inverted (~src_mask or src_mask == 0 given to self-attention): True means 'may attend'; "
-                 "pass src_mask on as it is"] = fn(mode, allowed=inverted(key_mask(ids)))
-        mistakes.update(heads_mistakes(lambda r: enc_layer_ref(r, x, key_mask(ids), mode), ref))
-        if (ids == PAD).any():
-            mistakes["src_mask not passed to self-attention (or reshaped so that it hides queries instead of keys: "
-                     "keep its (B, 1, 1, L) shape): the padding positions were attended"] = fn(mode, allowed=None)
-            mistakes["src_mask not passed to self-attention, and " + (
-                "norm_first ignored" if norm_first else "pre-norm computed")] = \
-                fn("post" if norm_first else "pre", allowed=None)
+        mistakes = _layer_mistakes_named(ref, x, ids, norm_first)
     real = ids != PAD
     close_at(got, expected, real, f"{what}(x, src_mask) vs nn.TransformerEncoderLayer(norm_first={norm_first})",
              hint=("pre-norm: x = x + dropout(self_attn(norm(x))), then x + dropout(ff(norm(x)))" if norm_first else

@@ -480,6 +480,44 @@ def _make_decoder(Decoder, n_layers, norm_first=False, dropout=0.0, seed=0):
     return as_module(dec, what), what
 
 
+def _decoder_mistakes_named(ref, x, memory, src, tgt, norm_first):
+    """_decoder_vs_torch's table of mistakes: the reference stack's output with each classic mistake put in."""
+    mode = "pre" if norm_first else "post"
+    self_mask, cross_mask = tgt_mask_of(tgt), key_mask(src)  # the reference's own, computed once
+
+    def run_layer(lay, inp, mode, masked, self_allowed=self_mask, cross_allowed=cross_mask, mem=memory):
+        return dec_layer_ref(lay, x if inp is None else inp, mem, self_allowed if masked else None,
+                             cross_allowed if masked else None, mode)
+    layers_ref = list(ref.layers)
+    mistakes = stack_mistakes(layers_ref, run_layer, ref.norm, norm_first, default_layer_norm)
+
+    def chain(**kw):
+        h = x
+        for lay in layers_ref:
+            h = run_layer(lay, h, mode, True, **kw)
+        return ref.norm(h) if ref.norm is not None else h
+    def first_only(**kw):  # the masks kw (None) from the second layer on
+        h = x
+        for i, lay in enumerate(layers_ref):
+            h = run_layer(lay, h, mode, True, **(kw if i else {}))
+        return ref.norm(h) if ref.norm is not None else h
+    mistakes["tgt_mask not passed on: the layers' self-attention is not causal"] = chain(self_allowed=None)
+    mistakes[TRANSPOSED] = chain(self_allowed=transposed(tgt_mask_of(tgt)))
+    mistakes["tgt_mask passed to the first layer only: the later layers' self-attention sees later tokens; pass "
+             "it to every layer, x = layer(x, memory, src_mask, tgt_mask)"] = first_only(self_allowed=None)
+    mistakes["src_mask passed to the first layer only: the later layers' cross-attention attends the source "
+             "padding; pass it to every layer, x = layer(x, memory, src_mask, tgt_mask)"] = \
+        first_only(cross_allowed=None)
+    mistakes["src_mask not passed on: cross-attention attended the source padding"] = chain(cross_allowed=None)
+    mistakes["tgt_mask not passed on: the layers were given a causal mask built here, which hides later tokens "
+             "but not the target's padding; pass tgt_mask itself"] = chain(self_allowed=causal(x.size(1)))
+    mistakes["tgt_mask inverted before it reaches the layers (~tgt_mask or tgt_mask == 0): True means 'may "
+             "attend'; pass tgt_mask on as it is"] = chain(self_allowed=inverted(tgt_mask_of(tgt)))
+    mistakes["src_mask inverted before it reaches the layers (~src_mask or src_mask == 0): True means 'may "
+             "attend'; pass src_mask on as it is"] = chain(cross_allowed=inverted(key_mask(src)))
+    return mistakes
+
+
 def _decoder_vs_torch(Decoder, norm_first, seed, tgt_lengths, src_lengths, n_layers=2, hole=None, grads=False):
     dec, what = _make_decoder(Decoder, n_layers, norm_first)
     ref = ref_decoder(n_layers, norm_first, seed)
@@ -494,40 +532,8 @@ def _decoder_vs_torch(Decoder, norm_first, seed, tgt_lengths, src_lengths, n_lay
         tgt[0, hole] = PAD  # tgt_mask hides a key that a causal mask alone would not
     got = run(dec, x, memory, key_mask(src), tgt_mask_of(tgt), f"{what}(x, memory, src_mask, tgt_mask)")
     expected = run_ref_decoder(ref, x, memory, src, tgt)
-    mode = "pre" if norm_first else "post"
     with torch.no_grad():
-        self_mask, cross_mask = tgt_mask_of(tgt), key_mask(src)  # the reference's own, computed once
-
-        def run_layer(lay, inp, mode, masked, self_allowed=self_mask, cross_allowed=cross_mask, mem=memory):
-            return dec_layer_ref(lay, x if inp is None else inp, mem, self_allowed if masked else None,
-                                 cross_allowed if masked else None, mode)
-        layers_ref = list(ref.layers)
-        mistakes = stack_mistakes(layers_ref, run_layer, ref.norm, norm_first, default_layer_norm)
-
-        def chain(**kw):
-            h = x
-            for lay in layers_ref:
-                h = run_layer(lay, h, mode, True, **kw)
-            return ref.norm(h) if ref.norm is not None else h
-        def first_only(**kw):  # the masks kw (None) from the second layer on
-            h = x
-            for i, lay in enumerate(layers_ref):
-                h = run_layer(lay, h, mode, True, **(kw if i else {}))
-            return ref.norm(h) if ref.norm is not None else h
-        mistakes["tgt_mask not passed on: the layers' self-attention is not causal"] = chain(self_allowed=None)
-        mistakes[TRANSPOSED] = chain(self_allowed=transposed(tgt_mask_of(tgt)))
-        mistakes["tgt_mask passed to the first layer only: the later layers' self-attention sees later tokens; pass "
-                 "it to every layer, x = layer(x, memory, src_mask, tgt_mask)"] = first_only(self_allowed=None)
-        mistakes["src_mask passed to the first layer only: the later layers' cross-attention attends the source "
-                 "padding; pass it to every layer, x = layer(x, memory, src_mask, tgt_mask)"] = \
-            first_only(cross_allowed=None)
-        mistakes["src_mask not passed on: cross-attention attended the source padding"] = chain(cross_allowed=None)
-        mistakes["tgt_mask not passed on: the layers were given a causal mask built here, which hides later tokens "
-                 "but not the target's padding; pass tgt_mask itself"] = chain(self_allowed=causal(x.size(1)))
-        mistakes["tgt_mask inverted before it reaches the layers (~tgt_mask or tgt_mask == 0): True means 'may "
-                 "attend'; pass tgt_mask on as it is"] = chain(self_allowed=inverted(tgt_mask_of(tgt)))
-        mistakes["src_mask inverted before it reaches the layers (~src_mask or src_mask == 0): True means 'may "
-                 "attend'; pass src_mask on as it is"] = chain(cross_allowed=inverted(key_mask(src)))
+        mistakes = _decoder_mistakes_named(ref, x, memory, src, tgt, norm_first)
     try:
         close_at(got, expected, tgt != PAD,
                  f"{what}(x, memory, src_mask, tgt_mask) vs nn.TransformerDecoder"
