@@ -14,7 +14,16 @@ from torch import nn
 
 import solutions
 from solutions import LayerNorm, MultiHeadAttention, PositionwiseFeedForward, SublayerConnection
-from tests.grading import Mistake, assert_full_marks, assert_mistake, edit, grade, grade_one, grade_one_across, mistakes
+from tests.grading import (
+    Mistake,
+    assert_full_marks,
+    assert_mistake,
+    edit,
+    grade,
+    grade_one,
+    grade_one_across,
+    mistakes,
+)
 
 LAYER, ENCODER = solutions.EncoderLayer, solutions.Encoder
 

@@ -13,9 +13,21 @@ from torch import nn  # noqa: F401
 
 import solutions
 from tests.grading import Mistake, assert_full_marks, assert_mistake, edit, grade_one, mistakes
-from tests.test_checks_stage08 import (AdditiveAttention, EinsumAttention, FeedForward, Float64Attention,  # noqa: F401
-                                       InPlaceConnection, Residual, SDPAAttention, SequentialFeedForward,
-                                       VarMeanLayerNorm, forward_first, forward_under, init_also, new_forward)
+from tests.test_checks_stage08 import (  # noqa: F401
+    AdditiveAttention,
+    EinsumAttention,
+    FeedForward,
+    Float64Attention,
+    InPlaceConnection,
+    Residual,
+    SDPAAttention,
+    SequentialFeedForward,
+    VarMeanLayerNorm,
+    forward_first,
+    forward_under,
+    init_also,
+    new_forward,
+)
 
 LAYER, DECODER = solutions.DecoderLayer, solutions.Decoder
 _SELF, _CROSS = "self.self_attn(y, y, y, tgt_mask)", "self.cross_attn(y, memory, memory, src_mask)"

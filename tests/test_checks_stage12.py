@@ -18,7 +18,8 @@ import torch.nn.functional as F  # noqa: F401
 from torch.nn.utils.rnn import pad_sequence  # noqa: F401
 
 import solutions
-from solutions import BOS, EOS, PAD, pad_sequences as _pad
+from solutions import BOS, EOS, PAD
+from solutions import pad_sequences as _pad
 from tests.grading import Mistake, assert_full_marks, assert_mistake, edit, mistakes, run_silently
 
 SHIFT, MAKE_BATCH, BBT = solutions.shift_right, solutions.make_batch, solutions.batch_by_tokens

@@ -13,8 +13,16 @@ import torch.nn.functional as F
 import solutions
 from autograder import REGISTRY
 from solutions import BOS, EOS, PAD
-from tests.grading import (Mistake, assert_full_marks, assert_mistake, edit, grade_one, grade_one_across, mistakes,
-                           run_silently)
+from tests.grading import (
+    Mistake,
+    assert_full_marks,
+    assert_mistake,
+    edit,
+    grade_one,
+    grade_one_across,
+    mistakes,
+    run_silently,
+)
 
 GREEDY, LENGTH_PENALTY = solutions.greedy_decode, solutions.length_penalty
 BEAM, CORPUS_BLEU = solutions.beam_search, solutions.corpus_bleu

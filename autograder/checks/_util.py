@@ -11,7 +11,6 @@ from torch import nn
 
 from ..registry import REGISTRY, CheckFailure, CheckTimeout
 
-
 # set by the grade command's checker: BUILD_ELSEWHERE(factory, args, kwargs) builds a learner_side object with the
 # checker's own factory and hands it to the notebook's kernel (autograder/remote.py, Endpoint.build)
 BUILD_ELSEWHERE = None

@@ -11,8 +11,16 @@ from torch import nn
 
 from ..explain import failing_line
 from ..registry import CheckFailure, CheckTimeout, forbid, register
-from ._util import (LEFT_AUTOGRAD, as_tensor, close, expect_close, expect_grads, expect_shape,
-                    reduces_without_keepdim, seeded)
+from ._util import (
+    LEFT_AUTOGRAD,
+    as_tensor,
+    close,
+    expect_close,
+    expect_grads,
+    expect_shape,
+    reduces_without_keepdim,
+    seeded,
+)
 
 # the lesson's own work, which a library call must not do for the learner (allowed in later lessons)
 forbid("softmax", "a library softmax (torch.softmax, F.softmax, Tensor.softmax, nn.Softmax, log_softmax)",

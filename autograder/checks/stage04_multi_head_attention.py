@@ -11,8 +11,19 @@ from torch import nn
 from torch.nn.modules.module import register_module_forward_pre_hook
 
 from ..registry import CheckFailure, CheckTimeout, forbid, register
-from ._util import (LEFT_AUTOGRAD, as_module, as_tensor, build, close, expect_all_dropped, expect_close, expect_grads,
-                    expect_no_dropout_in_eval, expect_shape, seeded)
+from ._util import (
+    LEFT_AUTOGRAD,
+    as_module,
+    as_tensor,
+    build,
+    close,
+    expect_all_dropped,
+    expect_close,
+    expect_grads,
+    expect_no_dropout_in_eval,
+    expect_shape,
+    seeded,
+)
 
 # the lesson's own work, which a library module must not do for the learner (allowed in later lessons)
 forbid("MultiHeadAttention", "nn.MultiheadAttention (or F.multi_head_attention_forward)",

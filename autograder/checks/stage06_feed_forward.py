@@ -7,8 +7,17 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..registry import CheckFailure, register
-from ._util import (as_module, as_tensor, build, close, expect_all_dropped, expect_close, expect_no_dropout_in_eval,
-                    expect_shape, seeded)
+from ._util import (
+    as_module,
+    as_tensor,
+    build,
+    close,
+    expect_all_dropped,
+    expect_close,
+    expect_no_dropout_in_eval,
+    expect_shape,
+    seeded,
+)
 
 
 def _make(FFN, d_model=6, d_ff=10, dropout=0.0, seed=0):

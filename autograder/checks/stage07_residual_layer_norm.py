@@ -11,8 +11,21 @@ from torch import nn
 
 from ..explain import failing_line
 from ..registry import CheckFailure, forbid, register
-from ._util import (LEFT_AUTOGRAD, as_module, as_tensor, build, close, diagnose, expect_all_dropped, expect_close,
-                    expect_grads, expect_no_dropout_in_eval, expect_shape, reduces_without_keepdim, seeded)
+from ._util import (
+    LEFT_AUTOGRAD,
+    as_module,
+    as_tensor,
+    build,
+    close,
+    diagnose,
+    expect_all_dropped,
+    expect_close,
+    expect_grads,
+    expect_no_dropout_in_eval,
+    expect_shape,
+    reduces_without_keepdim,
+    seeded,
+)
 
 # the lesson's own work, which a library call must not do for the learner (SublayerConnection may use any
 # LayerNorm: its checks put nn.LayerNorm in place of the learner's)

@@ -14,12 +14,42 @@ from ..explain import _describe_exception
 from ..registry import CheckFailure, CheckPassed, CheckTimeout, forbid, register
 from . import _util
 from ._util import build, close, expect_shape, learners_own, seeded
-from .stage08_encoder import (MASK_CHANGED, STATE, TORCH_TRANSFORMER, D, FF, H, PAD, as_module, check_dropout,
-                              check_layer_parts, check_sublayer_dropout, check_residual_path, check_stack_distinct,
-                              check_stack_parts, close_at, computes_like, copies_into, copy_final_norm, copy_layer,
-                              default_layer_norm, ffn, ids_with_lengths,
-                              inverted, key_mask, layer_mistakes, mha, randomize, same_gradients, stack_layers,
-                              stack_mistakes, sublayer, check_parts_drop, heads_mistakes, part_calls)
+from .stage08_encoder import (
+    FF,
+    MASK_CHANGED,
+    PAD,
+    STATE,
+    TORCH_TRANSFORMER,
+    D,
+    H,
+    as_module,
+    check_dropout,
+    check_layer_parts,
+    check_parts_drop,
+    check_residual_path,
+    check_stack_distinct,
+    check_stack_parts,
+    check_sublayer_dropout,
+    close_at,
+    computes_like,
+    copies_into,
+    copy_final_norm,
+    copy_layer,
+    default_layer_norm,
+    ffn,
+    heads_mistakes,
+    ids_with_lengths,
+    inverted,
+    key_mask,
+    layer_mistakes,
+    mha,
+    part_calls,
+    randomize,
+    same_gradients,
+    stack_layers,
+    stack_mistakes,
+    sublayer,
+)
 
 # the lesson's own work, which PyTorch's Transformer modules must not do for the learner
 forbid(("DecoderLayer", "Decoder"), "PyTorch's nn.Transformer modules (nn.TransformerDecoderLayer, "

@@ -14,9 +14,25 @@ from torch import nn
 from ..explain import _describe_exception
 from ..registry import CheckFailure, forbid, register
 from ._util import build, close, expect_close, expect_shape, expect_still_training, seeded
-from .stage08_encoder import (NO_GRAD, STATE, TORCH_TRANSFORMER, D, FF, H, PAD, as_module, close_at, copy_final_norm,
-                              copy_layer, default_layer_norm, enc_layer_ref, get_path, inverted, randomize,
-                              stack_layers)
+from .stage08_encoder import (
+    FF,
+    NO_GRAD,
+    PAD,
+    STATE,
+    TORCH_TRANSFORMER,
+    D,
+    H,
+    as_module,
+    close_at,
+    copy_final_norm,
+    copy_layer,
+    default_layer_norm,
+    enc_layer_ref,
+    get_path,
+    inverted,
+    randomize,
+    stack_layers,
+)
 from .stage09_decoder import mentions_both
 
 # the lesson's own work, which PyTorch's Transformer modules must not do for the learner
