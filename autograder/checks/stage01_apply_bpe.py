@@ -51,8 +51,8 @@ APPLY_MISTAKES = {
     "the LATEST merge applied first: at each step merge the pair that comes EARLIEST in the merges list "
     "(min of the ranks, not max)": "latest",
     "`</w>` joined only after merging: start from l o w</w>, so that merges ending in `</w>` can apply": "end_after",
-    "stopped with two symbols left (while len(symbols) > 2): keep merging while len(symbols) > 1, a word can end "
-    "as one symbol": "two",
+    "stopped with two symbols left (while len(symbols) > 2): keep merging while len(symbols) > 1, a word can "
+    "end as one symbol": "two",
     "the word was lowercased: BPE takes the text as it is ('Z' and 'z' are different symbols)": "lower",
 }
 
@@ -68,14 +68,16 @@ def _apply_one(apply_bpe, word, merges, expected, what=None, hint=None):
     if given != list(merges):
         raise CheckFailure(f"{what}: the merges list passed in", "unchanged after the call",
                            f"{len(given)} merges, {fmt(given)}", "read the merges without modifying the list "
-                           "(no pop, sort, append or assignment to merges[i]); build a new dict or list instead")
+                           "(no pop, sort, append or assignment to merges[i]); build a new dict or list "
+                           "instead")
     got = _as_symbols(got, what)
     key = tuple(tuple(m) for m in merges)
     earlier = [v for k, v in _ANSWERS.get(word, {}).items() if k != key and v != list(expected)]
     mistakes = dict(_apply_mistakes(word, merges))
     # the word's right segmentation under the merges of an earlier call: a cache that ignores the merges
-    mistakes["the segmentation of this word under the merges of an EARLIER call came back: a cache keyed by the word "
-             "alone (or a global) keeps answers for other merges; key it by (word, merges), or drop it"] = (
+    mistakes["the segmentation of this word under the merges of an EARLIER call came back: a cache keyed by "
+             "the word alone (or a global) keeps answers for other merges; key it by (word, merges), or drop "
+             "it"] = (
         got if got in earlier else None)
     _expect(got, list(expected), what, hint, mistakes)
     if len(_ANSWERS) > 2000:
@@ -93,13 +95,15 @@ def _apply_stored(apply_bpe, case, hint):
 
 @register("apply_bpe", "splits the docstring example: lowest -> low es t</w>")
 def _apply_example(apply_bpe):
-    _apply_stored(apply_bpe, "docstring", "start from l o w e s t</w>, apply the earliest merge present, repeat")
+    _apply_stored(apply_bpe, "docstring", "start from l o w e s t</w>, apply the earliest merge present, "
+                                          "repeat")
 
 
 @register("apply_bpe", "applies the earliest-learned merge first, wherever it is in the word")
 def _apply_priority(apply_bpe):
     for case in ("priority", "priority_2"):
-        _apply_stored(apply_bpe, case, "at each step merge the pair present whose position in merges is smallest: "
+        _apply_stored(apply_bpe, case, "at each step merge the pair present whose position in merges is "
+                                       "smallest: "
                       "min(pairs, key=rank)")
 
 
@@ -116,10 +120,12 @@ def _apply_end(apply_bpe):
         _apply_stored(apply_bpe, case, "the last symbol carries `</w>`, even when nothing was merged")
     _apply_one(apply_bpe, "low", [], ["l", "o", "w</w>"], hint="with no merges a word is its characters, "
                "`</w>` joined to the last one")
-    # after (q, r</w>) no merge applies: (p, qr</w>) joins to 'pqr</w>' too, but it is not the merge (pq, r</w>)
+    # after (q, r</w>) no merge applies: (p, qr</w>) joins to 'pqr</w>' too, but it is not the merge (pq,
+    # r</w>)
     _apply_one(apply_bpe, "pqr", [("q", "r</w>"), ("pq", "r</w>")], ["p", "qr</w>"],
-               hint="a merge is a PAIR of symbols: ('p', 'qr</w>') is not the merge ('pq', 'r</w>'), though both join "
-                    "to 'pqr</w>'; look the ranks up by the pair, ranks.get((left, right)), not by the joined text")
+               hint="a merge is a PAIR of symbols: ('p', 'qr</w>') is not the merge ('pq', 'r</w>'), though "
+                    "both join to 'pqr</w>'; look the ranks up by the pair, ranks.get((left, right)), not by "
+                    "the joined text")
 
 
 @register("apply_bpe", "merges non-overlapping occurrences, left to right (aaaa with (a, a) -> aa a a</w>)")
@@ -134,5 +140,6 @@ def _apply_fixture(apply_bpe):
         merges, words = _segmentation(name)
         for word, expected in words.items():
             _apply_one(apply_bpe, word, merges, expected,
-                       what=f"apply_bpe({word!r}, the {len(merges)} merges subword-nmt learned on corpus {name[-1]})",
+                       what=f"apply_bpe({word!r}, the {len(merges)} merges subword-nmt learned on corpus "
+                            f"{name[-1]})",
                        hint="apply the earliest merge present, repeatedly; keep `</w>` on the last symbol")

@@ -1,4 +1,5 @@
-"""Stage 01's checks of get_pair_stats: pair counts weighted by word counts, with the classic mistakes named."""
+"""Stage 01's checks of get_pair_stats: pair counts weighted by word counts, with the classic mistakes
+named."""
 from __future__ import annotations
 
 from collections import Counter
@@ -50,10 +51,12 @@ def _call_stats(get_pair_stats, vocab, what):
                            "count the pairs without modifying the words or their counts")
     again = _as_stats(get_pair_stats(dict(frozen)), what + ", called a second time")
     if again != got:
-        raise CheckFailure(f"{what}, called twice", f"the same counts both times, {fmt(got)}", f"{fmt(again)} "
-                           "the second time", "counts kept between calls: create a new Counter inside the function at "
-                           "every call (a mutable default argument such as stats=Counter(), or a global, keeps "
-                           "growing)")
+        raise CheckFailure(f"{what}, called twice", f"the same counts both times, {fmt(got)}",
+                           f"{fmt(again)} "
+                           "the second time", "counts kept between calls: create a new Counter inside the "
+                                              "function at "
+                           "every call (a mutable default argument such as stats=Counter(), or a global, "
+                           "keeps growing)")
     return got
 
 
@@ -73,7 +76,8 @@ def _stats_example(get_pair_stats):
 @register("get_pair_stats", "counts a pair every time it occurs in a word")
 def _stats_repeats(get_pair_stats):
     vocab = {("a", "a", "a", "a</w>"): 3, ("a", "b", "a", "b", "c</w>"): 2, ("b", "a</w>"): 1}
-    _stats_check(get_pair_stats, vocab, "get_pair_stats({('a','a','a','a</w>'): 3, ('a','b','a','b','c</w>'): 2, "
+    _stats_check(get_pair_stats, vocab, "get_pair_stats({('a','a','a','a</w>'): 3, "
+                                        "('a','b','a','b','c</w>'): 2, "
                  "('b','a</w>'): 1})", "count every adjacent position of every word")
 
 
@@ -92,4 +96,5 @@ def _stats_symbols(get_pair_stats):
     vocab = {("lo", "w", "er</w>"): 2, ("lo", "w</w>"): 7, ("ü", "ber</w>"): 1, ("東", "京</w>"): 4}
     _stats_check(get_pair_stats, vocab, "get_pair_stats({('lo','w','er</w>'): 2, ('lo','w</w>'): 7, "
                  "('ü','ber</w>'): 1, ('東','京</w>'): 4})",
-                 "symbols are whole strings: pair symbols[i] with symbols[i + 1], never characters of a symbol")
+                 "symbols are whole strings: pair symbols[i] with symbols[i + 1], never characters of a "
+                 "symbol")

@@ -1,4 +1,5 @@
-"""Stage 01's checks of learn_bpe: against subword-nmt's merges (the fixture), with variants that name a mistake."""
+"""Stage 01's checks of learn_bpe: against subword-nmt's merges (the fixture), with variants that name a
+mistake."""
 from __future__ import annotations
 
 import operator
@@ -49,8 +50,8 @@ def _learn_variant(corpus, num_merges, min_frequency, tie="max", weighted=True, 
     return merges
 
 
-LINES_AS_WORDS = ("each line counted as one word (its spaces ordinary characters): corpus is a list of LINES; split "
-                  "each line into words (line.split()) and start every word as its characters")
+LINES_AS_WORDS = ("each line counted as one word (its spaces ordinary characters): corpus is a list of "
+                  "LINES; split each line into words (line.split()) and start every word as its characters")
 LEARN_MISTAKES = {
     # first: the other variants may run out of _learn_mistakes' time budget on a busy machine, and this one is
     # seen only on the large corpora (the small ones have no capitals), where no other check names it
@@ -65,14 +66,14 @@ LEARN_MISTAKES = {
     "(low -> l o w</w>)": dict(end="missing"),
     "`</w>` added as a separate symbol: join it to the last character (low -> l o w</w>, not l o w </w>)":
         dict(end="separate"),
-    "`</w>` split into the characters < / w >: tuple(word + '</w>') splits the marker too; join it to the last "
-    "character as one symbol (low -> l o w</w>)": dict(end="chars"),
+    "`</w>` split into the characters < / w >: tuple(word + '</w>') splits the marker too; join it to the "
+    "last character as one symbol (low -> l o w</w>)": dict(end="chars"),
     "overlapping occurrences merged: after merging the pair at i, continue at i + 2 "
     "(a a a -> aa a)": dict(merge="overlap"),
     "occurrences merged from right to left: scan the word left to right (a a a -> aa a, not a aa)":
         dict(merge="right"),
-    "the pair matched inside symbols (str.replace on the space-joined word, e.g. 'a b' inside 'aa b'): merge whole "
-    "symbols only, as merge_pair does, (symbols[i], symbols[i + 1]) == pair": dict(merge="substring"),
+    "the pair matched inside symbols (str.replace on the space-joined word, e.g. 'a b' inside 'aa b'): merge "
+    "whole symbols only, as merge_pair does, (symbols[i], symbols[i + 1]) == pair": dict(merge="substring"),
     "min_frequency ignored: stop as soon as the best pair is seen fewer than min_frequency times":
         dict(stop="ignore"),
     "stopped at count == min_frequency: a pair seen exactly min_frequency times is still merged "
@@ -95,12 +96,12 @@ def _learn_shape_hint(got, corpus=None) -> str | None:
         chars = set(text) | set(text.lower()) | set(text.upper())  # a change of case has its own hint
         foreign = next((m for m in got if any(set(s.replace(END, "")) - chars for s in m)), None)
         if foreign is not None and all(set(s.replace(END, "")) - chars <= set(END) for m in got for s in m):
-            return (f"the merge {foreign} holds pieces of the marker: `</w>` was split into the characters < / w > "
-                    "(tuple(word + '</w>')); a word starts as tuple(word[:-1]) + (word[-1] + '</w>',)")
+            return (f"the merge {foreign} holds pieces of the marker: `</w>` was split into the characters < "
+                    "/ w > (tuple(word + '</w>')); a word starts as tuple(word[:-1]) + (word[-1] + '</w>',)")
         if foreign is not None:
-            return (f"the merge {foreign} holds characters that are not in this corpus: words from an earlier call "
-                    "were counted too. Build the word counts inside the function at every call (no mutable default "
-                    "argument such as counts=Counter(), no global)")
+            return (f"the merge {foreign} holds characters that are not in this corpus: words from an "
+                    "earlier call were counted too. Build the word counts inside the function at every call "
+                    "(no mutable default argument such as counts=Counter(), no global)")
     if len(set(got)) < len(got):
         twice = next(m for i, m in enumerate(got) if m in got[:i])
         return (f"the same pair {twice} merged twice: after choosing a pair, merge it in every word "
@@ -138,7 +139,8 @@ def _learn_small(learn_bpe, name, hint, defaults=False):
         return
     mistakes = _learn_mistakes(corpus, n, m)
     hint = _learn_shape_hint(got, corpus) or diagnose(got, mistakes, operator.eq, every=True) or hint
-    if LINES_AS_WORDS in hint and hint != LINES_AS_WORDS:  # the answer fits several mistakes: a second call tells
+    # the answer fits several mistakes: a second call tells
+    if LINES_AS_WORDS in hint and hint != LINES_AS_WORDS:
         if _lines_as_words(learn_bpe):
             hint = LINES_AS_WORDS
         else:
@@ -162,7 +164,8 @@ def _corpus_unchanged(lines, corpus, call):
                            "read the lines without modifying the list (build new lists and dicts instead)")
 
 
-@register("learn_bpe", "learns the docstring example: 2 merges of 'low low low lower' (from a list or a generator)")
+@register("learn_bpe", "learns the docstring example: 2 merges of 'low low low lower' (from a list or a "
+                       "generator)")
 def _learn_example(learn_bpe):
     _learn_small(learn_bpe, "docstring", "merge the most frequent pair, count the pairs again, repeat: "
                  "(l, o) is seen 4 times, then (lo, w</w>) 3 times")
@@ -178,15 +181,16 @@ def _learn_example(learn_bpe):
         raise
     if got != expected:
         raise CheckFailure(call, fmt(expected) + " (as from a list)", fmt(got),
-                           "the corpus was read twice (a generator is empty the second time): read it once into a "
-                           "list first, corpus = list(corpus)" if lines.read_again or not got else
+                           "the corpus was read twice (a generator is empty the second time): read it once "
+                           "into a list first, corpus = list(corpus)" if lines.read_again or not got else
                            "learn_bpe reads any iterable of lines: take corpus = list(corpus) first")
 
 
 @register("learn_bpe", "weights pairs by word frequency")
 def _learn_weighted(learn_bpe):
     for name in ("weighted", "weighted_2"):
-        _learn_small(learn_bpe, name, "count the words first (Counter), then add each word's count to its pairs")
+        _learn_small(learn_bpe, name, "count the words first (Counter), then add each word's count to its "
+                                      "pairs")
 
 
 @register("learn_bpe", "breaks ties toward the greatest pair: max(stats, key=lambda p: (stats[p], p))")
@@ -196,8 +200,9 @@ def _learn_ties(learn_bpe):
                      "max(stats, key=lambda p: (stats[p], p))")
 
 
-EMPTY_WORDS = ("line.split(' ') gives '' between two spaces (and before a leading or after a trailing one): skip "
-               "the empty strings, `if word`, as subword-nmt does (an empty word has no last character for `</w>`)")
+EMPTY_WORDS = ("line.split(' ') gives '' between two spaces (and before a leading or after a trailing one): "
+               "skip the empty strings, `if word`, as subword-nmt does (an empty word has no last character "
+               "for `</w>`)")
 
 
 @register("learn_bpe", "joins </w> to each word's last character; one-letter words have no pair; "
@@ -208,7 +213,8 @@ def _learn_end(learn_bpe):
     try:
         _learn_small(learn_bpe, "spaces", EMPTY_WORDS)
     except IndexError as e:  # ''[-1]: the empty strings of line.split(' ') taken for words
-        raise CheckFailure(f"learn_bpe({corpus!r}, {n}, min_frequency={m}) (runs of spaces, spaces at the ends)",
+        raise CheckFailure(f"learn_bpe({corpus!r}, {n}, min_frequency={m}) (runs of spaces, spaces at the "
+                           "ends)",
                            fmt(expected), f"an error: {_describe_exception(e)}", EMPTY_WORDS) from None
 
 
@@ -251,12 +257,14 @@ def _learn_fixture(learn_bpe, name):
     if got == expected:
         return
     k = next((i for i, (a, b) in enumerate(zip(got, expected)) if a != b), min(len(got), len(expected)))
-    hint = _learn_shape_hint(got, corpus) or diagnose(got, _learn_mistakes(corpus, n, m), operator.eq, every=True)
+    hint = _learn_shape_hint(got, corpus) or diagnose(got, _learn_mistakes(corpus, n, m), operator.eq,
+                                                      every=True)
     if k < len(got) and k < len(expected):
         c_exp, c_got = _count_at(corpus, expected, k, [expected[k], got[k]])
         if hint is None:
             hint = ("equal counts: ties go to the greatest pair, max(stats, key=lambda p: (stats[p], p))"
-                    if c_exp == c_got else "the pair counts are off at this point: check that every word's pairs "
+                    if c_exp == c_got else "the pair counts are off at this point: check that every word's "
+                                           "pairs "
                     "are counted with its frequency after each merge")
         raise CheckFailure(f"{call}: merge {k} (0-based) differs", f"{expected[k]} (seen {c_exp} times then)",
                            f"{got[k]} (seen {c_exp if c_exp == c_got else c_got} times then)", hint)
@@ -267,7 +275,8 @@ def _learn_fixture(learn_bpe, name):
                            f"{n} merges (num_merges)", f"{len(got)}",
                            hint or "stop after num_merges merges, or when the best count < min_frequency")
     c_next = _count_at(corpus, expected, k, [expected[k]])[0]
-    raise CheckFailure(f"{call}: number of merges", f"{len(expected)} merges (merge {k} is {expected[k]}, seen "
+    raise CheckFailure(f"{call}: number of merges", f"{len(expected)} merges (merge {k} is {expected[k]}, "
+                                                    "seen "
                        f"{c_next} times)", f"{len(got)}",
                        hint or "keep merging while the best count >= min_frequency and merges < num_merges")
 

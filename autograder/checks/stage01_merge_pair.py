@@ -15,13 +15,14 @@ def _merge_check(merge_pair, symbols, pair, what, hint,
              "first": "only the first occurrence merged: replace every occurrence of the pair",
              "substring": "the pair matched inside a symbol (str.replace on the joined text): compare whole "
                           "symbols, (symbols[i], symbols[i + 1]) == pair",
-             "left_only": "only the left symbol compared (symbols[i] == pair[0]): the right one must match too, "
+             "left_only": "only the left symbol compared (symbols[i] == pair[0]): the right one must match "
+                          "too, "
                      "(symbols[i], symbols[i + 1]) == pair",
-             "drop_last": "the last symbol was lost: the loop stopped at len(symbols) - 1; loop while i < len(symbols) "
-                          "and append the last symbol when it is not merged",
-             "concat": "the joined text of two symbols compared with the joined pair (symbols[i] + symbols[i + 1] == "
-                       "'a' + 'bc'): ('ab', 'c') is not the pair ('a', 'bc'); compare the symbols themselves, "
-                       "(symbols[i], symbols[i + 1]) == pair"}
+             "drop_last": "the last symbol was lost: the loop stopped at len(symbols) - 1; loop while i < "
+                          "len(symbols) and append the last symbol when it is not merged",
+             "concat": "the joined text of two symbols compared with the joined pair (symbols[i] + symbols[i "
+                       "+ 1] == 'a' + 'bc'): ('ab', 'c') is not the pair ('a', 'bc'); compare the symbols "
+                       "themselves, (symbols[i], symbols[i + 1]) == pair"}
     _expect(tuple(got), _merge_variant(symbols, pair), what, hint,
             {names[h]: (lambda h=h: _merge_variant(symbols, pair, h)) for h in hows})
 
@@ -34,7 +35,8 @@ def _merge_example(merge_pair):
     if not isinstance(got, tuple):
         raise CheckFailure(f"{what}: type", "a tuple ('lo', 'w</w>')", f"{type(got).__name__} {fmt(got)}",
                            "return tuple(out): the words are keys of a dict, and a list cannot be one")
-    _merge_check(merge_pair, ("l", "o", "w</w>"), ("o", "w</w>"), "merge_pair(('l', 'o', 'w</w>'), ('o', 'w</w>'))",
+    _merge_check(merge_pair, ("l", "o", "w</w>"), ("o", "w</w>"), "merge_pair(('l', 'o', 'w</w>'), ('o', "
+                                                                  "'w</w>'))",
                  "the pair may end in `</w>`: 'o' + 'w</w>' -> 'ow</w>'")
 
 
@@ -67,4 +69,5 @@ def _merge_whole(merge_pair):
              (("ab", "c</w>"), ("a", "bc</w>")))      # the same text 'abc</w>', other symbols
     for symbols, pair in cases:
         _merge_check(merge_pair, symbols, pair, f"merge_pair({symbols}, {pair})",
-                     "merge only where (symbols[i], symbols[i + 1]) == pair exactly; otherwise keep the symbols")
+                     "merge only where (symbols[i], symbols[i + 1]) == pair exactly; otherwise keep the "
+                     "symbols")

@@ -11,7 +11,8 @@ def _pad_check(pad_sequences, seqs, pad_id, what, mistakes_extra=None):
     given = [list(s) for s in seqs]
     got = pad_sequences(given) if pad_id is None else pad_sequences(given, pad_id=pad_id)
     if given != [list(s) for s in seqs]:
-        raise CheckFailure(f"{what}: the lists passed in", f"unchanged, {[list(s) for s in seqs]}", fmt(given),
+        raise CheckFailure(f"{what}: the lists passed in", f"unchanged, {[list(s) for s in seqs]}",
+                           fmt(given),
                            "build new rows (s + [pad_id] * (max_len - len(s))) instead of extending the "
                            "learner's lists in place")
     p = 0 if pad_id is None else pad_id
@@ -27,7 +28,8 @@ def _pad_check(pad_sequences, seqs, pad_id, what, mistakes_extra=None):
                            "(nn.utils.rnn.pad_sequence needs batch_first=True)")
     expect_shape(got, expected.shape, what, "shape (number of sequences, length of the LONGEST one)")
     if got.dtype != torch.long:
-        hint = ("token ids must be torch.long (nn.Embedding needs integer ids): torch.full(..., dtype=torch.long)"
+        hint = ("token ids must be torch.long (nn.Embedding needs integer ids): torch.full(..., "
+                "dtype=torch.long)"
                 if got.dtype.is_floating_point else "use dtype=torch.long (int64)")
         raise CheckFailure(f"{what}: dtype", "torch.int64 (torch.long)", str(got.dtype), hint)
     if torch.equal(got, expected):
@@ -66,19 +68,22 @@ def _pad_dtype(pad_sequences):
 
 @register("pad_sequences", "fills with pad_id")
 def _pad_id(pad_sequences):
-    _pad_check(pad_sequences, [[5, 6, 7], [8], [9, 4]], 9, "pad_sequences([[5, 6, 7], [8], [9, 4]], pad_id=9)")
+    _pad_check(pad_sequences, [[5, 6, 7], [8], [9, 4]], 9,
+               "pad_sequences([[5, 6, 7], [8], [9, 4]], pad_id=9)")
     _pad_check(pad_sequences, [[5, 6], [7]], 1, "pad_sequences([[5, 6], [7]], pad_id=1)")
 
 
-@register("pad_sequences", "pads to the longest sequence wherever it is; equal lengths need no padding; an empty batch "
+@register("pad_sequences", "pads to the longest sequence wherever it is; equal lengths need no padding; an "
+                           "empty batch "
           "is refused (an error, not a tensor)")
 def _pad_longest(pad_sequences):
     _pad_check(pad_sequences, [[1], [2, 3, 4], [5, 6]], None, "pad_sequences([[1], [2, 3, 4], [5, 6]])")
     _pad_check(pad_sequences, [[1, 2], [3, 4]], None, "pad_sequences([[1, 2], [3, 4]])")
     _pad_check(pad_sequences, [[7, 8, 9]], None, "pad_sequences([[7, 8, 9]])")
-    # the contract's empty input: no batch has no width, so a clear ValueError (the stub's given lines raise it)
-    hint = ("keep the stub's given check at the top, `if not seqs: raise ValueError(...)`: a batch of no sequences "
-            "has no length to pad to, and an empty tensor would fail later, far from the cause")
+    # the contract's empty input: no batch has no width, so a clear ValueError (the stub's given lines raise
+    # it)
+    hint = ("keep the stub's given check at the top, `if not seqs: raise ValueError(...)`: a batch of no "
+            "sequences has no length to pad to, and an empty tensor would fail later, far from the cause")
     try:
         got = pad_sequences([])
     except Exception:  # noqa: BLE001 (refused: the stub's ValueError, or a library's own error for no sequences)

@@ -1,11 +1,11 @@
 """Stage 01: byte-pair encoding, the tokenizer, padding and the scaled token embedding.
 
-BPE is checked against merges and segmentations made by subword-nmt, the reference implementation of
-Sennrich et al. (2016), stored in autograder/fixtures/stage01_bpe.json (autograder/fixtures/stage01_bpe.py
-makes them; tests/test_checks_stage01.py verifies them). The small variants (`_learn_variant` in stage01_learn_bpe.py, ...) are written
-from the contract only to NAME a mistake once the learner's answer already differs from the fixture:
-they are never the measure of right and wrong. This module holds what the stage's checks share; each graded
-name's checks are in a module of its own (stage01_get_pair_stats.py, ...).
+BPE is checked against merges and segmentations made by subword-nmt, the reference implementation of Sennrich
+et al. (2016), stored in autograder/fixtures/stage01_bpe.json (autograder/fixtures/stage01_bpe.py makes them;
+tests/test_checks_stage01.py verifies them). The small variants (`_learn_variant` in stage01_learn_bpe.py,
+...) are written from the contract only to NAME a mistake once the learner's answer already differs from the
+fixture: they are never the measure of right and wrong. This module holds what the stage's checks share; each
+graded name's checks are in a module of its own (stage01_get_pair_stats.py, ...).
 """
 from __future__ import annotations
 
@@ -64,22 +64,26 @@ def _as_merges(got, what: str) -> list[tuple[str, str]]:
     ok = isinstance(got, (list, tuple)) and all(
         isinstance(m, (list, tuple)) and len(m) == 2 and all(isinstance(s, str) for s in m) for m in got)
     if not ok:
-        raise CheckFailure(what, "a list of (left, right) pairs of strings, e.g. [('l', 'o'), ('lo', 'w</w>')]",
+        raise CheckFailure(what, "a list of (left, right) pairs of strings, e.g. [('l', 'o'), ('lo', "
+                                 "'w</w>')]",
                            f"{type(got).__name__} {fmt(got)}",
-                           "append each merged pair itself (a tuple of two symbols) to the list, and return it")
+                           "append each merged pair itself (a tuple of two symbols) to the list, and return "
+                           "it")
     return [tuple(m) for m in got]
 
 
 def _as_stats(got, what: str) -> dict:
     """The learner's pair counts as a plain dict, pairs counted 0 times left out."""
     if not isinstance(got, Mapping):
-        raise CheckFailure(what, "a dict (or Counter) {(left, right): count}", f"{type(got).__name__} {fmt(got)}",
+        raise CheckFailure(what, "a dict (or Counter) {(left, right): count}",
+                           f"{type(got).__name__} {fmt(got)}",
                            "return the Counter (or dict) of pair counts")
     out = {}
     for pair, count in got.items():
         if not (isinstance(pair, tuple) and len(pair) == 2):
             raise CheckFailure(what + ": keys", "pairs of adjacent symbols as tuples, e.g. ('l', 'o')",
-                               fmt(pair), "count zip(symbols, symbols[1:]): each key is a tuple (left, right)")
+                               fmt(pair),
+                               "count zip(symbols, symbols[1:]): each key is a tuple (left, right)")
         if count:
             out[pair] = count
     return out
@@ -121,7 +125,8 @@ def _merge_variant(symbols, pair, how: str = "left") -> tuple[str, ...]:
                 out.append(symbols[i])
                 i += 1
         return tuple(out)
-    if how == "drop_last":  # the loop stops one short (while i < len - 1) and the last symbol is lost when unmerged
+    # the loop stops one short (while i < len - 1) and the last symbol is lost when unmerged
+    if how == "drop_last":
         out, i = [], 0
         while i < len(symbols) - 1:
             if (symbols[i], symbols[i + 1]) == pair:
@@ -154,8 +159,8 @@ def _merge_variant(symbols, pair, how: str = "left") -> tuple[str, ...]:
 
 
 class _OnePass:
-    """The lines as a generator gives them (an iterator, empty once read), noting a read after the end: a second
-    pass."""
+    """The lines as a generator gives them (an iterator, empty once read), noting a read after the end: a
+    second pass."""
 
     def __init__(self, lines):
         self._lines, self.ended, self.read_again = iter(list(lines)), False, False

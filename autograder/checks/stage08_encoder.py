@@ -25,7 +25,8 @@ from ._util import as_module, close, expect_close, expect_shape, expect_still_tr
 
 # the lesson's own work, which PyTorch's Transformer modules must not do for the learner
 TORCH_TRANSFORMER = ("torch.nn.TransformerEncoderLayer", "torch.nn.TransformerEncoder",
-                     "torch.nn.TransformerDecoderLayer", "torch.nn.TransformerDecoder", "torch.nn.Transformer")
+                     "torch.nn.TransformerDecoderLayer", "torch.nn.TransformerDecoder",
+                     "torch.nn.Transformer")
 forbid(("EncoderLayer", "Encoder"), "PyTorch's nn.Transformer modules (nn.TransformerEncoderLayer, "
                                     "nn.TransformerEncoder, ...)",
        functions=("_transformer_encoder_layer_fwd",), classes=TORCH_TRANSFORMER)
@@ -57,7 +58,8 @@ def copy_into(module, path: str, value: torch.Tensor, what: str) -> None:
         got = f"shape {tuple(p.shape)}" if isinstance(p, torch.Tensor) else type(p).__name__
         raise CheckFailure(f"{what}: `{path}`", f"a tensor of shape {tuple(value.shape)}", got,
                            "build the parts with the sizes of the contract (nn.Linear(d_model, d_model) for "
-                           "attention, nn.Linear(d_model, d_ff) then nn.Linear(d_ff, d_model), norms of d_model)")
+                           "attention, nn.Linear(d_model, d_ff) then nn.Linear(d_ff, d_model), norms of "
+                           "d_model)")
     with torch.no_grad():
         p.copy_(value)
 
@@ -72,7 +74,8 @@ def copy_mha(module, prefix: str, ref: nn.MultiheadAttention, what: str) -> None
 
 
 def copy_layer(ours, ref, what: str) -> None:
-    """nn.TransformerEncoderLayer / nn.TransformerDecoderLayer -> the learner's layer, by the contract's names."""
+    """nn.TransformerEncoderLayer / nn.TransformerDecoderLayer -> the learner's layer, by the contract's
+    names."""
     copy_mha(ours, "self_attn", ref.self_attn, what)
     norms = [ref.norm1, ref.norm2]
     if isinstance(ref, nn.TransformerDecoderLayer):
@@ -87,8 +90,8 @@ def copy_layer(ours, ref, what: str) -> None:
 
 
 def without_affine(norm) -> str | None:
-    """For a norm module that lacks its weight or its bias (nn.LayerNorm(d, elementwise_affine=False), bias=False):
-    what `got` says of it; None for anything else (no norm at all, the identity)."""
+    """For a norm module that lacks its weight or its bias (nn.LayerNorm(d, elementwise_affine=False),
+    bias=False): what `got` says of it; None for anything else (no norm at all, the identity)."""
     missing = [n for n in ("weight", "bias") if not isinstance(getattr(norm, n, None), torch.Tensor)]
     if not isinstance(norm, nn.Module) or "norm" not in type(norm).__name__.lower() or not missing:
         return None
@@ -97,8 +100,8 @@ def without_affine(norm) -> str | None:
 
 
 NO_AFFINE = ("the pre-norm {stack}'s final norm has no weight and bias of its own (nn.LayerNorm(d_model, "
-             "elementwise_affine=False) or bias=False?): build it as LayerNorm(d_model), with the learned weight and "
-             "bias that every LayerNorm of the model has")
+             "elementwise_affine=False) or bias=False?): build it as LayerNorm(d_model), with the learned "
+             "weight and bias that every LayerNorm of the model has")
 
 
 def copy_final_norm(ours, ref_norm: nn.LayerNorm, what: str, stack: str, more: str = "") -> None:
@@ -106,17 +109,20 @@ def copy_final_norm(ours, ref_norm: nn.LayerNorm, what: str, stack: str, more: s
     if not isinstance(getattr(norm, "weight", None), torch.Tensor) or \
             not isinstance(getattr(norm, "bias", None), torch.Tensor):
         bare = without_affine(norm)
-        raise CheckFailure(f"{what}: `norm` with norm_first=True", "a LayerNorm(d_model) after the last layer",
+        raise CheckFailure(f"{what}: `norm` with norm_first=True",
+                           "a LayerNorm(d_model) after the last layer",
                            bare or (type(norm).__name__ if norm is not None else "no `norm`"),
                            NO_AFFINE.format(stack=stack) if bare else
-                           f"final norm missing in the pre-norm {stack}: each pre-norm layer ends with a residual sum "
-                           f"that is never normalized, so the stack needs its own LayerNorm at the end{more}")
+                           f"final norm missing in the pre-norm {stack}: each pre-norm layer ends with a "
+                           "residual sum that is never normalized, so the stack needs its own LayerNorm at "
+                           f"the end{more}")
     copy_into(ours, "norm.weight", ref_norm.weight, what)
     copy_into(ours, "norm.bias", ref_norm.bias, what)
 
 
 def randomize(module: nn.Module) -> nn.Module:
-    """Every parameter random: matrices ~ N(0, 1/fan_in), biases ~ N(0, 0.2^2), LayerNorm weights in [0.5, 1.5]."""
+    """Every parameter random: matrices ~ N(0, 1/fan_in), biases ~ N(0, 0.2^2), LayerNorm weights in [0.5,
+    1.5]."""
     with torch.no_grad():
         for m in module.modules():
             for name, p in m.named_parameters(recurse=False):
@@ -161,8 +167,8 @@ def mha(m: nn.MultiheadAttention, query, key, value, allowed=None):
 
 
 def with_heads(ref, h: int):
-    """A copy of ref whose attention modules split into h heads (mha reads num_heads): what a layer computes when it
-    builds its attention with another head count than n_heads."""
+    """A copy of ref whose attention modules split into h heads (mha reads num_heads): what a layer computes
+    when it builds its attention with another head count than n_heads."""
     other = copy.deepcopy(ref)
     for m in other.modules():
         if isinstance(m, nn.MultiheadAttention):
@@ -171,9 +177,10 @@ def with_heads(ref, h: int):
 
 
 def heads_mistakes(layer_fn, ref) -> dict:
-    """layer_fn(ref) -> a layer's output from ref's weights; the same with every other head count that divides D."""
-    return {f"n_heads not passed on to MultiHeadAttention: {h} heads computed where {H} were asked (a head count "
-            "written into the code?); build it with MultiHeadAttention(d_model, n_heads, dropout)":
+    """layer_fn(ref) -> a layer's output from ref's weights; the same with every other head count that
+    divides D."""
+    return {f"n_heads not passed on to MultiHeadAttention: {h} heads computed where {H} were asked (a head "
+            "count written into the code?); build it with MultiHeadAttention(d_model, n_heads, dropout)":
             layer_fn(with_heads(ref, h)) for h in range(1, D + 1) if D % h == 0 and h != H}
 
 
@@ -201,7 +208,8 @@ def sublayer(x, f, norm, mode: str):
 
 
 def enc_layer_ref(ref, x, allowed, mode="post", order="af", norms=(0, 1)):
-    """An encoder layer from ref's weights: step k ("a" self-attention, "f" feed-forward) uses norm norms[k]."""
+    """An encoder layer from ref's weights: step k ("a" self-attention, "f" feed-forward) uses norm
+    norms[k]."""
     parts = {"a": lambda y: mha(ref.self_attn, y, y, y, allowed), "f": lambda y: ffn(ref, y)}
     ns = (ref.norm1, ref.norm2)
     for step, k in zip(order, norms):
@@ -220,8 +228,8 @@ def layer_mistakes(layer_fn, norm_first: bool) -> dict:
             "x + sublayer(norm(x))"] = layer_fn(mode="pre-normed-residual")
         out["residual connection missing: sublayer(norm(x)) instead of x + sublayer(norm(x))"] = \
             layer_fn(mode="pre-no-residual")
-        out["LayerNorm missing: x + sublayer(x) where pre-norm is x + dropout(sublayer(LayerNorm(x))) (the sublayer "
-            "connection's norm is never applied)"] = layer_fn(mode="no-norm")
+        out["LayerNorm missing: x + sublayer(x) where pre-norm is x + dropout(sublayer(LayerNorm(x))) (the "
+            "sublayer connection's norm is never applied)"] = layer_fn(mode="no-norm")
     else:
         out["pre-norm computed where post-norm was asked (norm_first=False is the paper's "
             "LayerNorm(x + sublayer(x)))"] = layer_fn(mode="pre")
@@ -236,7 +244,8 @@ def layer_mistakes(layer_fn, norm_first: bool) -> dict:
 
 def close_at(got, expected, real, what, hint=None, mistakes=None):
     """expect_close at the real (non-padding) positions only: got and expected (B, L, d), real (B, L) bool.
-    Padding positions are set equal to the expected ones, so indices in the message are (b, position, feature)."""
+    Padding positions are set equal to the expected ones, so indices in the message are (b, position,
+    feature)."""
     got = expect_shape(got, expected.shape, what, hint)
     keep = real[..., None]
 
@@ -260,21 +269,22 @@ def key_mask(ids):
 
 
 def inverted(allowed: torch.Tensor) -> torch.Tensor:
-    """What attention computes when the code hands it ~mask (or mask == 0): the allowed keys hidden, the others
-    allowed. Additive, so that a query left with no key gets uniform weights, as masked_fill with a large
-    negative number gives it, rather than PyTorch's NaN for a row of False."""
+    """What attention computes when the code hands it ~mask (or mask == 0): the allowed keys hidden, the
+    others allowed. Additive, so that a query left with no key gets uniform weights, as masked_fill with a
+    large negative number gives it, rather than PyTorch's NaN for a row of False."""
     return torch.zeros(allowed.shape).masked_fill(allowed, torch.finfo(torch.float32).min)
 
 
-MASK_RESHAPED = ("it works without the mask and fails with it: the course's masks are already 4-d, (B, 1, 1, L) or "
-                 "(B, 1, L, L), and broadcast over the heads as they are; pass the mask on unchanged (no "
-                 "mask.unsqueeze(1), no view or reshape: that habit belongs to code whose masks are 3-d)")
+MASK_RESHAPED = ("it works without the mask and fails with it: the course's masks are already 4-d, (B, 1, 1, "
+                 "L) or (B, 1, L, L), and broadcast over the heads as they are; pass the mask on unchanged "
+                 "(no mask.unsqueeze(1), no view or reshape: that habit belongs to code whose masks are 3-d)")
 
 
 def keeps_input(fn, x: torch.Tensor, what: str, masks=(), without=None):
-    """fn(), failing when it changed x in place (the caller's tensor: the embeddings, or the previous layer's output),
-    or one of `masks` ((name, tensor) pairs: the same mask goes on to every layer, and to the decoder). When fn()
-    raises and `without` (the same call with no mask) works, the mask's shape was changed on the way: say so."""
+    """fn(), failing when it changed x in place (the caller's tensor: the embeddings, or the previous layer's
+    output), or one of `masks` ((name, tensor) pairs: the same mask goes on to every layer, and to the
+    decoder). When fn() raises and `without` (the same call with no mask) works, the mask's shape was changed
+    on the way: say so."""
     before = x.clone()
     masks_before = [(name, m, m.clone()) for name, m in masks if isinstance(m, torch.Tensor)]
     try:
@@ -291,8 +301,8 @@ def keeps_input(fn, x: torch.Tensor, what: str, masks=(), without=None):
                            MASK_RESHAPED) from None
     if x.shape != before.shape or not torch.equal(x, before):
         raise CheckFailure(f"{what}: the input x after the call", "unchanged", "changed in place",
-                           "an in-place operation on x (x += ..., x.copy_(...), x[...] = ...) changes the caller's "
-                           "tensor: write x = x + ... (a new tensor)")
+                           "an in-place operation on x (x += ..., x.copy_(...), x[...] = ...) changes the "
+                           "caller's tensor: write x = x + ... (a new tensor)")
     for name, m, m_before in masks_before:
         if m.shape != m_before.shape or m.dtype != m_before.dtype or not torch.equal(m, m_before):
             raise CheckFailure(f"{what}: the caller's {name} after the call", "unchanged", "changed in place",
@@ -300,35 +310,39 @@ def keeps_input(fn, x: torch.Tensor, what: str, masks=(), without=None):
     return out
 
 
-MASK_CHANGED = ("an in-place operation on {name} ({name}.unsqueeze_(...), {name}.logical_not_(), {name} &= ..., "
-                "{name}[...] = ...) changes the caller's mask, which the next layer (and the decoder) gets too: build "
-                "a new tensor ({name} = ~{name}, {name} = {name}.unsqueeze(1), ...)")
-STATE = ("the same module gave a wrong answer on a second batch: something from an earlier call is kept (a mask or a "
-         "tensor saved on self and reused?); use the arguments of each call")
-IN_PLACE_GRAD = ("an in-place operation (x += ..., memory.mul_(...), a `_` method, out=...) on an input or on a tensor "
-                 "autograd still needs breaks the backward pass, so training would crash: compute new tensors instead")
-NO_GRAD = ("the output is cut off from autograd: forward runs under torch.no_grad() (or detaches its result, or "
-           "rebuilds it with .data, torch.tensor(...) or numpy), so no parameter would ever be trained")
+MASK_CHANGED = ("an in-place operation on {name} ({name}.unsqueeze_(...), {name}.logical_not_(), {name} &= "
+                "..., {name}[...] = ...) changes the caller's mask, which the next layer (and the decoder) "
+                "gets too: build a new tensor ({name} = ~{name}, {name} = {name}.unsqueeze(1), ...)")
+STATE = ("the same module gave a wrong answer on a second batch: something from an earlier call is kept (a "
+         "mask or a tensor saved on self and reused?); use the arguments of each call")
+IN_PLACE_GRAD = ("an in-place operation (x += ..., memory.mul_(...), a `_` method, out=...) on an input or "
+                 "on a tensor autograd still needs breaks the backward pass, so training would crash: "
+                 "compute new tensors instead")
+NO_GRAD = ("the output is cut off from autograd: forward runs under torch.no_grad() (or detaches its result, "
+           "or rebuilds it with .data, torch.tensor(...) or numpy), so no parameter would ever be trained")
 
 
 def same_gradients(mine, ref, inputs, real, what, seed=0, module=None):
-    """The gradients of a random weighted sum of the real positions' outputs (B, L, d) with respect to each input
-    ((name, tensor) pairs, handed to mine and ref in that order) agree with the reference's: nothing cut off from
-    autograd (torch.no_grad, .detach(), .data) on the way. loss.backward() on the learner's side (torch.autograd.grad
-    refuses a reentrant torch.utils.checkpoint): the module is the check's own, its parameters' .grad do not matter.
-    `module`, built with dropout=0.0 and in train mode, is the one `mine` runs: its eval-mode values matched already,
-    so train-mode values that differ mean a dropout rate other than the argument (MultiHeadAttention(d_model,
-    n_heads) with its default 0.1); the dropout check names that, and the gradients are compared in eval mode."""
+    """The gradients of a random weighted sum of the real positions' outputs (B, L, d) with respect to each
+    input ((name, tensor) pairs, handed to mine and ref in that order) agree with the reference's: nothing cut
+    off from autograd (torch.no_grad, .detach(), .data) on the way. loss.backward() on the learner's side
+    (torch.autograd.grad refuses a reentrant torch.utils.checkpoint): the module is the check's own, its
+    parameters' .grad do not matter. `module`, built with dropout=0.0 and in train mode, is the one `mine`
+    runs: its eval-mode values matched already, so train-mode values that differ mean a dropout rate other
+    than the argument (MultiHeadAttention(d_model, n_heads) with its default 0.1); the dropout check names
+    that, and the gradients are compared in eval mode."""
     mine_in = [t.detach().clone().requires_grad_(True) for _, t in inputs]
     try:
         out = mine(*mine_in)
     except RuntimeError as e:
         if "in-place" not in str(e) and "inplace" not in str(e):
             raise
-        raise CheckFailure(f"{what} with inputs that require a gradient", None, f"an error: {_describe_exception(e)}",
+        raise CheckFailure(f"{what} with inputs that require a gradient", None,
+                           f"an error: {_describe_exception(e)}",
                            IN_PLACE_GRAD) from None
     if not isinstance(out, torch.Tensor) or not out.requires_grad:
-        raise CheckFailure(f"{what}: its gradient", "an output connected to autograd (out.requires_grad is True)",
+        raise CheckFailure(f"{what}: its gradient", "an output connected to autograd (out.requires_grad is "
+                                                    "True)",
                            "an output without a gradient (requires_grad is False)", NO_GRAD)
     ref_in = [t.detach().clone().requires_grad_(True) for _, t in inputs]
     expected = ref(*ref_in)
@@ -353,15 +367,17 @@ def same_gradients(mine, ref, inputs, real, what, seed=0, module=None):
     want = torch.autograd.grad((expected * w).sum(), ref_in, allow_unused=True)
     for (name, _), g, r in zip(inputs, got, want):
         if g is None or not bool(g.abs().sum() > 0):
-            raise CheckFailure(f"{what}: the gradient with respect to {name}", "a gradient (the output depends on it)",
-                               "none", f"{name} is cut off from autograd on its way ({name}.detach(), {name}.data, "
-                               "torch.no_grad() around the part that uses it): the loss could not train what comes "
-                               "before it")
+            raise CheckFailure(f"{what}: the gradient with respect to {name}",
+                               "a gradient (the output depends on it)",
+                               "none", f"{name} is cut off from autograd on its way ({name}.detach(), "
+                                       f"{name}.data, "
+                               "torch.no_grad() around the part that uses it): the loss could not train what "
+                               "comes before it")
         if not close(g, r, atol=1e-4, rtol=1e-3):
             raise CheckFailure(f"{what}: the gradient with respect to {name}", "the same as PyTorch's",
                                "a different gradient", f"part of the computation is cut off from autograd (a "
-                               f".detach() or .data on {name} or on the residual path, torch.no_grad() around a "
-                               "sublayer): the values match, the gradients do not")
+                               f".detach() or .data on {name} or on the residual path, torch.no_grad() "
+                               "around a sublayer): the values match, the gradients do not")
 
 
 def check_parameters_registered(module, parts, what):
@@ -371,8 +387,9 @@ def check_parameters_registered(module, parts, what):
         if isinstance(part, nn.Module) and any(id(p) not in registered for p in part.parameters()):
             raise CheckFailure(f"{what}: parameters of `{name}`", "registered in the module's parameters()",
                                "missing from parameters()",
-                               f"`{name}` kept in a plain Python list: use nn.ModuleList so that its parameters are "
-                               "registered (trained by the optimizer, moved by .to(device), saved in state_dict)")
+                               f"`{name}` kept in a plain Python list: use nn.ModuleList so that its "
+                               "parameters are registered (trained by the optimizer, moved by .to(device), "
+                               "saved in state_dict)")
 
 
 def check_distinct(parts, what, kind, hint=None):
@@ -381,14 +398,16 @@ def check_distinct(parts, what, kind, hint=None):
         for nb, b in parts[i + 1:]:
             if a is b:
                 raise CheckFailure(f"{what}: {na} and {nb}", f"two distinct {kind}", "the same object twice",
-                                   hint or f"one {kind[:-1]} object repeated: [Module(...)] * n repeats ONE module "
+                                   hint or f"one {kind[:-1]} object repeated: [Module(...)] * n repeats ONE "
+                                           "module "
                                    "n times; build a new one each time ([Module(...) for _ in range(n)], or "
                                    "copy.deepcopy)")
             pa = {p.data_ptr() for p in a.parameters()}
             if pa & {p.data_ptr() for p in b.parameters()}:
                 raise CheckFailure(f"{what}: {na} and {nb}", f"{kind} with their own parameters",
                                    "they share parameter tensors",
-                                   hint or f"one set of parameters shared between {kind}: build each with its own "
+                                   hint or f"one set of parameters shared between {kind}: build each with "
+                                           "its own "
                                    "modules")
 
 
@@ -402,22 +421,29 @@ def check_layer_parts(layer, what, cross: bool):
             p = get_path(layer, f"{a}.w_{n}.weight", what)
             expect_shape(p, (D, D), f"{what}: {a}.w_{n}.weight",
                          "attention projections are nn.Linear(d_model, d_model)")
-    expect_shape(get_path(layer, "feed_forward.w_1.weight", what), (FF, D), f"{what}: feed_forward.w_1.weight",
-                 "feed_forward = PositionwiseFeedForward(d_model, d_ff, dropout): w_1 is nn.Linear(d_model, d_ff)")
+    expect_shape(get_path(layer, "feed_forward.w_1.weight", what), (FF, D),
+                 f"{what}: feed_forward.w_1.weight",
+                 "feed_forward = PositionwiseFeedForward(d_model, d_ff, dropout): w_1 is nn.Linear(d_model, "
+                 "d_ff)")
     subs = get_path(layer, "sublayers", what)
     if not hasattr(subs, "__len__") or len(subs) != n_sub:
         raise CheckFailure(f"{what}: `sublayers`", f"{n_sub} SublayerConnections",
                            f"{len(subs) if hasattr(subs, '__len__') else type(subs).__name__}",
-                           "one SublayerConnection per sublayer: " + ("self-attention, cross-attention, feed-forward"
-                                                                      if cross else "self-attention, feed-forward"))
+                           "one SublayerConnection per sublayer: " + ("self-attention, cross-attention, "
+                                                                      "feed-forward"
+                                                                      if cross else "self-attention, "
+                                                                                    "feed-forward"))
     for i in range(n_sub):
-        expect_shape(get_path(layer, f"sublayers.{i}.norm.weight", what), (D,), f"{what}: sublayers[{i}].norm.weight")
+        expect_shape(get_path(layer, f"sublayers.{i}.norm.weight", what), (D,),
+                     f"{what}: sublayers[{i}].norm.weight")
     check_distinct([(f"sublayers[{i}]", subs[i]) for i in range(n_sub)], what, "sublayer connections")
     check_distinct([(f"sublayers[{i}].norm", subs[i].norm) for i in range(n_sub)], what, "LayerNorms")
     if cross:
-        check_distinct([("self_attn", layer.self_attn), ("cross_attn", layer.cross_attn)], what, "attention modules",
-                       "self_attn and cross_attn are one module (or share weights): build two MultiHeadAttention "
-                       "modules, self-attention and cross-attention learn different projections")
+        check_distinct([("self_attn", layer.self_attn), ("cross_attn", layer.cross_attn)], what,
+                       "attention modules",
+                       "self_attn and cross_attn are one module (or share weights): build two "
+                       "MultiHeadAttention modules, self-attention and cross-attention learn different "
+                       "projections")
     check_parameters_registered(layer, [("sublayers", subs[i]) for i in range(n_sub)] +
                                 [(a, getattr(layer, a)) for a in attns + ["feed_forward"]], what)
 
@@ -429,10 +455,11 @@ def check_dropout(make, call, what):
     m.eval()
     e1, e2 = call(m), call(m)
     if not torch.equal(e1, e2):
-        raise CheckFailure(f"{what}, dropout=0.5, in eval mode: two calls", "the same output", "different outputs",
-                           "dropout still active in eval mode: use nn.Dropout modules (they switch off with .eval()), "
-                           "or F.dropout(x, p, training=self.training); modules kept in a plain Python list are "
-                           "not reached by .eval() either")
+        raise CheckFailure(f"{what}, dropout=0.5, in eval mode: two calls", "the same output",
+                           "different outputs",
+                           "dropout still active in eval mode: use nn.Dropout modules (they switch off with "
+                           ".eval()), or F.dropout(x, p, training=self.training); modules kept in a plain "
+                           "Python list are not reached by .eval() either")
     m.train()
     with seeded(11):
         t = call(m)
@@ -440,8 +467,8 @@ def check_dropout(make, call, what):
     if torch.allclose(t, e1):
         raise CheckFailure(f"{what}, dropout=0.5, in train mode", "an output changed by dropout",
                            "the same output as in eval mode",
-                           "the dropout argument is not used: pass it on to the sublayer connections, the attention "
-                           "and the feed-forward network")
+                           "the dropout argument is not used: pass it on to the sublayer connections, the "
+                           "attention and the feed-forward network")
     z = make(0.0)
     z.eval()
     ze = call(z)
@@ -451,11 +478,13 @@ def check_dropout(make, call, what):
     if not torch.allclose(zt, ze, atol=1e-6):
         raise CheckFailure(f"{what}, dropout=0.0, in train mode", "the same output as in eval mode",
                            "a different output",
-                           "the dropout argument is ignored somewhere (a fixed rate such as 0.1 is used instead)")
+                           "the dropout argument is ignored somewhere (a fixed rate such as 0.1 is used "
+                           "instead)")
 
 
 def part_calls(x, memory=None):
-    """(name, how it is built, call) for a layer's sublayer modules, each called alone on x (cross_attn on memory)."""
+    """(name, how it is built, call) for a layer's sublayer modules, each called alone on x (cross_attn on
+    memory)."""
     calls = [("self_attn", "MultiHeadAttention(d_model, n_heads, dropout)", lambda a: a(x, x, x, None))]
     if memory is not None:
         calls.append(("cross_attn", "MultiHeadAttention(d_model, n_heads, dropout)",
@@ -464,10 +493,11 @@ def part_calls(x, memory=None):
 
 
 def check_parts_drop(layer, calls, what):
-    """layer: built with dropout=0.5; calls: part_calls(...). Each part must drop on its own in train mode (the
-    attention its weights, the feed-forward its hidden units): dropout=1.0 drops the whole sublayer output in the
-    connection and 0.5 changes the layer's output there too, which hides a part built with dropout 0.0. Parts that
-    are not modules or cannot be called as the contract's are left alone (the other checks judge them)."""
+    """layer: built with dropout=0.5; calls: part_calls(...). Each part must drop on its own in train mode
+    (the attention its weights, the feed-forward its hidden units): dropout=1.0 drops the whole sublayer
+    output in the connection and 0.5 changes the layer's output there too, which hides a part built with
+    dropout 0.0. Parts that are not modules or cannot be called as the contract's are left alone (the other
+    checks judge them)."""
     for name, built, call in calls:
         part = getattr(layer, name, None)
         if not isinstance(part, nn.Module):
@@ -487,12 +517,13 @@ def check_parts_drop(layer, calls, what):
             raise CheckFailure(f"{what}.train() with dropout=0.5: `{name}` called on its own",
                                f"an output changed by dropout (the {inside} dropped)",
                                "the same output as in eval mode",
-                               f"`{name}` ignores the dropout argument (built with a rate of 0.0?): the {inside} are "
-                               f"never dropped; build it with {built}")
+                               f"`{name}` ignores the dropout argument (built with a rate of 0.0?): the "
+                               f"{inside} are never dropped; build it with {built}")
 
 
 class _Constant(nn.Module):
-    """Stands in for a sublayer's module (attention, feed-forward): `value` everywhere, in its first input's shape."""
+    """Stands in for a sublayer's module (attention, feed-forward): `value` everywhere, in its first
+    input's shape."""
 
     def __init__(self, value: float):
         super().__init__()
@@ -505,11 +536,12 @@ class _Constant(nn.Module):
 
 
 def check_sublayer_dropout(layer, call, x, parts, what):
-    """layer: a pre-norm layer built with dropout=0.5 (one that computes the right numbers); parts: the names of its
-    sublayer modules, in order. Each is replaced by the constant 10^k, so that in train mode out - x is the sum of the
-    sublayers' dropped outputs, each 0 or 2 * 10^k: one decimal digit per sublayer, 0 or 2. A 4 means that sublayer's
-    output went through two dropouts (an extra nn.Dropout in the lambda, or in the layer around the call). Layers that
-    use their parts in another way (their weights directly, one call per sentence) are left alone."""
+    """layer: a pre-norm layer built with dropout=0.5 (one that computes the right numbers); parts: the names
+    of its sublayer modules, in order. Each is replaced by the constant 10^k, so that in train mode out - x is
+    the sum of the sublayers' dropped outputs, each 0 or 2 * 10^k: one decimal digit per sublayer, 0 or 2. A 4
+    means that sublayer's output went through two dropouts (an extra nn.Dropout in the lambda, or in the layer
+    around the call). Layers that use their parts in another way (their weights directly, one call per
+    sentence) are left alone."""
     for k, name in enumerate(parts):
         setattr(layer, name, _Constant(10.0 ** k))
     layer.train()
@@ -529,12 +561,12 @@ def check_sublayer_dropout(layer, call, x, parts, what):
     for k, name in enumerate(parts):
         digit = (whole // 10 ** k) % 10
         if bool(((digit == 4) | (digit == 8)).any()):
-            raise CheckFailure(f"{what}.train() with dropout=0.5: the {name} sublayer's output as it reaches the "
-                               "residual sum", "0 or 2 x the output (one dropout of rate 0.5)",
+            raise CheckFailure(f"{what}.train() with dropout=0.5: the {name} sublayer's output as it reaches "
+                               "the residual sum", "0 or 2 x the output (one dropout of rate 0.5)",
                                f"{int(digit.max())} x the output at some positions (dropped twice)",
-                               f"a second dropout on the {name} sublayer's output (an nn.Dropout in the lambda or "
-                               f"around self.{name}(...)): the sublayer connection already applies dropout to the "
-                               "sublayer's output; add none of your own")
+                               f"a second dropout on the {name} sublayer's output (an nn.Dropout in the "
+                               f"lambda or around self.{name}(...)): the sublayer connection already applies "
+                               "dropout to the sublayer's output; add none of your own")
 
 
 # ---------------------------------------------------------------- stacks (Encoder's, and stage 09's Decoder's)
@@ -544,8 +576,9 @@ def stack_layers(stack, what, n_layers, causes: dict | None = None):
     if not hasattr(layers, "__len__") or len(layers) != n_layers:
         count = len(layers) if hasattr(layers, "__len__") else None
         if count == H != n_layers:  # every stack the checks build has H heads
-            causes = {H: f"n_heads ({H}) layers: n_heads and n_layers swapped (the arguments are (d_model, n_heads, "
-                         "d_ff, n_layers, ...), in that order), or range(n_heads) for the layers", **(causes or {})}
+            causes = {H: f"n_heads ({H}) layers: n_heads and n_layers swapped (the arguments are (d_model, "
+                         "n_heads, d_ff, n_layers, ...), in that order), or range(n_heads) for the layers",
+                      **(causes or {})}
         raise CheckFailure(f"{what}: `layers`", f"{n_layers} layers", f"{count}" if count is not None else
                            type(layers).__name__, (causes or {}).get(count) or
                            "n_layers layers in an nn.ModuleList: [Layer(...) for _ in range(n_layers)]")
@@ -553,7 +586,8 @@ def stack_layers(stack, what, n_layers, causes: dict | None = None):
 
 
 def check_stack_parts(make, kind):
-    """`layers`: n_layers layers, registered (an nn.ModuleList); `norm`: none in post-norm, a LayerNorm in pre-norm."""
+    """`layers`: n_layers layers, registered (an nn.ModuleList); `norm`: none in post-norm, a LayerNorm in
+    pre-norm."""
     for n in (3, 1):
         stack, what = make(n)
         layers = stack_layers(stack, what, n)
@@ -565,8 +599,8 @@ def check_stack_parts(make, kind):
     if post.norm is not None and any(True for _ in getattr(post.norm, "parameters", lambda: [])()):
         raise CheckFailure(f"{what}: `norm` with norm_first=False", "nn.Identity() (no parameters)",
                            type(post.norm).__name__,
-                           f"final norm present in the post-norm {kind}: each post-norm layer already ends with a "
-                           "LayerNorm; the final LayerNorm belongs to the pre-norm model only")
+                           f"final norm present in the post-norm {kind}: each post-norm layer already ends "
+                           "with a LayerNorm; the final LayerNorm belongs to the pre-norm model only")
     pre, what = make(2, norm_first=True)
     norm = getattr(pre, "norm", None)
     if not isinstance(getattr(norm, "weight", None), torch.Tensor) or tuple(norm.weight.shape) != (D,):
@@ -574,8 +608,8 @@ def check_stack_parts(make, kind):
         raise CheckFailure(f"{what}: `norm` with norm_first=True", f"a LayerNorm({D}) after the last layer",
                            bare or (type(norm).__name__ if norm is not None else "no `norm`"),
                            NO_AFFINE.format(stack=kind) if bare else
-                           f"final norm missing in the pre-norm {kind}: the last pre-norm layer ends with a residual "
-                           "sum that is never normalized")
+                           f"final norm missing in the pre-norm {kind}: the last pre-norm layer ends with a "
+                           "residual sum that is never normalized")
 
 
 def check_stack_distinct(make, kind):
@@ -585,9 +619,10 @@ def check_stack_distinct(make, kind):
 
 
 def stack_mistakes(layers, run_layer, final, norm_first, default_norm):
-    """Named wrong stacks. run_layer(ref_layer, x, mode=..., masked=...) -> output (x None: the stack's input);
-    final: the reference's final norm or None."""
-    def chain(mode, masked=lambda i: True, feed="chain", final_norm=final, layers_override=None, norm_each=False):
+    """Named wrong stacks. run_layer(ref_layer, x, mode=..., masked=...) -> output (x None: the stack's
+    input); final: the reference's final norm or None."""
+    def chain(mode, masked=lambda i: True, feed="chain", final_norm=final, layers_override=None,
+              norm_each=False):
         h = None
         out = None
         for i, lay in enumerate(layers_override or layers):
@@ -611,10 +646,11 @@ def stack_mistakes(layers, run_layer, final, norm_first, default_norm):
         m["final norm present in post-norm: a LayerNorm after the last layer (norm must be the identity when "
           "norm_first=False)"] = default_norm(chain(mode))
         m["norm_first ignored: pre-norm layers were built where post-norm was asked"] = chain("pre")
-    m["one layer object repeated n times (nn.ModuleList([layer] * n)): every layer is the same module; build a "
-      "new layer each time"] = chain(mode, layers_override=[layers[-1]] * len(layers))
-    m["each layer applied to the stack's input instead of the previous layer's output (or the first layer skipped, "
-      "range(1, n)?): only the last layer's work shows; loop over all the layers, each on the previous output"] = \
+    m["one layer object repeated n times (nn.ModuleList([layer] * n)): every layer is the same module; build "
+      "a new layer each time"] = chain(mode, layers_override=[layers[-1]] * len(layers))
+    m["each layer applied to the stack's input instead of the previous layer's output (or the first layer "
+      "skipped, range(1, n)?): only the last layer's work shows; loop over all the layers, each on the "
+      "previous output"] = \
         chain(mode, feed="input")
     m["the layers applied in reverse order: self.layers[0] first"] = chain(mode, layers_override=list(layers)[::-1])
     m["only the first layer applied (a return inside the loop, or a loop that stops early: range(n - 1)?)"] = \
@@ -625,8 +661,8 @@ def stack_mistakes(layers, run_layer, final, norm_first, default_norm):
 
 
 def copies_into(stack, ref, what, n_layers, norm_first, kind) -> bool:
-    """Copy ref's weights into the learner's stack; False when its parts are not named as the contract says (the
-    post-norm and pre-norm checks report that)."""
+    """Copy ref's weights into the learner's stack; False when its parts are not named as the contract says
+    (the post-norm and pre-norm checks report that)."""
     try:
         layers = stack_layers(stack, what, n_layers)
         for i in range(n_layers):
@@ -639,8 +675,8 @@ def copies_into(stack, ref, what, n_layers, norm_first, kind) -> bool:
 
 
 def computes_like(module, mine, ref) -> bool:
-    """Whether module, in eval mode, gives the reference's output (then a wrong output in train mode with dropout=1.0 is
-    the dropout's fault alone)."""
+    """Whether module, in eval mode, gives the reference's output (then a wrong output in train mode with
+    dropout=1.0 is the dropout's fault alone)."""
     module.eval()
     with torch.no_grad():
         got, expected = mine(), ref()
@@ -648,9 +684,10 @@ def computes_like(module, mine, ref) -> bool:
 
 
 def check_residual_path(got, x, ref_layers, norm_names, final, norm_first, what, stack):
-    """A stack built with dropout=1.0, in train mode: every sublayer's output is dropped, so only the residual path is
-    left: each post-norm layer applies its norms in turn, each pre-norm layer leaves x as it is (then the final norm).
-    Dropout on the stack's input or output (the positional encoding already drops the embeddings) shows here."""
+    """A stack built with dropout=1.0, in train mode: every sublayer's output is dropped, so only the residual
+    path is left: each post-norm layer applies its norms in turn, each pre-norm layer leaves x as it is (then
+    the final norm). Dropout on the stack's input or output (the positional encoding already drops the
+    embeddings) shows here."""
     h = x
     if norm_first:
         h = final(h)
@@ -660,12 +697,14 @@ def check_residual_path(got, x, ref_layers, norm_names, final, norm_first, what,
                 h = getattr(lay, n)(h)
     zero = torch.zeros_like(x)
     expect_close(got, h, what,
-                 hint="with dropout=1.0 every sublayer's output is dropped and only the residual path is left; "
-                      f"dropout belongs inside the layers, not on the {stack}'s input or output",
-                 mistakes={f"dropout applied to the {stack}'s input: the positional encoding already drops the "
-                           f"embeddings, and each sublayer drops its own output; the {stack} itself adds no dropout":
+                 hint="with dropout=1.0 every sublayer's output is dropped and only the residual path is "
+                      f"left; dropout belongs inside the layers, not on the {stack}'s input or output",
+                 mistakes={f"dropout applied to the {stack}'s input: the positional encoding already drops "
+                           f"the embeddings, and each sublayer drops its own output; the {stack} itself adds "
+                           "no dropout":
                            final(zero) if norm_first else _post_path(ref_layers, norm_names, zero),
-                           f"dropout applied to the {stack}'s output: each sublayer drops its own output; the {stack} "
+                           f"dropout applied to the {stack}'s output: each sublayer drops its own output; "
+                           f"the {stack} "
                            "itself adds no dropout": zero})
 
 

@@ -35,7 +35,8 @@ from .stage08_encoder import (
 )
 
 EXTRA_NORM = ("the pre-norm layer's output normalized again at its end: a pre-norm layer returns "
-              "x + dropout(ff(norm(x))) unnormalized (the Encoder's final norm normalizes the last layer's output)")
+              "x + dropout(ff(norm(x))) unnormalized (the Encoder's final norm normalizes the last layer's "
+              "output)")
 
 
 def _make_layer(EncoderLayer, norm_first=False, dropout=0.0, seed=0):
@@ -63,26 +64,26 @@ def _layer_mistakes_named(ref, x, ids, norm_first):
              "SublayerConnection for each"] = fn(mode, "af", (1, 1))
     mistakes["the feed-forward sublayer is missing: the layer returns after self-attention; then "
              "x = sublayers[1](x, feed_forward)"] = fn(mode, "a", (0,))
-    mistakes["the feed-forward sublayer got the layer's input x instead of the self-attention sublayer's output: "
-             "x = sublayers[0](x, ...); return sublayers[1](x, feed_forward), each step on the previous one's "
-             "result"] = fn(mode, "f", (1,))
+    mistakes["the feed-forward sublayer got the layer's input x instead of the self-attention sublayer's "
+             "output: x = sublayers[0](x, ...); return sublayers[1](x, feed_forward), each step on the "
+             "previous one's result"] = fn(mode, "f", (1,))
     if norm_first:
         h = x + mha(ref.self_attn, x, x, x, key_mask(ids))
-        mistakes["the attention's lambda uses x instead of its argument (lambda y: self.self_attn(x, x, x, mask)): "
-                 "in pre-norm the sublayer connection hands it norm(x); use lambda y: self.self_attn(y, y, y, "
-                 "mask)"] = h + ffn(ref, ref.norm2(h))
+        mistakes["the attention's lambda uses x instead of its argument (lambda y: self.self_attn(x, x, x, "
+                 "mask)): in pre-norm the sublayer connection hands it norm(x); use lambda y: "
+                 "self.self_attn(y, y, y, mask)"] = h + ffn(ref, ref.norm2(h))
         mistakes[EXTRA_NORM] = ref.norm2(fn(mode))
         n1 = ref.norm1(x)
         h = x + mha(ref.self_attn, n1, x, x, key_mask(ids))
         mistakes["self-attention's keys and values taken from x instead of the lambda's argument (lambda y: "
                  "self.self_attn(y, x, x, mask)): in pre-norm the sublayer connection hands it norm(x); use "
                  "lambda y: self.self_attn(y, y, y, mask)"] = h + ffn(ref, ref.norm2(h))
-    mistakes["src_mask inverted (~src_mask or src_mask == 0 given to self-attention): True means 'may attend'; "
-             "pass src_mask on as it is"] = fn(mode, allowed=inverted(key_mask(ids)))
+    mistakes["src_mask inverted (~src_mask or src_mask == 0 given to self-attention): True means 'may "
+             "attend'; pass src_mask on as it is"] = fn(mode, allowed=inverted(key_mask(ids)))
     mistakes.update(heads_mistakes(lambda r: enc_layer_ref(r, x, key_mask(ids), mode), ref))
     if (ids == PAD).any():
-        mistakes["src_mask not passed to self-attention (or reshaped so that it hides queries instead of keys: "
-                 "keep its (B, 1, 1, L) shape): the padding positions were attended"] = fn(mode, allowed=None)
+        mistakes["src_mask not passed to self-attention (or reshaped so that it hides queries instead of "
+                 "keys: keep its (B, 1, 1, L) shape): the padding positions were attended"] = fn(mode, allowed=None)
         mistakes["src_mask not passed to self-attention, and " + (
             "norm_first ignored" if norm_first else "pre-norm computed")] = \
             fn("post" if norm_first else "pre", allowed=None)
@@ -105,7 +106,8 @@ def _layer_vs_torch(EncoderLayer, norm_first, seed, lengths, grads=False):
         expected = ref(x, src_key_padding_mask=ids == PAD)
         mistakes = _layer_mistakes_named(ref, x, ids, norm_first)
     real = ids != PAD
-    close_at(got, expected, real, f"{what}(x, src_mask) vs nn.TransformerEncoderLayer(norm_first={norm_first})",
+    close_at(got, expected, real, f"{what}(x, src_mask) vs "
+                                  f"nn.TransformerEncoderLayer(norm_first={norm_first})",
              hint=("pre-norm: x = x + dropout(self_attn(norm(x))), then x + dropout(ff(norm(x)))" if norm_first else
                    "post-norm (the paper): x = norm(x + dropout(self_attn(x))), then norm(x + dropout(ff(x)))"),
              mistakes=mistakes)
@@ -116,7 +118,8 @@ def _layer_vs_torch(EncoderLayer, norm_first, seed, lengths, grads=False):
     return layer, ref, x, ids
 
 
-@register("EncoderLayer", "has self_attn, feed_forward and 2 sublayers, each with its own LayerNorm; keeps the shape")
+@register("EncoderLayer", "has self_attn, feed_forward and 2 sublayers, each with its own LayerNorm; keeps "
+                          "the shape")
 def _el_parts(EncoderLayer):
     layer, what = _make_layer(EncoderLayer)
     check_layer_parts(layer, what, cross=False)
@@ -173,9 +176,10 @@ def _el_dropout(EncoderLayer):
         x = torch.randn(2, 6, D)
     check_dropout(lambda p: _make_layer(EncoderLayer, dropout=p)[0], lambda m: m(x, None),
                   f"EncoderLayer({D}, {H}, {FF})")
-    check_parts_drop(_make_layer(EncoderLayer, dropout=0.5)[0], part_calls(x), f"EncoderLayer({D}, {H}, {FF})")
-    # p = 1 in train mode drops each sublayer's whole output: only the residual path is left, norm2(norm1(x)) in
-    # post-norm and x itself in pre-norm; dropout on the residual path (x or the sum) shows here
+    check_parts_drop(_make_layer(EncoderLayer, dropout=0.5)[0], part_calls(x),
+                     f"EncoderLayer({D}, {H}, {FF})")
+    # p = 1 in train mode drops each sublayer's whole output: only the residual path is left, norm2(norm1(x))
+    # in post-norm and x itself in pre-norm; dropout on the residual path (x or the sum) shows here
     for norm_first in (False, True):
         layer, what = _make_layer(EncoderLayer, norm_first, dropout=1.0)
         ref = ref_encoder_layer(norm_first, seed=5)
@@ -187,21 +191,25 @@ def _el_dropout(EncoderLayer):
             got = keeps_input(lambda: layer(x, None), x, f"{what}.train()(x, None)")  # noqa: B023 (called at once)
             expected = x if norm_first else ref.norm2(ref.norm1(x))
             zero = torch.zeros_like(x)
-            # only the attention (its weights) and the feed-forward (its hidden units) drop: each leaves its bias
+            # only the attention (its weights) and the feed-forward (its hidden units) drop: each leaves its
+            # bias
             b_o, b_2 = ref.self_attn.out_proj.bias, ref.linear2.bias
             biases_only = x + b_o + b_2 if norm_first else ref.norm2(ref.norm1(x + b_o) + b_2)
             expect_close(got, expected, f"{what}.train()(x, None)",
-                         hint="with dropout=1.0 every sublayer's output is dropped and only the residual path is "
-                              "left: " + ("x" if norm_first else "norm2(norm1(x))") + "; dropout belongs on each "
+                         hint="with dropout=1.0 every sublayer's output is dropped and only the residual "
+                              "path is left: " + ("x" if norm_first else "norm2(norm1(x))") + "; dropout "
+                                                                                              "belongs on "
+                                                                                              "each "
                               "sublayer's output only, never on x or on the residual sum",
-                         mistakes={"dropout applied to the residual sum (or to x itself), not to the sublayer's "
-                                   "output only: " + ("x + dropout(sublayer(norm(x)))" if norm_first else
+                         mistakes={"dropout applied to the residual sum (or to x itself), not to the "
+                                   "sublayer's output only: " + ("x + dropout(sublayer(norm(x)))" if norm_first else
                                                       "norm(x + dropout(sublayer(x)))"):
                                    zero if norm_first else ref.norm2.bias.detach().expand_as(x),
-                                   "the sublayer connections do not drop the sublayer's output (only the attention "
-                                   "and the feed-forward drop inside): pass the dropout argument on to "
-                                   "SublayerConnection(d_model, dropout, norm_first), in that order": biases_only,
+                                   "the sublayer connections do not drop the sublayer's output (only the "
+                                   "attention and the feed-forward drop inside): pass the dropout argument "
+                                   "on to SublayerConnection(d_model, dropout, norm_first), in that order": biases_only,
                                    **({EXTRA_NORM: ref.norm2(x)} if norm_first else {})})
         if norm_first:  # one dropout per sublayer output, not two (p = 1 cannot tell)
             check_sublayer_dropout(_make_layer(EncoderLayer, True, dropout=0.5)[0], lambda m: m(x, None), x,
-                                   ("self_attn", "feed_forward"), f"EncoderLayer({D}, {H}, {FF}, norm_first=True)")
+                                   ("self_attn", "feed_forward"), f"EncoderLayer({D}, {H}, {FF}, "
+                                                                  "norm_first=True)")

@@ -67,12 +67,13 @@ def _encoder_vs_torch(Encoder, norm_first, seed, lengths, n_layers=2, grads=Fals
         h = x
         for lay in ref.layers:
             h = run_layer(lay, h, "pre" if norm_first else "post", True, allowed=inverted(key_mask(ids)))
-        mistakes["src_mask inverted before it reaches the layers (~src_mask or src_mask == 0): True means 'may "
-                 "attend'; pass src_mask on as it is"] = ref.norm(h) if norm_first else h
+        mistakes["src_mask inverted before it reaches the layers (~src_mask or src_mask == 0): True means "
+                 "'may attend'; pass src_mask on as it is"] = ref.norm(h) if norm_first else h
     close_at(got, expected, ids != PAD,
-             f"{what}(x, src_mask) vs nn.TransformerEncoder({'with' if norm_first else 'without'} a final LayerNorm)",
-             hint="x = layer(x, src_mask) for each layer in turn, then self.norm(x) (a LayerNorm in pre-norm, "
-                  "the identity in post-norm)", mistakes=mistakes)
+             f"{what}(x, src_mask) vs nn.TransformerEncoder({'with' if norm_first else 'without'} a final "
+             "LayerNorm)",
+             hint="x = layer(x, src_mask) for each layer in turn, then self.norm(x) (a LayerNorm in "
+                  "pre-norm, the identity in post-norm)", mistakes=mistakes)
     if grads:  # in train mode (dropout=0.0: the same numbers), where a model is trained
         enc.train()
         same_gradients(lambda t: enc(t, key_mask(ids)), lambda t: ref(t, src_key_padding_mask=ids == PAD),
@@ -80,7 +81,8 @@ def _encoder_vs_torch(Encoder, norm_first, seed, lengths, n_layers=2, grads=Fals
     return enc, ref, x, ids
 
 
-@register("Encoder", "has n_layers layers in an nn.ModuleList, `norm` only in pre-norm, and passes dropout on")
+@register("Encoder",
+          "has n_layers layers in an nn.ModuleList, `norm` only in pre-norm, and passes dropout on")
 def _enc_parts(Encoder):
     check_stack_parts(lambda n, norm_first=False: _make_encoder(Encoder, n, norm_first), "encoder")
     with seeded(13):

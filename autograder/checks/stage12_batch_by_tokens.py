@@ -24,13 +24,14 @@ def _batches(fn, lengths, max_tokens, what):
     if given != list(lengths):
         raise CheckFailure(f"{what}: the list of lengths passed in", "unchanged after the call",
                            f"reordered or changed: {fmt(given)}",
-                           "the caller's lengths were edited in place (lengths.sort(), ...): sort a list of indices, "
-                           "sorted(range(len(lengths)), key=lambda i: lengths[i]), and leave lengths as it is")
+                           "the caller's lengths were edited in place (lengths.sort(), ...): sort a list of "
+                           "indices, sorted(range(len(lengths)), key=lambda i: lengths[i]), and leave "
+                           "lengths as it is")
     return batches
 
 
-SORTED_POSITIONS = ("the indices are positions in the SORTED lengths (sorted(lengths)), not in lengths: sort the "
-                    "indices, sorted(range(len(lengths)), key=lambda i: lengths[i]), and batch those")
+SORTED_POSITIONS = ("the indices are positions in the SORTED lengths (sorted(lengths)), not in lengths: sort "
+                    "the indices, sorted(range(len(lengths)), key=lambda i: lengths[i]), and batch those")
 
 
 def _sorted_positions(batches, lengths, max_tokens) -> bool:
@@ -56,18 +57,19 @@ def _expect_partition(batches, n, what):
                            "return positions in lengths (indices), not the lengths themselves")
     if twice:
         raise CheckFailure(f"{what}: {len(twice)} indices appear more than once", "every index exactly once",
-                           f"e.g. {twice[:5]} repeated", "an example was added to two batches: after a batch is "
-                                                         "full, start the next one with the example that did not fit")
+                           f"e.g. {twice[:5]} repeated", "an example was added to two batches: after a batch "
+                                                         "is full, start the next one with the example that "
+                                                         "did not fit")
     if missing:
         raise CheckFailure(f"{what}: {len(missing)} indices are missing", "every index exactly once",
                            f"e.g. {missing[:5]} missing",
-                           "the last batch was never appended (add it after the loop), or the example that did not "
-                           "fit was dropped instead of starting the next batch")
+                           "the last batch was never appended (add it after the loop), or the example that "
+                           "did not fit was dropped instead of starting the next batch")
 
 
-OLD_LONGEST = ("the size test used the longest length from BEFORE the new example joined: in length order the new "
-               "example is the longest, so test max(longest, lengths[i]) * (count + 1) > max_tokens before adding "
-               "example i")
+OLD_LONGEST = ("the size test used the longest length from BEFORE the new example joined: in length order "
+               "the new example is the longest, so test max(longest, lengths[i]) * (count + 1) > max_tokens "
+               "before adding example i")
 
 
 def _old_longest(batches, lengths, max_tokens) -> bool:
@@ -83,12 +85,13 @@ def _bbt_partition(fn):
     what = f"batch_by_tokens({len(lengths)} random lengths, max_tokens=400)"
     _expect_partition(_batches(fn, lengths, 400, what), len(lengths), what)
     small = [5, 1, 4, 2]
-    _expect_partition(_batches(fn, small, 8, "batch_by_tokens([5, 1, 4, 2], 8)"), 4, "batch_by_tokens([5, 1, 4, 2], 8)")
+    _expect_partition(_batches(fn, small, 8, "batch_by_tokens([5, 1, 4, 2], 8)"), 4,
+                      "batch_by_tokens([5, 1, 4, 2], 8)")
     none = _batches(fn, [], 10, "batch_by_tokens([], 10)")
     if none:
         raise CheckFailure("batch_by_tokens([], 10): no examples", "[] (no batches)", fmt(none),
-                           "an empty batch: after the loop, append the last batch only if it holds an example "
-                           "(`if current:`); make_batch cannot build a batch of nothing")
+                           "an empty batch: after the loop, append the last batch only if it holds an "
+                           "example (`if current:`); make_batch cannot build a batch of nothing")
 
 
 @register("batch_by_tokens", "each batch's padded size (longest x count) is within max_tokens")
@@ -105,13 +108,14 @@ def _bbt_limit(fn):
         if len(b) > 1 and longest * len(b) > 400:
             real = sum(lengths[i] for i in b)
             raise CheckFailure(f"{what}: a batch of {len(b)} examples, the longest {longest} tokens",
-                               "padded size = longest x count <= 400", f"{longest} x {len(b)} = {longest * len(b)}",
+                               "padded size = longest x count <= 400", f"{longest} x {len(b)} = "
+                                                                       f"{longest * len(b)}",
                                SORTED_POSITIONS if _sorted_positions(batches, lengths, 400) else
                                OLD_LONGEST if _old_longest(batches, lengths, 400) else
                                "the padded size was not what was limited: the sum of the lengths "
                                f"({real}) ignores the padding; limit max(length) * count" if real <= 400 else
-                               "check the size before adding an example: would max(longest, new) * (count + 1) "
-                               "exceed max_tokens? then start a new batch")
+                               "check the size before adding an example: would max(longest, new) * (count + "
+                               "1) exceed max_tokens? then start a new batch")
 
 
 @register("batch_by_tokens", "an example longer than max_tokens stands alone")
@@ -131,9 +135,10 @@ def _bbt_long(fn):
     batches = _batches(fn, [30, 25], 20, what)
     _expect_partition(batches, 2, what)
     if sorted(map(sorted, batches)) != [[0], [1]]:
-        raise CheckFailure(what, "[[1], [0]]: each example alone (both are longer than max_tokens)", fmt(batches),
-                           "an empty batch: append a batch only when it holds an example (the first example is "
-                           "already too long for an empty batch)" if any(not b for b in batches) else
+        raise CheckFailure(what, "[[1], [0]]: each example alone (both are longer than max_tokens)",
+                           fmt(batches),
+                           "an empty batch: append a batch only when it holds an example (the first example "
+                           "is already too long for an empty batch)" if any(not b for b in batches) else
                            "an example longer than max_tokens cannot share a batch: put it in its own")
 
 
@@ -150,7 +155,8 @@ def _bbt_similar(fn):
                            f"{padded} ({padded / real:.2f} x)",
                            SORTED_POSITIONS if _sorted_positions(batches, lengths, 600) else
                            "batches mix short and long examples: sort the indices by length first "
-                           "(sorted(range(n), key=lambda i: lengths[i])), then cut the sorted list into batches")
+                           "(sorted(range(n), key=lambda i: lengths[i])), then cut the sorted list into "
+                           "batches")
 
 
 @register("batch_by_tokens", "fills batches up to max_tokens (not a few examples each)")
@@ -160,11 +166,13 @@ def _bbt_full(fn):
     _expect_partition(batches, 8, what)
     if sorted(len(b) for b in batches) != [4, 4]:
         largest = max(len(b) for b in batches)
-        raise CheckFailure(what, "2 batches of 4 (4 x 3 = 12 tokens each)", f"batch sizes {[len(b) for b in batches]}",
-                           "every example got its own batch: keep adding examples while longest x count stays within "
-                           "max_tokens" if largest == 1 else
-                           f"a batch of {largest} x 3 = {3 * largest} tokens is over max_tokens = 12: check the size "
-                           "before adding an example (would max(longest, new) * (count + 1) exceed max_tokens?)"
+        raise CheckFailure(what, "2 batches of 4 (4 x 3 = 12 tokens each)",
+                           f"batch sizes {[len(b) for b in batches]}",
+                           "every example got its own batch: keep adding examples while longest x count "
+                           "stays within max_tokens" if largest == 1 else
+                           f"a batch of {largest} x 3 = {3 * largest} tokens is over max_tokens = 12: check "
+                           "the size before adding an example (would max(longest, new) * (count + 1) exceed "
+                           "max_tokens?)"
                            if largest > 4 else
                            "keep adding examples while longest x count stays within max_tokens (<=, not <)")
     lengths = _random_lengths(3, n=400, extra=())
@@ -175,4 +183,5 @@ def _bbt_full(fn):
     if padded < 0.7 * 600 * len(batches):
         raise CheckFailure(f"{what}: mean padded size of a batch", "close to max_tokens=600 (at least 420)",
                            f"{padded / len(batches):.0f} over {len(batches)} batches",
-                           "batches are cut too early: add examples while longest x count stays within max_tokens")
+                           "batches are cut too early: add examples while longest x count stays within "
+                           "max_tokens")

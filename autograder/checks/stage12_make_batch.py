@@ -55,8 +55,8 @@ def _tgt_mistakes(tgt, pad_id, bos_id, eos_id, e):
         "tgt_in lacks <bos> in front: tgt_in = <bos> y": y,
         "tgt_in ends with <eos>: it is <bos> y (no <eos>), so that it has the length of tgt_out": _pad(
             [[bos_id] + list(t) + [eos_id] for t in tgt], pad_id),
-        "tgt_in keeps the <eos> of the shorter targets (shift_right of the padded tgt_out): tgt_in is <bos> y, "
-        "padded with pad_id; build it from [bos_id] + y": torch.cat(
+        "tgt_in keeps the <eos> of the shorter targets (shift_right of the padded tgt_out): tgt_in is <bos> "
+        "y, padded with pad_id; build it from [bos_id] + y": torch.cat(
             [torch.full_like(e["tgt_out"][:, :1], bos_id), e["tgt_out"][:, :-1]], 1),
     }, {
         "no <eos> in tgt_out: the model must learn to stop, so tgt_out = y <eos>": y,
@@ -79,9 +79,9 @@ def _mb_src(make_batch):
                  "<eos> added to the source: the source is used as it is, only padded": _pad([s + [EOS] for s in SRC])})
 
 
-SWAPPED = ("tgt_in and tgt_out are swapped: tgt_in (the decoder input) is <bos> y, tgt_out (what the decoder must "
-           "predict) is y <eos>; check the order of the fields, Batch(src, tgt_in, tgt_out, src_mask, tgt_mask, "
-           "n_tokens)")
+SWAPPED = ("tgt_in and tgt_out are swapped: tgt_in (the decoder input) is <bos> y, tgt_out (what the decoder "
+           "must predict) is y <eos>; check the order of the fields, Batch(src, tgt_in, tgt_out, src_mask, "
+           "tgt_mask, n_tokens)")
 
 
 def _same_ids(t, expected: torch.Tensor) -> bool:
@@ -89,7 +89,8 @@ def _same_ids(t, expected: torch.Tensor) -> bool:
 
 
 def _swapped(b, e) -> dict[str, torch.Tensor]:
-    """SWAPPED, as a mistake of tgt_in, when the batch's tgt_in and tgt_out are each what the other should be."""
+    """SWAPPED, as a mistake of tgt_in, when the batch's tgt_in and tgt_out are each what the other should
+    be."""
     if _same_ids(b.tgt_in, e["tgt_out"]) and _same_ids(b.tgt_out, e["tgt_in"]):
         return {SWAPPED: e["tgt_out"]}
     return {}
@@ -117,9 +118,9 @@ def _mb_tgt_out(make_batch):
     if src != SRC or tgt != TGT:
         raise CheckFailure("the lists passed to make_batch", f"unchanged: sources {SRC}, targets {TGT}",
                            f"changed to sources {fmt(src)}, targets {fmt(tgt)}",
-                           "the caller's lists were edited in place (t.append(eos_id), t.insert(0, bos_id), ...): "
-                           "build new lists ([bos_id] + t, t + [eos_id]); otherwise every epoch adds more specials "
-                           "to the data")
+                           "the caller's lists were edited in place (t.append(eos_id), t.insert(0, bos_id), "
+                           "...): build new lists ([bos_id] + t, t + [eos_id]); otherwise every epoch adds "
+                           "more specials to the data")
 
 
 @register("make_batch", "src_mask: (B, 1, 1, Ls), True at the real source tokens")
@@ -134,16 +135,16 @@ def _mb_src_mask(make_batch):
         raise CheckFailure(f"batch.src_mask for sources {SRC}", f"padding_mask of the right src, shape "
                                                                 f"{tuple(full.shape)}",
                            f"padding_mask of the batch's own src, shape {tuple(b.src_mask.shape)}",
-                           "the mask is the padding mask of the batch's own src, which is wrong (see the src item): "
-                           "the mask is built right, fix src and the mask follows")
+                           "the mask is the padding mask of the batch's own src, which is wrong (see the src "
+                           "item): the mask is built right, fix src and the mask follows")
     _expect_mask(b.src_mask, full, f"batch.src_mask for sources {SRC}",
                  "src_mask = (src != pad_id)[:, None, None, :], the padding mask of src",
                  {"mask polarity inverted: True must mean 'may attend', i.e. a real token": ~full,
                   "all True: the padding of the source is not masked": torch.ones_like(full)})
 
 
-FROM_WRONG_TGT_IN = ("the mask is target_mask of the batch's own tgt_in, which is wrong (see the tgt_in item): the "
-                     "mask is built right, fix tgt_in and the mask follows")
+FROM_WRONG_TGT_IN = ("the mask is target_mask of the batch's own tgt_in, which is wrong (see the tgt_in "
+                     "item): the mask is built right, fix tgt_in and the mask follows")
 
 
 def _own_target_mask(b, e):
@@ -158,7 +159,8 @@ def _own_target_mask(b, e):
 def _mask_equals(mask, full: torch.Tensor) -> bool:
     """Whether mask is a bool tensor that broadcasts to full's shape and equals it there."""
     return isinstance(mask, torch.Tensor) and mask.dtype == torch.bool and mask.dim() == 4 and \
-        all(s in (1, f) for s, f in zip(mask.shape, full.shape)) and torch.equal(mask.expand(full.shape), full)
+        all(s in (1, f) for s,
+            f in zip(mask.shape, full.shape)) and torch.equal(mask.expand(full.shape), full)
 
 
 @register("make_batch", "tgt_mask: (B, 1, Lt, Lt), causal and padding combined, from tgt_in")
@@ -172,17 +174,21 @@ def _mb_tgt_mask(make_batch):
     what = "batch.tgt_mask for targets [[11, 12], [13, 14, 15], [16]]"
     own = _own_target_mask(b, e)
     if own is not None and tuple(own.shape) != tuple(full.shape) and _mask_equals(b.tgt_mask, own):
-        raise CheckFailure(f"{what}: wrong shape", f"shape {tuple(full.shape)} (or one that broadcasts to it)",
+        raise CheckFailure(f"{what}: wrong shape",
+                           f"shape {tuple(full.shape)} (or one that broadcasts to it)",
                            f"shape {tuple(b.tgt_mask.shape)}", FROM_WRONG_TGT_IN)
     _expect_mask(b.tgt_mask, full, what,
                  "tgt_mask = target_mask(tgt_in): (tgt_in != pad)[:, None, None, :] & causal_mask(Lt)",
                  {**({FROM_WRONG_TGT_IN: own} if own is not None else {}),
-                  "only the causal part: the padding keys of tgt_in are not masked (combine with & the padding mask)":
+                  "only the causal part: the padding keys of tgt_in are not masked (combine with & the "
+                  "padding mask)":
                       causal,
-                  "only the padding part: without the causal mask the decoder sees the future tokens it must predict":
+                  "only the padding part: without the causal mask the decoder sees the future tokens it must "
+                  "predict":
                       pad,
                   "mask polarity inverted: True must mean 'may attend'": ~full,
-                  "the causal part is upper-triangular: position i may attend to 0..i (tril), not to the future":
+                  "the causal part is upper-triangular: position i may attend to 0..i (tril), not to the "
+                  "future":
                       _lower(L).T.expand(B, 1, L, L) & pad,
                   "the diagonal is masked: position i may attend to itself (tril(), not tril(-1))":
                       _lower(L, -1).expand(B, 1, L, L) & pad,
@@ -208,17 +214,20 @@ def _mb_n_tokens(make_batch):
         if not isinstance(n, int) or isinstance(n, bool):
             kind = f"{type(n).__module__.replace('builtins', '')}.{type(n).__name__}".lstrip(".")
             raise CheckFailure("type(batch.n_tokens)", "int (a Python int, as Batch declares it)", kind,
-                               f"the count stayed a {'tensor' if isinstance(n, torch.Tensor) else kind}: a count of "
-                               "tokens is an int (the training loop adds it up and writes it to its JSON log, which "
-                               "refuses tensors and numpy numbers); n_tokens = int((tgt_out != pad_id).sum())")
+                               f"the count stayed a {'tensor' if isinstance(n, torch.Tensor) else kind}: a "
+                               "count of tokens is an int (the training loop adds it up and writes it to its "
+                               "JSON log, which refuses tensors and numpy numbers); n_tokens = int((tgt_out "
+                               "!= pad_id).sum())")
         return
     B, L = e["tgt_out"].shape
     hints = {B * L: "padding counted: count only the tokens of tgt_out that are not pad_id",
              sum(len(t) for t in TGT): "<eos> not counted: the model predicts it too, so it counts "
                                        "(the real tokens of tgt_out)",
              sum(len(s) for s in SRC): "the source tokens were counted: n_tokens counts tgt_out's real tokens",
-             int((e["src"] != PAD).sum()): "the source tokens were counted: n_tokens counts tgt_out's real tokens"}
-    raise CheckFailure("batch.n_tokens for targets [[11, 12], [13, 14, 15], [16]]", f"{e['n_tokens']} (2+1, 3+1, 1+1)",
+             int((e["src"] != PAD).sum()): "the source tokens were counted: n_tokens counts tgt_out's real "
+                                           "tokens"}
+    raise CheckFailure("batch.n_tokens for targets [[11, 12], [13, 14, 15], [16]]",
+                       f"{e['n_tokens']} (2+1, 3+1, 1+1)",
                        fmt(value), hints.get(value, "n_tokens = int((tgt_out != pad_id).sum())"))
 
 
@@ -240,11 +249,13 @@ def _mb_ids(make_batch):
                 {ignored.format("eos_id", "<eos> = 2"): _pad([t + [EOS] for t in TGT], 30),
                  ignored.format("pad_id", "<pad> = 0"): _pad([t + [32] for t in TGT], PAD),
                  ignored.format("eos_id and pad_id", "ids"): _pad([t + [EOS] for t in TGT], PAD)})
-    _expect_mask(b.src_mask, e["src_mask"], what + ": src_mask", "src_mask = (src != pad_id)[:, None, None, :]",
-                 {ignored.format("pad_id", "<pad> = 0") + " in the source mask": (e["src"] != PAD)[:, None, None, :]})
+    _expect_mask(b.src_mask, e["src_mask"], what + ": src_mask", "src_mask = (src != pad_id)[:, None, None, "
+                                                                 ":]",
+                 {ignored.format("pad_id",
+                                 "<pad> = 0") + " in the source mask": (e["src"] != PAD)[:, None, None, :]})
     _expect_mask(b.tgt_mask, e["tgt_mask"], what + ": tgt_mask", "tgt_mask = target_mask(tgt_in, pad_id)",
-                 {"no padding in the target mask: its padding part is missing, or it looked for <pad> = 0 instead "
-                  "of the pad_id argument": e["causal"]})
+                 {"no padding in the target mask: its padding part is missing, or it looked for <pad> = 0 "
+                  "instead of the pad_id argument": e["causal"]})
     n = b.n_tokens.item() if isinstance(b.n_tokens, torch.Tensor) else b.n_tokens
     if isinstance(n, (str, bytes)) or n != e["n_tokens"]:
         raise CheckFailure(what + ": n_tokens", e["n_tokens"], fmt(n),

@@ -19,9 +19,9 @@ def _tiny_model(seed=0):
 
 
 def _groups(opt) -> list:
-    """opt.param_groups as data, checked: a list of 1 to 64 dicts with string keys, each with its "params" (a list of
-    tensors) and a number or one-value tensor "lr" (with `python -m autograder grade` the optimizer is the kernel's:
-    what it says about itself is checked before a check reads it)."""
+    """opt.param_groups as data, checked: a list of 1 to 64 dicts with string keys, each with its "params" (a
+    list of tensors) and a number or one-value tensor "lr" (with `python -m autograder grade` the optimizer is
+    the kernel's: what it says about itself is checked before a check reads it)."""
     groups = getattr(opt, "param_groups", None)
     bad = None
     if not isinstance(groups, list) or not 1 <= len(groups) <= 64:
@@ -55,8 +55,8 @@ def _make_opt(make_optimizer, model, d, w=None, f=None):
         out = make_optimizer(model, d, **kwargs)
     except ZeroDivisionError:
         raise CheckFailure(what, "an optimizer and a scheduler", "ZeroDivisionError",
-                           "LambdaLR calls its lambda with 0 as soon as it is created: 0 ** -0.5 divides by zero. "
-                           "Count step 0 as step 1, or shift: lambda s: noam_lr(s + 1, ...)") from None
+                           "LambdaLR calls its lambda with 0 as soon as it is created: 0 ** -0.5 divides by "
+                           "zero. Count step 0 as step 1, or shift: lambda s: noam_lr(s + 1, ...)") from None
     if not isinstance(out, (tuple, list)) or len(out) != 2:
         raise CheckFailure(what, "a pair (optimizer, scheduler)", type(out).__name__,
                            "return optimizer, scheduler")
@@ -94,8 +94,8 @@ def _base_lr(opt, sched):
 
 
 def _expect_schedule(got, d, w, f, what, elsewhere=False, base_lr=None):
-    """`elsewhere`: the scheduler drives another optimizer than the one returned; `base_lr`: the optimizer's lr
-    that the scheduler multiplies (None: unknown)."""
+    """`elsewhere`: the scheduler drives another optimizer than the one returned; `base_lr`: the optimizer's
+    lr that the scheduler multiplies (None: unknown)."""
     n = len(got)
     expected = [_noam(k, d, w, f) for k in range(1, n + 1)]
     if all(math.isclose(a, b, rel_tol=1e-6) for a, b in zip(got, expected)):
@@ -104,11 +104,12 @@ def _expect_schedule(got, d, w, f, what, elsewhere=False, base_lr=None):
     same = lambda seq: all(math.isclose(a, b, rel_tol=1e-6) for a, b in zip(got, seq))  # noqa: E731
     ratio = got[k - 1] / expected[k - 1] if expected[k - 1] else float("nan")
     if same([_noam(k - 1, d, w, f) for k in range(1, n + 1)]):
-        hint = ("off by one: the k-th step ran at noam_lr(k - 1). LambdaLR evaluates lambda(0) before the first "
-                "step, then lambda(1) after one scheduler step, ...: use lambda s: noam_lr(s + 1, ...)")
+        hint = ("off by one: the k-th step ran at noam_lr(k - 1). LambdaLR evaluates lambda(0) before the "
+                "first step, then lambda(1) after one scheduler step, ...: use lambda s: noam_lr(s + 1, ...)")
     elif same([_noam(k + 1, d, w, f) for k in range(1, n + 1)]):
-        hint = ("off by one: the k-th step ran at noam_lr(k + 1); the first optimizer step must run at noam_lr(1) "
-                "(do not step the scheduler before the first optimizer step, e.g. right after creating it)")
+        hint = ("off by one: the k-th step ran at noam_lr(k + 1); the first optimizer step must run at "
+                "noam_lr(1) (do not step the scheduler before the first optimizer step, e.g. right after "
+                "creating it)")
     elif same([_noam(k, d, 4000, f) for k in range(1, n + 1)]):
         hint = "the warmup_steps argument is ignored (4000 used)"
     elif same([_noam(k, d, w, 1.0) for k in range(1, n + 1)]):
@@ -118,24 +119,25 @@ def _expect_schedule(got, d, w, f, what, elsewhere=False, base_lr=None):
     elif same([_noam(k, 512, w, 1.0) for k in range(1, n + 1)]):
         hint = "the d_model and factor arguments are ignored (512 and 1.0 used): pass them on to noam_lr"
     elif same([_noam(k, 512, 4000, 1.0) for k in range(1, n + 1)]):
-        hint = ("the d_model, warmup_steps and factor arguments are ignored (noam_lr's defaults or 512 used): pass "
-                "them on: lambda s: noam_lr(s + 1, d_model, warmup_steps, factor)")
+        hint = ("the d_model, warmup_steps and factor arguments are ignored (noam_lr's defaults or 512 "
+                "used): pass them on: lambda s: noam_lr(s + 1, d_model, warmup_steps, factor)")
     elif elsewhere:
-        hint = ("the scheduler was made for another optimizer than the one returned: create the LambdaLR on the "
-                "Adam you return (one optimizer)")
+        hint = ("the scheduler was made for another optimizer than the one returned: create the LambdaLR on "
+                "the Adam you return (one optimizer)")
     elif any(same(seq) for seq in _schedule_mistakes(d, w, f, n).values()):
         hint = "the schedule: " + "; or ".join(desc for desc, seq in _schedule_mistakes(d, w, f, n).items()
                                                if same(seq))
     elif all(math.isclose(a / b, ratio, rel_tol=1e-6) for a, b in zip(got, expected) if b):
-        hint = (f"every rate is {ratio:.4g} x the schedule: LambdaLR multiplies the optimizer's lr by the lambda, so "
-                "create Adam with lr=1.0" if base_lr is not None and not math.isclose(base_lr, 1.0) else
+        hint = (f"every rate is {ratio:.4g} x the schedule: LambdaLR multiplies the optimizer's lr by the "
+                "lambda, so create Adam with lr=1.0" if base_lr is not None and not math.isclose(base_lr, 1.0) else
                 f"every rate is {ratio:.4g} x the schedule, though the warmup is right: the constant factor "
-                "factor * d_model ** -0.5 is off, so the d_model or factor argument looks ignored or replaced; pass "
-                "both on: lambda s: noam_lr(s + 1, d_model, warmup_steps, factor)")
+                "factor * d_model ** -0.5 is off, so the d_model or factor argument looks ignored or "
+                "replaced; pass both on: lambda s: noam_lr(s + 1, d_model, warmup_steps, factor)")
     elif len(set(got)) == 1:
         hint = "the rate never changes: step the scheduler (scheduler.step()) after each optimizer step"
     else:
-        hint = "LambdaLR(optimizer, lambda s: noam_lr(s + 1, d_model, warmup_steps, factor)) with Adam's lr=1.0"
+        hint = ("LambdaLR(optimizer, lambda s: noam_lr(s + 1, d_model, warmup_steps, factor)) with Adam's "
+                "lr=1.0")
     raise CheckFailure(f"{what}: learning rate of optimizer step {k}",
                        f"noam_lr({k}) = {expected[k - 1]:.6g}", f"{got[k - 1]:.6g}", hint)
 
@@ -152,13 +154,15 @@ def _elsewhere(opt, sched) -> bool:
     return isinstance(other, torch.optim.Optimizer) and other is not opt
 
 
-# A process's first torch.optim.Adam imports PyTorch's compiler stack (torch._dynamo): 2 s on a quiet 2-core machine,
-# and past the 10 s of a check when the machine is busy (seen grading lesson 12 beside a training run). The check that
-# makes the learner's first Adam and the one that makes the grader's own get 30 s; a hang still stops there.
+# A process's first torch.optim.Adam imports PyTorch's compiler stack (torch._dynamo): 2 s on a quiet 2-core
+# machine, and past the 10 s of a check when the machine is busy (seen grading lesson 12 beside a training
+# run). The check that makes the learner's first Adam and the one that makes the grader's own get 30 s; a hang
+# still stops there.
 FIRST_ADAM_TIMEOUT = 30.0
 
 
-@register("make_optimizer", "returns (Adam, scheduler) over all the model's parameters", timeout=FIRST_ADAM_TIMEOUT)
+@register("make_optimizer", "returns (Adam, scheduler) over all the model's parameters",
+          timeout=FIRST_ADAM_TIMEOUT)
 def _opt_params(make_optimizer):
     model = _tiny_model()
     opt, _, what = _make_opt(make_optimizer, model, 16)
@@ -175,7 +179,8 @@ def _opt_params(make_optimizer):
         raise CheckFailure(what + ": weight_decay", "0 (plain Adam)", fmt(sorted(wd)),
                            "the paper's Adam has no weight decay")
     if any(g.get("amsgrad") for g in _groups(opt)):
-        raise CheckFailure(what + ": amsgrad", "False (plain Adam)", "True", "the paper uses plain Adam: amsgrad=False")
+        raise CheckFailure(what + ": amsgrad", "False (plain Adam)", "True",
+                           "the paper uses plain Adam: amsgrad=False")
 
 
 @register("make_optimizer", "Adam's betas are (0.9, 0.98) and eps is 1e-9, not the defaults")
@@ -197,7 +202,8 @@ def _opt_betas(make_optimizer):
 def _opt_schedule(make_optimizer):
     model = _tiny_model()
     opt, sched, what = _make_opt(make_optimizer, model, 64, w=10, f=2.0)
-    _expect_schedule(_lrs(opt, sched, model, 30), 64, 10, 2.0, what, _elsewhere(opt, sched), _base_lr(opt, sched))
+    _expect_schedule(_lrs(opt, sched, model, 30), 64, 10, 2.0, what, _elsewhere(opt, sched),
+                     _base_lr(opt, sched))
 
 
 @register("make_optimizer", "follows d_model, warmup_steps and factor")
@@ -206,10 +212,12 @@ def _opt_args(make_optimizer):
     for d, w, f in ((128, 4, 3.0), (32, 20, 1.0)):
         model = _tiny_model(1)
         opt, sched, what = _make_opt(make_optimizer, model, d, w=w, f=f)
-        _expect_schedule(_lrs(opt, sched, model, 25), d, w, f, what, _elsewhere(opt, sched), _base_lr(opt, sched))
+        _expect_schedule(_lrs(opt, sched, model, 25), d, w, f, what, _elsewhere(opt, sched),
+                         _base_lr(opt, sched))
 
 
-@register("make_optimizer", "moves the parameters as Adam at that learning rate would", timeout=FIRST_ADAM_TIMEOUT)
+@register("make_optimizer", "moves the parameters as Adam at that learning rate would",
+          timeout=FIRST_ADAM_TIMEOUT)
 def _opt_updates(make_optimizer):
     model = _tiny_model(2)
     reference = copy.deepcopy(model)
@@ -229,9 +237,10 @@ def _opt_updates(make_optimizer):
         if not torch.allclose(p.detach(), q.detach(), atol=1e-6, rtol=1e-5):
             diff = (p - q).abs().max().item()
             raise CheckFailure(f"{what}: parameter {name} after 5 steps (largest difference {diff:.3g})",
-                               "the same values as torch.optim.Adam(lr=noam_lr(k), betas=(0.9, 0.98), eps=1e-9)",
+                               "the same values as torch.optim.Adam(lr=noam_lr(k), betas=(0.9, 0.98), "
+                               "eps=1e-9)",
                                "other values",
-                               "the scheduler was made for another optimizer than the one returned: create the "
-                               "LambdaLR on the Adam you return" if _elsewhere(opt, sched) else
+                               "the scheduler was made for another optimizer than the one returned: create "
+                               "the LambdaLR on the Adam you return" if _elsewhere(opt, sched) else
                                "Adam over model.parameters() with lr=1.0, betas=(0.9, 0.98), "
                                "eps=1e-9, and LambdaLR(optimizer, lambda s: noam_lr(s + 1, ...))")

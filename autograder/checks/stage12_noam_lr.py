@@ -1,4 +1,5 @@
-"""Stage 12's checks of noam_lr: the paper's warmup schedule, a Python float, with the classic mistakes named."""
+"""Stage 12's checks of noam_lr: the paper's warmup schedule, a Python float, with the classic mistakes
+named."""
 from __future__ import annotations
 
 import math
@@ -20,8 +21,8 @@ def _number(x, what):
         raise CheckFailure(what, "a number", fmt(x), "return the learning rate as a float") from None
 
 
-ZERO_RATE = ("the warmup term rounds down to 0, as an integer division does (step // warmup_steps, or int(...)): "
-             "use true division (/) or powers, step * warmup_steps ** -1.5")
+ZERO_RATE = ("the warmup term rounds down to 0, as an integer division does (step // warmup_steps, or "
+             "int(...)): use true division (/) or powers, step * warmup_steps ** -1.5")
 
 
 def _expect_lr(noam_lr, step, d, w=None, f=None, hint=None):
@@ -60,20 +61,24 @@ def _noam_formula(noam_lr):
     got = noam_lr(4000, 512)
     if not isinstance(got, float):  # numpy.float64 is a float
         kind = "tensor" if isinstance(got, torch.Tensor) else f"{type(got).__module__}.{type(got).__name__}"
-        raise CheckFailure("type(noam_lr(4000, 512))", "float (a Python float: LambdaLR multiplies lr=1.0 by it, and "
+        raise CheckFailure("type(noam_lr(4000, 512))", "float (a Python float: LambdaLR multiplies lr=1.0 by "
+                                                       "it, and "
                            "the optimizer's lr, the logs and the checkpoints keep it)", kind,
-                           f"the rate stayed a {kind} (computed with torch or numpy): return float(rate), or compute "
-                           "with Python numbers, step ** -0.5")
+                           f"the rate stayed a {kind} (computed with torch or numpy): return float(rate), or "
+                           "compute with Python numbers, step ** -0.5")
 
 
 @register("noam_lr", "rises linearly until warmup_steps, then decays as step^-0.5")
 def _noam_shape(noam_lr):
-    lr = [_number(noam_lr(s, 64, warmup_steps=10), f"noam_lr({s}, 64, warmup_steps=10)") for s in range(1, 41)]
+    lr = [_number(noam_lr(s, 64, warmup_steps=10),
+                  f"noam_lr({s}, 64, warmup_steps=10)") for s in range(1, 41)]
     peak = max(range(40), key=lambda i: lr[i]) + 1
     if peak != 10:
-        raise CheckFailure("the step of the largest noam_lr(step, 64, warmup_steps=10) over steps 1..40", "step 10",
+        raise CheckFailure("the step of the largest noam_lr(step, 64, warmup_steps=10) over steps 1..40",
+                           "step 10",
                            f"step {peak}", _noam_hint(noam_lr, 64, 10))
-    if not (math.isclose(lr[4] / lr[9], 0.5, rel_tol=1e-6) and math.isclose(lr[39] / lr[9], 0.5, rel_tol=1e-6)):
+    if not (math.isclose(lr[4] / lr[9], 0.5,
+                         rel_tol=1e-6) and math.isclose(lr[39] / lr[9], 0.5, rel_tol=1e-6)):
         raise CheckFailure("noam_lr(5) / noam_lr(10) and noam_lr(40) / noam_lr(10) with warmup_steps=10",
                            "0.5 and 0.5 (linear warmup; then 1 / sqrt(step))",
                            f"{lr[4] / lr[9]:.4g} and {lr[39] / lr[9]:.4g}", _noam_hint(noam_lr, 64, 10))
@@ -103,16 +108,18 @@ def _noam_zero(noam_lr):
         got = noam_lr(0, 512)
     except ZeroDivisionError:
         raise CheckFailure("noam_lr(0, 512)", f"noam_lr(1, 512) = {_noam(1, 512):.6g}", "ZeroDivisionError",
-                           "0 ** -0.5 divides by zero: count step 0 as step 1 (step = max(step, 1)); LambdaLR "
-                           "calls the schedule with 0 when it is created") from None
+                           "0 ** -0.5 divides by zero: count step 0 as step 1 (step = max(step, 1)); "
+                           "LambdaLR calls the schedule with 0 when it is created") from None
     got = _number(got, "noam_lr(0, 512)")
     if not math.isclose(got, _noam(1, 512), rel_tol=1e-6):
         one = _number(noam_lr(1, 512), "noam_lr(1, 512)")
         hint = ("step 0 gave infinity: count step 0 as step 1 (step = max(step, 1))" if not math.isfinite(got)
-                else "step 0 is counted as step 1, but the formula itself gives 0 at step 1 (noam_lr(1, 512) is 0 "
+                else "step 0 is counted as step 1, but the formula itself gives 0 at step 1 (noam_lr(1, 512) "
+                     "is 0 "
                 "too): " + ZERO_RATE if got == 0 and one == 0
                 else "step 0 gave 0: count it as step 1 (step = max(step, 1)), as the contract says" if got == 0
-                else "step 0 is counted as step 1, but the formula itself is wrong at step 1: see the other checks"
+                else "step 0 is counted as step 1, but the formula itself is wrong at step 1: see the other "
+                     "checks"
                 if math.isclose(got, one, rel_tol=1e-9) else "count step 0 as step 1 (step = max(step, 1))")
         raise CheckFailure("noam_lr(0, 512)", f"noam_lr(1, 512) = {_noam(1, 512):.6g}", f"{got:.6g}", hint)
     _expect_lr(noam_lr, 1, 512)

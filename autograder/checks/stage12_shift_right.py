@@ -7,20 +7,20 @@ from ..registry import CheckFailure, register
 from ._util import seeded
 from .stage12_training import BOS, EOS, PAD, _expect_ids, _ids
 
-UNSHIFTED = ("the input came back unshifted: the decoder must read <bos> y_1 ... y_{L-1} to predict y_1 ... y_L "
-             "(teacher forcing); put <bos> in front and drop the last column")
+UNSHIFTED = ("the input came back unshifted: the decoder must read <bos> y_1 ... y_{L-1} to predict y_1 ... "
+             "y_L (teacher forcing); put <bos> in front and drop the last column")
 ROLLED = ("rolled: torch.roll wraps the last token around to the front; put <bos> there instead: "
           "torch.cat([bos column, tgt[:, :-1]], dim=1)")
 DROPPED_FIRST = "the first column was dropped instead of the last: keep tgt[:, :-1], not tgt[:, 1:]"
 SHIFTED_LEFT = "shifted left instead of right: <bos> goes in front and the last column is dropped"
 KEPT_LAST = "the last column was kept: the output keeps the input's length L, so drop tgt[:, -1]"
-EOS_TO_PAD = ("the <eos> was replaced by <pad>: shift_right only shifts (<bos> in front, last column dropped) and "
-              "keeps every other token as it is")
+EOS_TO_PAD = ("the <eos> was replaced by <pad>: shift_right only shifts (<bos> in front, last column "
+              "dropped) and keeps every other token as it is")
 PAD_IN_FRONT = "<pad> was put in front: the first column is bos_id (<bos>), not pad_id"
-BATCH_AXIS = ("shifted along dim 0 (the batch) instead of dim 1 (the positions): a column of bos_id in front, "
-              "tgt[:, :-1] after it, torch.cat(..., dim=1)")
-SQUEEZED = ("the batch dimension was lost for a batch of one sentence (B = 1): no .squeeze() (it drops every size-1 "
-            "dimension); keep (B, L) -> (B, L), e.g. torch.cat([bos column, tgt[:, :-1]], dim=1)")
+BATCH_AXIS = ("shifted along dim 0 (the batch) instead of dim 1 (the positions): a column of bos_id in "
+              "front, tgt[:, :-1] after it, torch.cat(..., dim=1)")
+SQUEEZED = ("the batch dimension was lost for a batch of one sentence (B = 1): no .squeeze() (it drops every "
+            "size-1 dimension); keep (B, L) -> (B, L), e.g. torch.cat([bos column, tgt[:, :-1]], dim=1)")
 BOS_AT_END = "<bos> was put at the end: it goes in FRONT (first column), and the last column is dropped"
 
 
@@ -74,6 +74,7 @@ def _shift_in_place(shift_right):
     before = tgt.clone()
     shift_right(tgt)
     if not torch.equal(tgt, before):
-        raise CheckFailure("the tensor passed to shift_right", f"unchanged: {_ids(before)}", f"changed to {_ids(tgt)}",
-                           "the input was edited in place (tgt[:, 1:] = ... or tgt[:, 0] = ...); build a new tensor "
-                           "with torch.cat, or work on tgt.clone()")
+        raise CheckFailure("the tensor passed to shift_right", f"unchanged: {_ids(before)}",
+                           f"changed to {_ids(tgt)}",
+                           "the input was edited in place (tgt[:, 1:] = ... or tgt[:, 0] = ...); build a new "
+                           "tensor with torch.cat, or work on tgt.clone()")

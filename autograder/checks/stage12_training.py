@@ -18,8 +18,8 @@ def _ids(t) -> str:
 
 
 REORDERED = ("the rows were reordered (sorted by length?): row i holds the i-th example, in the order given; "
-             "batch_by_tokens groups examples of similar length, make_batch keeps their order (tgt_seqs[i] belongs "
-             "to src_seqs[i])")
+             "batch_by_tokens groups examples of similar length, make_batch keeps their order (tgt_seqs[i] "
+             "belongs to src_seqs[i])")
 
 
 def _expect_ids(got, expected: torch.Tensor, what: str, hint: str | None = None,
@@ -49,7 +49,8 @@ def _pad(seqs, pad_id=PAD) -> torch.Tensor:
     return torch.tensor([list(s) + [pad_id] * (L - len(s)) for s in seqs], dtype=torch.long)
 
 
-def _expect_mask(got, expected: torch.Tensor, what: str, hint: str, mistakes: dict[str, torch.Tensor]) -> None:
+def _expect_mask(got, expected: torch.Tensor, what: str, hint: str,
+                 mistakes: dict[str, torch.Tensor]) -> None:
     """A boolean mask that broadcasts to expected's full shape (B, 1, Lq, Lk) and equals it there."""
     full = tuple(expected.shape)
     if not isinstance(got, torch.Tensor):
@@ -58,8 +59,8 @@ def _expect_mask(got, expected: torch.Tensor, what: str, hint: str, mistakes: di
     if not (len(shape) == 4 and all(s in (1, f) for s, f in zip(shape, full))):
         raise CheckFailure(f"{what}: wrong shape", f"shape {full} (or one that broadcasts to it)",
                            f"shape {tuple(got.shape)}",
-                           "masks have 4 dimensions (batch, heads, queries, keys) so that they broadcast over "
-                           "the heads: padding_mask is (B, 1, 1, L), target_mask (B, 1, L, L)" if len(shape) != 4 else
+                           "masks have 4 dimensions (batch, heads, queries, keys) so that they broadcast "
+                           "over the heads: padding_mask is (B, 1, 1, L), target_mask (B, 1, L, L)" if len(shape) != 4 else
                            f"4 dimensions, but the sizes do not fit this batch: {hint}")
     values = got.expand(full)
     if got.dtype != torch.bool:
@@ -69,7 +70,8 @@ def _expect_mask(got, expected: torch.Tensor, what: str, hint: str, mistakes: di
     if torch.equal(values, expected):
         return
     hint = diagnose(values, mistakes, lambda v, wrong: torch.equal(v, wrong.expand(full))) or hint
-    raise CheckFailure(what, f"{full}, True at {int(expected.sum())} places", f"True at {int(values.sum())} places",
+    raise CheckFailure(what, f"{full}, True at {int(expected.sum())} places",
+                       f"True at {int(values.sum())} places",
                        hint)
 
 
@@ -107,16 +109,16 @@ def _noam_mistakes(step, d, w, f):
             f * d ** -0.5 * min(s ** -1 / 2, s * w ** -1.5),
         "warmup_steps ** -3/2 is (warmup_steps ** -3) / 2 in Python (operator precedence): write "
         "warmup_steps ** -1.5": f * d ** -0.5 * min(s ** -0.5, s * w ** -3 / 2),
-        "no warmup: the rate starts at its largest and only decays; the warmup term is step * warmup_steps ** -1.5 "
-        "(a negative exponent), and the rate is the min of the two terms": f * d ** -0.5 * s ** -0.5,
-        "the rate never decays: after warmup_steps it follows step ** -0.5 (a negative exponent), the min of the "
-        "two terms": f * d ** -0.5 * s * w ** -1.5,
+        "no warmup: the rate starts at its largest and only decays; the warmup term is step * warmup_steps "
+        "** -1.5 (a negative exponent), and the rate is the min of the two terms": f * d ** -0.5 * s ** -0.5,
+        "the rate never decays: after warmup_steps it follows step ** -0.5 (a negative exponent), the min of "
+        "the two terms": f * d ** -0.5 * s * w ** -1.5,
         "divided by factor: multiply by it": d ** -0.5 * min(s ** -0.5, s * w ** -1.5) / f,
         "d_model and warmup_steps swapped": f * w ** -0.5 * min(s ** -0.5, s * d ** -1.5),
         "the warmup term is step / warmup_steps: it is step * warmup_steps ** -1.5": f * d ** -0.5 * min(
             s ** -0.5, s / w),
-        "the rate stays at its peak after warmup_steps (min(step, warmup_steps) * warmup_steps ** -1.5): after the "
-        "warmup it decays as step ** -0.5, the min of the two terms": f * d ** -0.5 * min(s, w) * w ** -1.5,
+        "the rate stays at its peak after warmup_steps (min(step, warmup_steps) * warmup_steps ** -1.5): "
+        "after the warmup it decays as step ** -0.5, the min of the two terms": f * d ** -0.5 * min(s, w) * w ** -1.5,
         "factor multiplies only the decay term: it multiplies the whole rate": d ** -0.5 * min(f * s ** -0.5,
                                                                                                 s * w ** -1.5),
         "factor multiplies only the warmup term: it multiplies the whole rate": d ** -0.5 * min(s ** -0.5,

@@ -21,15 +21,15 @@ PAD, BOS, EOS = 0, 1, 2
 
 # ------------------------------------------------------------------------------------ fake models
 def _hidden_order(vocab: int) -> list[int]:
-    """The fake decoder's output holds the logits in this order (reversed): hidden[..., j] = logits[..., order[j]],
-    so that a decoder that forgets model.generator picks other tokens."""
+    """The fake decoder's output holds the logits in this order (reversed): hidden[..., j] = logits[...,
+    order[j]], so that a decoder that forgets model.generator picks other tokens."""
     return list(range(vocab - 1, -1, -1))
 
 
 class _Generator(nn.Linear):
-    """The fake model's model.generator: an nn.Linear(vocab, vocab) (out_features, weight and bias are there for
-    code that reads them) whose weight is the permutation that puts the fake decoder's output back in token
-    order; forward gathers the columns, which is exact."""
+    """The fake model's model.generator: an nn.Linear(vocab, vocab) (out_features, weight and bias are there
+    for code that reads them) whose weight is the permutation that puts the fake decoder's output back in
+    token order; forward gathers the columns, which is exact."""
 
     def __init__(self, vocab: int):
         order = _hidden_order(vocab)
@@ -63,8 +63,10 @@ class _FakeModel(nn.Module):
         self.problem: str | None = None
 
     def forward(self, *args, **kwargs):
-        raise CheckFailure("the decoder called model(...)", "only model.encode, model.decode and model.generator",
-                           "a call to model.forward", "decode step by step: memory = model.encode(src, src_mask) "
+        raise CheckFailure("the decoder called model(...)", "only model.encode, model.decode and "
+                                                            "model.generator",
+                           "a call to model.forward", "decode step by step: memory = model.encode(src, "
+                                                      "src_mask) "
                            "once, then model.decode(ys, memory, src_mask, tgt_mask) and model.generator")
 
     def encode(self, src, src_mask):
@@ -78,7 +80,8 @@ class _FakeModel(nn.Module):
 
     def decode(self, tgt_in, memory, src_mask, tgt_mask):
         if not isinstance(tgt_in, torch.Tensor) or tgt_in.dim() != 2:
-            raise CheckFailure("model.decode(tgt_in, ...)", "tgt_in of shape (N, t): the prefixes generated so far",
+            raise CheckFailure("model.decode(tgt_in, ...)", "tgt_in of shape (N, t): the prefixes generated "
+                                                            "so far",
                                f"shape {tuple(getattr(tgt_in, 'shape', ()))}",
                                "keep the running prefixes as a (N, t) LongTensor starting with <bos>")
         N, t = tgt_in.shape
@@ -88,13 +91,14 @@ class _FakeModel(nn.Module):
                                "the prefixes were built as floats (torch.ones(...) * bos_id, "
                                "torch.zeros(...).fill_(...), or a float tensor concatenated to them): a real "
                                "model's nn.Embedding refuses them; "
-                               "build them with torch.full((B, 1), bos_id, dtype=torch.long) and append the argmax "
-                               "indices (torch.long)")
+                               "build them with torch.full((B, 1), bos_id, dtype=torch.long) and append the "
+                               "argmax indices (torch.long)")
         if not isinstance(memory, torch.Tensor) or memory.dim() != 3 or memory.size(0) not in (1, N):
-            raise CheckFailure("model.decode(tgt_in, memory, ...)", f"memory with 1 or {N} rows (one per prefix)",
+            raise CheckFailure("model.decode(tgt_in, memory, ...)", f"memory with 1 or {N} rows (one per "
+                                                                    "prefix)",
                                f"shape {tuple(getattr(memory, 'shape', ()))}",
-                               "pass memory = model.encode(src, src_mask), repeated (or indexed) so that each "
-                               "prefix row has its source's row")
+                               "pass memory = model.encode(src, src_mask), repeated (or indexed) so that "
+                               "each prefix row has its source's row")
         memory = memory.expand(N, -1, -1)
         prefixes = [tuple(int(v) for v in p) for p in tgt_in.tolist()]
         # rows that already hold <eos> or <pad> are finished: what they attend to no longer matters
@@ -111,8 +115,8 @@ class _FakeModel(nn.Module):
         i = torch.arange(t)
         causal = (i[:, None] >= i[None, :]).expand(N, 1, t, t)  # (bool .tril() is slow on a busy CPU)
         self.problem = _mask_problem(tgt_mask, causal, "tgt_mask",
-                                     "causal_mask(t) of the running prefix: shape (1, 1, t, t) (or (N, 1, t, t)), "
-                                     "True on and below the diagonal", live)
+                                     "causal_mask(t) of the running prefix: shape (1, 1, t, t) (or (N, 1, t, "
+                                     "t)), True on and below the diagonal", live)
         if self.problem is None:
             real = (memory[:, :, 0] != PAD)[:, None, None, :].expand(N, 1, t, memory.size(1))
             self.problem = _mask_problem(src_mask, real, "src_mask",
@@ -121,24 +125,27 @@ class _FakeModel(nn.Module):
 
 
 def _encode_mask_problem(src, src_mask):
-    """What is wrong with the mask given to model.encode(src, src_mask) (None when it is src's padding mask)."""
+    """What is wrong with the mask given to model.encode(src, src_mask) (None when it is src's padding
+    mask)."""
     real = (src != PAD)[:, None, None, :]  # (B, 1, 1, Ls)
     what = ("the src_mask you were given, (B, 1, 1, Ls) (the rows of the sources encoded): the encoder's "
             "self-attention must not see the padding")
     if src_mask is None:
         return f"model.encode got src_mask=None, expected {what}"
     if not isinstance(src_mask, torch.Tensor) or src_mask.dtype != torch.bool:
-        return f"model.encode got a src_mask that is not a bool tensor ({type(src_mask).__name__}), expected {what}"
+        return (f"model.encode got a src_mask that is not a bool tensor ({type(src_mask).__name__}), "
+                f"expected {what}")
     if not _broadcasts_to(tuple(src_mask.shape), tuple(real.shape)):
-        return f"model.encode got src_mask of shape {tuple(src_mask.shape)} for src of shape {tuple(src.shape)}, " \
-               f"expected {what}"
+        return (f"model.encode got src_mask of shape {tuple(src_mask.shape)} for src of shape "
+                f"{tuple(src.shape)}, expected {what}")
     if not torch.equal(src_mask.expand(real.shape), real):
         return f"model.encode got a src_mask with other values than the padding of src, expected {what}"
     return None
 
 
 def _broadcasts_to(shape, full) -> bool:
-    """Whether a tensor of `shape` broadcasts to exactly `full` (torch.broadcast_shapes without its slow import)."""
+    """Whether a tensor of `shape` broadcasts to exactly `full` (torch.broadcast_shapes without its slow
+    import)."""
     return len(shape) <= len(full) and all(s in (1, f) for s, f in zip(reversed(shape), reversed(full)))
 
 
@@ -218,13 +225,14 @@ def _ref_greedy(next_logits, src, max_len, bos=BOS, eos=EOS):
     return list(prefix[1:])
 
 
-ANY_FINISHED = ("the loop stopped as soon as ONE source produced <eos>: the other sources were cut short; go on "
-                "until EVERY source has finished (e.g. finished |= next_token == eos_id, stop when finished.all()) "
-                "or max_len tokens were generated")
+ANY_FINISHED = ("the loop stopped as soon as ONE source produced <eos>: the other sources were cut short; go "
+                "on until EVERY source has finished (e.g. finished |= next_token == eos_id, stop when "
+                "finished.all()) or max_len tokens were generated")
 
 
-NO_GENERATOR = ("model.generator was not applied: model.decode returns the decoder's output (N, t, d_model), not "
-                "logits; the next-token scores are model.generator(out[:, -1]) (then log_softmax for beam search)")
+NO_GENERATOR = ("model.generator was not applied: model.decode returns the decoder's output (N, t, d_model), "
+                "not logits; the next-token scores are model.generator(out[:, -1]) (then log_softmax for "
+                "beam search)")
 
 
 def _without_generator(next_logits):
@@ -253,8 +261,8 @@ def _greedy_variants(next_logits, src, max_len, bos=BOS, eos=EOS):
         "the final <eos> is in the output: cut each answer before its <eos>": right + ([eos] if ended else []),
         "did not stop at <eos>: a source is finished once it produces <eos>; return the tokens before it":
             run[:max_len] if ended else right,
-        "did not stop at <eos> (the <eos> tokens were dropped from the output instead): cut each answer at its "
-        "first <eos>": [tok for tok in run[:max_len] if tok != eos] if ended else right,
+        "did not stop at <eos> (the <eos> tokens were dropped from the output instead): cut each answer at "
+        "its first <eos>": [tok for tok in run[:max_len] if tok != eos] if ended else right,
         "generated max_len + 1 tokens: at most max_len tokens, <eos> included":
             run[:run.index(eos)] if eos in run else run,
         "generated only max_len - 1 tokens: the loop must allow max_len tokens, <eos> included":
@@ -266,7 +274,8 @@ def _greedy_variants(next_logits, src, max_len, bos=BOS, eos=EOS):
 
 
 def _ref_penalties(alpha, penalty, bos_counts, probs):
-    """(lp, norm) of _ref_beam: the length penalty of a length, and a log p normalized by it (or a mistake's way)."""
+    """(lp, norm) of _ref_beam: the length penalty of a length, and a log p normalized by it (or a
+    mistake's way)."""
     def lp(length):
         return ((5 + length + (1 if bos_counts is True else 0)) / 6) ** alpha if penalty else 1.0
 
@@ -307,7 +316,8 @@ def _ref_beam_keeping_finished(scores, norm, max_len, K, bos, eos, eos_counts, f
 
 
 def _ref_stops(t, open_, finished, width, lp, max_len, K, stop_first, stop_at_k, twice, stop, bound) -> bool:
-    """Whether _ref_beam stops after step t: the contract's early stop (`stop`) or one of the mistakes' ones."""
+    """Whether _ref_beam stops after step t: the contract's early stop (`stop`) or one of the mistakes'
+    ones."""
     if stop_first and finished:
         return True
     if (stop_at_k and len(finished) >= K) or not open_ or width == 0:
@@ -328,16 +338,17 @@ def _ref_beam(next_logits, src, max_len, K, alpha, bos=BOS, eos=EOS, penalty=Tru
               first_position=False, stop_at_k=False, twice=False, open_extra=0, every_step=None, stop=False):
     """Beam search as the contract says it (defaults), or with one classic mistake put in. `bound`: a wrong
     early stop, the best open log p divided by the penalty of its current length ("current"), of the next one
-    ("next") or by nothing ("raw"), against the best finished score. `penalty`: True, False (none), "mul" (log p
-    multiplied by it) or "power" (length ** alpha). `twice`: the normalized scores divided again at the end (by the
-    penalty of len(ids) + 1), the early stop made with them as they were (about alpha doubled). `shrink`: "step"
-    (only the top K extensions are walked, <eos> ones included) or "forever" (the same, and the width drops by one
-    for each finished hypothesis). `open_extra`: the hypotheses still open at max_len divided by the penalty of
-    max_len + open_extra. `bos_counts`: True (every length counts <bos>) or "finished" (the finished hypotheses' only).
-    `every_step`: the open hypotheses carry log p / length_penalty(t, alpha) from step to step (extended as if it were
-    log p), a finished one keeps it; "again": those still open at max_len are divided once more. `stop`: the
-    contract's early stop (the best open score / the penalty of max(t + 1, max_len) <= the best finished score),
-    which changes nothing for a right search but does for a wrong one."""
+    ("next") or by nothing ("raw"), against the best finished score. `penalty`: True, False (none), "mul" (log
+    p multiplied by it) or "power" (length ** alpha). `twice`: the normalized scores divided again at the end
+    (by the penalty of len(ids) + 1), the early stop made with them as they were (about alpha doubled).
+    `shrink`: "step" (only the top K extensions are walked, <eos> ones included) or "forever" (the same, and
+    the width drops by one for each finished hypothesis). `open_extra`: the hypotheses still open at max_len
+    divided by the penalty of max_len + open_extra. `bos_counts`: True (every length counts <bos>) or
+    "finished" (the finished hypotheses' only). `every_step`: the open hypotheses carry log p /
+    length_penalty(t, alpha) from step to step (extended as if it were log p), a finished one keeps it;
+    "again": those still open at max_len are divided once more. `stop`: the contract's early stop (the best
+    open score / the penalty of max(t + 1, max_len) <= the best finished score), which changes nothing for a
+    right search but does for a wrong one."""
     lp, norm = _ref_penalties(alpha, penalty, bos_counts, probs)
     memo = {}
 
@@ -374,49 +385,58 @@ def _ref_beam(next_logits, src, max_len, K, alpha, bos=BOS, eos=EOS, penalty=Tru
             break
     else:
         if opens_count or not finished:
-            finished += [(s if open_raw or every_step == "once" else norm(s, max_len + open_extra), list(p[1:]))
+            finished += [(s if open_raw or every_step == "once" else norm(s, max_len + open_extra),
+                          list(p[1:]))
                          for p, s in open_]
-    if twice:  # the normalized scores divided again, by the penalty of the answer's length + 1 (as if it held <eos>)
+    # the normalized scores divided again, by the penalty of the answer's length + 1 (as if it held <eos>)
+    if twice:
         return max(finished, key=lambda f: f[0] / lp(len(f[1]) + 1))[1]
     return max(finished, key=lambda f: f[0])[1]
 
 
 NO_PENALTY = "no length penalty: the answer must maximize log p / length_penalty(length, alpha), not log p"
-EOS_NOT_COUNTED = "the length in the penalty left out <eos>: length counts the generated tokens, <eos> included"
-SHRANK = ("the beam shrank: <eos> extensions took places among the top beam_size, so fewer than beam_size hypotheses "
-          "stayed open (topk(beam_size) of the extensions, over all or per hypothesis, then the <eos> ones removed); "
-          "keep walking down the ranking until beam_size OPEN hypotheses are kept (topk(2 * beam_size) holds enough: "
-          "at most beam_size of them end in <eos>)")
-SHRANK_FOREVER = ("the beam width dropped by one for each finished hypothesis: beam_size stays the same all along; "
-                  "keep walking down the ranking until beam_size OPEN hypotheses are kept")
-ALL_EOS = ("every <eos> extension was set aside as finished, also those ranked below the beam_size-th open one: walk "
-           "down the ranking and stop once beam_size are open; an <eos> extension counts only when it comes before")
-STOP_FIRST = ("the search stopped at the first finished hypothesis: set it aside and go on while an open hypothesis "
-              "can still beat it")
-SLOTS = ("finished hypotheses kept their beam slots: set a hypothesis ending in <eos> aside, and keep walking down the "
-         "ranking until beam_size OPEN hypotheses are kept")
-STOP_AT_K = ("the search stopped once beam_size hypotheses had finished: go on while an open hypothesis can still "
-             "beat the best finished one (its log p / length_penalty(max_len, alpha) > the best finished score)")
-INIT_COPIES = ("the search started with beam_size copies of <bos>, all with log p 0: each step then keeps beam_size "
-               "copies of one hypothesis (a beam of one); start with a single hypothesis, or give the copies log p "
-               "-inf")
+EOS_NOT_COUNTED = ("the length in the penalty left out <eos>: length counts the generated tokens, <eos> "
+                   "included")
+SHRANK = ("the beam shrank: <eos> extensions took places among the top beam_size, so fewer than beam_size "
+          "hypotheses stayed open (topk(beam_size) of the extensions, over all or per hypothesis, then the "
+          "<eos> ones removed); keep walking down the ranking until beam_size OPEN hypotheses are kept "
+          "(topk(2 * beam_size) holds enough: at most beam_size of them end in <eos>)")
+SHRANK_FOREVER = ("the beam width dropped by one for each finished hypothesis: beam_size stays the same all "
+                  "along; keep walking down the ranking until beam_size OPEN hypotheses are kept")
+ALL_EOS = ("every <eos> extension was set aside as finished, also those ranked below the beam_size-th open "
+           "one: walk down the ranking and stop once beam_size are open; an <eos> extension counts only when "
+           "it comes before")
+STOP_FIRST = ("the search stopped at the first finished hypothesis: set it aside and go on while an open "
+              "hypothesis can still beat it")
+SLOTS = ("finished hypotheses kept their beam slots: set a hypothesis ending in <eos> aside, and keep "
+         "walking down the ranking until beam_size OPEN hypotheses are kept")
+STOP_AT_K = ("the search stopped once beam_size hypotheses had finished: go on while an open hypothesis can "
+             "still beat the best finished one (its log p / length_penalty(max_len, alpha) > the best "
+             "finished score)")
+INIT_COPIES = ("the search started with beam_size copies of <bos>, all with log p 0: each step then keeps "
+               "beam_size copies of one hypothesis (a beam of one); start with a single hypothesis, or give "
+               "the copies log p -inf")
 ALPHA_IGNORED = "the alpha argument is ignored (0.6 used)"
-PENALTY_TWICE = ("divided by the length penalty twice (as if alpha were doubled): a finished hypothesis's score is "
-                 "log p / length_penalty(length, alpha), compared as it is, not divided again")
-BEAM_SIZE_IGNORED = ("the beam_size argument is ignored: the search keeps 4 hypotheses (the default) whatever "
-                     "beam_size says; use the argument wherever the width is set (topk, the number kept)")
+PENALTY_TWICE = ("divided by the length penalty twice (as if alpha were doubled): a finished hypothesis's "
+                 "score is log p / length_penalty(length, alpha), compared as it is, not divided again")
+BEAM_SIZE_IGNORED = ("the beam_size argument is ignored: the search keeps 4 hypotheses (the default) "
+                     "whatever beam_size says; use the argument wherever the width is set (topk, the number "
+                     "kept)")
 PENALTY_MUL = ("log p multiplied by length_penalty instead of divided by it: the score is log p / "
                "length_penalty(length, alpha)")
-PENALTY_POWER = "the penalty is length ** alpha: divide by length_penalty(length, alpha) = ((5 + length) / 6) ** alpha"
-PROBS = ("probabilities multiplied instead of log-probabilities added: the score is the SUM of the tokens' log p, and "
-         "the length penalty divides that sum")
-BOS_COUNTED = "the length in the penalty counted <bos>: length counts the generated tokens (<eos> included), not <bos>"
-EVERY_STEP = ("the length penalty was applied at every step: the open hypotheses carried log p / length_penalty(t, "
-              "alpha) and were extended as if it were log p, so each step divided the earlier ones again; carry the "
-              "plain sum of log p and divide by length_penalty(length, alpha) once, when a hypothesis is finished "
-              "(or at max_len)")
-BOS_FINISHED = ("the length in a finished hypothesis's penalty counted <bos> (the length of the prefix with <bos> and "
-                "<eos>: t + 1 at step t): length counts the generated tokens, <eos> included, not <bos>")
+PENALTY_POWER = ("the penalty is length ** alpha: divide by length_penalty(length, alpha) = ((5 + length) / "
+                 "6) ** alpha")
+PROBS = ("probabilities multiplied instead of log-probabilities added: the score is the SUM of the tokens' "
+         "log p, and the length penalty divides that sum")
+BOS_COUNTED = ("the length in the penalty counted <bos>: length counts the generated tokens (<eos> "
+               "included), not <bos>")
+EVERY_STEP = ("the length penalty was applied at every step: the open hypotheses carried log p / "
+              "length_penalty(t, alpha) and were extended as if it were log p, so each step divided the "
+              "earlier ones again; carry the plain sum of log p and divide by length_penalty(length, alpha) "
+              "once, when a hypothesis is finished (or at max_len)")
+BOS_FINISHED = ("the length in a finished hypothesis's penalty counted <bos> (the length of the prefix with "
+                "<bos> and <eos>: t + 1 at step t): length counts the generated tokens, <eos> included, not "
+                "<bos>")
 BEAM_MISTAKES = {
     NO_PENALTY: dict(penalty=False),
     EOS_NOT_COUNTED: dict(eos_counts=False),
@@ -430,8 +450,8 @@ BEAM_MISTAKES = {
     SHRANK: dict(shrink="step"),
     SHRANK_FOREVER: dict(shrink="forever"),
     ALL_EOS: dict(all_eos=True),
-    "finished hypotheses stayed in the beam and were extended past <eos>: set a hypothesis ending in <eos> aside; "
-    "only open ones are extended": dict(finished_in_beam="extend"),
+    "finished hypotheses stayed in the beam and were extended past <eos>: set a hypothesis ending in <eos> "
+    "aside; only open ones are extended": dict(finished_in_beam="extend"),
     "raw logits used as scores: rank by log-probabilities, log_softmax(model.generator(...))": dict(raw=True),
     "the logits of the first position were used: the next token is predicted at the LAST position, "
     "model.generator(out[:, -1])": dict(first_position=True),
@@ -439,20 +459,20 @@ BEAM_MISTAKES = {
         dict(opens_count=False),
     "hypotheses still open after max_len tokens were compared by their raw log p: divide them by "
     "length_penalty(max_len, alpha) too": dict(open_raw=True),
-    "hypotheses still open after max_len tokens were divided by length_penalty(max_len + 1, alpha): their length is "
-    "max_len, the tokens generated (the prefix's length also counts <bos>)": dict(open_extra=1),
+    "hypotheses still open after max_len tokens were divided by length_penalty(max_len + 1, alpha): their "
+    "length is max_len, the tokens generated (the prefix's length also counts <bos>)": dict(open_extra=1),
     BOS_COUNTED: dict(bos_counts=True),
     BOS_FINISHED: dict(bos_counts="finished", stop=True),
     EVERY_STEP: dict(every_step="once", stop=True),
     EVERY_STEP + " (those open at max_len were divided once more)": dict(every_step="again", stop=True),
-    "log-probabilities not accumulated: a hypothesis's score is the SUM of its tokens' log p (its parent's score "
-    "+ the new token's log p), not the last token's log p": dict(accumulate=False),
-    "the search stopped too early: an open hypothesis can still win while its log p / length_penalty(max_len, "
-    "alpha) beats the best finished score (divide by the penalty of max_len, the largest it can reach, not of "
-    "its current length)": dict(bound="current"),
-    "the search stopped too early: an open hypothesis can still win while its log p / length_penalty(max_len, "
-    "alpha) beats the best finished score (divide by the penalty of max_len, the largest it can reach, not of the "
-    "next length t + 1)": dict(bound="next"),
+    "log-probabilities not accumulated: a hypothesis's score is the SUM of its tokens' log p (its parent's "
+    "score + the new token's log p), not the last token's log p": dict(accumulate=False),
+    "the search stopped too early: an open hypothesis can still win while its log p / "
+    "length_penalty(max_len, alpha) beats the best finished score (divide by the penalty of max_len, the "
+    "largest it can reach, not of its current length)": dict(bound="current"),
+    "the search stopped too early: an open hypothesis can still win while its log p / "
+    "length_penalty(max_len, alpha) beats the best finished score (divide by the penalty of max_len, the "
+    "largest it can reach, not of the next length t + 1)": dict(bound="next"),
     "the search stopped too early: compare the best finished score with the best open log p / "
     "length_penalty(max_len, alpha), not with the open log p itself": dict(bound="raw"),
 }
@@ -469,7 +489,8 @@ def _beam_variants(next_logits, sources, max_len, K, alpha, bos=BOS, eos=EOS):
         out[ALPHA_IGNORED] = [_ref_beam(next_logits, s, max_len, K, 0.6, bos, eos) for s in sources]
     if K != 4:
         out[BEAM_SIZE_IGNORED] = [_ref_beam(next_logits, s, max_len, 4, alpha, bos, eos) for s in sources]
-    out[NO_GENERATOR] = [_ref_beam(_without_generator(next_logits), s, max_len, K, alpha, bos, eos) for s in sources]
+    out[NO_GENERATOR] = [_ref_beam(_without_generator(next_logits), s, max_len, K, alpha, bos,
+                                   eos) for s in sources]
     out["<bos> is in the output: return the generated tokens only"] = [[bos] + e for e in expected]
     out["searched max_len + 1 tokens: at most max_len tokens are generated, <eos> included"] = \
         [_ref_beam(next_logits, s, max_len + 1, K, alpha, bos, eos) for s in sources]
@@ -516,8 +537,8 @@ def _as_lists(got, n, what):
     except (TypeError, ValueError):
         flat = isinstance(got, (list, tuple)) and all(isinstance(v, int) for v in got)
         raise CheckFailure(what, f"a list of {n} lists of token ids", fmt(got),
-                           "a flat list of ids: return one list per source, [[ids of source 0]], also for a batch "
-                           "of one (do not squeeze the batch axis away)" if flat else
+                           "a flat list of ids: return one list per source, [[ids of source 0]], also for a "
+                           "batch of one (do not squeeze the batch axis away)" if flat else
                            "return [[ids of source 0], [ids of source 1], ...]") from None
     if len(out) != n:
         raise CheckFailure(what, f"{n} answers, one per source", f"{len(out)}",
@@ -525,7 +546,8 @@ def _as_lists(got, n, what):
     return out
 
 
-def _expect_lists(got, expected, what, hint, mistakes=None, sources=None, eos=EOS, alone=None, prefer=(), rank=None):
+def _expect_lists(got, expected, what, hint, mistakes=None, sources=None, eos=EOS, alone=None, prefer=(),
+                  rank=None):
     """`alone(i)`: the decoder's answer for source i decoded in a batch of its own (to tell a mistake in
     the search from sources of a batch that disturb each other). `prefer`: descriptions of `mistakes` named
     first when several match (the ones this check is about). `mistakes` may be a function that makes them:
@@ -541,38 +563,41 @@ def _expect_lists(got, expected, what, hint, mistakes=None, sources=None, eos=EO
     if all([v for v in g if v != PAD] == e for g, e in zip(got, expected)) and \
             all(PAD not in e for e in expected):
         raise CheckFailure(f"{what}: the answer{src}", fmt(expected[i]), fmt(got[i]),
-                           f"the answer holds <pad> ({PAD}) tokens: the rows of a batch that finished early were "
-                           "padded, and the padding was returned; each answer is the generated tokens before its "
-                           "<eos>, nothing after it")
+                           f"the answer holds <pad> ({PAD}) tokens: the rows of a batch that finished early "
+                           "were padded, and the padding was returned; each answer is the generated tokens "
+                           "before its <eos>, nothing after it")
     names = matching_mistakes(got, mistakes, lambda g, wrong: wrong == g, every=True)
     batch_level = [d for d in names if d in BATCH_MISTAKES]
-    if batch_level:  # a mistake that shows only in a batch: named as it is, not as 'sources disturb each other'
+    # a mistake that shows only in a batch: named as it is, not as 'sources disturb each other'
+    if batch_level:
         names = batch_level + [d for d in names if d not in batch_level]
         raise CheckFailure(f"{what}: the answer{src}", fmt(expected[i]), fmt(got[i]),
                            "; or ".join(names[:MAX_NAMED]))
     cut = [g[:g.index(eos)] if eos in g else g for g in got]
     # only what follows a first <eos> is wrong
     if not names and cut == expected and all(eos not in e for e in expected):
-        # the batch is the cause only where each source decoded alone ends right: a decoder that goes past <eos> on its
-        # own (a finished hypothesis extended) is not told about batches, which its other lines would contradict
+        # the batch is the cause only where each source decoded alone ends right: a decoder that goes past
+        # <eos> on its own (a finished hypothesis extended) is not told about batches, which its other lines
+        # would contradict
         in_batch = alone is not None and len(expected) > 1 and _right_alone(alone, expected)
         raise CheckFailure(f"{what}: the answer{src}", fmt(expected[i]), fmt(got[i]),
                            f"the answer goes on after its first <eos> ({eos}), which is where it ends: " +
-                           ("in a batch a source that has finished keeps getting tokens while the others go on, and a "
-                            "cut at the last token (or at the last <eos>) keeps them" if in_batch else
-                            "each source decoded on its own does not end right either, so a finished sequence was "
-                            "extended past its <eos> (or the answer cut at its last <eos>, not its first)") +
+                           ("in a batch a source that has finished keeps getting tokens while the others go "
+                            "on, and a cut at the last token (or at the last <eos>) keeps them" if in_batch else
+                            "each source decoded on its own does not end right either, so a finished "
+                            "sequence was extended past its <eos> (or the answer cut at its last <eos>, not "
+                            "its first)") +
                            "; cut each answer before its first <eos>, row[:row.index(eos_id)]")
     if alone is not None and len(expected) > 1 and _right_alone(alone, expected):
         raise CheckFailure(f"{what}: the answer{src}", fmt(expected[i]), fmt(got[i]),
-                           "every source decoded alone (a batch of one) gets the right answer, but not in a batch: "
-                           "the sources of a batch disturb each other. " + BATCH_HINT)
+                           "every source decoded alone (a batch of one) gets the right answer, but not in a "
+                           "batch: the sources of a batch disturb each other. " + BATCH_HINT)
     names.sort(key=lambda d: prefer.index(d) if d in prefer else len(prefer))
     if rank is not None and len(names) > 1:
         names = rank(names)
     if not names and eos in got[i]:
-        names = [f"the answer holds <eos> ({eos}): a hypothesis is finished at its <eos>; cut the answer before it, "
-                 "and never extend a finished hypothesis"]
+        names = [f"the answer holds <eos> ({eos}): a hypothesis is finished at its <eos>; cut the answer "
+                 "before it, and never extend a finished hypothesis"]
     raise CheckFailure(f"{what}: the answer{src}", fmt(expected[i]), fmt(got[i]),
                        "; or ".join(names[:MAX_NAMED]) if names else hint)
 
@@ -581,10 +606,11 @@ MAX_NAMED = 3  # the causes named for one wrong answer, the likeliest first: a l
 BATCH_MISTAKES = {ANY_FINISHED}
 
 
-BATCH_HINT = ("Keep each source's rows apart: decode until EVERY source has finished (not until the first one "
-              "does), give each row (hypothesis) its own source's memory and src_mask row (repeat_interleave, not "
-              "repeat), rank and keep the extensions of each source separately (not over the whole batch), and keep "
-              "the bookkeeping of which row belongs to which source right when finished rows are dropped")
+BATCH_HINT = ("Keep each source's rows apart: decode until EVERY source has finished (not until the first "
+              "one does), give each row (hypothesis) its own source's memory and src_mask row "
+              "(repeat_interleave, not repeat), rank and keep the extensions of each source separately (not "
+              "over the whole batch), and keep the bookkeeping of which row belongs to which source right "
+              "when finished rows are dropped")
 
 
 def _right_alone(alone, expected) -> bool:
@@ -606,26 +632,30 @@ def _decode_with(decoder, model, src, mask, *args, **kwargs):
                        else f"{int((given != original).sum())} of its {original.numel()} values changed")
             raise CheckFailure(f"the {name} passed to {getattr(decoder, '__name__', 'the decoder')}",
                                "unchanged after the call", changed,
-                               f"the caller's {name} was edited in place (an in-place op such as masked_fill_, "
-                               "unsqueeze_ or an assignment into it): work on new tensors")
+                               f"the caller's {name} was edited in place (an in-place op such as "
+                               "masked_fill_, unsqueeze_ or an assignment into it): work on new tensors")
     return got
 
 
 def _expect_mode_kept(model, name):
-    """The contract's side effects: decoding leaves the caller's model in the mode it was given (train mode here): a
-    decoder that calls model.eval() and does not switch it back leaves a training loop that validates by decoding
-    without dropout from then on."""
+    """The contract's side effects: decoding leaves the caller's model in the mode it was given (train mode
+    here): a decoder that calls model.eval() and does not switch it back leaves a training loop that validates
+    by decoding without dropout from then on."""
     if not all(part.training for part in model.modules()):
-        raise CheckFailure(f"the model after {name}(model, ...), given in train mode", "still in train mode (the "
+        raise CheckFailure(f"the model after {name}(model, ...), given in train mode",
+                           "still in train mode (the "
                            "caller's mode)", "switched to eval mode",
-                           f"{name} calls model.eval() and leaves it so: the caller decides the mode (a training loop "
-                           "that decodes to validate would go on without dropout); drop the call, or restore the mode "
-                           "afterwards, was = model.training; model.eval(); ...; model.train(was)")
+                           f"{name} calls model.eval() and leaves it so: the caller decides the mode (a "
+                           "training loop that decodes to validate would go on without dropout); drop the "
+                           "call, or restore the mode afterwards, was = model.training; model.eval(); ...; "
+                           "model.train(was)")
 
 
 def _alone(decoder, next_logits, vocab, src, mask, *args, **kwargs):
-    """alone(i) for _expect_lists: row i of the batch (with its padding) decoded on its own by a fresh model."""
-    return lambda i: decoder(_FakeModel(vocab, next_logits), src[i:i + 1].clone(), mask[i:i + 1].clone(), *args,
+    """alone(i) for _expect_lists: row i of the batch (with its padding) decoded on its own by a fresh
+    model."""
+    return lambda i: decoder(_FakeModel(vocab, next_logits), src[i:i + 1].clone(), mask[i:i + 1].clone(),
+                             *args,
                              **kwargs)
 
 

@@ -24,8 +24,9 @@ from .stage13_decoding import (
 )
 
 GREEDY_HINT = ("memory = model.encode(src, src_mask); ys = <bos> column; repeat max_len times: "
-               "logits = model.generator(model.decode(ys, memory, src_mask, causal_mask(t))[:, -1]), append the "
-               "argmax; a source is done at its <eos>; return each row's tokens after <bos>, cut before <eos>")
+               "logits = model.generator(model.decode(ys, memory, src_mask, causal_mask(t))[:, -1]), append "
+               "the argmax; a source is done at its <eos>; return each row's tokens after <bos>, cut before "
+               "<eos>")
 
 
 def _stopped_at_first(next_logits, keys, max_len, bos=BOS, eos=EOS):
@@ -36,17 +37,18 @@ def _stopped_at_first(next_logits, keys, max_len, bos=BOS, eos=EOS):
     return [r[:steps] for r in runs]
 
 
-OVER_THE_BATCH = ("(log_)softmax over the batch axis (dim=0) before the argmax: normalize over the vocabulary, "
-                  "dim=-1 (or take the argmax of the logits themselves)")
+OVER_THE_BATCH = ("(log_)softmax over the batch axis (dim=0) before the argmax: normalize over the "
+                  "vocabulary, dim=-1 (or take the argmax of the logits themselves)")
 
 
 def _over_the_batch(next_logits, keys, max_len, bos=BOS, eos=EOS):
-    """What a batch greedy decoder returns when it takes log_softmax(logits, dim=0), over the sources, before the
-    argmax (finished rows stay in the batch and are given <eos>)."""
+    """What a batch greedy decoder returns when it takes log_softmax(logits, dim=0), over the sources, before
+    the argmax (finished rows stay in the batch and are given <eos>)."""
     prefixes, done = [(bos,)] * len(keys), [False] * len(keys)
     for _ in range(max_len):
         columns = [_log_softmax(list(c)) for c in zip(*(next_logits(k, p) for k, p in zip(keys, prefixes)))]
-        toks = [eos if d else max(range(len(columns)), key=lambda v: columns[v][b]) for b, d in enumerate(done)]
+        toks = [eos if d else max(range(len(columns)), key=lambda v: columns[v][b]) for b,
+                d in enumerate(done)]
         prefixes = [p + (t,) for p, t in zip(prefixes, toks)]
         done = [d or t == eos for d, t in zip(done, toks)]
         if all(done):
@@ -82,7 +84,8 @@ def _greedy_table(greedy_decode):
     model = _greedy_case(greedy_decode, fn, 7, rows, 6, "greedy_decode(model, 6 sources, max_len=6)")
     _expect_mode_kept(model, "greedy_decode")
     # a batch of one source: code that squeezes the batch axis away, or returns a flat list, fails here
-    _greedy_case(greedy_decode, fn, 7, [[16, 17]], 6, "greedy_decode(model, a batch of one source [[16, 17]], "
+    _greedy_case(greedy_decode, fn, 7, [[16, 17]], 6, "greedy_decode(model, a batch of one source [[16, "
+                                                      "17]], "
                                                        "max_len=6)")
 
 
@@ -105,8 +108,8 @@ def _greedy_max_len(greedy_decode):
     got = _as_lists(_decode_with(greedy_decode, _FakeModel(7, _script(7, scripts)), src, mask, 0), 3, what)
     if got != [[]] * 3:
         raise CheckFailure(what, fmt([[]] * 3), fmt(got),
-                           "max_len=0 allows no token at all: the loop runs max_len times (for _ in range(max_len)), "
-                           "not at least once (a do-while loop, or range(max(max_len, 1)))")
+                           "max_len=0 allows no token at all: the loop runs max_len times (for _ in "
+                           "range(max_len)), not at least once (a do-while loop, or range(max(max_len, 1)))")
 
 
 @register("greedy_decode", "passes model.decode the causal mask of the prefix and the source mask")

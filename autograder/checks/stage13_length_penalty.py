@@ -25,8 +25,8 @@ LP_MISTAKES = {
     "length ** alpha: the penalty of Wu et al. 2016 is ((5 + length) / 6) ** alpha": lambda n, a: n ** a,
     "divided by 5 instead of 6: ((5 + length) / 6) ** alpha": lambda n, a: ((5 + n) / 5) ** a,
     "(1 + length) instead of (5 + length): ((5 + length) / 6) ** alpha": lambda n, a: ((1 + n) / 6) ** a,
-    "only 6 is raised to alpha: (5 + length) / 6 ** alpha is (5 + length) / (6 ** alpha); put parentheses around "
-    "the quotient": lambda n, a: (5 + n) / 6 ** a,
+    "only 6 is raised to alpha: (5 + length) / 6 ** alpha is (5 + length) / (6 ** alpha); put parentheses "
+    "around the quotient": lambda n, a: (5 + n) / 6 ** a,
     "multiplied by alpha instead of raised to it: ((5 + length) / 6) ** alpha": lambda n, a: (5 + n) / 6 * a,
     "integer division: ((5 + length) / 6) ** alpha with /, not //": lambda n, a: ((5 + n) // 6) ** a,
     "length and alpha swapped: ((5 + length) / 6) ** alpha": lambda n, a: ((5 + a) / 6) ** n,
@@ -70,5 +70,6 @@ def _lp_grows(length_penalty):
                                "((5 + length) / 6) ** alpha: longer hypotheses get a larger divisor")
     a, b = _lp_number(length_penalty, 10, 0.5)[0], _lp_number(length_penalty, 10, 1.0)[0]
     if not b > a:
-        raise CheckFailure("length_penalty(10, 0.5) < length_penalty(10, 1.0)", "True", f"{a:.4g} and {b:.4g}",
+        raise CheckFailure("length_penalty(10, 0.5) < length_penalty(10, 1.0)", "True",
+                           f"{a:.4g} and {b:.4g}",
                            "use alpha as the exponent: ((5 + length) / 6) ** alpha")
