@@ -111,7 +111,8 @@ TARGET_STYLES = {
                             "None]"),
     "tril of the expanded padding": _target("torch.tril(tgt_ids.ne(pad_id).view(-1, 1, 1, L).expand(-1, 1, "
                                             "L, L))"),
-    "float product": _target(f"((tgt_ids != pad_id).float()[:, None, None, :] * {_ONES.format(None)}).bool()"),
+    "float product": _target("((tgt_ids != pad_id).float()[:, None, None, :] * "
+                             f"{_ONES.format(None)}).bool()"),
     "uint8 minimum": _target(f"torch.minimum((tgt_ids != pad_id)[:, None, None, :].to(torch.uint8), "
                              f"{_ONES.format('torch.uint8')}).bool()"),
 }

@@ -48,7 +48,8 @@ def _module_dict(inplace_dropout):
 # ---------------------------------------------------------------- correct, written differently
 CORRECT = {
     "nn.Sequential, w_1 and w_2 as names for its members": _ffn("return self.net(x)",
-                          init="self.net = nn.Sequential(self.w_1, nn.ReLU(), nn.Dropout(dropout), self.w_2)"),
+                          init="self.net = nn.Sequential(self.w_1, nn.ReLU(), nn.Dropout(dropout), "
+                               "self.w_2)"),
     # relu(dropout(h)) == dropout(relu(h)): dropout only scales by a non-negative factor
     "clamp, F.dropout before the activation": _ffn(
         "return self.w_2(nn.functional.dropout(self.w_1(x), self.p, self.training).clamp(min=0))",
@@ -165,7 +166,8 @@ MISTAKES = [
             _returns("self.w_2(self.dropout(self.dropout(torch.relu(self.w_1(x)))))"), 4,
             "dropout applied twice"),
     Mistake("dropout on in eval mode",
-            _returns("self.w_2(nn.functional.dropout(torch.relu(self.w_1(x)), self.dropout.p, training=True))"), 4,
+            _returns("self.w_2(nn.functional.dropout(torch.relu(self.w_1(x)), self.dropout.p, "
+                     "training=True))"), 4,
             ("dropout still acts in eval mode", "nn.Dropout module")),
     Mistake("dropout rate fixed at 0.1", edit(FFN, ("nn.Dropout(dropout)", "nn.Dropout(0.1)")), 4,
             "dropout argument is not used"),

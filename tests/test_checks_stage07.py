@@ -51,7 +51,8 @@ LAYER_NORM_STYLES = {
     "means by matmul, weight by einsum": _ln(
         "col = torch.full((x.size(-1), 1), 1.0 / x.size(-1), dtype=x.dtype)", "mu = x @ col",
         "var = (x - mu) ** 2 @ col",
-        'return torch.einsum("...d,d->...d", (x - mu) / torch.sqrt(var + self.eps), self.weight) + self.bias'),
+        'return torch.einsum("...d,d->...d", (x - mu) / torch.sqrt(var + self.eps), self.weight) + '
+        'self.bias'),
     "flattened to rows": _ln(
         "rows = x.reshape(-1, x.shape[-1])", "var, mean = torch.var_mean(rows, dim=1, unbiased=False, "
                                              "keepdim=True)",
@@ -75,7 +76,8 @@ LAYER_NORM_STYLES = {
     "float64 inside, back to x's dtype; an extra keyword argument with a default": _ln(
         "y = x.double()",
         "y = (y - y.mean(-1, keepdim=True)) / (y.var(-1, correction=0, keepdim=True) + self.eps).sqrt()",
-        "return (y * self.weight.double() + self.bias.double()).to(x.dtype)", args=", elementwise_affine=True"),
+        "return (y * self.weight.double() + "
+        "self.bias.double()).to(x.dtype)", args=", elementwise_affine=True"),
     # torch.empty then reset_parameters(); einsum means; a keyword-only extra; **kwargs in forward
     "reset_parameters": _ln(
         'c = x - torch.einsum("...d->...", x)[..., None] / x.shape[-1]',
@@ -95,7 +97,8 @@ THE_WORK = [  # (the class, its points: only the functional one's own parameters
                                                    "self.weight, self.bias = self.inner.weight, "
                                                    "self.inner.bias"]),
                  0, id="wrapper"),
-    pytest.param(_ln("return nn.functional.layer_norm(x, self.weight.shape, self.weight, self.bias, self.eps)"), 1,
+    pytest.param(_ln("return nn.functional.layer_norm(x, self.weight.shape, self.weight, self.bias, "
+                     "self.eps)"), 1,
                  id="functional"),
 ]
 
@@ -184,7 +187,8 @@ LAYER_NORM_MISTAKES = [
                             "return torch.from_numpy(xhat).to(x.dtype) * self.weight + self.bias"), 4,
             ("gradient", "left autograd")),
     Mistake("in place on its own tensors", _ln("y = x - x.mean(-1, keepdim=True)",
-                                               "y.div_(y.pow(2).mean(-1, keepdim=True).add(self.eps).sqrt_())",
+                                               "y.div_(y.pow(2).mean(-1, "
+                                               "keepdim=True).add(self.eps).sqrt_())",
                                                "return y.mul_(self.weight).add_(self.bias)"), 4,
             ("backward()", "in-place")),
     # the output's dtype is x's, as nn.LayerNorm's

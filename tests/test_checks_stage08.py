@@ -139,7 +139,8 @@ class Residual(nn.Module):
 InPlaceConnection = _style(SublayerConnection, ("LayerNorm(d_model)", "VarMeanLayerNorm(d_model)"),
                            ("nn.Dropout(dropout)", "nn.Dropout(dropout, inplace=True)"),
                            ("return self.norm(x + self.dropout(sublayer(x)))",
-                            "out = self.dropout(sublayer(x))\n        out += x\n        return self.norm(out)"),
+                            "out = self.dropout(sublayer(x))\n        out += x\n        return "
+                            "self.norm(out)"),
                            name="InPlaceConnection")
 
 # ---------------------------------------------------------------- EncoderLayer and Encoder: correct, written otherwise
@@ -176,7 +177,8 @@ EncoderLayerSDPA = _style(
     (_MASK_ARG, "src_mask=None, *, need_weights=False)"))
 # float64 attention; the mask flattened to (B, L) and rebuilt as (B, 1, 1, L)
 EncoderLayerFloat64 = _style(LAYER, ("MultiHeadAttention(", "Float64Attention("), forward_first(
-    LAYER, "src_mask = None if src_mask is None else src_mask.reshape(src_mask.size(0), -1)[:, None, None, :]"))
+    LAYER, "src_mask = None if src_mask is None else src_mask.reshape(src_mask.size(0), -1)[:, None, None, "
+           ":]"))
 # one sentence at a time, on its real tokens only (no mask needed then); zeros at the padding positions
 EncoderLayerPerSentence = _style(LAYER, methods=[
     "def one(self, x):", "    x = self.sublayers[0](x, lambda t: self.self_attn(t, t, t))",
@@ -428,7 +430,8 @@ ENCODER_LAYER_MISTAKES = [
             ("works without the mask and fails with it", "no mask.unsqueeze(1)")),
     Mistake("the first call's mask kept",
             _layer(init_also("self.mask = None"), ("y, y, y, src_mask", "y, y, y, self.mask"),
-                   (_ATTEND, "self.mask = src_mask if self.mask is None else self.mask\n        " + _ATTEND)), 4,
+                   (_ATTEND, "self.mask = src_mask if self.mask is None else self.mask\n        " +
+                    _ATTEND)), 4,
             ("second batch", "earlier call")),
     # then flipped back for its own use: the next layer gets it flipped
     Mistake("the caller's mask flipped in place",
@@ -535,7 +538,8 @@ ENCODER_MISTAKES = [
     Mistake("src_mask not passed", _encoder((_EACH, "x = layer(x, None)")), 4, "mask is not passed"),
     Mistake("src_mask to the first layer only",
             _encoder(("layer in self.layers", "i, layer in enumerate(self.layers)"),
-                                                         (_EACH, "x = layer(x, src_mask if i == 0 else None)")), 4,
+                                                         (_EACH, "x = layer(x, src_mask if i == 0 else "
+                                                                 "None)")), 4,
             "first layer only"),
     Mistake("mask inverted before the layers", _encoder((_EACH, "x = layer(x, ~src_mask)")), 1,
             "src_mask inverted"),

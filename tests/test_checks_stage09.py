@@ -176,13 +176,15 @@ CORRECT_DECODERS = {
     "functools.reduce": styled(  # `norm` None in post-norm
         DECODER, ("DecoderLayer(",
                   "DecoderLayerPerHead("), (_FINAL, f"nn.{_FINAL}"), ("nn.Identity()", "None"),
-        forward=("x = functools.reduce(lambda h, layer: layer(h, memory, src_mask, tgt_mask), self.layers, x)",
+        forward=("x = functools.reduce(lambda h, layer: layer(h, memory, src_mask, tgt_mask), self.layers, "
+                 "x)",
                  "return x if self.norm is None else self.norm(x)")),
     # the layers in an nn.Sequential, applied by a recursive helper; an extra keyword argument in forward
     "recursive": styled(DECODER, (_LAYERS, _SEQUENTIAL.format("DecoderLayerSolutionsParts")),
                         (_MASKS, "src_mask=None, tgt_mask=None, keep_states=False):"), forward=(
         "def through(i, x):", "    if i == len(self.layers):", "        return x",
-        "    return through(i + 1, self.layers[i](x, memory, src_mask, tgt_mask))", "return self.norm(through(0, x))")),
+        "    return through(i + 1, self.layers[i](x, memory, src_mask, "
+        "tgt_mask))", "return self.norm(through(0, x))")),
     "checkpointed": styled(DECODER, (_EACH, "x = torch.utils.checkpoint.checkpoint(layer, x, memory, "
                                             "src_mask, tgt_mask, use_reentrant=True)")),
     "children()": DecoderChildren,
@@ -246,7 +248,8 @@ _OWN_CAUSAL = "own = torch.ones(x.size(1), x.size(1), dtype=torch.bool).tril()" 
 _GOT_DROPPED = ".train(): the key given to {}; expected the memory itself; got the memory with"
 _MEMORY_DROPPED = ("(a dropout of rate 0.5). Likely: a dropout on the memory: the encoder's output is "
                    "dropped nowhere in the decoder; dropout belongs on each sublayer's output, the attention "
-                   "weights and the feed-forward's hidden units only. Pass memory to cross-attention as it is")
+                   "weights and the feed-forward's hidden units only. Pass memory to cross-attention as it "
+                   "is")
 # a (B, 1, Lt, Lt) target mask, causal and padded, is not symmetric: its transpose shows, and is not told as
 # missing
 _TRANSPOSED = ("Likely: tgt_mask transposed on its way to self-attention (its query and key axes swapped): "
@@ -268,7 +271,8 @@ DECODER_LAYER_MISTAKES = [
             3, ("self-attention run through the cross-attention module",
                 "self.self_attn(x, x, x, tgt_mask)")),
     Mistake("the two attention modules swapped", _layer((_SELF, "self.cross_attn(y, y, y, tgt_mask)"),
-                                                        (_CROSS, "self.self_attn(y, memory, memory, src_mask)")),
+                                                        (_CROSS, "self.self_attn(y, memory, memory, "
+                                                                 "src_mask)")),
             3, "Likely: the two attention modules swapped", not_says="Likely: self-attention(x, x, x, "
                                                                      "tgt_mask), then"),
     # which attention, on what
@@ -285,7 +289,8 @@ DECODER_LAYER_MISTAKES = [
             "self_attn and cross_attn are one module"),
     # x rebound after each step: right in post-norm, the raw sum in pre-norm
     Mistake("pre-norm lambdas read x", _layer(
-        (_SELF, "self.self_attn(x, x, x, tgt_mask)"), (_CROSS, "self.cross_attn(x, memory, memory, src_mask)")), 6,
+        (_SELF, "self.self_attn(x, x, x, tgt_mask)"), (_CROSS, "self.cross_attn(x, memory, memory, "
+                                                               "src_mask)")), 6,
             "lambdas use x instead of their argument"),
     # the sublayers: order, connections
     Mistake("cross-attention before self-attention", _sublayers(_C, _S, _FF), 3, "sublayer order wrong"),

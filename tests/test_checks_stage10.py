@@ -217,7 +217,8 @@ DROP, RATE, NEW_PARAMETER = "self.dropout = nn.Dropout(dropout)", "(a dropout of
                                                                                               "Parameters")
 DROPS_MEMORY = own_dropout(DROP, (DEC_MASKS, "self.dropout(memory), src_mask, tgt_mask)\n"))
 DROPS_ENCODER_OUTPUT = own_dropout("self.p = dropout", (
-    f"self.encoder({ENC_IN}, src_mask)", f"F.dropout(self.encoder({ENC_IN}, src_mask), self.p, self.training)"))
+    f"self.encoder({ENC_IN}, src_mask)", f"F.dropout(self.encoder({ENC_IN}, src_mask), self.p, "
+                                         "self.training)"))
 DROPS_MEMORY_IN_FORWARD = own_dropout(DROP, (MEMORY, "memory = self.dropout(self.encode(src, src_mask))"))
 MISTAKES = [
     # issue 40: was told only "n_layers layers in an nn.ModuleList"

@@ -42,7 +42,8 @@ _ONE_AT_A_TIME = ("V = logits.shape[-1]", "rows, labels = logits.reshape(-1, V),
                   "    total = total - (1 - epsilon) * logp[t] - epsilon / (V - 1) * (logp.sum() - logp[t])",
                   "    count += 1", "return total / max(count, 1)")
 CORRECT = {
-    "the smoothed distribution built with scatter; a masked sum over a clamped count": (_DISTRIBUTION := _loss(
+    "the smoothed distribution built with scatter; a masked sum over a clamped "
+    "count": (_DISTRIBUTION := _loss(
         "V = logits.size(-1)", "safe = target.masked_fill(target == ignore_index, 0)",
         "q = torch.full_like(logits, epsilon / (V - 1)).scatter(-1, safe.unsqueeze(-1), 1 - epsilon)",
         "per_position = -(q * logits.log_softmax(-1)).sum(-1)", "keep = (target != "
@@ -58,7 +59,8 @@ CORRECT = {
     "float64 logsumexp, no log_softmax tensor; an extra keyword argument": _loss("V = logits.size(-1)",
         "z, t = logits.double().flatten(0, -2), target.flatten()", "z, t = z[t != ignore_index], t[t != "
                                                                    "ignore_index]",
-        "if t.numel() == 0:", "    return logits.sum() * 0", "z_t = z.gather(-1, t.unsqueeze(-1)).squeeze(-1)",
+        "if t.numel() == 0:", "    return logits.sum() * 0", "z_t = z.gather(-1, "
+                                                             "t.unsqueeze(-1)).squeeze(-1)",
         "per = torch.logsumexp(z, -1) - (1 - epsilon) * z_t - epsilon / (V - 1) * (z.sum(-1) - z_t)",
         "return per.mean().to(logits.dtype)", body=True, args='ignore_index: int = PAD, reduction="mean"'),
     "one_hot and einsum; weights instead of a selection": _loss("V = logits.shape[-1]",
@@ -79,8 +81,10 @@ CORRECT = {
                                                             "keep).mean().to(logits.dtype)",
         args='ignore_index: int = PAD, *, reduction="mean"'),
     "F.nll_loss for the target's share": _loss(gather="F.nll_loss(logp, target, reduction='none')"),
-    "fill_, scatter_, masked_fill_ on its own tensors; torch.where for the empty case": _loss("V = logits.size(-1)",
-        "lp = logits.log_softmax(-1)", "q = torch.empty_like(lp).fill_(epsilon / (V - 1))", "t = target.clone()",
+    "fill_, scatter_, masked_fill_ on its own tensors; torch.where for the empty "
+    "case": _loss("V = logits.size(-1)",
+        "lp = logits.log_softmax(-1)", "q = torch.empty_like(lp).fill_(epsilon / (V - 1))",
+                  "t = target.clone()",
         "t[t == ignore_index] = 0", "q.scatter_(-1, t.unsqueeze(-1), 1 - epsilon)",
         "q.masked_fill_((target == ignore_index).unsqueeze(-1), 0.0)", "n = (target != ignore_index).sum()",
         "total = -(q * lp).sum()", "return torch.where(n > 0, total / n.clamp(min=1), total * 0)", body=True),

@@ -93,11 +93,13 @@ SHIFT_CORRECT = {
     "index_select of columns 0, 0, 1, ..., L-2, column 0 overwritten": _as(SHIFT, "out = tgt.index_select(1, "
         "torch.arange(-1, tgt.size(1) - 1).clamp(min=0))", "out[:, 0] = bos_id", "return out"),
     "through Python lists, back to a LongTensor of the same shape": _as(SHIFT,
-        "return torch.tensor([[bos_id] + row[:-1] for row in tgt.tolist()], dtype=torch.long).view(tgt.shape)"),
+        "return torch.tensor([[bos_id] + row[:-1] for row in tgt.tolist()], "
+        "dtype=torch.long).view(tgt.shape)"),
     "numpy": _as(SHIFT, "a = tgt.numpy()", "return torch.from_numpy(np.concatenate([np.full((a.shape[0], 1), "
                                            "bos_id, "
         "dtype=a.dtype), a[:, :-1]], axis=1))"),
-    "narrow, hstack; a keyword-only extra": _as(SHIFT, "return torch.hstack((tgt.new_tensor([[bos_id]]).expand("
+    "narrow, hstack; a keyword-only "
+    "extra": _as(SHIFT, "return torch.hstack((tgt.new_tensor([[bos_id]]).expand("
         "tgt.size(0), 1), tgt.narrow(1, 0, tgt.size(1) - 1)))", args=", *, unused=None"),
     "loops": _as(SHIFT, "B, L = tgt.shape", "out = torch.zeros(B, L, dtype=torch.long)", "for b in range(B):",
         "    out[b, 0] = bos_id", "    for j in range(1, L):", "        out[b, j] = tgt[b, j - 1]",
@@ -138,7 +140,8 @@ SHIFT_MISTAKES = [
 # ================================================================ make_batch
 _NS = "return SimpleNamespace(src=src, tgt_in=tgt_in, tgt_out=tgt_out,"
 MAKE_BATCH_CORRECT = {
-    "any object with the attributes; masks built by hand, n_tokens an int() of a tensor": _as(MAKE_BATCH, ret=[
+    "any object with the attributes; masks built by hand, n_tokens an int() of a "
+    "tensor": _as(MAKE_BATCH, ret=[
         "L = tgt_in.size(1)", _NS + " n_tokens=int(tgt_out.ne(pad_id).sum()),",
         "    src_mask=src.ne(pad_id).unsqueeze(1).unsqueeze(2),",
         "    tgt_mask=tgt_in.ne(pad_id)[:, None, None, :] & torch.tril(torch.ones(L, L)).bool())"]),
@@ -150,20 +153,23 @@ MAKE_BATCH_CORRECT = {
         "tgt_mask = torch.stack([target_mask(row[None], pad_id)[0] for row in tgt_in])  # (B, 1, L, L)",
         "return Batch(src, tgt_in, tgt_out, padding_mask(src, pad_id), tgt_mask, sum(len(t) + 1 for t in "
         "tgt_seqs))"),
-    "pad_sequence of <bos> y <eos>, then sliced (tgt_in's <eos> made padding); an extra keyword argument": _as(
+    "pad_sequence of <bos> y <eos>, then sliced (tgt_in's <eos> made padding); an extra keyword "
+    "argument": _as(
         MAKE_BATCH, src="src = pad_sequence([torch.tensor(s) for s in src_seqs], batch_first=True, "
                         "padding_value="
         "pad_id)",
         tgt_in="full = pad_sequence([torch.tensor([bos_id, *t, eos_id]) for t in tgt_seqs], True, pad_id)",
         tgt_out="tgt_in, tgt_out = full[:, :-1].masked_fill(full[:, :-1] == eos_id, pad_id), full[:, 1:]",
         args=', device="cpu"'),
-    "everything filled in element by element; a namedtuple; n_tokens counted from the lengths": _as(MAKE_BATCH,
+    "everything filled in element by element; a namedtuple; n_tokens counted from the "
+    "lengths": _as(MAKE_BATCH,
         "B, Ls, Lt = len(src_seqs), max(map(len, src_seqs)), max(map(len, tgt_seqs)) + 1",
         "src, tgt_in, tgt_out = (torch.full((B, L), pad_id, dtype=torch.long) for L in (Ls, Lt, Lt))",
         "for b, (s, t) in enumerate(zip(src_seqs, tgt_seqs)):",
         "    for row, tokens in ((src, s), (tgt_in, [bos_id, *t]), (tgt_out, [*t, eos_id])):",
         "        for j, tok in enumerate(tokens):", "            row[b, j] = tok",
-        "tmask = torch.zeros(B, 1, Lt, Lt, dtype=torch.bool)", "for b in range(B):", "    for i in range(Lt):",
+        "tmask = torch.zeros(B, 1, Lt, Lt, dtype=torch.bool)", "for b in range(B):",
+                   "    for i in range(Lt):",
         "        for j in range(i + 1):", "            tmask[b, 0, i, j] = bool(tgt_in[b, j] != pad_id)",
         'Fields = namedtuple("Fields", "src tgt_in tgt_out src_mask tgt_mask n_tokens")',
         "return Fields(src, tgt_in, tgt_out, (src != pad_id).reshape(B, 1, 1, Ls), tmask,",
@@ -189,12 +195,15 @@ MAKE_BATCH_CORRECT = {
         "                      & torch.ones(self.tgt_in.size(-1), self.tgt_in.size(-1), "
         "dtype=torch.bool).tril()),",
         "    n_tokens=property(lambda self: int((self.tgt_out != pad_id).sum()))))()"]),
-    "deep copies edited in place (insert, append, extend): the caller's lists stay as they are": _as(MAKE_BATCH, src=[
+    "deep copies edited in place (insert, append, extend): the caller's lists stay as they "
+    "are": _as(MAKE_BATCH, src=[
         "src, tin, tout = copy.deepcopy(src_seqs), copy.deepcopy(tgt_seqs), copy.deepcopy(tgt_seqs)",
-        "for s, t_in, t_out in zip(src, tin, tout):", "    t_in.insert(0, bos_id)", "    t_out.append(eos_id)",
+        "for s, t_in, t_out in zip(src, tin, tout):", "    t_in.insert(0, bos_id)",
+                                "    t_out.append(eos_id)",
         "    s.extend([pad_id] * (max(map(len, src)) - len(s)))", "src = pad_sequences(src, pad_id)"],
         tgt_in="tgt_in = pad_sequences(tin, pad_id)", tgt_out="tgt_out = pad_sequences(tout, pad_id)"),
-    "y padded once; tgt_out gets <eos> written at each length, tgt_in is <bos> then y without its last column": _as(
+    "y padded once; tgt_out gets <eos> written at each length, tgt_in is <bos> then y without its last "
+    "column": _as(
         MAKE_BATCH, tgt_in="y = pad_sequences([list(t) + [pad_id] for t in tgt_seqs], pad_id)", tgt_out=[
             "tgt_out = y.clone()", "tgt_out[torch.arange(len(y)), torch.tensor([len(t) for t in tgt_seqs])] "
                                    "= eos_id",
@@ -290,7 +299,8 @@ MAKE_BATCH_MISTAKES = [
 
 # ================================================================ batch_by_tokens
 BBT_CORRECT = {
-    "longest first: the first example of a batch is its longest": edit(BBT, (_ORDER, _ORDER.replace("lengths[i])",
+    "longest first: the first example of a batch is its "
+    "longest": edit(BBT, (_ORDER, _ORDER.replace("lengths[i])",
         "-lengths[i])")), (_CLOSES, "lengths[current[0]] * (len(current) + 1)")),
     "torch.argsort, tensors of indices, and the batches in a shuffled order": _as(
         BBT, order="order = torch.argsort(torch.tensor(lengths), stable=True)",
@@ -528,7 +538,8 @@ MAKE_OPTIMIZER_CORRECT = {
                                                          "eps=1e-9)",
                                     scheduler="NoamScheduler(optimizer, d_model, warmup_steps, factor)"),
     "the Annotated Transformer's NoamOpt": _as(MAKE_OPTIMIZER, adam=_ADAM.replace("lr=1.0", "lr=0"),
-                                               scheduler="_NoamOpt(optimizer, d_model, warmup_steps, factor)"),
+                                               scheduler="_NoamOpt(optimizer, d_model, warmup_steps, "
+                                                         "factor)"),
     "an LRScheduler subclass": _as(MAKE_OPTIMIZER, adam=_ADAM.replace("lr=1.0, ", ""),
                                    scheduler="_NoamLR(optimizer, d_model, warmup_steps, factor)"),
     "two parameter groups, a list of lambdas, lr=1 as an int, the formula inline": _as(MAKE_OPTIMIZER, opt=[
@@ -559,7 +570,8 @@ MAKE_OPTIMIZER_CORRECT = {
         "opt = torch.optim.Adam(model.parameters(), lr=noam_lr(w, d_model, w, factor), betas=(0.9, 0.98), "
         "eps=1e-9,",
         "                       foreach=False)",
-        "warm = torch.optim.lr_scheduler.LinearLR(opt, start_factor=1 / w, end_factor=1.0, total_iters=w - 1)",
+        "warm = torch.optim.lr_scheduler.LinearLR(opt, start_factor=1 / w, end_factor=1.0, total_iters=w - "
+        "1)",
         "decay = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: (w / (s + w)) ** 0.5)",
         "return opt, torch.optim.lr_scheduler.SequentialLR(opt, [warm, decay], milestones=[w - 1])")),
     # LambdaLR then changes it in place; it used to get 3/5

@@ -600,13 +600,15 @@ BEAM_STYLES = {
                                                    "np.log(np.exp(logp).sum(-1, keepdims=True))"),
         ("logp.size(-1)", "logp.shape[-1]"), (_RANKING, "np.argsort(-total, kind='stable')"),
         ("torch.tensor(keep)", "np.array(keep)"), ("torch.cat([ys[keep // V], (keep % V)[:, None]], 1)",
-                                                   "np.concatenate([ys[keep // V], (keep % V)[:, None]], 1)"))),
+                                                   "np.concatenate([ys[keep // V], (keep % V)[:, None]], "
+                                                   "1)"))),
     # all sources in one decode call per step with a variable number of rows each (no -inf placeholders),
     # sources that are done dropped, index_select for memory and src_mask, the contract's early stop (<=)
     "beam_batched_variable_rows": edit(
         beam_lists, ("[([bos_id], 0.0)] + [([bos_id], -math.inf)] * (K - 1)", "[([bos_id], 0.0)]"),
         ("        memory = memory.repeat(K, 1, 1) if memory_tiled else memory.repeat_interleave(K, 0)\n"
-         "        mask = src_mask.repeat(K, 1, 1, 1) if memory_tiled else src_mask.repeat_interleave(K, 0)\n", ""),
+         "        mask = src_mask.repeat(K, 1, 1, 1) if memory_tiled else src_mask.repeat_interleave(K, "
+         "0)\n", ""),
         ("ys = torch.tensor([ids for b in range(B) for ids, _ in beams[b]])",
          "live = [b for b in range(B) if not stopped[b] for _ in beams[b]]  # the source of each row\n"
          "            ys = torch.tensor([ids for b in range(B) if not stopped[b] for ids, _ in beams[b]])\n"
@@ -667,7 +669,8 @@ BEAM_MISTAKES = [
     Mistake("open ones at max_len divided by the penalty of max_len + 1",
             edit(BEAM, ("scores[s, j].item() / length_penalty(max_len, alpha)",
                         "scores[s, j].item() / length_penalty(max_len + 1, alpha)")),
-            7, "Likely: hypotheses still open after max_len tokens were divided by length_penalty(max_len + 1",
+            7, "Likely: hypotheses still open after max_len tokens were divided by length_penalty(max_len + "
+               "1",
             not_says="twice"),
     Mistake("beam_size ignored (4 kept)", edit(BEAM, _K_IS_4), 7,
             "Likely: the beam_size argument is ignored"),
@@ -906,7 +909,8 @@ BLEU_MISTAKES = [
     Mistake("exp missing", _bleu((_SCORE, "return 100 * math.exp(brevity) * log_precision")), 1,
             "exp is missing"),
     Mistake("add-one smoothing", _bleu((_ZERO, "    matches = [m + (n > 0) for n, m in enumerate(matches)]\n"
-                                               "    totals = [t + (n > 0) for n, t in enumerate(totals)]\n" + _ZERO)),
+                                               "    totals = [t + (n > 0) for n, t in enumerate(totals)]\n" +
+                                        _ZERO)),
             1, "smoothed"),
     # issue 40: the smoothing, truncation and 4-digit rounding got no Likely (the last one was shown as equal
     # numbers)

@@ -33,7 +33,8 @@ def reduces_without_keepdim(line: str) -> bool:
     True)) is kept."""
     for m in _REDUCTION.finditer(line):
         args = [a.strip() for a in m.group(2).split(",") if a.strip()]
-        if not any(a.replace(" ", "") == "keepdim=True" for a in args) and not (len(args) >= 2 and args[-1] == "True"):
+        if not any(a.replace(" ", "") == "keepdim=True" for a in args) and not (len(args) >= 2 and
+                                                                                args[-1] == "True"):
             return True
     return False
 

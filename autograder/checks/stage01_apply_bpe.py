@@ -46,11 +46,13 @@ APPLY_MISTAKES = {
     "`</w>` never added: a word starts as l o w</w>, the last character carrying `</w>`": "missing_end",
     "`</w>` split into the characters < / w >: tuple(word + '</w>') splits the marker too; start from "
     "tuple(word[:-1]) + (word[-1] + '</w>',)": "chars_end",
-    "overlapping occurrences merged: after merging the pair at i, continue at i + 2 (a a a -> aa a)": "overlap",
+    "overlapping occurrences merged: after merging the pair at i, continue at i + 2 (a a a -> aa "
+    "a)": "overlap",
     "occurrences merged from right to left: scan left to right (a a a -> aa a, not a aa)": "right",
     "the LATEST merge applied first: at each step merge the pair that comes EARLIEST in the merges list "
     "(min of the ranks, not max)": "latest",
-    "`</w>` joined only after merging: start from l o w</w>, so that merges ending in `</w>` can apply": "end_after",
+    "`</w>` joined only after merging: start from l o w</w>, so that merges ending in `</w>` can "
+    "apply": "end_after",
     "stopped with two symbols left (while len(symbols) > 2): keep merging while len(symbols) > 1, a word can "
     "end as one symbol": "two",
     "the word was lowercased: BPE takes the text as it is ('Z' and 'z' are different symbols)": "lower",

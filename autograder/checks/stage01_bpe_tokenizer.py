@@ -107,7 +107,8 @@ def _tok_train(cls):
         for what, make, lines in (("a generator of the lines", lambda: _OnePass(corpus), corpus),
                                   ("an open file of the lines", lambda: open(path, encoding="utf-8"),
                                    file_lines)):
-            expected = _encode(tok if lines is corpus else build(cls, what="BPETokenizer()").train(list(lines), n),
+            expected = _encode(tok if lines is corpus else
+                               build(cls, what="BPETokenizer()").train(list(lines), n),
                                text)
             source = make()
             try:
@@ -278,7 +279,8 @@ def _tok_segments(cls):
             if id_of.setdefault(s, i) != i or subword_of.setdefault(i, s) != s:
                 folded = id_of[s] == i and subword_of[i].lower() == s.lower()
                 raise CheckFailure(f"encode({word!r}): the id of {s!r}",
-                                   f"one id for each subword ({s!r} is {id_of[s]} elsewhere)" if id_of[s] != i else
+                                   f"one id for each subword ({s!r} is {id_of[s]} "
+                                   "elsewhere)" if id_of[s] != i else
                                    f"a different id from {subword_of[i]!r}'s", f"{i}",
                                    "the text was lowercased (or case-folded): keep it as it is, 'I' and 'i' "
                                    "are different symbols" if folded else
@@ -356,7 +358,8 @@ def _tok_round_trip(cls):
                                "the text came back in another case: train and encode take the text as it is, "
                                "without lowercasing" if got.lower() == expected.lower() else
                                "the subwords were joined with spaces: join them with '' and let each `</w>` "
-                               "become the space between words" if len(got.split()) > len(expected.split()) and
+                               "become the space between "
+                               "words" if len(got.split()) > len(expected.split()) and
                                "".join(got.split()) == "".join(expected.split()) else
                                "the words ran together: each `</w>` was removed (replace('</w>', '')) "
                                "instead of becoming the space between words, replace('</w>', ' '), then strip"
@@ -365,7 +368,8 @@ def _tok_round_trip(cls):
                                "the space left by the last `</w>` (or around the text) stays: strip the "
                                "result"
                                if got.strip() == expected else
-                               "join the subwords and turn each `</w>` into a space, then strip; " + split_hint)
+                               "join the subwords and turn each `</w>` into a space, then strip; " +
+                               split_hint)
 
 
 @register("BPETokenizer", "decode skips <pad>, <bos> and <eos>")
@@ -437,7 +441,8 @@ def _tok_save_load(cls):
                            "instead of tuples ('l', 'o'); a list never equals a tuple, so no merge applies: "
                            "convert them, [tuple(m) for m in data['merges']]" if as_lists else
                            (UNK in ids[k:k + 6] and _stale_stoi(tok)) or
-                           "save everything encode uses (merges and vocabulary) and restore all of it in load")
+                           "save everything encode uses (merges and vocabulary) and restore all of it in "
+                           "load")
     _expect(_decode(again, ids), _decode(tok, ids), "decode(the same ids) after save and load",
             "save and restore the vocabulary (itos) in its order")
     before, after = getattr(tok, "vocab_size", None), getattr(again, "vocab_size", None)

@@ -55,7 +55,8 @@ LINES_AS_WORDS = ("each line counted as one word (its spaces ordinary characters
 LEARN_MISTAKES = {
     # first: the other variants may run out of _learn_mistakes' time budget on a busy machine, and this one is
     # seen only on the large corpora (the small ones have no capitals), where no other check names it
-    "the corpus was lowercased: BPE takes the text as it is ('I' and 'i' are different symbols)": dict(lower=True),
+    "the corpus was lowercased: BPE takes the text as it is ('I' and 'i' are different "
+    "symbols)": dict(lower=True),
     "ties broken toward the smallest pair: break a tie by the greatest pair, "
     "max(stats, key=lambda p: (stats[p], p))": dict(tie="min"),
     "ties go to the first pair counted (max(stats, key=stats.get) or most_common keeps the first of equal "

@@ -44,7 +44,8 @@ def _pad_check(pad_sequences, seqs, pad_id, what, mistakes_extra=None):
     real = torch.tensor([[j < len(s) for j in range(width)] for s in seqs])
     fill = got[~real].unique()
     if torch.equal(got[real], expected[real]) and fill.numel() == 1:
-        mistakes[f"padded with {fill.item()} instead of pad_id" + (" (its default is PAD = 0)" if pad_id is None else
+        mistakes[f"padded with {fill.item()} instead of pad_id" +
+                 (" (its default is PAD = 0)" if pad_id is None else
                                                                    f" = {p}")] = got
     hint = diagnose(got, mistakes, torch.equal) or "copy each sequence to the start of its row"
     raise CheckFailure(what, str(expected.tolist()), str(got.tolist()), hint)

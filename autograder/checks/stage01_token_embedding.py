@@ -47,7 +47,8 @@ def _forward_check(cls, vocab_size, d_model, seed):
     module.eval()
     base = weight[ids]
     out = module(ids)
-    unscaled = (SCALED_IN_INIT if isinstance(out, torch.Tensor) and out.shape == base.shape and close(out, base)
+    unscaled = (SCALED_IN_INIT if isinstance(out, torch.Tensor) and out.shape == base.shape and
+                close(out, base)
                 and _scaled_in_init(cls, vocab_size, d_model) else
                 "not scaled: multiply by sqrt(d_model) (paper, section 3.4)")
     expect_close(out, base * math.sqrt(d_model), f"TokenEmbedding({vocab_size}, {d_model})(ids), ids (2, 5)",
@@ -55,7 +56,8 @@ def _forward_check(cls, vocab_size, d_model, seed):
                  mistakes={unscaled: base,
                            "scaled by d_model instead of sqrt(d_model)": base * d_model,
                            "divided by sqrt(d_model) instead of multiplied": base / math.sqrt(d_model),
-                           "scaled by sqrt(vocab_size) instead of sqrt(d_model)": base * math.sqrt(vocab_size),
+                           "scaled by sqrt(vocab_size) instead of "
+                           "sqrt(d_model)": base * math.sqrt(vocab_size),
                            "sqrt(d_model) rounded to an integer (math.isqrt or int()): use math.sqrt":
                                base * math.isqrt(d_model),
                            "d_model ** 1/2 is (d_model ** 1) / 2: write d_model ** 0.5 or math.sqrt(d_model)":
@@ -87,7 +89,8 @@ def _emb_attr(cls):
     _, emb = _embedding(cls, 11, 8)
     expect_shape(emb.weight, (11, 8), "embedding.weight of TokenEmbedding(11, 8)",
                  "the arguments swapped, nn.Embedding(d_model, vocab_size): nn.Embedding(vocab_size, "
-                 "d_model) has one row of d_model numbers per token" if tuple(emb.weight.shape) == (8, 11) else
+                 "d_model) has one row of d_model numbers per "
+                 "token" if tuple(emb.weight.shape) == (8, 11) else
                  "nn.Embedding(vocab_size, d_model): one row of d_model numbers per token")
 
 

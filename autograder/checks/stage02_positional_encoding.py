@@ -413,7 +413,8 @@ def _pe_buffer(cls):
                                "max_len x d_model = 12 x 6 numbers", f"a buffer of shape {sizes[0]}" +
                                (f" (it was {built} when built)" if shrank else ""),
                                "forward replaced the stored table by a slice (self.pe = self.pe[:L]): keep "
-                               "the whole table and slice into a local variable, pe = self.pe[:x.size(1)]" if shrank else
+                               "the whole table and slice into a local variable, pe = "
+                               "self.pe[:x.size(1)]" if shrank else
                                "the max_len argument is ignored: build the table with "
                                "sinusoidal_encoding(max_len, d_model), not a fixed length")
         attrs = [k for k, v in vars(module).items() if is_table(v)]
@@ -428,7 +429,8 @@ def _pe_buffer(cls):
                            "register the table with register_buffer so that .to() converts it")
     after = _forward(module, x.double(), f"{name}.to(torch.float64)(x)", 12)
     expect_close(after, before.double(), f"{name}.to(torch.float64)(x) against the same module in float32",
-                 hint="use the registered buffer in forward (self.pe), not a copy of the table kept elsewhere")
+                 hint="use the registered buffer in forward (self.pe), not a copy of the table kept "
+                      "elsewhere")
 
 
 @register("PositionalEncoding", "applies dropout(x + PE) in training mode, and no dropout in eval mode")

@@ -99,7 +99,8 @@ def _softmax_dim(softmax):
         expect_close(_soft(softmax, x.clone(), f"softmax(x, dim={dim})", dim=dim), torch.softmax(x, dim),
                      f"softmax(x, dim={dim})",
                      hint="use `dim` in both the max and the sum (keepdim=True so they broadcast back)",
-                     mistakes={"the dim argument is ignored (always the last dimension)": torch.softmax(x, -1)})
+                     mistakes={"the dim argument is ignored (always the last "
+                               "dimension)": torch.softmax(x, -1)})
 
 
 @register("softmax", "is stable for large inputs (no overflow to nan)")
@@ -261,7 +262,8 @@ def _reference(q, k, v, mask=None):
             torch.softmax(s.masked_fill(~mask, float("-inf")), -2).nan_to_num(0.0) @ v
         mistakes["mask polarity inverted: True must mean 'may attend' (fill where ~mask)"] = \
             torch.softmax(s.masked_fill(mask, float("-inf")), -1).nan_to_num(0.0) @ v
-        mistakes["mask applied after the softmax: masked weights were zeroed but the rows no longer sum to 1"] = \
+        mistakes["mask applied after the softmax: masked weights were zeroed but the rows no longer sum to "
+                 "1"] = \
             (torch.softmax(s, -1) * mask) @ v
         mistakes["mask applied after the softmax and renormalized: fill the scores with -inf (or a large "
                  "negative) BEFORE the softmax"] = \
@@ -398,7 +400,8 @@ NO_MAX = ("the softmax does not subtract the row's max: when every key of a row 
           "before exp (softmax(x) = softmax(x - max x)), as your softmax does, and keep the fill finite")
 GRAD_NAN = ("-inf in the scores makes NaN in the gradient even when the forward pass is patched (nan_to_num "
             "or torch.where after the softmax): the softmax's backward multiplies by the row's NaN weights; "
-            "fill with a large finite negative number (torch.finfo(scores.dtype).min or -1e9) instead of -inf")
+            "fill with a large finite negative number (torch.finfo(scores.dtype).min or -1e9) instead of "
+            "-inf")
 
 
 def _overflows(attn, q, k, v):
@@ -477,7 +480,8 @@ def _attn_dropout(attn):
     weights = torch.softmax(scores / math.sqrt(8), -1)
     if not close(seen, weights):
         wrong = {"the dropout module was applied twice: apply it once, to the softmax weights": rec(weights),
-                 "the dropout module was given the scores: apply it to the softmax weights": scores / math.sqrt(8),
+                 "the dropout module was given the scores: apply it to the softmax "
+                 "weights": scores / math.sqrt(8),
                  "the softmax runs over the queries (dim=-2); it must run over the keys (dim=-1)":
                      torch.softmax(scores / math.sqrt(8), -2),
                  "the softmax runs over dim=1 (the heads); it must run over the keys (dim=-1)":

@@ -188,7 +188,8 @@ def _merge_values(merge_heads):
     expected = torch.cat(x.unbind(1), dim=-1)  # (B, L, h * d_k): head 0's features, then head 1's, ...
     what = "merge_heads(x of shape (2, 3, 5, 4))"
     expect_close(_merge(merge_heads, x, what), expected, what,
-                 hint="out[..., i*d_k:(i+1)*d_k] must equal x[:, i]: x.transpose(1, 2).reshape(B, L, h * d_k)",
+                 hint="out[..., i*d_k:(i+1)*d_k] must equal x[:, i]: x.transpose(1, 2).reshape(B, L, h * "
+                      "d_k)",
                  mistakes={NO_TRANSPOSE_MERGE: x.reshape(2, 5, 12),
                            INTERLEAVED: x.permute(0, 2, 3, 1).reshape(2, 5, 12)})
     leaf, ref_leaf = x.clone().requires_grad_(), x.clone().requires_grad_()
@@ -431,7 +432,8 @@ def _mistakes(ref, query, key, value, mask=None):
         "no output projection: the concatenated heads must go through w_o": dict(w_o=False),
         "scores divided by sqrt(d_model) instead of sqrt(d_k) = sqrt(d_model / h)": dict(scale="d_model"),
         "one projection used for query, key and value: use w_q, w_k and w_v, one each": dict(proj="qqq"),
-        "one projection used for query, key and value (w_v for all three): each needs its own Linear": dict(proj="vvv"),
+        "one projection used for query, key and value (w_v for all three): each needs its own "
+        "Linear": dict(proj="vvv"),
         "w_k applied to the values: v = self.w_v(value)": dict(proj="qkk"),
         "w_v applied to the keys: k = self.w_k(key)": dict(proj="qvv"),
         "w_q applied to the keys: k = self.w_k(key)": dict(proj="qqv"),
@@ -454,13 +456,16 @@ def _mistakes(ref, query, key, value, mask=None):
         variants["the query used as key and value too (self-attention only): project the `key` and `value` "
                  "arguments"] = dict(inputs="qqq", mask_mode="ignored")
         variants["key and value swapped: k = w_k(key), v = w_v(value)"] = dict(inputs="qvk")
-        variants["the key used as the value too: v = self.w_v(value), from the `value` argument"] = dict(inputs="qkk")
-        variants["the value used as the key too: k = self.w_k(key), from the `key` argument"] = dict(inputs="qvv")
+        variants["the key used as the value too: v = self.w_v(value), from the `value` "
+                 "argument"] = dict(inputs="qkk")
+        variants["the value used as the key too: k = self.w_k(key), from the `key` "
+                 "argument"] = dict(inputs="qvv")
     h = ref.num_heads
     for k in (1, 2, 4, 8, 6, 3):  # the numbers of heads people write into their code
         if k != h and ref.embed_dim % k == 0:
             variants[f"n_heads ignored: this is the output of {k} head{'s' * (k > 1)}, not {h}: use the "
-                     f"n_heads argument (self.h = n_heads, d_k = d_model // n_heads), no fixed number"] = dict(heads=k)
+                     "n_heads argument (self.h = n_heads, d_k = d_model // n_heads), no fixed "
+                     "number"] = dict(heads=k)
     if mask is not None:
         variants["mask ignored: pass it to the attention of every head"] = dict(mask_mode="ignored")
         variants["mask polarity inverted: True means 'may attend'"] = dict(mask_mode="inverted")
@@ -592,7 +597,8 @@ def _mha_weights(MHA):
         raise CheckFailure(f"{what}: wrong shape", "shape (2, 3, 4, 5) for MultiHeadAttention(12, 3)",
                            f"shape {tuple(w.shape)}",
                            ("one set of weights, not n_heads=3: averaged over the heads (keep one per head), "
-                            "or the number of heads fixed at 1 in the code (use the n_heads argument)") if w.shape[1] == 1
+                            "or the number of heads fixed at 1 in the code (use the n_heads "
+                            "argument)") if w.shape[1] == 1
                            else f"{w.shape[1]} heads, not n_heads=3: is the number of heads fixed in the "
                                 "code? Use the n_heads argument (self.h = n_heads)")
     expect_shape(w, (2, 3, 4, 5), what, "keep the softmax weights of every head: (B, h, Lq, Lk)")
@@ -644,7 +650,8 @@ def _mha_dropout(MHA):
                           "once, as nn.MultiheadAttention does: with p=1 all weights are dropped and only "
                           "w_o.bias remains",
                      mistakes={"dropout applied after w_o (to the output) instead of to the attention "
-                               "weights: the residual connection adds that dropout later": torch.zeros(2, 4, 8),
+                               "weights: the residual connection adds that dropout "
+                               "later": torch.zeros(2, 4, 8),
                                "dropout not applied: pass self.dropout to the attention (on its weights)":
                                    _manual(ref, x, x, x),
                                "dropout applied to the scores before the softmax (p=1 zeroes them: uniform "

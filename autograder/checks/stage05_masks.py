@@ -127,7 +127,8 @@ def _pad_id(padding_mask):
     _expect_mask(got, expected, "padding_mask([[5, 0, 3, 9, 9], [7, 9, 9, 9, 9]], pad_id=9)",
                  "compare with pad_id",
                  {"the pad_id argument is ignored (compared with 0 = PAD)": (ids != 0)[:, None, None, :],
-                  "polarity inverted: True must mean a real token (may attend), i.e. ids != pad_id": ~expected,
+                  "polarity inverted: True must mean a real token (may attend), i.e. ids != "
+                  "pad_id": ~expected,
                   GREATER: (ids > 9)[:, None, None, :]})
 
 
@@ -226,7 +227,8 @@ def _target_mistakes(ids, pad_id=0):
         # with right padding and the causal part, padding the queries alone or queries and keys give the same
         # mask
         "the padding is applied to the queries (rows): only the padded keys (columns) are hidden, and a "
-        "padded query keeps its causal row; use padding_mask's (B, 1, 1, L), not (B, 1, L, 1)": queries & causal,
+        "padded query keeps its causal row; use padding_mask's (B, 1, 1, L), not (B, 1, L, "
+        "1)": queries & causal,
         "the padding is applied to the queries (rows) as well as the keys: only the padded keys (columns) "
         "are hidden, and a padded query keeps its causal row": queries & keys & causal,
         "the pad_id argument is ignored (compared with 0 = PAD)": (ids != 0)[:, None, None, :] & causal,
@@ -251,7 +253,8 @@ def _tgt_shapes(B, L):
                          "(B, 1, L, L)",
         (B, L, L): "the head dimension is missing: (B, 1, L, L)",
         (1, 1, L, L): "the padding part (one row per sentence) is missing: (B, 1, L, L)",
-        (B, 1, 1, L): "the causal part is missing: padding (B, 1, 1, L) & causal (1, 1, L, L) -> (B, 1, L, L)",
+        (B, 1, 1, L): "the causal part is missing: padding (B, 1, 1, L) & causal (1, 1, L, L) -> (B, 1, L, "
+                      "L)",
     }
 
 

@@ -73,7 +73,8 @@ def _mistakes(ffn, x):
         "GELU (tanh approximation) instead of ReLU: the paper's FFN uses torch.relu":
             l2(F.gelu(l1(x), approximate="tanh")),
         "the activation is after w_2 instead of between the layers: w_2(relu(w_1(x)))": F.relu(l2(l1(x))),
-        "the activation is after both layers: only between them, w_2(relu(w_1(x)))": F.relu(l2(F.relu(l1(x)))),
+        "the activation is after both layers: only between them, "
+        "w_2(relu(w_1(x)))": F.relu(l2(F.relu(l1(x)))),
         "the activation is before w_1 instead of between the layers: w_2(relu(w_1(x)))": l2(l1(F.relu(x))),
         "no activation: without relu the two layers collapse into one linear map": l2(l1(x)),
         "a capped activation (relu6 or clamp(0, 6)) instead of relu: max(0, .) has no upper limit":
@@ -189,7 +190,8 @@ def _ffn_dropout_place(FFN):
         right_in_eval = close(evaluated, _formula(ffn, x))
         ffn.train()
         got = _forward(ffn, x, what)
-        finite = not (isinstance(got, torch.Tensor) and got.shape == (2, 3, 6) and not torch.isfinite(got).all())
+        finite = not (isinstance(got, torch.Tensor) and got.shape == (2, 3, 6) and
+                      not torch.isfinite(got).all())
         if finite:  # a hand-written dropout, h * keep / (1 - p), is 0/0 at p = 1: judged at p = 0.5 alone
             expect_all_dropped(got, b2.expand(2, 3, 6), lambda: _forward(ffn, x, what), 14, what,
                                "hidden unit")

@@ -133,10 +133,12 @@ def _ln_mistakes(x, ref, eps=None):
             mk((x - x.mean(-2, keepdim=True)) / torch.sqrt(x.var(-2, unbiased=False, keepdim=True) + eps))
         out["normalized over dim 0 (the batch) instead of the last dimension (the features)"] = \
             mk((x - x.mean(0, keepdim=True)) / torch.sqrt(x.var(0, unbiased=False, keepdim=True) + eps))
-        out["normalized over the whole tensor instead of the last dimension (the features) of each position"] = \
+        out["normalized over the whole tensor instead of the last dimension (the features) of each "
+            "position"] = \
             mk((x - x.mean()) / torch.sqrt(x.var(unbiased=False) + eps))
     for d in range(1, x.dim() - 2):  # the dims between the batch and the positions (4-d inputs)
-        out[f"normalized over dim {d} instead of the last dimension (the features): mean and var over dim=-1"] = \
+        out[f"normalized over dim {d} instead of the last dimension (the features): mean and var over "
+            "dim=-1"] = \
             mk((x - x.mean(d, keepdim=True)) / torch.sqrt(x.var(d, unbiased=False, keepdim=True) + eps))
     if x.dim() >= 3:
         out["normalized over the last two dimensions instead of the last one (the features)"] = \
@@ -333,7 +335,8 @@ def _sc_mistakes(x, N, S, norm_first):
                 **common}
     return {"pre-norm instead of post-norm: the norm_first flag is ignored or reversed; the default "
             "(norm_first=False) is the paper's norm(x + dropout(sublayer(x)))": pre,
-            "the norm is applied to x, not to the sum: post-norm is norm(x + dropout(sublayer(x)))": N(x) + S(x),
+            "the norm is applied to x, not to the sum: post-norm is norm(x + dropout(sublayer(x)))": N(x) +
+            S(x),
             **common}
 
 
@@ -458,7 +461,8 @@ def _sc_calls(SC):
                          mistakes={"the sublayer was given x: pre-norm (norm_first=True) gives it norm(x)": x,
                                    "the sublayer was given norm(x): post-norm (the default) gives it x, and "
                                    "normalizes the sum after": N(x),
-                                   "the sublayer was given the doubly normalized x: apply the norm once": N(N(x))})
+                                   "the sublayer was given the doubly normalized x: apply the norm "
+                                   "once": N(N(x))})
 
 
 def _formula_mistake(sc, x, N, S, norm_first, what):

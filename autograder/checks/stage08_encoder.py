@@ -640,7 +640,8 @@ def stack_mistakes(layers, run_layer, final, norm_first, default_norm):
         m["final norm missing in pre-norm: apply `norm` (a LayerNorm) to the last layer's output"] = \
             chain(mode, final_norm=None)
         m["norm_first not passed on to the layers: post-norm layers were built"] = chain("post")
-        m["the final norm applied after every layer: apply `norm` once, after the loop"] = chain(mode, norm_each=True)
+        m["the final norm applied after every layer: apply `norm` once, after the "
+          "loop"] = chain(mode, norm_each=True)
         m["the final norm applied twice: apply `norm` once, after the loop"] = final(chain(mode))
     else:
         m["final norm present in post-norm: a LayerNorm after the last layer (norm must be the identity when "
@@ -652,7 +653,8 @@ def stack_mistakes(layers, run_layer, final, norm_first, default_norm):
       "skipped, range(1, n)?): only the last layer's work shows; loop over all the layers, each on the "
       "previous output"] = \
         chain(mode, feed="input")
-    m["the layers applied in reverse order: self.layers[0] first"] = chain(mode, layers_override=list(layers)[::-1])
+    m["the layers applied in reverse order: self.layers[0] "
+      "first"] = chain(mode, layers_override=list(layers)[::-1])
     m["only the first layer applied (a return inside the loop, or a loop that stops early: range(n - 1)?)"] = \
         chain(mode, feed="first-only")
     m["the mask is not passed to the layers"] = chain(mode, masked=lambda i: False)

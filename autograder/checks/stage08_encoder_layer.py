@@ -83,7 +83,8 @@ def _layer_mistakes_named(ref, x, ids, norm_first):
     mistakes.update(heads_mistakes(lambda r: enc_layer_ref(r, x, key_mask(ids), mode), ref))
     if (ids == PAD).any():
         mistakes["src_mask not passed to self-attention (or reshaped so that it hides queries instead of "
-                 "keys: keep its (B, 1, 1, L) shape): the padding positions were attended"] = fn(mode, allowed=None)
+                 "keys: keep its (B, 1, 1, L) shape): the padding positions were "
+                 "attended"] = fn(mode, allowed=None)
         mistakes["src_mask not passed to self-attention, and " + (
             "norm_first ignored" if norm_first else "pre-norm computed")] = \
             fn("post" if norm_first else "pre", allowed=None)
@@ -108,8 +109,10 @@ def _layer_vs_torch(EncoderLayer, norm_first, seed, lengths, grads=False):
     real = ids != PAD
     close_at(got, expected, real, f"{what}(x, src_mask) vs "
                                   f"nn.TransformerEncoderLayer(norm_first={norm_first})",
-             hint=("pre-norm: x = x + dropout(self_attn(norm(x))), then x + dropout(ff(norm(x)))" if norm_first else
-                   "post-norm (the paper): x = norm(x + dropout(self_attn(x))), then norm(x + dropout(ff(x)))"),
+             hint=("pre-norm: x = x + dropout(self_attn(norm(x))), then x + "
+                   "dropout(ff(norm(x)))" if norm_first else
+                   "post-norm (the paper): x = norm(x + dropout(self_attn(x))), then norm(x + "
+                   "dropout(ff(x)))"),
              mistakes=mistakes)
     if grads:  # in train mode (dropout=0.0: the same numbers), where a model is trained
         layer.train()
@@ -202,12 +205,14 @@ def _el_dropout(EncoderLayer):
                                                                                               "each "
                               "sublayer's output only, never on x or on the residual sum",
                          mistakes={"dropout applied to the residual sum (or to x itself), not to the "
-                                   "sublayer's output only: " + ("x + dropout(sublayer(norm(x)))" if norm_first else
+                                   "sublayer's output only: " +
+                                   ("x + dropout(sublayer(norm(x)))" if norm_first else
                                                       "norm(x + dropout(sublayer(x)))"):
                                    zero if norm_first else ref.norm2.bias.detach().expand_as(x),
                                    "the sublayer connections do not drop the sublayer's output (only the "
                                    "attention and the feed-forward drop inside): pass the dropout argument "
-                                   "on to SublayerConnection(d_model, dropout, norm_first), in that order": biases_only,
+                                   "on to SublayerConnection(d_model, dropout, norm_first), in that "
+                                   "order": biases_only,
                                    **({EXTRA_NORM: ref.norm2(x)} if norm_first else {})})
         if norm_first:  # one dropout per sublayer output, not two (p = 1 cannot tell)
             check_sublayer_dropout(_make_layer(EncoderLayer, True, dropout=0.5)[0], lambda m: m(x, None), x,

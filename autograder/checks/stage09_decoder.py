@@ -248,7 +248,8 @@ def _wiring_mistakes(fn, x, src, tgt):
         "feed-forward": fn(norms=(1, 0, 2)),
         "decoder self-attention without the causal mask (only padding hidden): a position sees later "
         "target tokens": fn(self_allowed=key_mask(tgt)),
-        "tgt_mask not passed to self-attention: no causal mask, no target padding mask": fn(self_allowed=None),
+        "tgt_mask not passed to self-attention: no causal mask, no target padding "
+        "mask": fn(self_allowed=None),
         TRANSPOSED: fn(self_allowed=transposed(tgt_mask_of(tgt))),
         "cross-attention without the source padding mask (src_mask): the memory's padding was attended":
             fn(cross_allowed=None),
@@ -271,7 +272,8 @@ def _wiring_mistakes(fn, x, src, tgt):
         "the cross-attention sublayer is missing: self-attention, then cross_attn(x, memory, memory, "
         "src_mask), then the feed-forward, in sublayers[0], [1], [2]": fn(order="sf", norms=(0, 2)),
         "the cross-attention sublayer is missing (and the feed-forward went through sublayers[1]): "
-        "self-attention, cross-attention, feed-forward, in sublayers[0], [1], [2]": fn(order="sf", norms=(0, 1)),
+        "self-attention, cross-attention, feed-forward, in sublayers[0], [1], "
+        "[2]": fn(order="sf", norms=(0, 1)),
         "sublayers[0] used for cross-attention too: each sublayer has its own connection, sublayers[1] for "
         "cross-attention": fn(norms=(0, 0, 2)),
         "sublayers[1] used for the feed-forward too: each sublayer has its own connection, sublayers[2] for "
@@ -549,13 +551,16 @@ def _decoder_mistakes_named(ref, x, memory, src, tgt, norm_first):
     mistakes["tgt_mask not passed on: the layers' self-attention is not causal"] = chain(self_allowed=None)
     mistakes[TRANSPOSED] = chain(self_allowed=transposed(tgt_mask_of(tgt)))
     mistakes["tgt_mask passed to the first layer only: the later layers' self-attention sees later tokens; "
-             "pass it to every layer, x = layer(x, memory, src_mask, tgt_mask)"] = first_only(self_allowed=None)
+             "pass it to every layer, x = layer(x, memory, src_mask, "
+             "tgt_mask)"] = first_only(self_allowed=None)
     mistakes["src_mask passed to the first layer only: the later layers' cross-attention attends the source "
              "padding; pass it to every layer, x = layer(x, memory, src_mask, tgt_mask)"] = \
         first_only(cross_allowed=None)
-    mistakes["src_mask not passed on: cross-attention attended the source padding"] = chain(cross_allowed=None)
+    mistakes["src_mask not passed on: cross-attention attended the source "
+             "padding"] = chain(cross_allowed=None)
     mistakes["tgt_mask not passed on: the layers were given a causal mask built here, which hides later "
-             "tokens but not the target's padding; pass tgt_mask itself"] = chain(self_allowed=causal(x.size(1)))
+             "tokens but not the target's padding; pass tgt_mask "
+             "itself"] = chain(self_allowed=causal(x.size(1)))
     mistakes["tgt_mask inverted before it reaches the layers (~tgt_mask or tgt_mask == 0): True means 'may "
              "attend'; pass tgt_mask on as it is"] = chain(self_allowed=inverted(tgt_mask_of(tgt)))
     mistakes["src_mask inverted before it reaches the layers (~src_mask or src_mask == 0): True means 'may "
@@ -631,7 +636,8 @@ def _layer_fails_alone(Decoder):
     except Exception as e:  # noqa: BLE001 (the learner's layer fails on its own)
         raise CheckPassed(f"your DecoderLayer fails on its own (layer(x, memory, src_mask, tgt_mask) raised "
                           f"{type(e).__name__}: {str(e)[:70]}), so the stack cannot be judged: fix "
-                          "DecoderLayer first (its checks say how); Decoder is checked again once it works") from None
+                          "DecoderLayer first (its checks say how); Decoder is checked again once it "
+                          "works") from None
 
 
 def _learners_layer(layer, any_class=False):

@@ -245,7 +245,8 @@ def _states_mistakes(gen, states):
            "decoder states divided by sqrt(d_model) before the generator: only the embeddings are scaled":
            gen(states / math.sqrt(D))}
     if getattr(gen.linear, "bias", None) is not None:
-        out["the generator's bias left out (h @ weight.T alone): use self.generator(h), which adds its bias"] = \
+        out["the generator's bias left out (h @ weight.T alone): use self.generator(h), which adds its "
+            "bias"] = \
             F.linear(states, gen.linear.weight)
     return out
 
@@ -477,7 +478,8 @@ def _check_dropout_used(Transformer, src, tgt, sm, tm):
 def _dropped_once(kept, dropped, p, what):
     """One dropout of rate p between `kept` (eval mode) and `dropped` (train mode): each value is either 0 or
     kept / (1 - p). A second dropout on the same tensor shows as values kept / (1 - p)^2."""
-    if not (isinstance(dropped, torch.Tensor) and isinstance(kept, torch.Tensor) and dropped.shape == kept.shape):
+    if not (isinstance(dropped, torch.Tensor) and isinstance(kept, torch.Tensor) and
+            dropped.shape == kept.shape):
         return
     kept, dropped = kept.detach().double(), dropped.detach().double()
     zero = dropped.abs() <= 1e-6
@@ -545,7 +547,8 @@ def _tied_different(Transformer):
     gen = get_path(model, "generator.weight", what)
     tgt, src = _embedding_weight(model, "tgt", what), _embedding_weight(model, "src", what)
     if gen is not tgt:
-        hint = ("the generator is tied to the source embedding: it predicts TARGET tokens (tgt_embed)" if gen is src
+        hint = ("the generator is tied to the source embedding: it predicts TARGET tokens "
+                "(tgt_embed)" if gen is src
                 else "weights not tied: self.generator.weight = self.tgt_embed.embedding.weight")
         raise CheckFailure(f"{what}: generator.weight is tgt_embed.embedding.weight",
                            "the same Parameter object",
@@ -619,7 +622,8 @@ def _decode_input(Transformer):
             raise CheckFailure(f"{what}.decode(tgt_in, memory, src_mask, tgt_mask): the decoder's argument "
                                f"{label}",
                                f"the {label} given to decode", "None" if got is None else "something else",
-                               "arguments in the wrong order: decoder(x, memory, src_mask, tgt_mask)" if swapped
+                               "arguments in the wrong order: decoder(x, memory, src_mask, "
+                               "tgt_mask)" if swapped
                                else _not_passed(got, value, label, "decoder"))
     expect_close(out, right, f"{what}.decode(...) with a decoder that returns its input",
                  hint="return the decoder's output, without the generator")
@@ -818,7 +822,8 @@ def _moves_the_logits(ps, rerun, logits) -> bool:
             finally:
                 for p, s in zip(ps, saved):
                     p.copy_(s)
-        return not (isinstance(moved, torch.Tensor) and moved.shape == logits.shape and close(moved, logits.detach()))
+        return not (isinstance(moved, torch.Tensor) and moved.shape == logits.shape and
+                    close(moved, logits.detach()))
     except Exception:  # noqa: BLE001
         return True
 
@@ -915,7 +920,8 @@ def _tied_gradient(model, logits, src, tgt, states_fn, what):
                            "none" if empty else "a different gradient",
                            "the generator's weight is cut off from autograd in forward (F.linear(h, "
                            "weight.detach()) or weight.data): the logits' gradient never reaches the tied "
-                           "weight through the projection; use self.generator(h) (or the Parameter itself)" if empty else
+                           "weight through the projection; use self.generator(h) (or the Parameter "
+                           "itself)" if empty else
                            "forward must be generator(decode(...)) with the tied Parameter itself, nothing "
                            "detached")
     real = sorted(set(tgt.flatten().tolist()) - {PAD})

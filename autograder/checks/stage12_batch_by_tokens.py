@@ -20,7 +20,8 @@ def _batches(fn, lengths, max_tokens, what):
         batches = [[int(i) for i in b] for b in got]
     except (TypeError, ValueError):
         raise CheckFailure(what, "a list of batches, each a list of example indices", fmt(got),
-                           "return [[i, j, ...], [k, ...], ...] of indices into lengths, not the lengths") from None
+                           "return [[i, j, ...], [k, ...], ...] of indices into lengths, not the "
+                           "lengths") from None
     if given != list(lengths):
         raise CheckFailure(f"{what}: the list of lengths passed in", "unchanged after the call",
                            f"reordered or changed: {fmt(given)}",
@@ -42,7 +43,8 @@ def _sorted_positions(batches, lengths, max_tokens) -> bool:
     if s == list(lengths):
         return False
     runs = sorted(sorted(b) for b in batches if b)
-    if any(b != list(range(b[0], b[0] + len(b))) or (len(b) > 1 and s[b[-1]] * len(b) > max_tokens) for b in runs):
+    if any(b != list(range(b[0], b[0] + len(b))) or
+           (len(b) > 1 and s[b[-1]] * len(b) > max_tokens) for b in runs):
         return False
     return all(s[nxt[0]] * (len(b) + 1) > max_tokens for b, nxt in zip(runs, runs[1:]))
 

@@ -76,7 +76,8 @@ def _mb_src(make_batch):
                 "pad every source on the right to the longest one (pad_sequences)",
                 {"<bos>/<eos> added to the source: the source is used as it is, only padded":
                      _pad([[BOS] + s + [EOS] for s in SRC]),
-                 "<eos> added to the source: the source is used as it is, only padded": _pad([s + [EOS] for s in SRC])})
+                 "<eos> added to the source: the source is used as it is, only "
+                 "padded": _pad([s + [EOS] for s in SRC])})
 
 
 SWAPPED = ("tgt_in and tgt_out are swapped: tgt_in (the decoder input) is <bos> y, tgt_out (what the decoder "
@@ -223,7 +224,8 @@ def _mb_n_tokens(make_batch):
     hints = {B * L: "padding counted: count only the tokens of tgt_out that are not pad_id",
              sum(len(t) for t in TGT): "<eos> not counted: the model predicts it too, so it counts "
                                        "(the real tokens of tgt_out)",
-             sum(len(s) for s in SRC): "the source tokens were counted: n_tokens counts tgt_out's real tokens",
+             sum(len(s) for s in SRC): "the source tokens were counted: n_tokens counts tgt_out's real "
+                                       "tokens",
              int((e["src"] != PAD).sum()): "the source tokens were counted: n_tokens counts tgt_out's real "
                                            "tokens"}
     raise CheckFailure("batch.n_tokens for targets [[11, 12], [13, 14, 15], [16]]",

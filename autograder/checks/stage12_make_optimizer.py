@@ -129,7 +129,8 @@ def _expect_schedule(got, d, w, f, what, elsewhere=False, base_lr=None):
                                                if same(seq))
     elif all(math.isclose(a / b, ratio, rel_tol=1e-6) for a, b in zip(got, expected) if b):
         hint = (f"every rate is {ratio:.4g} x the schedule: LambdaLR multiplies the optimizer's lr by the "
-                "lambda, so create Adam with lr=1.0" if base_lr is not None and not math.isclose(base_lr, 1.0) else
+                "lambda, so create Adam with lr=1.0" if base_lr is not None and
+                not math.isclose(base_lr, 1.0) else
                 f"every rate is {ratio:.4g} x the schedule, though the warmup is right: the constant factor "
                 "factor * d_model ** -0.5 is off, so the d_model or factor argument looks ignored or "
                 "replaced; pass both on: lambda s: noam_lr(s + 1, d_model, warmup_steps, factor)")

@@ -117,7 +117,8 @@ def _noam_zero(noam_lr):
                 else "step 0 is counted as step 1, but the formula itself gives 0 at step 1 (noam_lr(1, 512) "
                      "is 0 "
                 "too): " + ZERO_RATE if got == 0 and one == 0
-                else "step 0 gave 0: count it as step 1 (step = max(step, 1)), as the contract says" if got == 0
+                else "step 0 gave 0: count it as step 1 (step = max(step, 1)), as the contract "
+                     "says" if got == 0
                 else "step 0 is counted as step 1, but the formula itself is wrong at step 1: see the other "
                      "checks"
                 if math.isclose(got, one, rel_tol=1e-9) else "count step 0 as step 1 (step = max(step, 1))")

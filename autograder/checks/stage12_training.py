@@ -60,13 +60,15 @@ def _expect_mask(got, expected: torch.Tensor, what: str, hint: str,
         raise CheckFailure(f"{what}: wrong shape", f"shape {full} (or one that broadcasts to it)",
                            f"shape {tuple(got.shape)}",
                            "masks have 4 dimensions (batch, heads, queries, keys) so that they broadcast "
-                           "over the heads: padding_mask is (B, 1, 1, L), target_mask (B, 1, L, L)" if len(shape) != 4 else
+                           "over the heads: padding_mask is (B, 1, 1, L), target_mask (B, 1, L, "
+                           "L)" if len(shape) != 4 else
                            f"4 dimensions, but the sizes do not fit this batch: {hint}")
     values = got.expand(full)
     if got.dtype != torch.bool:
         same = torch.equal(values.ne(0), expected)
         raise CheckFailure(f"{what}: dtype", "torch.bool (True = may attend)", str(got.dtype),
-                           "a 0/1 number mask: compare with != pad_id, which gives a bool tensor" if same else hint)
+                           "a 0/1 number mask: compare with != pad_id, which gives a bool "
+                           "tensor" if same else hint)
     if torch.equal(values, expected):
         return
     hint = diagnose(values, mistakes, lambda v, wrong: torch.equal(v, wrong.expand(full))) or hint
@@ -118,7 +120,8 @@ def _noam_mistakes(step, d, w, f):
         "the warmup term is step / warmup_steps: it is step * warmup_steps ** -1.5": f * d ** -0.5 * min(
             s ** -0.5, s / w),
         "the rate stays at its peak after warmup_steps (min(step, warmup_steps) * warmup_steps ** -1.5): "
-        "after the warmup it decays as step ** -0.5, the min of the two terms": f * d ** -0.5 * min(s, w) * w ** -1.5,
+        "after the warmup it decays as step ** -0.5, the min of the two "
+        "terms": f * d ** -0.5 * min(s, w) * w ** -1.5,
         "factor multiplies only the decay term: it multiplies the whole rate": d ** -0.5 * min(f * s ** -0.5,
                                                                                                 s * w ** -1.5),
         "factor multiplies only the warmup term: it multiplies the whole rate": d ** -0.5 * min(s ** -0.5,

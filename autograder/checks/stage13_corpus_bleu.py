@@ -97,7 +97,8 @@ def _bleu_formula_mistakes(hyps, refs, max_n, expected):
     sentences."""
     out = {
         "n-gram counts not clipped: a hypothesis n-gram matches at most as often as it occurs in the "
-        "reference (min(count in hypothesis, count in reference))": _bleu_formula(hyps, refs, max_n, clip=False),
+        "reference (min(count in hypothesis, count in "
+        "reference))": _bleu_formula(hyps, refs, max_n, clip=False),
         "no brevity penalty: multiply by exp(1 - ref_len / hyp_len) when the hypotheses are shorter":
             _bleu_formula(hyps, refs, max_n, brevity=False),
         "the brevity penalty is upside down: exp(1 - ref_len / hyp_len), with the lengths summed over the "
@@ -146,10 +147,12 @@ def _bleu_corpus_mistakes(hyps, refs, max_n):
     """The corpus joined, the arguments swapped, the orders cut short, smoothing."""
     out = {}
     out["the corpus was joined into one long sentence: n-grams across sentence boundaries were counted; "
-        "count the n-grams of each sentence, then sum the counts"] = _sacrebleu([[w for h in hyps for w in h]],
+        "count the n-grams of each sentence, then sum the "
+        "counts"] = _sacrebleu([[w for h in hyps for w in h]],
                                                                           [[w for r in refs for w in r]],
                                                                                 max_n)
-    out["hypotheses and references swapped: corpus_bleu(hypotheses, references)"] = _sacrebleu(refs, hyps, max_n)
+    out["hypotheses and references swapped: corpus_bleu(hypotheses, "
+        "references)"] = _sacrebleu(refs, hyps, max_n)
     if max_n > 1:
         out["orders 1..max_n - 1 only: BLEU averages log p_n over n = 1..max_n (range(1, max_n + 1))"] = \
             _sacrebleu(hyps, refs, max_n - 1)

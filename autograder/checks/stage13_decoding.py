@@ -256,9 +256,12 @@ def _greedy_variants(next_logits, src, max_len, bos=BOS, eos=EOS):
     right = run[:cut] if cut is not None else run[:max_len]
     ended = cut is not None
     return {
-        "<bos> is in the output: return the generated tokens only (ys[1:])": [bos] + right + ([eos] if ended else []),
-        "<bos> is in the output: return the generated tokens only, without <bos> and the final <eos>": [bos] + right,
-        "the final <eos> is in the output: cut each answer before its <eos>": right + ([eos] if ended else []),
+        "<bos> is in the output: return the generated tokens only (ys[1:])": [bos] + right +
+            ([eos] if ended else []),
+        "<bos> is in the output: return the generated tokens only, without <bos> and the final "
+        "<eos>": [bos] + right,
+        "the final <eos> is in the output: cut each answer before its <eos>": right +
+            ([eos] if ended else []),
         "did not stop at <eos>: a source is finished once it produces <eos>; return the tokens before it":
             run[:max_len] if ended else right,
         "did not stop at <eos> (the <eos> tokens were dropped from the output instead): cut each answer at "
@@ -583,7 +586,8 @@ def _expect_lists(got, expected, what, hint, mistakes=None, sources=None, eos=EO
         raise CheckFailure(f"{what}: the answer{src}", fmt(expected[i]), fmt(got[i]),
                            f"the answer goes on after its first <eos> ({eos}), which is where it ends: " +
                            ("in a batch a source that has finished keeps getting tokens while the others go "
-                            "on, and a cut at the last token (or at the last <eos>) keeps them" if in_batch else
+                            "on, and a cut at the last token (or at the last <eos>) keeps "
+                            "them" if in_batch else
                             "each source decoded on its own does not end right either, so a finished "
                             "sequence was extended past its <eos> (or the answer cut at its last <eos>, not "
                             "its first)") +
@@ -628,7 +632,8 @@ def _decode_with(decoder, model, src, mask, *args, **kwargs):
     got = decoder(model, given_src, given_mask, *args, **kwargs)
     for name, given, original in (("src", given_src, src), ("src_mask", given_mask, mask)):
         if given.shape != original.shape or not torch.equal(given, original):
-            changed = (f"shape {tuple(given.shape)} instead of {tuple(original.shape)}" if given.shape != original.shape
+            changed = (f"shape {tuple(given.shape)} instead of "
+                       f"{tuple(original.shape)}" if given.shape != original.shape
                        else f"{int((given != original).sum())} of its {original.numel()} values changed")
             raise CheckFailure(f"the {name} passed to {getattr(decoder, '__name__', 'the decoder')}",
                                "unchanged after the call", changed,
