@@ -707,7 +707,8 @@ class TokenizerOwnVocab:
 
     def decode(self, ids):
         inverse = {i: s for s, i in self.vocab.items()}
-        return " ".join("".join(inverse.get(i, "<unk>") for i in ids if i > 2).split("</w>")).strip().replace("  ", " ")
+        return " ".join("".join(inverse.get(i, "<unk>") for i in ids if i > 2)
+                        .split("</w>")).strip().replace("  ", " ")
 
     def save(self, path):
         with open(path, "w", encoding="utf-8") as f:
@@ -852,7 +853,8 @@ class TokenizerInitArguments:
         return self
 
     def encode(self, text):
-        return [self.stoi.get(s, 3) for w in text.split() for s in apply_bpe_sorted_candidates(w, self.merges)]
+        return [self.stoi.get(s, 3) for w in text.split()
+                for s in apply_bpe_sorted_candidates(w, self.merges)]
 
     def decode(self, ids):
         return " ".join("".join(self.itos[i] for i in ids if i not in (0, 1, 2)).replace("</w>", " ").split())
@@ -951,7 +953,8 @@ class TokSharedCache(BPETokenizer):
         out = []
         for w in text.split():
             if w not in self.ids_of:
-                self.ids_of[w] = [self.stoi.get(s, solutions.UNK) for s in solutions.apply_bpe(w, self.merges)]
+                self.ids_of[w] = [self.stoi.get(s, solutions.UNK)
+                                  for s in solutions.apply_bpe(w, self.merges)]
             out += self.ids_of[w]
         return out
 
@@ -963,7 +966,8 @@ class TokUnknownWord(BPETokenizer):
         out = []
         for w in text.split():
             subwords = solutions.apply_bpe(w, self.merges)
-            out += [solutions.UNK] if any(s not in self.stoi for s in subwords) else [self.stoi[s] for s in subwords]
+            out += ([solutions.UNK] if any(s not in self.stoi for s in subwords) else
+                    [self.stoi[s] for s in subwords])
         return out
 
 
@@ -1114,7 +1118,8 @@ def pad_sequences_mask(seqs, pad_id=0):
 
 
 _pad = functools.partial(using, PAD_SEQUENCES)  # _pad((old, new), ...): the reference so changed
-ROW, LONGEST, TENSOR = "s + [pad_id] * (longest - len(s))", "longest = max(len(s) for s in seqs)", "dtype=torch.long)"
+ROW, LONGEST, TENSOR = ("s + [pad_id] * (longest - len(s))", "longest = max(len(s) for s in seqs)",
+                        "dtype=torch.long)")
 LONG_TENSOR = (("torch.tensor(", "torch.LongTensor("), (", dtype=torch.long)", ")"))  # the legacy constructor
 correct("pad_sequences", pad_sequences_torch, pad_sequences_zip_longest, pad_sequences_fpad,
         pad_sequences_full_loop,

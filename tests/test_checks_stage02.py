@@ -17,7 +17,7 @@ _ANGLE = "torch.exp(-math.log(10000.0) * two_i / d_model)"
 _COLUMNS = "pe[:, 0::2] = torch.sin(angle)\n    pe[:, 1::2] = torch.cos(angle)"
 
 
-# ---------------------------------------------------------------- sinusoidal_encoding: correct, written differently
+# ---------------------------------------------------------- sinusoidal_encoding: correct, written differently
 def sinusoidal_loops(max_len, d_model):
     """Position by position, in numpy float64 (returned as float64: fine)."""
     if d_model % 2:
@@ -135,7 +135,7 @@ def table_logspace(max_len, d_model):
     return torch.stack((ang.sin(), ang.cos()), dim=2).flatten(1).float()
 
 
-# ---------------------------------------------------------------- PositionalEncoding: correct, written differently
+# ----------------------------------------------------------- PositionalEncoding: correct, written differently
 class PositionalEncodingAnnotated(nn.Module):
     """The Annotated Transformer's way: a (1, max_len, d) buffer, persistent, requires_grad_(False)."""
     def __init__(self, d_model, max_len=5000, dropout=0.1):
@@ -359,7 +359,7 @@ TABLE_MISTAKES = [
 ]
 
 
-# ---------------------------------------------------------------- sinusoidal_encoding: the report when no cause fits
+# --------------------------------------------------------- sinusoidal_encoding: the report when no cause fits
 def _angle_in(dtype, *changes):
     """The reference with the positions and 2i, so the angle, in `dtype`."""
     return edit(SIN, ("max_len, dtype=torch.float32)", f"max_len, dtype={dtype})"),

@@ -30,7 +30,7 @@ def _code(*lines):
     return "\n        ".join(lines)
 
 
-# ---------------------------------------------------------------- split_heads, merge_heads: correct, written otherwise
+# ------------------------------------------------------- split_heads, merge_heads: correct, written otherwise
 def _checked(body):
     """split_heads as body(x, n_heads, B, L, d_k), after the check that n_heads divides d_model."""
     def split_heads(x, n_heads):
@@ -82,7 +82,7 @@ MERGE_STYLES = {
 }
 
 
-# ---------------------------------------------------------------- MultiHeadAttention: correct, written differently
+# ----------------------------------------------------------- MultiHeadAttention: correct, written differently
 class MHAEinsum(nn.Module):
     """Heads as an einsum index, -inf fill, dropout through F.dropout, weights kept with an extra
     attribute."""

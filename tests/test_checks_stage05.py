@@ -339,7 +339,8 @@ def test_target_mask_beside_a_padding_mask_missing_a_dimension_keeps_its_points(
     short = _pad("(ids != pad_id)[:, None, :]")
     assert grade(short, "padding_mask")[0] == max_points("padding_mask") - 1
     points, text = grade(_beside("padding_mask", short), "target_mask")
-    assert points == max_points("target_mask") and "fix padding_mask" in text and "shape (2, 1, 5)" in text, text
+    assert (points == max_points("target_mask") and "fix padding_mask" in text and
+            "shape (2, 1, 5)" in text), text
 
 
 def grade_across(namespace: dict, name: str):

@@ -220,7 +220,7 @@ def test_which_lines_reduce_without_keepdim(line, without):
     assert reduces_without_keepdim(line) is without
 
 
-# ---------------------------------------------------------------- SublayerConnection: correct, written differently
+# ----------------------------------------------------------- SublayerConnection: correct, written differently
 # other names
 _OWN = ["self.norm = LayerNorm(d_model)", "self.drop = nn.Dropout(dropout)", "self.pre = norm_first"]
 _HAND_DROPOUT = ["def dropped(self, t):", "    if not self.training or self.p == 0:", "        return t",
@@ -316,7 +316,7 @@ def test_other_correct_styles(contract, cls):
     assert_full_marks(cls, contract)
 
 
-# ---------------------------------------------------------------- SublayerConnection: classic mistakes, one row each
+# --------------------------------------------------------- SublayerConnection: classic mistakes, one row each
 AS_PRE, AS_POST = "x + self.dropout(sublayer(self.norm(x)))", "self.norm(x + self.dropout(sublayer(x)))"
 
 

@@ -73,7 +73,7 @@ def _style(reference, *changes, init=(), forward=(), methods=(), name=None):
     return made
 
 
-# ---------------------------------------------------------------- parts written differently (stage 09 imports them)
+# ---------------------------------------------------------- parts written differently (stage 09 imports them)
 _HEADS = "self.h = n_heads", ("self.w_q, self.w_k, self.w_v, self.w_o = (nn.Linear(d_model, d_model) for _ "
                               "in range(4))")
 _EINSUM = dict(init=[*_HEADS, "self.drop = nn.Dropout(dropout)"], forward=[
@@ -108,7 +108,8 @@ Float64Attention = _style(MultiHeadAttention, init=[*_HEADS, "self.drop = nn.Dro
     "w = self.drop(torch.softmax(s, -1).nan_to_num(0.0).float()).reshape(B * h, Lq, Lk)",
     "return self.w_o(torch.bmm(w, v).view(B, h, Lq, dk).permute(0, 2, 1, 3).reshape(B, Lq, d))"],
     name="Float64Attention")
-_FFN_DROP, _FFN_RETURN = "self.dropout = nn.Dropout(dropout)", "return self.w_2(self.dropout(torch.relu(self.w_1(x))))"
+_FFN_DROP, _FFN_RETURN = ("self.dropout = nn.Dropout(dropout)",
+                          "return self.w_2(self.dropout(torch.relu(self.w_1(x))))")
 # F.dropout with the module's training flag, no default for dropout
 FeedForward = _style(PositionwiseFeedForward, ("dropout: float = 0.1)", "dropout)"),
                      (_FFN_DROP, "self.p = dropout"),
@@ -143,7 +144,7 @@ InPlaceConnection = _style(SublayerConnection, ("LayerNorm(d_model)", "VarMeanLa
                             "self.norm(out)"),
                            name="InPlaceConnection")
 
-# ---------------------------------------------------------------- EncoderLayer and Encoder: correct, written otherwise
+# ------------------------------------------------------- EncoderLayer and Encoder: correct, written otherwise
 _MASK_ARG, _LAST_ARG = "src_mask: torch.Tensor | None)", "norm_first: bool = False"
 _CONNECTION = "SublayerConnection(d_model, dropout, norm_first)"
 _CONNECTIONS = f"nn.ModuleList([{_CONNECTION} for _ in range(2)])"
@@ -557,7 +558,7 @@ def test_mistakes(m):
     assert_mistake(m)
 
 
-# ---------------------------------------------------------------- an error in the learner's code: where, which shapes
+# -------------------------------------------------------- an error in the learner's code: where, which shapes
 def test_an_error_of_no_known_kind_says_where_and_guesses_nothing():
     """A shape mistake of no known kind: the message says where, with which shapes, after which call, and
     guesses no cause (5 is the length of both x and h: the sizes do not point at one tensor's dimension)."""

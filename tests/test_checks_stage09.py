@@ -34,7 +34,8 @@ _SELF, _CROSS = "self.self_attn(y, y, y, tgt_mask)", "self.cross_attn(y, memory,
 _S, _C, _FF = f"lambda y: {_SELF}", f"lambda y: {_CROSS}", "self.feed_forward"
 _CROSS_INIT = "self.cross_attn = MultiHeadAttention(d_model, n_heads, dropout)"
 _CONNECTIONS = "nn.ModuleList([SublayerConnection(d_model, dropout, norm_first) for _ in range(3)])"
-_EACH, _NORM, _FINAL = "x = layer(x, memory, src_mask, tgt_mask)", "return self.norm(x)", "LayerNorm(d_model) if"
+_EACH, _NORM, _FINAL = ("x = layer(x, memory, src_mask, tgt_mask)", "return self.norm(x)",
+                        "LayerNorm(d_model) if")
 _LAYER_ARGS = "(d_model, n_heads, d_ff, dropout, norm_first)"
 _LAYER, _SEQUENTIAL = f"DecoderLayer{_LAYER_ARGS}", "nn.Sequential(*[{}" + _LAYER_ARGS + (" for _ in "
                                                                                           "range(n_layers)])")

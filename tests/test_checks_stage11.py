@@ -13,7 +13,8 @@ from tests.grading import Mistake, assert_full_marks, assert_mistake, edit, grad
 
 NAME, LOSS = "label_smoothed_loss", solutions.label_smoothed_loss
 _SOURCE = inspect.getsource(LOSS)
-_BODY, _TAIL = (_SOURCE[_SOURCE.index(start):_SOURCE.index("    ### END")] for start in ("    V =", "    nll ="))
+_BODY, _TAIL = (_SOURCE[_SOURCE.index(start):_SOURCE.index("    ### END")]
+                 for start in ("    V =", "    nll ="))
 _AT = dict(V="V = logits.size(-1)", logp="F.log_softmax(logits.float(), dim=-1)",
            keep="keep = target != ignore_index",
            empty="if not keep.any():", zero="logits.sum() * 0.0  # no real token: zero, still connected to "
@@ -133,11 +134,13 @@ def test_pytorch_s_own_label_smoothing_earns_nothing():
 
 
 # ---------------------------------------------------------------- classic mistakes, one row each
-mean_of_sentence_means = edit(_DISTRIBUTION, ("return (per_position * keep).sum() / keep.sum().clamp(min=1)", """\
+mean_of_sentence_means = edit(_DISTRIBUTION,
+                              ("return (per_position * keep).sum() / keep.sum().clamp(min=1)", """\
 counts = keep.reshape(-1, target.size(-1)).sum(-1)
     if not (counts > 0).any():
         return logits.sum() * 0
-    return ((per_position * keep).reshape(-1, target.size(-1)).sum(-1)[counts > 0] / counts[counts > 0]).mean()"""))
+    return ((per_position * keep).reshape(-1, target.size(-1)).sum(-1)[counts > 0] / """
+                               """counts[counts > 0]).mean()"""))
 # the Annotated Transformer's LabelSmoothing: epsilon / (V - 2), column 0 (<pad>) emptied after the scatter
 annotated_transformer = edit(_DISTRIBUTION, ("logits, epsilon / (V - 1)", "logits, epsilon / (V - 2)"),
                              ("1 - epsilon)", "1 - epsilon)\n    q[..., 0] = 0"))

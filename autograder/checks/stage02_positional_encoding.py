@@ -246,7 +246,8 @@ def _diagnose(module, x, max_len, refused=False):
                 "(length, batch, d_model) of PyTorch's old tutorial; x is batch-first (batch, length, "
                 "d_model): keep a (max_len, d_model) table and add pe[:x.size(1)] (it broadcasts over the "
                 "batch)")
-    if shape is not None and len(shape) == 2 and max_len is not None and shape == (d, max_len) != (max_len, d):
+    if shape is not None and len(shape) == 2 and max_len is not None and \
+            shape == (d, max_len) != (max_len, d):
         return (f"the table has shape {shape}, (d_model, max_len): build it with "
                 "sinusoidal_encoding(max_len, d_model), the arguments in that order")
     if lengths - {L}:

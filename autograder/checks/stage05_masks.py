@@ -364,8 +364,8 @@ def _tgt_pad_id(target_mask):
 def _same_as_default_pad(target_mask, got, expected) -> bool:
     """Whether a wrong target_mask(ids, pad_id=7) is what the same ids with 0 and 7 swapped give with the
     default pad_id: then pad_id is used as <pad>, and the mask is wrong for another reason."""
-    if not isinstance(got, torch.Tensor) or got.shape != expected.shape or torch.equal(got.detach().cpu() != 0,
-                                                                                        expected):
+    if not isinstance(got, torch.Tensor) or got.shape != expected.shape or \
+            torch.equal(got.detach().cpu() != 0, expected):
         return False
     # the pad_id check's ids, 0 and 7 swapped
     swapped = torch.tensor([[1, 7, 4, 0, 0, 0], [1, 5, 6, 2, 3, 0]])
@@ -509,8 +509,8 @@ def _moved_to_cpu(fn, name):
     except Exception:  # noqa: BLE001  (the values are read: .tolist(), .item(); judged by the probes that follow)
         return
     # a copy of a mask made on the device comes back all True (ones); one made from the ids' copy (zeros), not
-    if isinstance(got, torch.Tensor) and type(got) is torch.Tensor and got.device.type == "cpu" and got.numel() \
-            and bool((got != 0).all()):
+    if isinstance(got, torch.Tensor) and type(got) is torch.Tensor and got.device.type == "cpu" and \
+            got.numel() and bool((got != 0).all()):
         raise CheckFailure(f"{name}(ids on device 'meta'): the mask's device", "the device of the ids", "cpu",
                            MOVED_TO_CPU.format(made=f"device={_arg(name)}.device (or from {_arg(name)} "
                                                     "itself)"))

@@ -295,7 +295,8 @@ def _norm_attr(sc, d, what):
                            type(norm).__name__ if norm is not None else "no such attribute",
                            "self.norm = LayerNorm(d_model): the contract's name, so weights can be copied")
     w, b = getattr(norm, "weight", None), getattr(norm, "bias", None)
-    if not isinstance(w, torch.Tensor) or not isinstance(b, torch.Tensor) or w.shape != (d,) or b.shape != (d,):
+    if not isinstance(w, torch.Tensor) or not isinstance(b, torch.Tensor) or \
+            w.shape != (d,) or b.shape != (d,):
         raise CheckFailure(f"{what}.norm", f"a LayerNorm({d}) with weight and bias of shape ({d},)",
                            type(norm).__name__, "self.norm = LayerNorm(d_model)")
     return norm

@@ -511,8 +511,8 @@ def check_parts_drop(layer, calls, what):
             raise
         except Exception:  # noqa: BLE001  (not called as the contract's module: another design)
             continue
-        if isinstance(kept, torch.Tensor) and isinstance(dropped, torch.Tensor) and kept.shape == dropped.shape \
-                and torch.allclose(kept, dropped):
+        if isinstance(kept, torch.Tensor) and isinstance(dropped, torch.Tensor) and \
+                kept.shape == dropped.shape and torch.allclose(kept, dropped):
             inside = "feed-forward's hidden units" if name == "feed_forward" else "attention weights"
             raise CheckFailure(f"{what}.train() with dropout=0.5: `{name}` called on its own",
                                f"an output changed by dropout (the {inside} dropped)",
@@ -552,7 +552,8 @@ def check_sublayer_dropout(layer, call, x, parts, what):
         raise
     except Exception:  # noqa: BLE001  (the parts are not called as modules of the contract's signature)
         return
-    if not isinstance(out, torch.Tensor) or out.shape != x.shape or any(getattr(layer, n).calls != 1 for n in parts):
+    if not isinstance(out, torch.Tensor) or out.shape != x.shape or \
+            any(getattr(layer, n).calls != 1 for n in parts):
         return
     delta = (out - x).double()
     whole = delta.round()
@@ -569,7 +570,7 @@ def check_sublayer_dropout(layer, call, x, parts, what):
                                "dropout to the sublayer's output; add none of your own")
 
 
-# ---------------------------------------------------------------- stacks (Encoder's, and stage 09's Decoder's)
+# ------------------------------------------------------------ stacks (Encoder's, and stage 09's Decoder's)
 def stack_layers(stack, what, n_layers, causes: dict | None = None):
     """stack.layers, n_layers of them; `causes`: {a wrong number of layers: the mistake that gives it}."""
     layers = get_path(stack, "layers", what)
@@ -655,7 +656,8 @@ def stack_mistakes(layers, run_layer, final, norm_first, default_norm):
         chain(mode, feed="input")
     m["the layers applied in reverse order: self.layers[0] "
       "first"] = chain(mode, layers_override=list(layers)[::-1])
-    m["only the first layer applied (a return inside the loop, or a loop that stops early: range(n - 1)?)"] = \
+    m["only the first layer applied (a return inside the loop, or a loop that stops early: "
+      "range(n - 1)?)"] = \
         chain(mode, feed="first-only")
     m["the mask is not passed to the layers"] = chain(mode, masked=lambda i: False)
     m["the mask is passed to the first layer only"] = chain(mode, masked=lambda i: i == 0)

@@ -323,7 +323,8 @@ def _encoder_mistakes(ref, encode, memory, s_in, s_wrong, src, norm_first):
         enc_mistakes["final norm present in the post-norm encoder: norm must be the identity"] = \
             default_layer_norm(memory)
     else:
-        enc_mistakes["final norm missing in the pre-norm encoder: apply its LayerNorm after the last layer"] = \
+        enc_mistakes["final norm missing in the pre-norm encoder: apply its LayerNorm after the last "
+                     "layer"] = \
             encode(s_in, final=False)
     return enc_mistakes
 
@@ -929,7 +930,8 @@ def _tied_gradient(model, logits, src, tgt, states_fn, what):
     if real and torch.allclose(grad[real], share[real], atol=1e-5, rtol=1e-4):
         src_w = _embedding_weight(model, "src", what)
         only_tgt = [v for v in sorted(set(real) - set(src.flatten().tolist())) if v < src_w.size(0)]
-        if src_w is not weight and src_w.grad is not None and only_tgt and bool(src_w.grad[only_tgt].abs().sum() > 0):
+        if src_w is not weight and src_w.grad is not None and only_tgt and \
+                bool(src_w.grad[only_tgt].abs().sum() > 0):
             raise CheckFailure(f"{run}: the gradient with respect to src_embed's rows of tokens only the "
                                "target has",
                                "none: decode embeds tgt_in with tgt_embed", "a gradient",

@@ -86,7 +86,8 @@ SWAPPED = ("tgt_in and tgt_out are swapped: tgt_in (the decoder input) is <bos> 
 
 
 def _same_ids(t, expected: torch.Tensor) -> bool:
-    return isinstance(t, torch.Tensor) and tuple(t.shape) == tuple(expected.shape) and torch.equal(t.long(), expected)
+    return (isinstance(t, torch.Tensor) and tuple(t.shape) == tuple(expected.shape) and
+            torch.equal(t.long(), expected))
 
 
 def _swapped(b, e) -> dict[str, torch.Tensor]:
@@ -131,7 +132,8 @@ def _mb_src_mask(make_batch):
     full = e["src_mask"]
     src = b.src
     if isinstance(src, torch.Tensor) and src.dim() == 2 and not src.dtype.is_floating_point and \
-            src.dtype != torch.bool and not _same_ids(src, e["src"]) and not _mask_equals(b.src_mask, full) and \
+            src.dtype != torch.bool and not _same_ids(src, e["src"]) and \
+            not _mask_equals(b.src_mask, full) and \
             _mask_equals(b.src_mask, (src != PAD)[:, None, None, :]):
         raise CheckFailure(f"batch.src_mask for sources {SRC}", f"padding_mask of the right src, shape "
                                                                 f"{tuple(full.shape)}",

@@ -122,8 +122,8 @@ def _noam_mistakes(step, d, w, f):
         "the rate stays at its peak after warmup_steps (min(step, warmup_steps) * warmup_steps ** -1.5): "
         "after the warmup it decays as step ** -0.5, the min of the two "
         "terms": f * d ** -0.5 * min(s, w) * w ** -1.5,
-        "factor multiplies only the decay term: it multiplies the whole rate": d ** -0.5 * min(f * s ** -0.5,
-                                                                                                s * w ** -1.5),
-        "factor multiplies only the warmup term: it multiplies the whole rate": d ** -0.5 * min(s ** -0.5,
-                                                                                                 f * s * w ** -1.5),
+        "factor multiplies only the decay term: it multiplies the whole rate":
+            d ** -0.5 * min(f * s ** -0.5, s * w ** -1.5),
+        "factor multiplies only the warmup term: it multiplies the whole rate":
+            d ** -0.5 * min(s ** -0.5, f * s * w ** -1.5),
     }

@@ -179,9 +179,11 @@ def _bleu_part_mistakes(hyps, refs, max_n, expected):
     out["smoothed (add-one on every order, unigrams included: (m + 1) / (t + 1)): the contract's BLEU has no "
         "smoothing, p_n = m / t, and a zero precision gives 0"] = _bleu_parts(hyps, refs, max_n, add=1)
     for digits in (0, 1, 2, 3, 4):
-        out[f"the score was rounded (round(bleu, {digits})): return it unrounded; round only when printing"] = \
+        out[f"the score was rounded (round(bleu, {digits})): return it unrounded; round only when "
+            "printing"] = \
             round(expected, digits)
-    out["the score was truncated to a whole number (int(bleu) or math.floor): return it as it is, a float"] = \
+    out["the score was truncated to a whole number (int(bleu) or math.floor): return it as it is, a "
+        "float"] = \
         float(math.floor(expected))
     return out
 

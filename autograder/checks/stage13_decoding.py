@@ -325,7 +325,8 @@ def _ref_stops(t, open_, finished, width, lp, max_len, K, stop_first, stop_at_k,
         return True
     if (stop_at_k and len(finished) >= K) or not open_ or width == 0:
         return True
-    if twice and finished and t < max_len and max(s for _, s in open_) / lp(max_len) <= max(f[0] for f in finished):
+    if twice and finished and t < max_len and \
+            max(s for _, s in open_) / lp(max_len) <= max(f[0] for f in finished):
         return True  # (the early stop of the normalized scores, then divided again: see the end)
     if stop and finished and t < max_len and \
             max(s for _, s in open_) / max(lp(t + 1), lp(max_len)) <= max(f[0] for f in finished):
