@@ -152,6 +152,41 @@ def _keys_first(attn) -> bool:
         return False
 
 
+def _shape_failure(attn, e, q, k, v, mask, what):
+    """_call's verdict on a RuntimeError or IndexError of the learner's code: a CheckFailure that names the
+    likely mistake, or None where the error is to be reported as it is."""
+    text = str(e)
+    if mask is not None and "shape of the mask" in text and "does not match" in text:
+        return CheckFailure(f"{what} with a mask of shape {tuple(mask.shape)}", "the mask to broadcast",
+                            f"{type(e).__name__}: {text.splitlines()[0][:120]}",
+                            "boolean indexing, scores[~mask] = ..., needs a mask of the scores' exact "
+                            "shape; scores.masked_fill(~mask, ...) lets the mask broadcast")
+    if not any(s in text for s in ("must match the size", "Dimension out of range", "Expected size",
+                                    "cannot be multiplied", "size mismatch")):
+        return None
+    if q.size(-2) != k.size(-2) and _keys_first(attn):
+        shapes = ", ".join(f"{n} {tuple(t.shape)}" for n, t in zip("qkv", (q, k, v)))
+        return CheckFailure(f"{what} for {shapes}", "weights (..., Lq, Lk)",
+                            f"{type(e).__name__}: {text.splitlines()[0][:120].rstrip('.')}",
+                            KEYS_FIRST)
+    line = failing_line(e)
+    if not _PRODUCT.search(line) or _LAST_TWO.search(line):
+        # not a product of q and k: described as any error is (line, shapes, a Likely only from those)
+        return None
+    if _ANY_TRANSPOSE.search(line):
+        hint = TRANSPOSE
+    elif re.search(r"\bk\b", line):
+        hint = NO_T
+    else:
+        return None
+    shapes = ", ".join(f"{n} {tuple(t.shape)}" for n, t in zip("qkv", (q, k, v)))
+    return CheckFailure(f"{what} for {shapes}: wrong shape inside your function, at `{line}`",
+                        "(..., Lq, d_k) @ (..., d_k, Lk) -> weights (..., Lq, Lk)",
+                        f"{type(e).__name__}: {text.splitlines()[0][:120].rstrip('.')}",
+                        hint + ("" if mask is None else
+                                f"; the mask {tuple(mask.shape)} broadcasts as it is"))
+
+
 def _call(attn, q, k, v, mask=None, dropout=None, what="scaled_dot_product_attention(q, k, v)",
           unchanged=False):
     """The learner's (output, weights) for copies of the inputs (the checks' own stay intact); with
@@ -160,37 +195,10 @@ def _call(attn, q, k, v, mask=None, dropout=None, what="scaled_dot_product_atten
     try:
         out = attn(*args) if dropout is None else attn(*args, dropout)
     except (RuntimeError, IndexError) as e:
-        text = str(e)
-        if mask is not None and "shape of the mask" in text and "does not match" in text:
-            raise CheckFailure(f"{what} with a mask of shape {tuple(mask.shape)}", "the mask to broadcast",
-                               f"{type(e).__name__}: {text.splitlines()[0][:120]}",
-                               "boolean indexing, scores[~mask] = ..., needs a mask of the scores' exact "
-                               "shape; scores.masked_fill(~mask, ...) lets the mask broadcast") from None
-        if not any(s in text for s in ("must match the size", "Dimension out of range", "Expected size",
-                                        "cannot be multiplied", "size mismatch")):
+        failure = _shape_failure(attn, e, q, k, v, mask, what)
+        if failure is None:
             raise
-        if q.size(-2) != k.size(-2) and _keys_first(attn):
-            shapes = ", ".join(f"{n} {tuple(t.shape)}" for n, t in zip("qkv", (q, k, v)))
-            raise CheckFailure(f"{what} for {shapes}", "weights (..., Lq, Lk)",
-                               f"{type(e).__name__}: {text.splitlines()[0][:120].rstrip('.')}",
-                               KEYS_FIRST) from None
-        line = failing_line(e)
-        if not _PRODUCT.search(line) or _LAST_TWO.search(line):
-            # not a product of q and k: described as any error is (line, shapes, a Likely only from those)
-            raise
-        if _ANY_TRANSPOSE.search(line):
-            hint = TRANSPOSE
-        elif re.search(r"\bk\b", line):
-            hint = NO_T
-        else:
-            raise
-        shapes = ", ".join(f"{n} {tuple(t.shape)}" for n, t in zip("qkv", (q, k, v)))
-        raise CheckFailure(f"{what} for {shapes}: wrong shape inside your function, at `{line}`",
-                           "(..., Lq, d_k) @ (..., d_k, Lk) -> weights (..., Lq, Lk)",
-                           f"{type(e).__name__}: {text.splitlines()[0][:120].rstrip('.')}",
-                           hint + ("" if mask is None else f"; the mask {tuple(mask.shape)} broadcasts as it "
-                                                           "is"))\
-            from None
+        raise failure from None
     if unchanged:
         for name, mine, given in zip(("q", "k", "v", "mask"), (q, k, v, mask), args):
             if mine is not None and not torch.equal(mine, given):

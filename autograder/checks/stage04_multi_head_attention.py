@@ -421,9 +421,8 @@ IN_BIAS = ("the biases of w_q, w_k and w_v are missing (query @ w_q.weight.T): a
            "self.w_q(query), self.w_k(key), self.w_v(value)")
 
 
-def _mistakes(ref, query, key, value, mask=None):
-    """{description of a classic mistake: the output it gives}; a variant that cannot run on these inputs is
-    left out."""
+def _variants(ref, query, key, value, mask=None):
+    """{description of a classic mistake: the keywords of _manual that put it in}, for these inputs."""
     variants = {
         NO_TRANSPOSE_SPLIT: dict(split="no_transpose"),
         NO_TRANSPOSE_SPLIT + " (and merged back the same way)": dict(split="no_transpose",
@@ -477,9 +476,15 @@ def _mistakes(ref, query, key, value, mask=None):
         if mask.size(-2) == mask.size(-1) > 1:
             variants["the mask's query and key axes swapped (a transpose of the mask): a (.., Lq, Lk) mask "
                      "is used as it is"] = dict(mask_mode="transposed")
+    return variants
+
+
+def _mistakes(ref, query, key, value, mask=None):
+    """{description of a classic mistake: the output it gives}; a variant that cannot run on these inputs is
+    left out."""
     out = {}
     with torch.no_grad():
-        for description, kw in variants.items():
+        for description, kw in _variants(ref, query, key, value, mask).items():
             try:
                 out[description] = _manual(ref, query, key, value, mask, **kw)
             except RuntimeError:
