@@ -375,9 +375,8 @@ def beam_dicts_early_stop(model, memory, mask, max_len, K, alpha, bos_id, eos_id
     beams, finished = {(bos_id,): 0.0}, {}
     for t in range(1, max_len + 1):
         keys = list(beams)
-        out = model.decode(torch.tensor(keys), memory.repeat(len(keys), 1, 1),
-                           mask.repeat(len(keys), 1, 1, 1),
-                           causal(t))
+        out = model.decode(torch.tensor(keys),
+                           memory.repeat(len(keys), 1, 1), mask.repeat(len(keys), 1, 1, 1), causal(t))
         logp = F.log_softmax(model.generator(out[:, -1]), dim=-1).tolist()
         cand = {key + (tok,): beams[key] + v for key, row in zip(keys, logp) for tok, v in enumerate(row)}
         beams = {}
