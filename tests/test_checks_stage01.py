@@ -1,9 +1,9 @@
-"""Stage 01's checks: full marks for correct code however written; for each classic mistake, exactly the points
-it earns and the words that name it (the reference and the stub: tests/test_registry.py). The points are pinned,
-so one mistake is seen to cost the checks about it, not the whole stage.
+"""Stage 01's checks: full marks for correct code however written; for each classic mistake, exactly the
+points it earns and the words that name it (the reference and the stub: tests/test_registry.py). The points
+are pinned, so one mistake is seen to cost the checks about it, not the whole stage.
 
-The BPE checks compare with autograder/fixtures/stage01_bpe.json, subword-nmt's output (the reference implementation
-of Sennrich et al. 2016) on the cases that autograder/fixtures/stage01_bpe.py builds;
+The BPE checks compare with autograder/fixtures/stage01_bpe.json, subword-nmt's output (the reference
+implementation of Sennrich et al. 2016) on the cases that autograder/fixtures/stage01_bpe.py builds;
 `test_fixture_is_subword_nmt_output` checks that the stored file is still exactly that output.
 """
 import collections
@@ -57,8 +57,9 @@ def _word(w):
 
 
 def using(reference, *changes, name=None, **names):
-    """`reference` changed by edit() (or not at all) with some of the names it calls replaced or added: a mistake
-    made in a helper, e.g. using(LEARN_BPE, merge_pair=merge_overlapping), or a style that calls numpy."""
+    """`reference` changed by edit() (or not at all) with some of the names it calls replaced or added: a
+    mistake made in a helper, e.g. using(LEARN_BPE, merge_pair=merge_overlapping), or a style that calls
+    numpy."""
     made = edit(reference, *changes, name=name)
     fn = made if inspect.isfunction(made) else next(f for f in vars(made).values() if inspect.isfunction(f))
     fn.__globals__.update(names)
@@ -105,18 +106,23 @@ correct("get_pair_stats", get_pair_stats_defaultdict, get_pair_stats_repeat, get
         _stats((LOOP, "stats.update(list(zip(symbols[:-1], symbols[1:])) * count)"),
                name="get_pair_stats_repeat_update"),
         # Counter arithmetic: each word's pairs scaled by its count, added up
-        _stats((LOOP, "stats += Counter({p: k * count for p, k in Counter(zip(symbols, symbols[1:])).items()})"),
+        _stats((LOOP, "stats += Counter({p: k * count for p, k in Counter(zip(symbols, "
+                      "symbols[1:])).items()})"),
                name="get_pair_stats_counter_sum"),
         # numpy int64 counts in a plain dict, pairs found from the end of each word
-        _stats((NEW, "stats = {}"), (PAIRS, "((symbols[i - 1], symbols[i]) for i in range(len(symbols) - 1, 0, -1))"),
-               (ADD, "stats[pair] = stats.get(pair, np.int64(0)) + np.int64(count)"), name="get_pair_stats_numpy_ints",
+        _stats((NEW, "stats = {}"), (PAIRS, "((symbols[i - 1], symbols[i]) for i in range(len(symbols) - 1, "
+                                            "0, -1))"),
+               (ADD, "stats[pair] = stats.get(pair, np.int64(0)) + np.int64(count)"),
+               name="get_pair_stats_numpy_ints",
                np=np),
         # the most frequent words first; an OrderedDict
         _stats((NEW, "stats = collections.OrderedDict()"), (ADD, GET),
-               ("vocab.items()", "sorted(vocab.items(), key=lambda kv: -kv[1])"), name="get_pair_stats_ordered",
+               ("vocab.items()", "sorted(vocab.items(), key=lambda kv: -kv[1])"),
+               name="get_pair_stats_ordered",
                collections=collections),
         # float counts (3.0 == 3) and a keyword-only extra argument; a plain dict returned
-        _stats(("vocab: dict[tuple[str, ...], int])", "vocab, *, weight=1.0)"), (NEW, "stats = defaultdict(float)"),
+        _stats(("vocab: dict[tuple[str, ...], int])", "vocab, *, weight=1.0)"),
+               (NEW, "stats = defaultdict(float)"),
                (PAIRS, "itertools.pairwise(symbols)"), (ADD, "stats[pair] += count * weight"),
                ("return stats", "return dict(stats)"), name="get_pair_stats_float", itertools=itertools))
 
@@ -136,7 +142,8 @@ ROWS = mistakes("get_pair_stats", [
     Mistake("the last pair of each word missed", _stats((PAIRS, "zip(symbols, symbols[1:-1])")), 0,
             "last pair of each word"),
     Mistake("a mutable default Counter", _stats(("int]) -> Counter:", "int], stats=Counter()) -> Counter:"),
-                                                (f"    {NEW}\n", "")), 0, ("called twice", "mutable default")),
+                                                (f"    {NEW}\n", "")), 0,
+            ("called twice", "mutable default")),
     Mistake("keys 'a b' strings", _stats((ADD, "stats[' '.join(pair)] += count")), 0, "tuple (left, right)"),
     Mistake("character pairs", _stats((PAIRS, "zip(''.join(symbols), ''.join(symbols)[1:])")), 0,
             "pairs of characters"),
@@ -240,10 +247,12 @@ def merge_pair_tab_regex(symbols, pair, sep="\t"):
     return tuple(pattern.sub(lambda m: pair[0] + pair[1], sep.join(symbols)).split(sep))
 
 
-correct("merge_pair", merge_pair_regex, merge_pair_recursive, merge_pair_stack, merge_pair_gpt2, merge_pair_skip_flag,
+correct("merge_pair", merge_pair_regex, merge_pair_recursive, merge_pair_stack, merge_pair_gpt2,
+        merge_pair_skip_flag,
         merge_pair_slice_assign, merge_pair_reduce, merge_pair_tab_regex,
         # joined with a separator that cannot occur (NUL), split again, then the left-to-right scan
-        _merge(("    out, i = [], 0\n", '    symbols = "\\x00".join(symbols).split("\\x00")\n    out, i = [], 0\n'),
+        _merge(("    out, i = [], 0\n", '    symbols = "\\x00".join(symbols).split("\\x00")\n    out, i = '
+                                        '[], 0\n'),
                (MATCH, "symbols[i] == pair[0] and symbols[i + 1] == pair[1]"), name="merge_pair_split_parts"))
 
 
@@ -275,11 +284,14 @@ ROWS += mistakes("merge_pair", [
             "only the left symbol compared"),
     Mistake("the last symbol dropped", _merge(("while i < len(symbols):", "while i < len(symbols) - 1:")), 0,
             "last symbol was lost"),
-    Mistake("merged with a space", _merge(("symbols[i] + symbols[i + 1])", "symbols[i] + ' ' + symbols[i + 1])")), 1,
+    Mistake("merged with a space", _merge(("symbols[i] + symbols[i + 1])", "symbols[i] + ' ' + symbols[i + "
+                                                                           "1])")), 1,
             "'l' + 'o' -> 'lo'"),
-    Mistake("a regex without boundaries", edit(merge_pair_regex, ('r"(?<!\\S)" + bigram + r"(?!\\S)"', "bigram")), 1,
+    Mistake("a regex without boundaries",
+            edit(merge_pair_regex, ('r"(?<!\\S)" + bigram + r"(?!\\S)"', "bigram")), 1,
             "inside a symbol"),
-    Mistake("the joined text compared", _merge((MATCH, "symbols[i] + symbols[i + 1] == pair[0] + pair[1]")), 3,
+    Mistake("the joined text compared", _merge((MATCH, "symbols[i] + symbols[i + 1] == pair[0] + pair[1]")),
+            3,
             ("joined text", "== pair")),
 ])
 
@@ -353,30 +365,35 @@ def learn_bpe_indexed(corpus, num_merges, min_frequency=2):
     return merges
 
 
-_recount = functools.partial(using, learn_bpe_recount)  # the slow, recounting learn_bpe (correct, above) so changed
+# the slow, recounting learn_bpe (correct, above) so changed
+_recount = functools.partial(using, learn_bpe_recount)
 BEST_PAIR, MERGED = "best = max(stats, key=lambda p: (stats[p], p))", "merge_pair_regex(w, best)"
 STOP_AT = "stats[best] <"
 learn_bpe_items_max = _recount(  # max over items by kv[::-1] = (count, pair)
     (BEST_PAIR, "best, count = max(stats.items(), key=lambda kv: kv[::-1])"), (STOP_AT, "count <"),
     (MERGED, "merge_pair_gpt2(w, best)"), name="learn_bpe_items_max")
-learn_bpe_live_counts = edit(  # incremental counts kept with zeros (filtered when choosing); merges returned as lists
+# incremental counts kept with zeros (filtered when choosing); merges returned as lists
+learn_bpe_live_counts = edit(
     learn_bpe_indexed,
     ("                if not stats[p]:\n                    del stats[p]\n", ""),
     ("and stats:\n        best = max(stats, key=lambda p: (stats[p], p))\n        if stats[best]",
      "and any(stats.values()):\n        live = {p: c for p, c in stats.items() if c > 0}\n"
      "        best = max(live, key=lambda p: (live[p], p))\n        if live[best]"),
     ("merges.append(best)", "merges.append(list(best))"), name="learn_bpe_live_counts")
-correct("learn_bpe", learn_bpe_recount, learn_bpe_paper, learn_bpe_indexed, learn_bpe_items_max, learn_bpe_live_counts,
+correct("learn_bpe", learn_bpe_recount, learn_bpe_paper, learn_bpe_indexed, learn_bpe_items_max,
+        learn_bpe_live_counts,
         # the reference's heap keyed by (-count, the pair's code points negated), not by its key class
         using(LEARN_BPE,
               ("    counts = Counter(", "    def key(p):\n"
                                        "        return tuple(tuple(-ord(c) for c in s) + (1,) for s in p)\n\n"
                                        "    counts = Counter("),
               ("(-c, Descending(p))", "(-c, key(p), p)"),
-              ("neg, key = heapq.heappop(heap)\n        best = key.pair", "neg, _, best = heapq.heappop(heap)"),
+              ("neg, key = heapq.heappop(heap)\n        best = key.pair",
+               "neg, _, best = heapq.heappop(heap)"),
               ("(-stats[pair], Descending(pair))", "(-stats[pair], key(pair), pair)"),
               name="learn_bpe_heap_codepoints"),
-        # words kept as space-joined strings; the winner is the last of sorted(stats, key=(count, pair)); a tuple
+        # words kept as space-joined strings; the winner is the last of sorted(stats, key=(count, pair)); a
+        # tuple
         _recount(("_word(w) for line", '" ".join(_word(w)) for line'),
                  ("(vocab)", "({tuple(w.split(' ')): f for w, f in vocab.items()})"),
                  (BEST_PAIR, "best = sorted(stats, key=lambda p: (stats[p], p))[-1]"),
@@ -385,7 +402,8 @@ correct("learn_bpe", learn_bpe_recount, learn_bpe_paper, learn_bpe_indexed, lear
         # pair counts in a numpy array; the greatest pair among the maxima
         _recount((BEST_PAIR, "counts = np.array(list(stats.values()), dtype=np.int64)\n"
                              "        best = max(p for p, k in zip(stats, counts) if k == counts.max())"),
-                 (STOP_AT, "counts.max() <"), (MERGED, "merge_pair_skip_flag(w, best)"), name="learn_bpe_numpy_counts"),
+                 (STOP_AT, "counts.max() <"), (MERGED, "merge_pair_skip_flag(w, best)"),
+                 name="learn_bpe_numpy_counts"),
         # the best pair the last of the sorted maxima; a keyword-only extra
         _recount(("min_frequency=2):", "min_frequency=2, *, verbose=False):"),
                  (BEST_PAIR, "top = max(stats.values())\n"
@@ -430,50 +448,61 @@ LINES_AS_WORDS = _learn((f"for word in {WORDS} if word", "for word in [line] if 
 DOCSTRING_EXAMPLE = "learns the docstring example"
 ROWS += mistakes("learn_bpe", [
     # ties
-    Mistake("ties to the smallest pair (min)", _learn((TIE, "return self.pair < other.pair")), 5, "smallest pair"),
+    Mistake("ties to the smallest pair (min)", _learn((TIE, "return self.pair < other.pair")), 5,
+            "smallest pair"),
     Mistake("sorted by (-count, pair)",
             _recount((BEST_PAIR, "best = sorted(stats.items(), key=lambda kv: (-kv[1], kv[0]))[0][0]")), 5,
             "smallest pair"),
     Mistake("ties to the first seen (most_common)",
-            _recount((BEST_PAIR, "best = collections.Counter(stats).most_common(1)[0][0]")), 5, "first pair counted"),
+            _recount((BEST_PAIR, "best = collections.Counter(stats).most_common(1)[0][0]")), 5,
+            "first pair counted"),
     Mistake("ties by the joined string", _learn((TIE, "return ''.join(self.pair) > ''.join(other.pair)")), 6,
             "ties go to the greatest pair"),
     # the words counted
-    Mistake("word frequencies ignored", _learn(("freqs = list(counts.values())", "freqs = [1] * len(counts)")), 3,
+    Mistake("word frequencies ignored",
+            _learn(("freqs = list(counts.values())", "freqs = [1] * len(counts)")), 3,
             "frequencies ignored"),
     Mistake("words counted once per line", _learn((f"for word in {WORDS}", f"for word in set({WORDS})")), 3,
             "frequencies ignored"),
-    Mistake("the corpus lowercased", _learn((WORDS, 'line.lower().strip("\\r\\n ").split(" ")')), 7, "lowercased"),
+    Mistake("the corpus lowercased", _learn((WORDS, 'line.lower().strip("\\r\\n ").split(" ")')), 7,
+            "lowercased"),
     Mistake("lines taken as words", LINES_AS_WORDS, 0, "list of LINES"),
-    Mistake("lines taken as words: named by the first check", LINES_AS_WORDS, 0, "each line counted as one word",
+    Mistake("lines taken as words: named by the first check", LINES_AS_WORDS, 0,
+            "each line counted as one word",
             title=DOCSTRING_EXAMPLE, not_says="one of these"),
     Mistake("pairs across words (line as one row)", _recount((
-        "_word(w) for line in corpus for w in line.split()", "tuple(s for w in line.split() for s in _word(w))"
+        "_word(w) for line in corpus for w in line.split()", "tuple(s for w in line.split() for s in "
+                                                             "_word(w))"
         " for line in corpus")), 2, "across words"),
     Mistake("word counts in a mutable default", learn_bpe_mutable_default, 1,
             ("not in this corpus", "mutable default")),
-    Mistake("corpus emptied", _learn((f"    words = {SEGMENTED}", f"    corpus.clear()\n    words = {SEGMENTED}")), 0,
+    Mistake("corpus emptied", _learn((f"    words = {SEGMENTED}", "    corpus.clear()\n    words = "
+                                                                  f"{SEGMENTED}")), 0,
             ("corpus list passed in", "unchanged")),
     Mistake("empty strings of split(' ') taken for words",  # ''[-1]: the case with runs of spaces crashes
             _learn((f"{WORDS} if word", 'line.strip("\\r\\n").split(" ")')), 7,
             ("IndexError", "skip the empty strings")),
     # the contract's iterables: an emptiness test that reads a generator's first lines
-    Mistake("the corpus read twice", _learn(("    counts = Counter(", "    if not any(line.strip() for line in "
-                                                                      "corpus):\n"
+    Mistake("the corpus read twice", _learn(("    counts = Counter(", "    if not any(line.strip() for line "
+                                                                      "in corpus):\n"
                                              "        return []\n    counts = Counter(")), 7,
             ("a generator of", "read twice", "corpus = list(corpus)")),
     Mistake("corpus lines stripped in place",  # seen on the case with spaces at the ends of its lines
-            _learn(("    counts = Counter(", "    for i, line in enumerate(corpus):\n        corpus[i] = line.strip()\n"
-                                           "    counts = Counter(")), 7, ("corpus list passed in", "unchanged")),
+            _learn(("    counts = Counter(", "    for i, line in enumerate(corpus):\n        corpus[i] = "
+                                             "line.strip()\n"
+                                           "    counts = Counter(")), 7,
+            ("corpus list passed in", "unchanged")),
     # </w>
     Mistake("</w> missing", LEARN_NO_END, 0, "`</w>` missing"),
     Mistake("</w> missing: named as such by the first check", LEARN_NO_END, 0, "`</w>` missing",
             title=DOCSTRING_EXAMPLE, not_says="each line counted"),
-    Mistake("</w> a separate symbol", _learn((SEGMENTED, "[tuple(w) + (END,) for w in counts]")), 0, "separate symbol"),
+    Mistake("</w> a separate symbol", _learn((SEGMENTED, "[tuple(w) + (END,) for w in counts]")), 0,
+            "separate symbol"),
     Mistake("</w> split into characters", _learn((SEGMENTED, "[tuple(w + END) for w in counts]")), 0,
             ("pieces of the marker", "< / w >")),
     # the merge
-    Mistake("overlapping occurrences merged", using(LEARN_BPE, merge_pair=merge_overlapping), 0, "overlapping"),
+    Mistake("overlapping occurrences merged", using(LEARN_BPE, merge_pair=merge_overlapping), 0,
+            "overlapping"),
     Mistake("merged right to left", using(LEARN_BPE, merge_pair=merge_right_to_left), 6, "right to left"),
     Mistake("str.replace on the joined word", _recount((MERGED, "merge_replace(w, best)")), 6,
             ("matched inside symbols", "str.replace")),
@@ -489,7 +518,8 @@ ROWS += mistakes("learn_bpe", [
     Mistake("one merge too few", _learn(("len(merges) < num_merges", "len(merges) < num_merges - 1")), 3,
             "one merge too few"),
     Mistake("num_merges taken as the vocabulary size", _recount((
-        "for _ in range(num_merges):", "while len({s for w in vocab for s in w}) < num_merges:")), 1, "num_merges"),
+        "for _ in range(num_merges):", "while len({s for w in vocab for s in w}) < num_merges:")), 1,
+            "num_merges"),
     Mistake("crashes once no pair is left", _recount(("        if not stats:\n            break\n", "")), 5,
             ("ValueError", "no pair is left")),
     # what is returned
@@ -585,17 +615,20 @@ correct("apply_bpe", apply_bpe_ranks, apply_bpe_first_occurrence, apply_bpe_gpt2
         # scans the merge list from the start after every merge (slow, correct); a tuple: fine too
         _apply((BEST_MIN, "present = set(zip(symbols, symbols[1:]))\n"
                           "        pair = next((m for m in merges if m in present), None)"),
-               (MERGE, "merge_pair_regex(symbols, pair)"), (END_OF, "return tuple(symbols)"), name="apply_bpe_scan",
+               (MERGE, "merge_pair_regex(symbols, pair)"), (END_OF, "return tuple(symbols)"),
+               name="apply_bpe_scan",
                merge_pair_regex=merge_pair_regex),
         # merges.index as the rank (slow, correct), an extra keyword with a default
         _apply(("merges: list[tuple[str, str]])", "merges, dropout=0.0)"),
                (RANKS, "merges = [tuple(m) for m in merges]"),
                ("ranks.get(p, math.inf)", "merges.index(p) if p in merges else math.inf"),
-               ("if pair not in ranks", "if pair not in merges"), (MERGE, "merge_pair_recursive(symbols, pair)"),
+               ("if pair not in ranks", "if pair not in merges"), (MERGE, "merge_pair_recursive(symbols, "
+                                                                          "pair)"),
                name="apply_bpe_list_index", merge_pair_recursive=merge_pair_recursive),
         # the ranks in a numpy int64 array, int64's maximum for no rank; argmin
-        _apply((BEST_MIN, "r = np.array([ranks.get(p, NEVER) for p in zip(symbols, symbols[1:])], dtype=np.int64)\n"
-                          "        pair = symbols[int(r.argmin())], symbols[int(r.argmin()) + 1]"),
+        _apply((BEST_MIN, "r = np.array([ranks.get(p, NEVER) for p in zip(symbols, symbols[1:])], "
+                          "dtype=np.int64)\n        pair = symbols[int(r.argmin())], symbols[int(r.argmin()) "
+                          "+ 1]"),
                (MERGE, "merge_pair_slice_assign(symbols, pair)"), name="apply_bpe_numpy_argmin", np=np,
                NEVER=np.iinfo(np.int64).max, merge_pair_slice_assign=merge_pair_slice_assign))
 
@@ -611,39 +644,48 @@ ROWS += mistakes("apply_bpe", [
     Mistake("left to right in the word",
             _apply((BEST_MIN, "pair = next((p for p in zip(symbols, symbols[1:]) if p in ranks), None)")), 3,
             "left to right in the word"),
-    Mistake("latest merge first", _apply((BEST, "pair = max("), ("ranks.get(p, math.inf)", "ranks.get(p, -1)")), 3,
+    Mistake("latest merge first",
+            _apply((BEST, "pair = max("), ("ranks.get(p, math.inf)", "ranks.get(p, -1)")), 3,
             "LATEST merge"),
     Mistake("each merge once in list order", edit(apply_bpe_replay, ("(new, 0) if new != s else (s, i + 1)",
-                                                                     "new, i + 1")), 5, "applied once in list order"),
+                                                                     "new, i + 1")), 5,
+            "applied once in list order"),
     Mistake("stops with two symbols", _apply(("while len(symbols) > 1:", "while len(symbols) > 2:")), 4,
             "two symbols left"),
     Mistake("ranks keyed by the joined text (tiktoken-style)", edit(apply_bpe_first_occurrence, (
-        "rank.setdefault(tuple(m), i)", "rank.setdefault(m[0] + m[1], i)"), ("(rank[(a, b)], i)", "(rank[a + b], i)"),
+        "rank.setdefault(tuple(m), i)", "rank.setdefault(m[0] + m[1], i)"), ("(rank[(a, b)], i)",
+                                                                             "(rank[a + b], i)"),
         ("if (a, b) in rank]", "if a + b in rank]")), 5, "PAIR of symbols"),
     # </w>
     Mistake("</w> dropped", _apply((END_OF, "return list(symbols[:-1]) + [symbols[-1].replace(END, '')]")), 0,
             "`</w>` dropped"),
-    Mistake("</w> a separate symbol", _apply((START, "symbols = tuple(word) + (END,)")), 0, "separate symbol"),
+    Mistake("</w> a separate symbol", _apply((START, "symbols = tuple(word) + (END,)")), 0,
+            "separate symbol"),
     Mistake("</w> split into characters", _apply((START, "symbols = tuple(word + END)")), 0, "< / w >"),
     Mistake("</w> joined after merging", _apply((START, "symbols = tuple(word)"),
                                                 (END_OF, "return list(symbols[:-1]) + [symbols[-1] + END]")),
             1, "joined only after merging"),
     # the merge
-    Mistake("overlapping occurrences merged", using(APPLY_BPE, merge_pair=merge_overlapping), 0, "overlapping"),
+    Mistake("overlapping occurrences merged", using(APPLY_BPE, merge_pair=merge_overlapping), 0,
+            "overlapping"),
     Mistake("merged right to left", using(APPLY_BPE, merge_pair=merge_right_to_left), 4, "right to left"),
     # what it returns, what it changes
-    Mistake("a joined string returned", _apply((END_OF, "return ' '.join(symbols)")), 0, "list or tuple of strings"),
-    Mistake("the word lowercased", _apply(("word_to_symbols(word)", "word_to_symbols(word.lower())")), 4, "lowercased"),
-    Mistake("merges list emptied", _apply(("    return list(symbols)\n", "    merges.clear()  # the caller's list\n"
-                                           "    return list(symbols)\n")), 0, ("merges list passed in", "unchanged")),
+    Mistake("a joined string returned", _apply((END_OF, "return ' '.join(symbols)")), 0,
+            "list or tuple of strings"),
+    Mistake("the word lowercased", _apply(("word_to_symbols(word)", "word_to_symbols(word.lower())")), 4,
+            "lowercased"),
+    Mistake("merges list emptied", _apply(("    return list(symbols)\n", "    merges.clear()  # the caller's "
+                                                                         "list\n"
+                                           "    return list(symbols)\n")), 0,
+            ("merges list passed in", "unchanged")),
     Mistake("a cache keyed by the word", apply_bpe_cache_by_word, 4, ("EARLIER call", "cache")),
 ])
 
 
 # ========================================================================= BPETokenizer
 class TokenizerOwnVocab:
-    """Its own vocabulary order (merges first, characters after), a dict vocabulary, vocab_size as an attribute,
-    JSON of its own."""
+    """Its own vocabulary order (merges first, characters after), a dict vocabulary, vocab_size as an
+    attribute, JSON of its own."""
 
     def __init__(self):
         self.merges, self.vocab, self.vocab_size = [], {}, 4
@@ -665,7 +707,8 @@ class TokenizerOwnVocab:
 
     def decode(self, ids):
         inverse = {i: s for s, i in self.vocab.items()}
-        return " ".join("".join(inverse.get(i, "<unk>") for i in ids if i > 2).split("</w>")).strip().replace("  ", " ")
+        return " ".join("".join(inverse.get(i, "<unk>") for i in ids if i > 2)
+                        .split("</w>")).strip().replace("  ", " ")
 
     def save(self, path):
         with open(path, "w", encoding="utf-8") as f:
@@ -788,7 +831,8 @@ class TokenizerPickle:
 
 
 class TokenizerInitArguments:
-    """__init__(merges=None, itos=None), used by load; merges first in the vocabulary; vocab_size an attribute."""
+    """__init__(merges=None, itos=None), used by load; merges first in the vocabulary; vocab_size an
+    attribute."""
     SPECIALS = ("<pad>", "<bos>", "<eos>", "<unk>")
 
     def __init__(self, merges=None, itos=None):
@@ -809,7 +853,8 @@ class TokenizerInitArguments:
         return self
 
     def encode(self, text):
-        return [self.stoi.get(s, 3) for w in text.split() for s in apply_bpe_sorted_candidates(w, self.merges)]
+        return [self.stoi.get(s, 3) for w in text.split()
+                for s in apply_bpe_sorted_candidates(w, self.merges)]
 
     def decode(self, ids):
         return " ".join("".join(self.itos[i] for i in ids if i not in (0, 1, 2)).replace("</w>", " ").split())
@@ -829,7 +874,8 @@ class TokenizerLoadNew(BPETokenizer):
     """pathlib for the file; load builds the instance with cls.__new__ and fills __dict__."""
 
     def save(self, path):
-        pathlib.Path(path).write_text(json.dumps({"merges": self.merges, "itos": self.itos}), encoding="utf-8")
+        pathlib.Path(path).write_text(json.dumps({"merges": self.merges, "itos": self.itos}),
+                                      encoding="utf-8")
 
     @classmethod
     def load(cls, path):
@@ -852,7 +898,8 @@ correct("BPETokenizer", TokenizerOwnVocab, TokenizerRebuildsVocab, TokenizerPick
         _tok((ENCODED, "tuple(self.stoi.get(s, UNK) for s in self.tokenize(text))"),
              (f"        {SKIP}\n", "        ids = torch.as_tensor(list(ids), dtype=torch.long)\n"),
              ("in (int(i) for i in ids) if i not in skip]", "in ids[ids > 2].tolist()]"),
-             (DECODED, 're.sub(r"\\s+", " ", "".join(symbols).replace(END, " ")).strip()'), name="TokenizerTupleIds",
+             (DECODED, 're.sub(r"\\s+", " ", "".join(symbols).replace(END, " ")).strip()'),
+             name="TokenizerTupleIds",
              re=re),
         # decode indexes a numpy object array and splits on </w>
         _tok((f"        {SKIP}\n", "        ids = [i for i in ids if i >= 3]\n"),
@@ -860,13 +907,16 @@ correct("BPETokenizer", TokenizerOwnVocab, TokenizerRebuildsVocab, TokenizerPick
              (DECODED, '" ".join(p for p in "".join(symbols).split(END) if p.strip()).strip()'),
              name="TokenizerNumpyTable", np=np),
         # vocab_size a numpy integer, encode a tensor, decode by splitting on </w>
-        _tok((TOKENIZE, "    @property\n    def vocab_size(self):\n        return np.int64(len(self.itos))\n\n"
+        _tok((TOKENIZE, "    @property\n    def vocab_size(self):\n        return "
+                        "np.int64(len(self.itos))\n\n"
                         + TOKENIZE),
              (ENCODED, f"torch.tensor({ENCODED}, dtype=torch.long)"),
-             (DECODED, '" ".join(part for part in "".join(symbols).split(END) if part)'), name="TokenizerNumpySize",
+             (DECODED, '" ".join(part for part in "".join(symbols).split(END) if part)'),
+             name="TokenizerNumpySize",
              np=np),
         # train(corpus, num_merges, *, min_frequency=2)
-        _tok(("num_merges: int, min_frequency", "num_merges: int, *, min_frequency"), name="TokenizerKeywordOnlyTrain"),
+        _tok(("num_merges: int, min_frequency", "num_merges: int, *, min_frequency"),
+             name="TokenizerKeywordOnlyTrain"),
         # encode gives a numpy array of ids
         _tok((ENCODED, f"np.array({ENCODED}, dtype=np.int64)"), name="TokenizerNumpyIds", np=np))
 
@@ -903,7 +953,8 @@ class TokSharedCache(BPETokenizer):
         out = []
         for w in text.split():
             if w not in self.ids_of:
-                self.ids_of[w] = [self.stoi.get(s, solutions.UNK) for s in solutions.apply_bpe(w, self.merges)]
+                self.ids_of[w] = [self.stoi.get(s, solutions.UNK)
+                                  for s in solutions.apply_bpe(w, self.merges)]
             out += self.ids_of[w]
         return out
 
@@ -915,13 +966,15 @@ class TokUnknownWord(BPETokenizer):
         out = []
         for w in text.split():
             subwords = solutions.apply_bpe(w, self.merges)
-            out += [solutions.UNK] if any(s not in self.stoi for s in subwords) else [self.stoi[s] for s in subwords]
+            out += ([solutions.UNK] if any(s not in self.stoi for s in subwords) else
+                    [self.stoi[s] for s in subwords])
         return out
 
 
 SYMBOLS, RETURN_SELF = "symbols = chars + [c + END for c in chars] + ", "        return self\n"
 # train rebuilds itos but leaves stoi with the specials only: encode gives <unk>; load rebuilds stoi
-STALE_STOI = _tok((RETURN_SELF, "        self.stoi = {s: i for i, s in enumerate(self.itos[:4])}\n" + RETURN_SELF))
+STALE_STOI = _tok((RETURN_SELF,
+                   "        self.stoi = {s: i for i, s in enumerate(self.itos[:4])}\n" + RETURN_SELF))
 ROWS += mistakes("BPETokenizer", [
     # the vocabulary
     Mistake("specials not at 0-3", _tok(
@@ -935,9 +988,11 @@ ROWS += mistakes("BPETokenizer", [
     Mistake("vocabulary in class attributes", _tok(  # every tokenizer shares and grows them
         (TOKENIZE, "    itos, stoi = list(SPECIALS), {s: i for i, s in enumerate(SPECIALS)}\n\n"
                    "    def __init__(self):\n        self.merges = []\n\n" + TOKENIZE),
-        ("        self.itos = list(SPECIALS)\n        self.stoi = {s: i for i, s in enumerate(self.itos)}\n", "")), 7,
+        ("        self.itos = list(SPECIALS)\n        self.stoi = {s: i for i, s in enumerate(self.itos)}\n",
+         "")), 7,
             "class attributes"),
-    Mistake("vocab_size a method", _tok((TOKENIZE, "    def vocab_size(self):\n        return len(self.itos)\n\n"
+    Mistake("vocab_size a method", _tok((TOKENIZE, "    def vocab_size(self):\n        return "
+                                                   "len(self.itos)\n\n"
                                                    + TOKENIZE)), 7, "@property"),
     Mistake("train's min_frequency 1", _tok((DEFAULT_2, "min_frequency: int = 1")), 7, "min_frequency=2"),
     Mistake("train does not return self", _tok((RETURN_SELF, "")), 7, "return self"),
@@ -947,14 +1002,17 @@ ROWS += mistakes("BPETokenizer", [
     # the contract's iterables: the corpus is read once (the checks used to pass lists only)
     Mistake("train reads its corpus twice", _tok(
         ("else list(corpus)", "else corpus"),
-        ("self.merges = learn_bpe(corpus, num_merges, min_frequency)", "self.merges = learn_bpe(lines, num_merges, "
+        ("self.merges = learn_bpe(corpus, num_merges, min_frequency)", "self.merges = learn_bpe(lines, "
+                                                                       "num_merges, "
          "min_frequency)"),
-        ('corpus = [" ".join(line.split()) for line in corpus]', 'lines = (" ".join(line.split()) for line in corpus)\n'
+        ('corpus = [" ".join(line.split()) for line in corpus]', 'lines = (" ".join(line.split()) for line '
+                                                                 'in corpus)\n'
          '        corpus = [" ".join(line.split()) for line in corpus]')), 7,
             ("a generator of the lines", "read twice", "corpus = list(corpus)")),
-    # the contract's special ids: a sorted vocabulary keeps <unk> at 3 unless a symbol sorts before '<' (the checks'
-    # corpus had none), and puts <bos> at 0 whatever the corpus
-    Mistake("vocabulary sorted, specials included", _tok((RETURN_SELF, "        self.itos = sorted(self.itos)\n"
+    # the contract's special ids: a sorted vocabulary keeps <unk> at 3 unless a symbol sorts before '<' (the
+    # checks' corpus had none), and puts <bos> at 0 whatever the corpus
+    Mistake("vocabulary sorted, specials included", _tok((RETURN_SELF, "        self.itos = "
+                                                                       "sorted(self.itos)\n"
                                                           "        self.stoi = {s: i for i, s in "
                                                           "enumerate(self.itos)}\n"
                                                           + RETURN_SELF)), 7,
@@ -964,31 +1022,42 @@ ROWS += mistakes("BPETokenizer", [
             ("words ran together", "replace('</w>', ' ')"), not_says="joined with spaces"),
     Mistake("lowercases", _tok(('" ".join(line.split())', '" ".join(line.lower().split())'),
                                ("self.tokenize(text)", "self.tokenize(text.lower())")), 6, "lowercased"),
-    Mistake("train did not rebuild stoi: save(path)", STALE_STOI, 0, "did not rebuild stoi", title="save(path)",
+    Mistake("train did not rebuild stoi: save(path)", STALE_STOI, 0, "did not rebuild stoi",
+            title="save(path)",
             not_says="save everything"),
-    Mistake("train did not rebuild stoi: specials", STALE_STOI, 0, "did not rebuild stoi", title="specials take ids",
+    Mistake("train did not rebuild stoi: specials", STALE_STOI, 0, "did not rebuild stoi",
+            title="specials take ids",
             not_says="save everything"),
     # encode
-    Mistake("encode adds <bos>/<eos>", _tok((ENCODED, f"[BOS] + {ENCODED} + [EOS]")), 5, "added <bos> and <eos>"),
-    Mistake("unknown symbols crash", _tok(("self.stoi.get(s, UNK)", "self.stoi[s]")), 7, ("KeyError", "<unk>")),
+    Mistake("encode adds <bos>/<eos>", _tok((ENCODED, f"[BOS] + {ENCODED} + [EOS]")), 5,
+            "added <bos> and <eos>"),
+    Mistake("unknown symbols crash", _tok(("self.stoi.get(s, UNK)", "self.stoi[s]")), 7,
+            ("KeyError", "<unk>")),
     Mistake("unknown symbols as <pad>", _tok(("self.stoi.get(s, UNK)", "self.stoi.get(s, PAD)")), 7,
             "<unk>, whose id is 3"),
     Mistake("one <unk> for a whole word", TokUnknownWord, 7, "not the whole word to one <unk>"),
-    Mistake("words split on ' ' only", _tok(("split_cached(self, text, apply_bpe)", "[s for word in text.split(' ') "
-                                             "if word for s in apply_bpe(word, self.merges)]")), 7, "str.split()"),
+    Mistake("words split on ' ' only",
+            _tok(("split_cached(self, text, apply_bpe)", "[s for word in text.split(' ') "
+                                             "if word for s in apply_bpe(word, self.merges)]")), 7,
+            "str.split()"),
     Mistake("a cache in a class attribute", TokSharedCache, 7, ("cache", "class attribute")),
     # decode
     Mistake("decode keeps the specials", _tok((SKIP, "skip = set()")), 7, "skip the ids of <pad>"),
     Mistake("decode drops <unk>", _tok((SKIP, "skip = {PAD, BOS, EOS, UNK}")), 7, ("decode([3])", "'<unk>'")),
     Mistake("decode joins subwords with spaces", _tok(('"".join(symbols).replace(END, " ")',
-                                                       '" ".join(symbols).replace(END, "")')), 7, "joined with spaces"),
-    Mistake("decode not stripped", _tok(('.replace(END, " ").strip()', '.replace(END, " ")')), 7, "strip the result"),
+                                                       '" ".join(symbols).replace(END, "")')), 7,
+            "joined with spaces"),
+    Mistake("decode not stripped", _tok(('.replace(END, " ").strip()', '.replace(END, " ")')), 7,
+            "strip the result"),
     # save and load
     Mistake("load loses the merges", _base((LOADED_MERGES, "tok.merges = []")), 7, "after save and load"),
-    Mistake("save keeps only the vocabulary", _base(('{"merges": [list(m) for m in self.merges], "itos": self.itos}',
-                                                     '{"itos": self.itos}'), (f"        {LOADED_MERGES}\n", "")), 7,
+    Mistake("save keeps only the vocabulary", _base(('{"merges": [list(m) for m in self.merges], "itos": '
+                                                     'self.itos}',
+                                                     '{"itos": self.itos}'),
+                                                    (f"        {LOADED_MERGES}\n", "")), 7,
             "after save and load"),
-    Mistake("load not a classmethod", _base(("    @classmethod\n    def load(cls, path):", "    def load(self, path):"),
+    Mistake("load not a classmethod",
+            _base(("    @classmethod\n    def load(cls, path):", "    def load(self, path):"),
                                             ("tok = cls()", "tok = self")), 7, "@classmethod"),
     Mistake("load keeps JSON's lists", TokLoadKeepsLists, 7, ("lists", "tuple(m)")),
 ])
@@ -1001,8 +1070,8 @@ def pad_sequences_torch(seqs, pad_id=0):
 
 
 def pad_sequences_zip_longest(seqs, pad_id=0):
-    """Columns with itertools.zip_longest, then transposed (a contiguous copy); an empty batch refused with its own
-    message (the contract: an error, not a tensor)."""
+    """Columns with itertools.zip_longest, then transposed (a contiguous copy); an empty batch refused with
+    its own message (the contract: an error, not a tensor)."""
     if len(seqs) == 0:
         raise ValueError("no sequences to pad")
     return torch.tensor(list(itertools.zip_longest(*seqs, fillvalue=pad_id)), dtype=torch.long).T.contiguous()
@@ -1011,7 +1080,8 @@ def pad_sequences_zip_longest(seqs, pad_id=0):
 def pad_sequences_fpad(seqs, pad_id=0, max_len=None):
     """F.pad each row, then stack; an extra keyword with a default."""
     width = max_len or max(len(s) for s in seqs)
-    return torch.stack([nn.functional.pad(torch.tensor(list(s), dtype=torch.long), (0, width - len(s)), value=pad_id)
+    return torch.stack([nn.functional.pad(torch.tensor(list(s), dtype=torch.long), (0, width - len(s)),
+                                          value=pad_id)
                         for s in seqs])
 
 
@@ -1033,7 +1103,8 @@ def pad_sequences_numpy(seqs, pad_id=0):
 
 def pad_sequences_cat(seqs, pad_id=0, *, dtype=torch.long):
     width = max(len(s) for s in seqs)
-    return torch.stack([torch.cat([torch.tensor(s, dtype=dtype), torch.full((width - len(s),), pad_id, dtype=dtype)])
+    return torch.stack([torch.cat([torch.tensor(s, dtype=dtype),
+                                   torch.full((width - len(s),), pad_id, dtype=dtype)])
                         for s in seqs])
 
 
@@ -1047,10 +1118,13 @@ def pad_sequences_mask(seqs, pad_id=0):
 
 
 _pad = functools.partial(using, PAD_SEQUENCES)  # _pad((old, new), ...): the reference so changed
-ROW, LONGEST, TENSOR = "s + [pad_id] * (longest - len(s))", "longest = max(len(s) for s in seqs)", "dtype=torch.long)"
+ROW, LONGEST, TENSOR = ("s + [pad_id] * (longest - len(s))", "longest = max(len(s) for s in seqs)",
+                        "dtype=torch.long)")
 LONG_TENSOR = (("torch.tensor(", "torch.LongTensor("), (", dtype=torch.long)", ")"))  # the legacy constructor
-correct("pad_sequences", pad_sequences_torch, pad_sequences_zip_longest, pad_sequences_fpad, pad_sequences_full_loop,
-        pad_sequences_numpy, pad_sequences_cat, pad_sequences_mask, _pad(*LONG_TENSOR, name="pad_sequences_lists"),
+correct("pad_sequences", pad_sequences_torch, pad_sequences_zip_longest, pad_sequences_fpad,
+        pad_sequences_full_loop,
+        pad_sequences_numpy, pad_sequences_cat, pad_sequences_mask,
+        _pad(*LONG_TENSOR, name="pad_sequences_lists"),
         _pad((TENSOR, "dtype=torch.int32).long()"), name="pad_sequences_int32_then_long"),
         _pad((ROW, "tuple(s) + (pad_id,) * (longest - len(s))"), *LONG_TENSOR, name="pad_sequences_tuples"))
 
@@ -1065,25 +1139,30 @@ def pad_extends_inputs(seqs, pad_id=0):
 ROWS += mistakes("pad_sequences", [
     Mistake("left padding", _pad((ROW, "[pad_id] * (longest - len(s)) + s")), 0, "left-padded"),
     Mistake("rows sorted by length",
-            _pad(("for s in seqs], dtype", "for s in sorted(seqs, key=len, reverse=True)], dtype")), 2, "reordered"),
+            _pad(("for s in seqs], dtype", "for s in sorted(seqs, key=len, reverse=True)], dtype")), 2,
+            "reordered"),
     Mistake("(max_len, batch)", _pad((TENSOR, f"{TENSOR}.T")), 0, ("transposed", "batch_first=True")),
     # the width
-    Mistake("width of the first sequence", _pad((LONGEST, "longest = len(seqs[0])"), (ROW, f"s[:longest] + {ROW[4:]}")),
+    Mistake("width of the first sequence",
+            _pad((LONGEST, "longest = len(seqs[0])"), (ROW, f"s[:longest] + {ROW[4:]}")),
             3, "LONGEST"),
     Mistake("one column too many", _pad(("(longest - len(s))", "(longest + 1 - len(s))")), 0, "LONGEST"),
     Mistake("a fixed width", _pad((LONGEST, "longest = 8")), 0, "LONGEST"),
     # pad_id
     Mistake("pad_id ignored", _pad(("[pad_id]", "[PAD]")), 3, "pad_id ignored"),
-    Mistake("default pad_id 1", _pad(("pad_id: int = PAD", "pad_id: int = 1")), 1, ("padded with 1", "PAD = 0")),
+    Mistake("default pad_id 1", _pad(("pad_id: int = PAD", "pad_id: int = 1")), 1,
+            ("padded with 1", "PAD = 0")),
     # what it returns, what it changes
     Mistake("float dtype", _pad(("dtype=torch.long", "dtype=torch.float")), 0, ("torch.long", "float32")),
     Mistake("int32", _pad(("dtype=torch.long", "dtype=torch.int32")), 0, ("torch.long", "int32")),
     Mistake("returns a list", _pad((TENSOR, f"{TENSOR}.tolist()")), 0, "torch.LongTensor"),
     Mistake("a numpy array", _pad((TENSOR, f"{TENSOR}.numpy()")), 0, ("torch.LongTensor", "ndarray")),
     Mistake("extends the caller's lists", pad_extends_inputs, 0, ("lists passed in", "unchanged")),
-    # the contract's empty input: refused (the given lines raise ValueError), not an empty tensor of shape (0,)
+    # the contract's empty input: refused (the given lines raise ValueError), not an empty tensor of shape
+    # (0,)
     Mistake("an empty batch gives an empty tensor", _pad(
-        ('    if not seqs:\n        raise ValueError("pad_sequences got an empty batch: pass at least one sequence")\n',
+        ('    if not seqs:\n        raise ValueError("pad_sequences got an empty batch: pass at least one '
+         'sequence")\n',
          ""), (LONGEST, "longest = max((len(s) for s in seqs), default=0)")), 3,
             ("pad_sequences([])", "expected an error (an empty batch)", "tensor(0,)")),
 ])
@@ -1110,7 +1189,8 @@ class TokenEmbeddingScaleModule(nn.Module):
 
 _emb = functools.partial(using, TokenEmbedding)  # _emb((old, new), ...): the reference so changed
 SCALED = "self.embedding(ids) * math.sqrt(self.d_model)"
-D_MODEL, PADDING, INIT = "self.d_model = d_model", "padding_idx=padding_idx)", "padding_idx: int | None = None)"
+D_MODEL, PADDING, INIT = "self.d_model = d_model", "padding_idx=padding_idx)", ("padding_idx: int | None = "
+                                                                                "None)")
 EMBEDDING = "self.embedding = nn.Embedding(vocab_size, d_model, padding_idx=padding_idx)"
 correct("TokenEmbedding", TokenEmbeddingScaleModule,
         # F.embedding on the module's weight, padding_idx passed by position, d_model ** 0.5
@@ -1125,23 +1205,26 @@ correct("TokenEmbedding", TokenEmbeddingScaleModule,
                                   "        out *= math.sqrt(self.embedding.embedding_dim)\n"
                                   "        return out"), name="TokenEmbeddingInPlace"),
         # weights in float64, the scale a float64 buffer
-        _emb((PADDING, "padding_idx=padding_idx, dtype=torch.float64)"), (SCALED, "self.embedding(ids) * self.scale"),
-             (D_MODEL, 'self.register_buffer("scale", torch.full((1,), math.sqrt(d_model), dtype=torch.float64))'),
+        _emb((PADDING, "padding_idx=padding_idx, dtype=torch.float64)"),
+             (SCALED, "self.embedding(ids) * self.scale"),
+             (D_MODEL, 'self.register_buffer("scale", torch.full((1,), math.sqrt(d_model), '
+                       'dtype=torch.float64))'),
              name="TokenEmbeddingFloat64"),
         # a float32 buffer not saved in the state dict, torch.mul
-        _emb((D_MODEL, 'self.register_buffer("scale", torch.sqrt(torch.tensor(d_model, dtype=torch.float32)), '
-                       'persistent=False)'),
+        _emb((D_MODEL, 'self.register_buffer("scale", torch.sqrt(torch.tensor(d_model, '
+                       'dtype=torch.float32)), persistent=False)'),
              (SCALED, "torch.mul(self.embedding(ids), self.scale)"), name="TokenEmbeddingScaleBuffer"),
         # keyword arguments to nn.Embedding, a keyword-only extra, ids.long(), the scale from embedding_dim
         _emb((INIT, "padding_idx: int | None = None, *, init_std=None)"),
-             ("nn.Embedding(vocab_size, d_model, ", "nn.Embedding(num_embeddings=vocab_size, embedding_dim=d_model, "),
+             ("nn.Embedding(vocab_size, d_model, ", "nn.Embedding(num_embeddings=vocab_size, "
+                                                    "embedding_dim=d_model, "),
              (PADDING, PADDING + "\n        if init_std is not None:\n"
                                  "            nn.init.normal_(self.embedding.weight, std=init_std)"),
              (SCALED, "self.embedding(ids.long()).mul(self.embedding.embedding_dim ** 0.5)"),
              name="TokenEmbeddingKeywords"),
         # fairseq's init, normal(0, d^-0.5), with the padding row zeroed again
-        _emb((PADDING, PADDING + "\n        nn.init.normal_(self.embedding.weight, mean=0, std=d_model ** -0.5)\n"
-                                 "        if padding_idx is not None:\n"
+        _emb((PADDING, PADDING + "\n        nn.init.normal_(self.embedding.weight, mean=0, std=d_model ** "
+                                 "-0.5)\n        if padding_idx is not None:\n"
                                  "            nn.init.constant_(self.embedding.weight[padding_idx], 0)"),
              (SCALED, "math.sqrt(self.d_model) * self.embedding(ids)"), name="TokenEmbeddingFairseqInit"),
         # nn.Embedding.from_pretrained(random weights, freeze=False), the factor from numpy
@@ -1149,11 +1232,13 @@ correct("TokenEmbedding", TokenEmbeddingScaleModule,
                          "        if padding_idx is not None:\n            w[padding_idx] = 0\n"
                          "        self.embedding = nn.Embedding.from_pretrained(w, freeze=False, "
                          "padding_idx=padding_idx)"),
-             (SCALED, "self.embedding(ids) * float(np.sqrt(self.d_model))"), name="TokenEmbeddingFromPretrained",
+             (SCALED, "self.embedding(ids) * float(np.sqrt(self.d_model))"),
+             name="TokenEmbeddingFromPretrained",
              np=np),
         # the product in float64, cast back to the weights' dtype
-        _emb((f"return {SCALED}", "e = self.embedding(ids)\n        return (e.double() * torch.tensor(e.size(-1), "
-                                  "dtype=torch.float64).sqrt()).to(e.dtype)"), name="TokenEmbeddingDoubleMath"))
+        _emb((f"return {SCALED}", "e = self.embedding(ids)\n        return (e.double() * "
+                                  "torch.tensor(e.size(-1), dtype=torch.float64).sqrt()).to(e.dtype)"),
+             name="TokenEmbeddingDoubleMath"))
 
 
 def _scaled(new):
@@ -1161,15 +1246,18 @@ def _scaled(new):
 
 
 SCALED_AT_INIT = _emb(  # scaled, but once in __init__: weights copied in (or trained) come out unscaled
-    (PADDING, PADDING + "\n        with torch.no_grad():\n            self.embedding.weight.mul_(math.sqrt(d_model))"),
+    (PADDING, PADDING + "\n        with torch.no_grad():\n            "
+                        "self.embedding.weight.mul_(math.sqrt(d_model))"),
     (SCALED, "self.embedding(ids)"))
 NOT_SCALED = _scaled("self.embedding(ids)")
 ROWS += mistakes("TokenEmbedding", [
     # the scale
     Mistake("not scaled", NOT_SCALED, 2, "not scaled"),
-    Mistake("not scaled: not blamed on __init__", NOT_SCALED, 0, "not scaled", title="forward =", not_says="__init__"),
+    Mistake("not scaled: not blamed on __init__", NOT_SCALED, 0, "not scaled", title="forward =",
+            not_says="__init__"),
     Mistake("scaled by d_model", _scaled("self.embedding(ids) * self.d_model"), 2, "by d_model instead"),
-    Mistake("divided by sqrt(d_model)", _scaled("self.embedding(ids) / math.sqrt(self.d_model)"), 2, "divided by sqrt"),
+    Mistake("divided by sqrt(d_model)", _scaled("self.embedding(ids) / math.sqrt(self.d_model)"), 2,
+            "divided by sqrt"),
     Mistake("scaled by sqrt(vocab_size)", _emb((D_MODEL, "self.d_model, self.vocab = d_model, vocab_size"),
                                                (SCALED, "self.embedding(ids) * math.sqrt(self.vocab)")), 2,
             "sqrt(vocab_size)"),
@@ -1197,10 +1285,12 @@ ROWS += mistakes("TokenEmbedding", [
     Mistake("padding_idx always 0", _emb((PADDING, "padding_idx=0)")), 3, "only when one is given"),
     Mistake("weights detached", _scaled("self.embedding.weight.detach()[ids] * math.sqrt(self.d_model)"), 3,
             "no .data, .detach()"),
-    Mistake("embedding.weight indexed", _scaled("self.embedding.weight[ids] * math.sqrt(self.d_model)"), 4, "bypasses"),
+    Mistake("embedding.weight indexed", _scaled("self.embedding.weight[ids] * math.sqrt(self.d_model)"), 4,
+            "bypasses"),
     # the rest of forward
     Mistake("a dropout inside", _emb((D_MODEL, D_MODEL + "\n        self.dropout = nn.Dropout(0.1)"),
-                                     (SCALED, f"self.dropout({SCALED})")), 4, "dropout inside TokenEmbedding"),
+                                     (SCALED, f"self.dropout({SCALED})")), 4,
+            "dropout inside TokenEmbedding"),
     Mistake("ids flattened", _emb(("self.embedding(ids)", "self.embedding(ids.reshape(-1))")), 1,
             "(B, L) -> (B, L, d_model)"),
 ])

@@ -1,5 +1,5 @@
-"""Stage 02's checks: full marks for correct code however written; for each classic mistake, exactly the points
-it earns and the words that name it (the reference and the stub: tests/test_registry.py)."""
+"""Stage 02's checks: full marks for correct code however written; for each classic mistake, exactly the
+points it earns and the words that name it (the reference and the stub: tests/test_registry.py)."""
 import math
 
 import numpy as np
@@ -17,7 +17,7 @@ _ANGLE = "torch.exp(-math.log(10000.0) * two_i / d_model)"
 _COLUMNS = "pe[:, 0::2] = torch.sin(angle)\n    pe[:, 1::2] = torch.cos(angle)"
 
 
-# ---------------------------------------------------------------- sinusoidal_encoding: correct, written differently
+# ---------------------------------------------------------- sinusoidal_encoding: correct, written differently
 def sinusoidal_loops(max_len, d_model):
     """Position by position, in numpy float64 (returned as float64: fine)."""
     if d_model % 2:
@@ -88,7 +88,8 @@ def table_numpy_rates(max_len, d_model, *, base=10000):
 
 
 def table_einsum_permuted(max_len, d_model, dtype=torch.float32, device=None):
-    """einsum, [sin | cos] concatenated and then interleaved by a column permutation; dtype/device keywords."""
+    """einsum, [sin | cos] concatenated and then interleaved by a column permutation; dtype/device
+    keywords."""
     if d_model % 2:
         raise ValueError("d_model must be even, got %d" % d_model)
     pos = torch.arange(max_len, dtype=dtype, device=device)
@@ -134,7 +135,7 @@ def table_logspace(max_len, d_model):
     return torch.stack((ang.sin(), ang.cos()), dim=2).flatten(1).float()
 
 
-# ---------------------------------------------------------------- PositionalEncoding: correct, written differently
+# ----------------------------------------------------------- PositionalEncoding: correct, written differently
 class PositionalEncodingAnnotated(nn.Module):
     """The Annotated Transformer's way: a (1, max_len, d) buffer, persistent, requires_grad_(False)."""
     def __init__(self, d_model, max_len=5000, dropout=0.1):
@@ -164,7 +165,8 @@ class PositionalEncodingFunctional(nn.Module):
 
 
 class PositionalEncodingHandDropout(nn.Module):
-    """A hand-written dropout, index_select of the positions, an extra forward keyword, the length from dim -2."""
+    """A hand-written dropout, index_select of the positions, an extra forward keyword, the length from
+    dim -2."""
     def __init__(self, d_model, max_len=5000, dropout=0.1):
         super().__init__()
         self.p = dropout
@@ -289,7 +291,8 @@ PETransposedTable = edit(PE, ('"pe", sinusoidal_encoding(max_len, d_model), pers
                          ("self.pe[: x.size(1)].to(x.dtype)", "self.pe_t[:, : x.size(1)].t()"),
                          name="PETransposedTable")
 CORRECT = [*(pytest.param("sinusoidal_encoding", f, id=f.__name__) for f in (
-    sinusoidal_loops, sinusoidal_stack, sinusoidal_polar, sinusoidal_phase, sinusoidal_transposed_view, table_outer_f64,
+    sinusoidal_loops, sinusoidal_stack, sinusoidal_polar, sinusoidal_phase, sinusoidal_transposed_view,
+                                                                             table_outer_f64,
     table_numpy_rates, table_einsum_permuted, table_python_lists, table_in_place, table_logspace)), *(
     pytest.param("PositionalEncoding", cls, id=cls.__name__) for cls in (
         PositionalEncodingAnnotated, PositionalEncodingFunctional, PositionalEncodingHandDropout,
@@ -316,20 +319,26 @@ _ODD = "if d_model % 2:"
 
 TABLE_MISTAKES = [
     # the formula
-    Mistake("sin and cos concatenated", _sin(_COLUMNS, "pe = torch.cat([torch.sin(angle), torch.cos(angle)], 1)"), 2,
+    Mistake("sin and cos concatenated", _sin(_COLUMNS, "pe = torch.cat([torch.sin(angle), torch.cos(angle)], "
+                                                       "1)"), 2,
             "concatenated"),
-    Mistake("sin and cos swapped", _sin(_COLUMNS, "pe[:, 0::2] = torch.cos(angle)\n    pe[:, 1::2] = torch.sin(angle)"),
+    Mistake("sin and cos swapped", _sin(_COLUMNS, "pe[:, 0::2] = torch.cos(angle)\n    pe[:, 1::2] = "
+                                                  "torch.sin(angle)"),
             2, "swapped"),
     Mistake("exponent i/d instead of 2i/d", _sin(_ANGLE, _ANGLE.replace("two_i", "two_i / 2")), 2,
             "exponent i/d_model instead of 2i/d_model"),
-    Mistake("exponent 4i/d (2i doubled)", _sin(_ANGLE, _ANGLE.replace("two_i", "2 * two_i")), 2,  # two_i: 2i already
+    # two_i: 2i already
+    Mistake("exponent 4i/d (2i doubled)", _sin(_ANGLE, _ANGLE.replace("two_i", "2 * two_i")), 2,
             "exponent 4i/d_model"),
     Mistake("cos column with its own exponent",
-            _sin("torch.cos(angle)", "torch.cos(pos * torch.exp(-math.log(10000.0) * (two_i + 1) / d_model))"), 2,
+            _sin("torch.cos(angle)",
+                 "torch.cos(pos * torch.exp(-math.log(10000.0) * (two_i + 1) / d_model))"), 2,
             "(2i+1)/d_model"),
-    Mistake("integer division in the exponent", _sin(_ANGLE, _ANGLE.replace("two_i / d_model", "(two_i // d_model)")),
+    Mistake("integer division in the exponent",
+            _sin(_ANGLE, _ANGLE.replace("two_i / d_model", "(two_i // d_model)")),
             2, "integer division"),
-    Mistake("math.log10", _sin(_ANGLE, _ANGLE.replace("math.log(", "math.log10(")), 2, ("log10", "natural logarithm")),
+    Mistake("math.log10", _sin(_ANGLE, _ANGLE.replace("math.log(", "math.log10(")), 2,
+            ("log10", "natural logarithm")),
     Mistake("base 1000", _sin(_ANGLE, _ANGLE.replace("10000.0", "1000.0")), 2, "base 1000"),
     Mistake("positions from 1", _sin("torch.arange(max_len,", "1 + torch.arange(max_len,"), 2,
             "positions counted from 1"),
@@ -337,18 +346,20 @@ TABLE_MISTAKES = [
             "positions counted from 1"),
     # odd d_model
     Mistake("no ValueError for odd d_model", _sin(_ODD, "if False:"), 4, ("ValueError", "odd d_model")),
-    Mistake("assert instead of ValueError", _sin(_ODD + "\n        raise ValueError(", "assert not d_model % 2, ("), 4,
+    Mistake("assert instead of ValueError",
+            _sin(_ODD + "\n        raise ValueError(", "assert not d_model % 2, ("), 4,
             ("ValueError", "AssertionError")),
     # what is returned
     Mistake("float16", _sin_returns("pe.half()"), 0, "float32 or float64"),
     Mistake("an int64 table", _sin_returns("pe.long()"), 0, ("float32", "int64")),  # the sines truncated
     Mistake("a list", _sin_returns("pe.tolist()"), 0, "torch.Tensor"),
-    Mistake("a leading batch axis", _sin_returns("pe.unsqueeze(0)"), 0, ("leading batch axis", "(max_len, d_model)")),
+    Mistake("a leading batch axis", _sin_returns("pe.unsqueeze(0)"), 0,
+            ("leading batch axis", "(max_len, d_model)")),
     Mistake("transposed", _sin_returns("pe.T"), 0, ("transposed", "(d_model, max_len)")),
 ]
 
 
-# ---------------------------------------------------------------- sinusoidal_encoding: the report when no cause fits
+# --------------------------------------------------------- sinusoidal_encoding: the report when no cause fits
 def _angle_in(dtype, *changes):
     """The reference with the positions and 2i, so the angle, in `dtype`."""
     return edit(SIN, ("max_len, dtype=torch.float32)", f"max_len, dtype={dtype})"),
@@ -358,12 +369,17 @@ def _angle_in(dtype, *changes):
 _FORMULA = "there (PE[pos, 2i] = sin(pos / 10000^(2i/d_model)), PE[pos, 2i+1] = cos(the same angle)); got"
 MESSAGE_MISTAKES = [  # no classic mistake gives these numbers: the formula is restated and no cause guessed
     Mistake("positions as fractions of max_len", _sin("unsqueeze(1)", "unsqueeze(1) / max_len"),
-            max_points("sinusoidal_encoding") - 3, _FORMULA, not_says="Likely:"),  # the example, formula, large table
+            # the example, formula, large table
+            max_points("sinusoidal_encoding") - 3, _FORMULA, not_says="Likely:"),
     Mistake("positions from 0.5", _angle_in("torch.float64", ("unsqueeze(1)", "unsqueeze(1) + 0.5")),
-            max_points("sinusoidal_encoding") - 3, _FORMULA, not_says="Likely:"),  # float64: not a precision problem
-    Mistake("exponent over d_model - 1", _sin(_ANGLE, _ANGLE.replace("two_i / d_model", "two_i / (d_model - 1)")),
-            max_points("sinusoidal_encoding") - 3, _FORMULA, not_says="Likely:"),  # a formula error, not precision
-    Mistake("angle in half precision",  # the right formula in half precision: right for small tables, not large
+            # float64: not a precision problem
+            max_points("sinusoidal_encoding") - 3, _FORMULA, not_says="Likely:"),
+    Mistake("exponent over d_model - 1",
+            _sin(_ANGLE, _ANGLE.replace("two_i / d_model", "two_i / (d_model - 1)")),
+            # a formula error, not precision
+            max_points("sinusoidal_encoding") - 3, _FORMULA, not_says="Likely:"),
+    # the right formula in half precision: right for small tables, not large
+    Mistake("angle in half precision",
             _angle_in("torch.float16", ("torch.sin(angle)", "torch.sin(angle.float())"),
                       ("torch.cos(angle)", "torch.cos(angle.float())")), 0,
             "Likely: compute the angle in float32 or float64, "
@@ -414,14 +430,16 @@ def _before_return(line, *changes):
 _CACHED = "if not hasattr(self, '_slice'):\n            self._slice = self.pe[: x.size(1)]"
 MODULE_MISTAKES = [
     # the table
-    Mistake("table a Parameter", _attribute("nn.Parameter(sinusoidal_encoding(max_len, d_model), requires_grad=False)"),
+    Mistake("table a Parameter", _attribute("nn.Parameter(sinusoidal_encoding(max_len, d_model), "
+                                            "requires_grad=False)"),
             5, ("nn.Parameter", "register_buffer")),
     Mistake("table not registered", _attribute("sinusoidal_encoding(max_len, d_model)"), 5,
             ("plain attribute", "register_buffer")),
     Mistake("sin and cos concatenated", _table("torch.cat([sinusoidal_encoding(max_len, d_model)[:, 0::2], "
                                                "sinusoidal_encoding(max_len, d_model)[:, 1::2]], 1)"), 4,
             "concatenated"),
-    Mistake("max_len ignored", _table("sinusoidal_encoding(5000, d_model)"), 4, "max_len argument is ignored"),
+    Mistake("max_len ignored", _table("sinusoidal_encoding(5000, d_model)"), 4,
+            "max_len argument is ignored"),
     Mistake("default max_len 512", _pe(("max_len: int = 5000", "max_len: int = 512")), 5,
             ("default max_len=5000", "fewer than 5000 positions")),
     Mistake("table built (d_model, max_len)", _table("sinusoidal_encoding(max_len, d_model).T.contiguous()",
@@ -432,33 +450,40 @@ MODULE_MISTAKES = [
     Mistake("a bfloat16 table", _table("sinusoidal_encoding(max_len, d_model).to(torch.bfloat16)"), 4,
             "rounded to bfloat16"),
     Mistake("the slice cast to float16", _pe((".to(x.dtype))", ".half())")), 4, "rounded to float16"),
-    Mistake("a float64 table not cast", _table("sinusoidal_encoding(max_len, d_model).double()", (".to(x.dtype)", "")),
+    Mistake("a float64 table not cast",
+            _table("sinusoidal_encoding(max_len, d_model).double()", (".to(x.dtype)", "")),
             5, ("torch.float64", "x.dtype")),
-    # the contract's dtypes: x keeps its own (the module's other float64 test moves the module first, which hid it)
+    # the contract's dtypes: x keeps its own (the module's other float64 test moves the module first, which
+    # hid it)
     Mistake("x cast to float32", _pe(("self.dropout(x + self.pe[: x.size(1)].to(x.dtype))",
                                           "self.dropout(x.float() + self.pe[: x.size(1)])")), 5,
             ("for a float64 x", "expected torch.float64", "never x")),
     # the table's shape and its slice
     Mistake("(1, L, d) table, length vs pe.size(0)", _table("sinusoidal_encoding(max_len, d_model)[None]",
-                                                             ("self.pe[: x.size(1)]", "self.pe[:, : x.size(1)]")),
+                                                             ("self.pe[: x.size(1)]",
+                                                              "self.pe[:, : x.size(1)]")),
             0, ("self.pe.size(1)", "(1, max_len, d_model)")),
     Mistake("(1, L, d) table sliced on its first axis", _table("sinusoidal_encoding(max_len, d_model)[None]",
                                                                (_CHECK, "if x.size(1) > self.pe.size(1):")),
             2, "self.pe[:, :x.size(1)]"),
-    Mistake("(max_len, 1, d) table for batch-first x", _table("sinusoidal_encoding(max_len, d_model)[:, None]"), 0,
+    Mistake("(max_len, 1, d) table for batch-first x",
+            _table("sinusoidal_encoding(max_len, d_model)[:, None]"), 0,
             ("(max_len, 1, d_model)", "batch-first")),
     Mistake("sequence-first slicing", _table("sinusoidal_encoding(max_len, d_model)[:, None]",
                                             ("self.pe[: x.size(1)]", "self.pe[: x.size(0)]")),
             4, "x.size(0) (the batch)"),
-    Mistake("the slice unsqueezed on axis 1", _returns("self.dropout(x + self.pe[: x.size(1)].unsqueeze(1))"), 0,
+    Mistake("the slice unsqueezed on axis 1",
+            _returns("self.dropout(x + self.pe[: x.size(1)].unsqueeze(1))"), 0,
             ("shaped (length, 1, d_model)", "sequence-first")),
     Mistake("the stored table shortened", _before_return("self.pe = self.pe[: x.size(1)]"), 4,
             ("shrank", "self.pe = self.pe[:L]")),
     Mistake("a slice cached from the first call",
             _before_return(_CACHED, ("self.pe[: x.size(1)].to", "self._slice.to")), 5, "earlier call"),
     # the length limit
-    Mistake("no error for a sequence longer than max_len", _pe(_NO_CHECK), 4, ("ValueError", "longer than max_len")),
-    Mistake("max_len itself refused", _pe((_CHECK, _CHECK.replace(">", ">="))), 3, "exactly max_len long fits"),
+    Mistake("no error for a sequence longer than max_len", _pe(_NO_CHECK), 4,
+            ("ValueError", "longer than max_len")),
+    Mistake("max_len itself refused", _pe((_CHECK, _CHECK.replace(">", ">="))), 3,
+            "exactly max_len long fits"),
     Mistake("length limit hard-coded to 5000", _pe((_CHECK, "if x.size(1) > 5000:")), 5,
             ("longer than max_len", "ValueError")),
     Mistake("length checked on the batch axis", _pe((_CHECK, "if x.size(0) > self.pe.size(0):")), 4,
@@ -472,26 +497,33 @@ MODULE_MISTAKES = [
             "multiplied by the table"),
     Mistake("x scaled by sqrt(d_model)", _pe(("(x + self.pe", "(x * math.sqrt(x.size(-1)) + self.pe")), 4,
             "belongs to TokenEmbedding"),
-    Mistake("the table scaled by sqrt(d_model)", _pe((".to(x.dtype))", ".to(x.dtype) * math.sqrt(x.size(-1)))")), 4,
+    Mistake("the table scaled by sqrt(d_model)",
+            _pe((".to(x.dtype))", ".to(x.dtype) * math.sqrt(x.size(-1)))")), 4,
             "table multiplied by sqrt(d_model)"),
     Mistake("x modified in place",
-            _before_return("x += self.pe[: x.size(1)]", _NO_CHECK, (_RETURN, "return self.dropout(x)")), 3, "in place"),
-    Mistake("x detached", _pe(("(x + self.pe", "(x.detach() + self.pe")), 5, (".detach()", "without gradient")),
-    Mistake("forward under torch.no_grad", _pe(("    def forward(", "    @torch.no_grad()\n    def forward(")), 5,
+            _before_return("x += self.pe[: x.size(1)]", _NO_CHECK, (_RETURN, "return self.dropout(x)")), 3,
+            "in place"),
+    Mistake("x detached", _pe(("(x + self.pe", "(x.detach() + self.pe")), 5,
+            (".detach()", "without gradient")),
+    Mistake("forward under torch.no_grad",
+            _pe(("    def forward(", "    @torch.no_grad()\n    def forward(")), 5,
             ("torch.no_grad()", "without gradient")),
     # the dropout
     Mistake("dropout missing", _returns("x + self.pe[: x.size(1)]", _NO_CHECK), 3, "dropout missing"),
-    Mistake("dropout before adding the table", _returns("self.dropout(x) + self.pe[: x.size(1)]", _NO_CHECK), 3,
+    Mistake("dropout before adding the table", _returns("self.dropout(x) + self.pe[: x.size(1)]", _NO_CHECK),
+            3,
             "dropout(x) + PE"),
     Mistake("dropout on the table only", _returns("x + self.dropout(self.pe[: x.size(1)])", _NO_CHECK), 3,
             "x + dropout(PE)"),
     Mistake("dropout applied twice", _returns("self.dropout(self.dropout(x + self.pe[: x.size(1)]))"), 4,
             "dropout applied twice"),
-    Mistake("dropout rate ignored", _pe(("nn.Dropout(dropout)", "nn.Dropout(0.1)")), 5, "dropout argument is ignored"),
+    Mistake("dropout rate ignored", _pe(("nn.Dropout(dropout)", "nn.Dropout(0.1)")), 5,
+            "dropout argument is ignored"),
     Mistake("nn.Dropout(1 - dropout)", _pe(("nn.Dropout(dropout)", "nn.Dropout(1 - dropout)")), 5,
             ("ZEROING", "1 - dropout")),
     Mistake("default dropout 0", _pe(("dropout: float = 0.1", "dropout: float = 0.0")), 5, "dropout=0.1"),
-    Mistake("dropout in eval mode", _returns("nn.functional.dropout(x + self.pe[: x.size(1)], self.dropout.p, True)",
+    Mistake("dropout in eval mode", _returns("nn.functional.dropout(x + self.pe[: x.size(1)], "
+                                             "self.dropout.p, True)",
                                              _NO_CHECK), 3, "eval mode"),
     Mistake("nn.Dropout built inside forward", _pe(("self.dropout(x", "nn.Dropout(self.dropout.p)(x")), 5,
             ("eval mode", "built inside forward")),

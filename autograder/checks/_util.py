@@ -11,39 +11,41 @@ from torch import nn
 
 from ..registry import REGISTRY, CheckFailure, CheckTimeout
 
-
-# set by the grade command's checker: BUILD_ELSEWHERE(factory, args, kwargs) builds a learner_side object with the
-# checker's own factory and hands it to the notebook's kernel (autograder/remote.py, Endpoint.build)
+# set by the grade command's checker: BUILD_ELSEWHERE(factory, args, kwargs) builds a learner_side object with
+# the checker's own factory and hands it to the notebook's kernel (autograder/remote.py, Endpoint.build)
 BUILD_ELSEWHERE = None
-# set by the grade command's checker: FOLDER_ELSEWHERE() names a new folder that the notebook's kernel made for a path
-# a check hands to the learner's code (learner_folder)
+# set by the grade command's checker: FOLDER_ELSEWHERE() names a new folder that the notebook's kernel made
+# for a path a check hands to the learner's code (learner_folder)
 FOLDER_ELSEWHERE = None
 
-# set by the grade command's checker: LOOKUP_ELSEWHERE(name) is the learner's object bound to `name` in the notebook's
-# namespace, asked of the kernel (autograder/remote.py, Endpoint's "resolve"); `name` is always a graded name of the
-# course that a check chose (learners_own), never one the kernel supplied
+# set by the grade command's checker: LOOKUP_ELSEWHERE(name) is the learner's object bound to `name` in the
+# notebook's namespace, asked of the kernel (autograder/remote.py, Endpoint's "resolve"); `name` is always a
+# graded name of the course that a check chose (learners_own), never one the kernel supplied
 LOOKUP_ELSEWHERE = None
 
 _REDUCTION = re.compile(r"\b(max|amax|sum|logsumexp|mean|var|std)\(([^()]*)\)")
 
 
 def reduces_without_keepdim(line: str) -> bool:
-    """Whether a line (core.failing_line) reduces without keeping the dimension, x.mean(-1) or x.sum(dim): the line
-    that a "use keepdim=True" hint is about; a broadcasting error on any other line gets no such hint (its Likely
-    comes from its shapes). keepdim given by name or as the last positional True (x.var(-1, False, True)) is kept."""
+    """Whether a line (core.failing_line) reduces without keeping the dimension, x.mean(-1) or x.sum(dim): the
+    line that a "use keepdim=True" hint is about; a broadcasting error on any other line gets no such hint
+    (its Likely comes from its shapes). keepdim given by name or as the last positional True (x.var(-1, False,
+    True)) is kept."""
     for m in _REDUCTION.finditer(line):
         args = [a.strip() for a in m.group(2).split(",") if a.strip()]
-        if not any(a.replace(" ", "") == "keepdim=True" for a in args) and not (len(args) >= 2 and args[-1] == "True"):
+        if not any(a.replace(" ", "") == "keepdim=True" for a in args) and not (len(args) >= 2 and
+                                                                                args[-1] == "True"):
             return True
     return False
 
 
 def learner_side(factory):
     """For a check's object whose parameters the learner's code must own (a model handed to make_optimizer):
-    when `python -m autograder grade` runs the checks outside the notebook, the checker builds it with this factory
-    (its own code, never the kernel's copy) and the notebook's kernel gets a module of PyTorch's own classes with
-    those values, so that the learner's optimizer holds its real parameters; copy.deepcopy of it is the checker's
-    own copy. In a lesson's own check() it is built right here. The factory must build PyTorch's own modules."""
+    when `python -m autograder grade` runs the checks outside the notebook, the checker builds it with this
+    factory (its own code, never the kernel's copy) and the notebook's kernel gets a module of PyTorch's own
+    classes with those values, so that the learner's optimizer holds its real parameters; copy.deepcopy of it
+    is the checker's own copy. In a lesson's own check() it is built right here. The factory must build
+    PyTorch's own modules."""
     @functools.wraps(factory)
     def build(*args, **kwargs):
         if BUILD_ELSEWHERE is not None:
@@ -53,11 +55,12 @@ def learner_side(factory):
 
 
 def learners_own(name: str, near=None):
-    """The learner's object bound to the graded name `name` (an earlier graded function or class of the lesson, e.g.
-    causal_mask beside target_mask), for a check that pays a mistake once: in a lesson's check(), from the module
-    globals of `near` (the checked function, or a class's methods: the notebook's namespace); in the grade command's
-    checker, asked of the notebook's kernel by that name (LOOKUP_ELSEWHERE): a proxy, or plain data. None where
-    there is none, or where it cannot be read. `name` must be a graded name: the check chooses it, never the kernel."""
+    """The learner's object bound to the graded name `name` (an earlier graded function or class of the
+    lesson, e.g. causal_mask beside target_mask), for a check that pays a mistake once: in a lesson's check(),
+    from the module globals of `near` (the checked function, or a class's methods: the notebook's namespace);
+    in the grade command's checker, asked of the notebook's kernel by that name (LOOKUP_ELSEWHERE): a proxy,
+    or plain data. None where there is none, or where it cannot be read. `name` must be a graded name: the
+    check chooses it, never the kernel."""
     if name not in REGISTRY:
         raise ValueError(f"{name!r} is not a graded name")
     if LOOKUP_ELSEWHERE is not None:
@@ -78,11 +81,11 @@ def learners_own(name: str, near=None):
 
 @contextlib.contextmanager
 def learner_folder():
-    """A folder for a path a check hands to the learner's code (a tokenizer's save and load): in a lesson's own check(),
-    a temporary folder, removed afterwards; when `python -m autograder grade` runs the checks outside the notebook, a
-    folder the notebook's kernel made in its own temporary folder, which the checker only names (it never opens,
-    writes or removes anything there: the kernel can write it). A check that writes a file itself uses
-    tempfile.mkdtemp, its own folder, not this one."""
+    """A folder for a path a check hands to the learner's code (a tokenizer's save and load): in a lesson's
+    own check(), a temporary folder, removed afterwards; when `python -m autograder grade` runs the checks
+    outside the notebook, a folder the notebook's kernel made in its own temporary folder, which the checker
+    only names (it never opens, writes or removes anything there: the kernel can write it). A check that
+    writes a file itself uses tempfile.mkdtemp, its own folder, not this one."""
     if FOLDER_ELSEWHERE is not None:
         yield FOLDER_ELSEWHERE()
         return
@@ -135,12 +138,13 @@ SEVERAL_MISTAKES = "one of these mistakes (they give the same answer here): "
 
 
 def matching_mistakes(got, mistakes, same, every: bool = False) -> list[str]:
-    """Compare, then diagnose: the descriptions of the classic mistakes whose answer `got` is, in the table's order.
-    `mistakes` maps a description to the wrong answer that mistake gives, or to a function computing it (called only
-    when it is reached: costly answers are made for a wrong answer only); None (or a function returning None): the
-    mistake does not apply here. `mistakes` itself may also be a function returning the table (called only here).
-    `same(got, wrong)`: the comparison (==, close with tolerances, equal masks...). every=False: the first match
-    alone (the table is read no further); every=True: each match (several can coincide on one small example)."""
+    """Compare, then diagnose: the descriptions of the classic mistakes whose answer `got` is, in the table's
+    order. `mistakes` maps a description to the wrong answer that mistake gives, or to a function computing it
+    (called only when it is reached: costly answers are made for a wrong answer only); None (or a function
+    returning None): the mistake does not apply here. `mistakes` itself may also be a function returning the
+    table (called only here). `same(got, wrong)`: the comparison (==, close with tolerances, equal masks...).
+    every=False: the first match alone (the table is read no further); every=True: each match (several can
+    coincide on one small example)."""
     if callable(mistakes):
         mistakes = mistakes()
     found = []
@@ -155,8 +159,8 @@ def matching_mistakes(got, mistakes, same, every: bool = False) -> list[str]:
 
 
 def diagnose(got, mistakes, same, every: bool = False) -> str | None:
-    """The mistake `got` matches (see matching_mistakes), as a hint, or None. every=True: when several match, one
-    hint names them all (SEVERAL_MISTAKES)."""
+    """The mistake `got` matches (see matching_mistakes), as a hint, or None. every=True: when several match,
+    one hint names them all (SEVERAL_MISTAKES)."""
     found = matching_mistakes(got, mistakes, same, every)
     if len(found) > 1:
         return SEVERAL_MISTAKES + " | ".join(found)
@@ -166,16 +170,17 @@ def diagnose(got, mistakes, same, every: bool = False) -> str | None:
 def expect_close(got, expected: torch.Tensor, what: str, hint: str | None = None, atol: float = 1e-4,
                  rtol: float = 1e-4, mistakes: dict[str, torch.Tensor] | None = None,
                  formula: str | None = None) -> None:
-    """Fail unless got ≈ expected. `mistakes` maps a classic mistake's description to the output it
-    would give (see matching_mistakes: lazily computed answers, or a function making the table, work too): when got
-    matches one, the message names that mistake instead of the generic hint. `formula`:
-    how the right values are made, said beside the expected value when no mistake matches (then no cause is
-    guessed: a formula restated is not a likely cause)."""
+    """Fail unless got ≈ expected. `mistakes` maps a classic mistake's description to the output it would give
+    (see matching_mistakes: lazily computed answers, or a function making the table, work too): when got
+    matches one, the message names that mistake instead of the generic hint. `formula`: how the right values
+    are made, said beside the expected value when no mistake matches (then no cause is guessed: a formula
+    restated is not a likely cause)."""
     got = expect_shape(got, expected.shape, what, hint)
     if not torch.isfinite(got).all():
         bad = (~torch.isfinite(got)).sum().item()
         raise CheckFailure(f"{what}: {bad} values are NaN or inf", "finite values", fmt(got),
-                           hint or "an overflow (exp of a large number) or 0/0 (a row with nothing to attend to)")
+                           hint or "an overflow (exp of a large number) or 0/0 (a row with nothing to attend "
+                                   "to)")
     if close(got, expected, atol, rtol):
         return
     named = diagnose(got, mistakes, lambda g, w: close(g, w, atol, rtol))
@@ -215,7 +220,8 @@ def build(cls, *args, what: str, **kwargs):
     except TypeError as e:
         about_arguments = "argument" in str(e)
         raise CheckFailure(f"{what}: could not construct it", f"{cls.__name__}({_sig(args, kwargs)}) to work",
-                           f"TypeError: {e}", "keep the signature of the stub" if about_arguments else None) from None
+                           f"TypeError: {e}",
+                           "keep the signature of the stub" if about_arguments else None) from None
 
 
 def _sig(args, kwargs):
@@ -225,24 +231,26 @@ def _sig(args, kwargs):
 def as_module(obj, what: str):
     """The learner's object, which must be an nn.Module."""
     if not isinstance(obj, nn.Module):
-        raise CheckFailure(what, "an nn.Module", type(obj).__name__, "subclass nn.Module and call super().__init__()")
+        raise CheckFailure(what, "an nn.Module", type(obj).__name__, "subclass nn.Module and call "
+                                                                     "super().__init__()")
     return obj
 
 
 def expect_attr(module: nn.Module, name: str, kind, what: str) -> object:
     value = getattr(module, name, None)
     if value is None or (kind is not None and not isinstance(value, kind)):
-        raise CheckFailure(f"{what}: attribute `{name}`", f"an {kind.__name__ if kind else 'attribute'} named {name}",
+        raise CheckFailure(f"{what}: attribute `{name}`", f"an {kind.__name__ if kind else 'attribute'} "
+                                                          f"named {name}",
                            type(value).__name__ if value is not None else "no such attribute",
                            "use the contract's attribute names so weights can be copied to and from PyTorch")
     return value
 
 
-LEFT_AUTOGRAD = ("the computation left autograd (numpy, .item() or .tolist(), .detach() or .data, torch.no_grad(), "
-                 "or a new torch.tensor(...) built from computed values): the model is trained through this code, "
-                 "so build the result from torch operations on the inputs")
-IN_PLACE_BACKWARD = ("an in-place operation (e /= ..., x.exp_(), out[...] = ... on a tensor autograd still needs) "
-                     "broke backward(): write e = e / ... (a new tensor)")
+LEFT_AUTOGRAD = ("the computation left autograd (numpy, .item() or .tolist(), .detach() or .data, "
+                 "torch.no_grad(), or a new torch.tensor(...) built from computed values): the model is "
+                 "trained through this code, so build the result from torch operations on the inputs")
+IN_PLACE_BACKWARD = ("an in-place operation (e /= ..., x.exp_(), out[...] = ... on a tensor autograd still "
+                     "needs) broke backward(): write e = e / ... (a new tensor)")
 
 
 def expect_grads(got_fn, ref_fn, leaves: dict[str, tuple[torch.Tensor, torch.Tensor]], what: str,
@@ -260,7 +268,8 @@ def expect_grads(got_fn, ref_fn, leaves: dict[str, tuple[torch.Tensor, torch.Ten
         raise CheckFailure(f"{what} with inputs that require grad", "a result autograd can differentiate",
                            f"RuntimeError: {str(e)[:110]}", hint) from None
     if not isinstance(out, torch.Tensor) or not out.requires_grad:
-        raise CheckFailure(f"{what}: the output's requires_grad", "True: gradients flow back to the inputs", "False",
+        raise CheckFailure(f"{what}: the output's requires_grad", "True: gradients flow back to the inputs",
+                           "False",
                            hint)
     ref = ref_fn()
     if out.shape != ref.shape:
@@ -285,8 +294,8 @@ def expect_grads(got_fn, ref_fn, leaves: dict[str, tuple[torch.Tensor, torch.Ten
 
 
 # ------------------------------------------------------------------------------------------------ dropout
-# the tests dropout's checks share: a module called again on the same input in eval mode (no dropout) or in train mode
-# at p = 1 (everything dropped) gives the same output; train mode survives a call
+# the tests dropout's checks share: a module called again on the same input in eval mode (no dropout) or in
+# train mode at p = 1 (everything dropped) gives the same output; train mode survives a call
 NO_DROPOUT_IN_EVAL = "the same output (no dropout in eval mode)"
 DROPOUT_IN_EVAL = ("dropout still acts in eval mode: use an nn.Dropout module (off after .eval()), "
                    "not F.dropout(..., training=True)")
@@ -310,9 +319,10 @@ def expect_no_dropout_in_eval(first, second, what: str, hint=DROPOUT_IN_EVAL) ->
 
 def expect_all_dropped(got, expected: torch.Tensor, rerun, seed: int, what: str, drops: str,
                        equal_nan: bool = False) -> None:
-    """Train mode with dropout=1.0 drops every `drops` (weight, hidden unit, value), so the output is `expected` at
-    every call: when got is another output of its shape, a second call, rerun() under `seed`, that differs from it
-    shows a dropout whose rate is not the argument. A reproducible wrong output is left to the caller's diagnosis."""
+    """Train mode with dropout=1.0 drops every `drops` (weight, hidden unit, value), so the output is
+    `expected` at every call: when got is another output of its shape, a second call, rerun() under `seed`,
+    that differs from it shows a dropout whose rate is not the argument. A reproducible wrong output is left
+    to the caller's diagnosis."""
     if not close(got, expected) and isinstance(got, torch.Tensor) and got.shape == expected.shape:
         with seeded(seed):
             again = rerun()
@@ -321,9 +331,9 @@ def expect_all_dropped(got, expected: torch.Tensor, rerun, seed: int, what: str,
 
 
 def expect_still_training(module: nn.Module, what: str, noun: str) -> None:
-    """After a call in train mode, the module and all its parts are still in train mode (forward leaves the mode to
-    the caller). `noun`: what the hint calls it (the module, the model)."""
+    """After a call in train mode, the module and all its parts are still in train mode (forward leaves the
+    mode to the caller). `noun`: what the hint calls it (the module, the model)."""
     if not all(part.training for part in module.modules()):
         raise CheckFailure(f"{what}.train(), after a call", "still in train mode", "switched to eval mode",
-                           f"forward calls .eval() (or .train(False)) on the {noun} or one of its parts: dropout would "
-                           "never be active in training; leave the mode to the caller")
+                           f"forward calls .eval() (or .train(False)) on the {noun} or one of its parts: "
+                           "dropout would never be active in training; leave the mode to the caller")

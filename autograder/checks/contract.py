@@ -1,13 +1,14 @@
-"""The contract as data: for each graded name, the input space its checks run over and what it returns and must
-leave alone. The checks read what they need from here (`CONTRACTS[name]`), and tests/test_registry.py holds every
-check to it: the reference is graded through a recorder, and each input kind declared under `exercised` must reach
-it (a check that stops passing, say, a float64 tensor makes that test fail). The stubs' docstrings say the same.
+"""The contract as data: for each graded name, the input space its checks run over and what it returns and
+must leave alone. The checks read what they need from here (`CONTRACTS[name]`), and tests/test_registry.py
+holds every check to it: the reference is graded through a recorder, and each input kind declared under
+`exercised` must reach it (a check that stops passing, say, a float64 tensor makes that test fail). The stubs'
+docstrings say the same.
 
 Fields of `Contract`:
 - exercised: the kinds of input the checks must pass to the name (its function, or `method` of its class):
-  "float32", "float64" (a floating tensor of that dtype), "strided" (a non-contiguous tensor), "one-pass" (an iterator,
-  empty once read: a generator, an open file), "batch of one" (a tensor whose first dimension is 1), "empty" (an
-  empty list or a tensor with no elements).
+  "float32", "float64" (a floating tensor of that dtype), "strided" (a non-contiguous tensor), "one-pass" (an
+  iterator, empty once read: a generator, an open file), "batch of one" (a tensor whose first dimension is 1),
+  "empty" (an empty list or a tensor with no elements).
 - method: for a class, the method whose arguments are recorded ("forward" by default).
 - returns: the exact return type the checks hold.
 - empty: what an empty input does, where the contract allows one.
@@ -35,7 +36,8 @@ CONTRACTS: dict[str, Contract] = {
     "learn_bpe": Contract(("one-pass",), returns="a list of (str, str) tuples",
                           side_effects="the corpus list unchanged; any iterable of lines, read once"),
     "apply_bpe": Contract(returns="a list of str"),
-    "BPETokenizer": Contract(("one-pass",), method="train", returns="train: the tokenizer; encode: a list of int; "
+    "BPETokenizer": Contract(("one-pass",), method="train", returns="train: the tokenizer; encode: a list of "
+                                                                    "int; "
                              "decode: a str; ids 0-3 the specials, also after save/load"),
     "pad_sequences": Contract(("batch of one",), returns="a torch.long tensor (batch, max_len)",
                               empty="pad_sequences([]) is refused: the stub's ValueError",
@@ -46,9 +48,11 @@ CONTRACTS: dict[str, Contract] = {
     "PositionalEncoding": Contract(("float32", "float64"), returns="a tensor in x's dtype",
                                    side_effects="x unchanged; the table a buffer"),
     # stage 03
-    "softmax": Contract(("float32", "float64"), returns="a tensor of x's shape, at least x's precision (float64 in, "
+    "softmax": Contract(("float32", "float64"), returns="a tensor of x's shape, at least x's precision "
+                                                        "(float64 in, "
                         "float64 out)", side_effects="x unchanged"),
-    "scaled_dot_product_attention": Contract(_T32, returns="(output, weights)", side_effects="q, k, v, mask unchanged"),
+    "scaled_dot_product_attention": Contract(_T32, returns="(output, weights)",
+                                             side_effects="q, k, v, mask unchanged"),
     # stage 04
     "split_heads": Contract(_T32, returns="a tensor (B, h, L, d_k)"),
     "merge_heads": Contract(("float32", "strided"), returns="a tensor (B, L, h * d_k)"),
@@ -58,15 +62,18 @@ CONTRACTS: dict[str, Contract] = {
     "padding_mask": Contract(("batch of one",), returns="a bool tensor (B, 1, 1, L) on the ids' device",
                              side_effects="the ids unchanged"),
     "causal_mask": Contract(returns="a bool tensor (1, 1, size, size) on `device`"),
-    "target_mask": Contract(returns="a bool tensor (B, 1, L, L) on the ids' device", side_effects="the ids unchanged"),
+    "target_mask": Contract(returns="a bool tensor (B, 1, L, L) on the ids' device",
+                            side_effects="the ids unchanged"),
     # stage 06-10
     "PositionwiseFeedForward": Contract(_T32, returns="a tensor of x's shape"),
     "LayerNorm": Contract(_T32, returns="a tensor of x's shape and dtype"),
     "SublayerConnection": Contract(_T32, returns="a tensor of x's shape",
                                    side_effects="x unchanged; its own norm as LayerNorm(d_model) builds it"),
-    "EncoderLayer": Contract(_T32, returns="a tensor of x's shape", side_effects="inputs and masks unchanged"),
+    "EncoderLayer": Contract(_T32, returns="a tensor of x's shape",
+                             side_effects="inputs and masks unchanged"),
     "Encoder": Contract(_T32, returns="a tensor of x's shape", side_effects="inputs and masks unchanged"),
-    "DecoderLayer": Contract(_T32, returns="a tensor of x's shape", side_effects="x, memory and masks unchanged"),
+    "DecoderLayer": Contract(_T32, returns="a tensor of x's shape",
+                             side_effects="x, memory and masks unchanged"),
     "Decoder": Contract(_T32, returns="a tensor of x's shape", side_effects="x, memory and masks unchanged"),
     "Transformer": Contract(returns="logits (B, Lt, V), unscaled"),
     # stage 11

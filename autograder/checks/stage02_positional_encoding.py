@@ -40,13 +40,14 @@ def _table(max_len: int, d_model: int, how: str = "right") -> torch.Tensor:
 
 @functools.lru_cache(maxsize=4)
 def _half_precision_drift(max_len: int, d_model: int) -> float:
-    """How far the right formula computed in float16 or bfloat16 (positions, 2i and the angle; in the ways learners
-    write it) drifts from the table at most: what a precision problem can explain, and no more."""
+    """How far the right formula computed in float16 or bfloat16 (positions, 2i and the angle; in the ways
+    learners write it) drifts from the table at most: what a precision problem can explain, and no more."""
     worst = 0.0
     for dtype in (torch.float16, torch.bfloat16):
         pos = torch.arange(max_len, dtype=dtype)[:, None]
         two_i = torch.arange(0, d_model, 2, dtype=dtype)
-        for angle in (pos * torch.exp(-math.log(10000.0) * two_i / d_model), pos / 10000.0 ** (two_i / d_model),
+        for angle in (pos * torch.exp(-math.log(10000.0) * two_i / d_model),
+                      pos / 10000.0 ** (two_i / d_model),
                       pos * 10000.0 ** (-two_i / d_model)):
             pe = torch.stack([angle.float().sin(), angle.float().cos()], dim=-1).reshape(max_len, d_model)
             worst = max(worst, (pe.double() - _table(max_len, d_model)).abs().max().item())
@@ -70,13 +71,13 @@ TABLE_MISTAKES = {
               "without doubling it again",
     "column_exponent": "the cos column used its own index, 10000^((2i+1)/d_model): columns 2i and 2i+1 share "
                        "the angle pos / 10000^(2i/d_model)",
-    "two_j": "exponent 2j/d_model with j the column index: i counts PAIRS of columns, so column 2i (and 2i+1) "
-             "uses 10000^(2i/d_model)",
+    "two_j": "exponent 2j/d_model with j the column index: i counts PAIRS of columns, so column 2i (and "
+             "2i+1) uses 10000^(2i/d_model)",
     "from_one": "positions counted from 1: the first position is 0 (its row is [0, 1, 0, 1, ...])",
     "inverted": "pos multiplied by 10000^(2i/d_model) instead of divided by it",
     "sin_only": "cos missing: the odd columns hold cos of the same angle as the sin before them",
-    "int_div": "every column got the angle pos itself: the exponent 2i/d_model was computed with integer division "
-               "(2i // d_model, or integer tensors) and is 0; divide in floating point, "
+    "int_div": "every column got the angle pos itself: the exponent 2i/d_model was computed with integer "
+               "division (2i // d_model, or integer tensors) and is 0; divide in floating point, "
                "torch.arange(0, d_model, 2, dtype=torch.float32) / d_model",
     "log10": "log10(10000) = 4 used where the natural logarithm belongs: 1/10000^(2i/d_model) = "
              "exp(-math.log(10000.0) * 2i / d_model), math.log, not math.log10",
@@ -89,8 +90,9 @@ def _table_mistakes(max_len, d_model):
 
 
 def _expect_close_lazy(got, expected, what, hint, atol, mistakes, formula=None):
-    """expect_close, the (costly) mistaken answers computed only once the answer is wrong. `formula`: the right
-    computation, said beside the expected value when no known mistake gives the answer (no cause guessed)."""
+    """expect_close, the (costly) mistaken answers computed only once the answer is wrong. `formula`: the
+    right computation, said beside the expected value when no known mistake gives the answer (no cause
+    guessed)."""
     if isinstance(got, torch.Tensor) and got.shape == expected.shape and got.is_floating_point():
         diff = (got.detach().double() - expected).abs() - atol * (1 + expected.abs())
         if diff.max().item() <= 0:  # NaN fails this test too
@@ -103,8 +105,9 @@ def _expect_close_lazy(got, expected, what, hint, atol, mistakes, formula=None):
 
 
 def _sharpen(e: CheckFailure, got, expected) -> None:
-    """expect_close shows the values where they differ most with 4 significant digits: when those read the same
-    (a table rounded to float16 is off by 2e-4: -2.051 and -2.051), show as many more as tell them apart."""
+    """expect_close shows the values where they differ most with 4 significant digits: when those read the
+    same (a table rounded to float16 is off by 2e-4: -2.051 and -2.051), show as many more as tell them
+    apart."""
     if "values differ" not in e.what or not isinstance(e.got, str):
         return
     diff = (got.detach().double() - expected.double()).abs().nan_to_num(nan=math.inf).flatten()
@@ -130,7 +133,8 @@ def _encode(sinusoidal_encoding, max_len, d_model):
     pe = expect_shape(pe, (max_len, d_model), what, hint)
     if pe.dtype not in (torch.float32, torch.float64):
         raise CheckFailure(f"{what}: dtype", "torch.float32 (or float64)", str(pe.dtype),
-                           "compute the table in float32 or float64: torch.arange(max_len, dtype=torch.float32)")
+                           "compute the table in float32 or float64: torch.arange(max_len, "
+                           "dtype=torch.float32)")
     return pe, what
 
 
@@ -146,11 +150,13 @@ def _sin_shape(sinusoidal_encoding):
 @register("sinusoidal_encoding", "gives the docstring example: sinusoidal_encoding(2, 4)")
 def _sin_example(sinusoidal_encoding):
     pe, what = _encode(sinusoidal_encoding, 2, 4)
-    _expect_close_lazy(pe, _table(2, 4), what + " (expected [[0, 1, 0, 1], [sin 1, cos 1, sin 0.01, cos 0.01]])",
+    _expect_close_lazy(pe, _table(2, 4), what + " (expected [[0, 1, 0, 1], [sin 1, cos 1, sin 0.01, cos "
+                                                "0.01]])",
                        None, 1e-5, lambda: _table_mistakes(2, 4), formula=SIN_FORMULA)
 
 
-@register("sinusoidal_encoding", "equals sin/cos(pos / 10000^(2i/d_model)) interleaved, for (50, 16) and (30, 6)")
+@register("sinusoidal_encoding", "equals sin/cos(pos / 10000^(2i/d_model)) interleaved, for (50, 16) and "
+                                 "(30, 6)")
 def _sin_formula(sinusoidal_encoding):
     for max_len, d_model in ((50, 16), (30, 6)):
         pe, what = _encode(sinusoidal_encoding, max_len, d_model)
@@ -162,9 +168,10 @@ def _sin_formula(sinusoidal_encoding):
 @register("sinusoidal_encoding", "stays accurate for the paper's d_model=512 at positions up to 127")
 def _sin_large(sinusoidal_encoding):
     pe, what = _encode(sinusoidal_encoding, 128, 512)
-    # a precision problem is named only when the smaller table is right, or when both tables drift from the formula
-    # no more than the right formula computed in half precision does: a wrong formula (positions, frequencies) is
-    # off by far more on the small table, where the precision lost is small (d_model - 1 for d_model: 1.03 there)
+    # a precision problem is named only when the smaller table is right, or when both tables drift from the
+    # formula no more than the right formula computed in half precision does: a wrong formula (positions,
+    # frequencies) is off by far more on the small table, where the precision lost is small (d_model - 1 for
+    # d_model: 1.03 there)
     small = sinusoidal_encoding(50, 16)
     small_drift = _drift(small, 50, 16)
     precise = small_drift <= 1e-4 or (small_drift <= 2 * _half_precision_drift(50, 16)
@@ -180,8 +187,8 @@ def _sin_odd(sinusoidal_encoding):
     for d_model in (7, 1):
         expect_raises(lambda: sinusoidal_encoding(10, d_model), ValueError,  # noqa: B023 (called here, at once)
                       f"sinusoidal_encoding(10, {d_model}) (odd d_model)",
-                      "sin and cos come in pairs of columns: `if d_model % 2: raise ValueError(f'd_model must be "
-                      "even, got {d_model}')` first")
+                      "sin and cos come in pairs of columns: `if d_model % 2: raise ValueError(f'd_model "
+                      "must be even, got {d_model}')` first")
 
 
 # --------------------------------------------------------------------------------- PositionalEncoding
@@ -197,7 +204,8 @@ def _module(cls, d_model, max_len=None, dropout=None):
 
 
 def _table_tensor(module):
-    """The module's biggest floating tensor (buffer, parameter or plain attribute): its table, whatever its name."""
+    """The module's biggest floating tensor (buffer, parameter or plain attribute): its table, whatever
+    its name."""
     found = [t for t in list(module.buffers()) + list(module.parameters()) + list(vars(module).values())
              if isinstance(t, torch.Tensor) and t.is_floating_point()]
     return max(found, key=lambda t: t.numel(), default=None)
@@ -214,8 +222,9 @@ def _remember(module):
 
 
 def _diagnose(module, x, max_len, refused=False):
-    """A hint naming the likely cause when forward fails on a sequence that fits (`refused`: with a ValueError),
-    from the table's shape now and when the module was built; None when nothing specific is seen."""
+    """A hint naming the likely cause when forward fails on a sequence that fits (`refused`: with a
+    ValueError), from the table's shape now and when the module was built; None when nothing specific is
+    seen."""
     _, L, d = x.shape
     table = _table_tensor(module)
     shape = tuple(table.shape) if table is not None else None
@@ -230,34 +239,38 @@ def _diagnose(module, x, max_len, refused=False):
     if shape is not None and len(shape) == 3 and shape[0] == 1 and shape[1] >= L:
         return (f"the table has shape {shape}, (1, max_len, d_model): its length is self.pe.size(1), not "
                 "self.pe.size(0) (which is 1): compare x.size(1) with self.pe.size(1)" if refused else
-                f"the table has shape {shape}, (1, max_len, d_model): slice its LENGTH axis, self.pe[:, :x.size(1)] "
-                "(pe[:L] slices the axis of size 1 and keeps the whole table)")
+                f"the table has shape {shape}, (1, max_len, d_model): slice its LENGTH axis, self.pe[:, "
+                ":x.size(1)] (pe[:L] slices the axis of size 1 and keeps the whole table)")
     if shape is not None and len(shape) == 3 and shape[1] == 1:
         return (f"the table has shape {shape}, (max_len, 1, d_model): that is the sequence-first layout "
-                "(length, batch, d_model) of PyTorch's old tutorial; x is batch-first (batch, length, d_model): "
-                "keep a (max_len, d_model) table and add pe[:x.size(1)] (it broadcasts over the batch)")
-    if shape is not None and len(shape) == 2 and max_len is not None and shape == (d, max_len) != (max_len, d):
-        return (f"the table has shape {shape}, (d_model, max_len): build it with sinusoidal_encoding(max_len, "
-                "d_model), the arguments in that order")
+                "(length, batch, d_model) of PyTorch's old tutorial; x is batch-first (batch, length, "
+                "d_model): keep a (max_len, d_model) table and add pe[:x.size(1)] (it broadcasts over the "
+                "batch)")
+    if shape is not None and len(shape) == 2 and max_len is not None and \
+            shape == (d, max_len) != (max_len, d):
+        return (f"the table has shape {shape}, (d_model, max_len): build it with "
+                "sinusoidal_encoding(max_len, d_model), the arguments in that order")
     if lengths - {L}:
-        return (f"this module handled a sequence of length {min(lengths - {L})} before and now fails on length {L}: "
+        return (f"this module handled a sequence of length {min(lengths - {L})} before and now fails on "
+                f"length {L}: "
                 "forward keeps something from an earlier call (a slice of the table cached for that length); "
                 "slice the table afresh at every call, self.pe[:x.size(1)]")
     return None
 
 
 def _seq_first_slice(e, x):
-    """The hint when the batch met the length on axis 0: a slice of the right length given a middle axis of size 1,
-    (length, 1, d_model) (unsqueeze(1), [:, None]): the sequence-first layout."""
+    """The hint when the batch met the length on axis 0: a slice of the right length given a middle axis of
+    size 1, (length, 1, d_model) (unsqueeze(1), [:, None]): the sequence-first layout."""
     B, L = x.size(0), x.size(1)
-    sizes = re.search(r"tensor a \((\d+)\) must match the size of tensor b \((\d+)\) at non-singleton dimension 0",
+    sizes = re.search(r"tensor a \((\d+)\) must match the size of tensor b \((\d+)\) at non-singleton "
+                      r"dimension 0",
                       str(e))
     if B == L or sizes is None or {int(sizes.group(1)), int(sizes.group(2))} != {B, L}:
         return None
-    return ("the slice of the table met x's batch axis with its length axis: it was shaped (length, 1, d_model) "
-            "(unsqueeze(1), [:, None]), the sequence-first layout (length, batch, d_model) of PyTorch's old tutorial; "
-            "x is batch-first (batch, length, d_model): add pe[:x.size(1)] as it is, (length, d_model), or as "
-            "(1, length, d_model) with unsqueeze(0)")
+    return ("the slice of the table met x's batch axis with its length axis: it was shaped (length, 1, "
+            "d_model) (unsqueeze(1), [:, None]), the sequence-first layout (length, batch, d_model) of "
+            "PyTorch's old tutorial; x is batch-first (batch, length, d_model): add pe[:x.size(1)] as it is, "
+            "(length, d_model), or as (1, length, d_model) with unsqueeze(0)")
 
 
 def _forward(module, x, what, max_len=None):
@@ -267,9 +280,9 @@ def _forward(module, x, what, max_len=None):
         if max_len is None or x.size(1) > max_len:
             raise
         hint = _diagnose(module, x, max_len, refused=True) or (
-            f"a sequence of length {x.size(1)}, shorter than max_len={max_len}, was refused: compare the length "
-            "x.size(1) with the table's number of positions (self.pe.size(0) for a (max_len, d_model) table, "
-            "self.pe.size(1) for (1, max_len, d_model)), not with another axis")
+            f"a sequence of length {x.size(1)}, shorter than max_len={max_len}, was refused: compare the "
+            "length x.size(1) with the table's number of positions (self.pe.size(0) for a (max_len, d_model) "
+            "table, self.pe.size(1) for (1, max_len, d_model)), not with another axis")
         raise CheckFailure(what, f"x + PE for a sequence of length {x.size(1)} <= max_len={max_len}",
                            f"ValueError: {str(e)[:120]}", hint) from None
     except RuntimeError as e:
@@ -304,21 +317,22 @@ def _forward_mistakes(x, max_len):
 
 def _low_precision(dtype) -> str:
     return (f"the table was rounded to {str(dtype)[6:]} (stored or cast so), which keeps about "
-            f"{3 if dtype == torch.float16 else 2} significant digits: keep it in float32, with no .half() or "
-            ".to(torch.bfloat16) on the buffer or its slice, self.register_buffer('pe', sinusoidal_encoding(max_len, "
-            "d_model))")
+            f"{3 if dtype == torch.float16 else 2} significant digits: keep it in float32, with no .half() "
+            "or .to(torch.bfloat16) on the buffer or its slice, self.register_buffer('pe', "
+            "sinusoidal_encoding(max_len, d_model))")
 
 
 def _table_hint(module, hint: str, got, expected) -> str:
-    """`hint`, unless the module's table is in a low-precision dtype and the output is right but for its rounding
-    (off by less than 1e-2): then that is named."""
+    """`hint`, unless the module's table is in a low-precision dtype and the output is right but for its
+    rounding (off by less than 1e-2): then that is named."""
     table = _table_tensor(module)
     low = (table is not None and table.dtype in (torch.float16, torch.bfloat16)
            and close(got, expected, atol=1e-2, rtol=1e-2))
     return _low_precision(table.dtype) if low else hint
 
 
-@register("PositionalEncoding", "forward(x) = x + PE[:length] for batch-first x (dropout=0); the gradient reaches x")
+@register("PositionalEncoding", "forward(x) = x + PE[:length] for batch-first x (dropout=0); the gradient "
+                                "reaches x")
 def _pe_forward(cls):
     module, name = _module(cls, 8, max_len=20, dropout=0.0)
     module.eval()
@@ -326,16 +340,18 @@ def _pe_forward(cls):
         x = torch.randn(3, 5, 8)
     what = f"{name}(x) for x of shape (3, 5, 8)"
     out, expected = _forward(module, x.clone(), what, 20), x + _table(20, 8)[:5]
-    _expect_close_lazy(out, expected, what, _table_hint(module, "x + self.pe[:x.size(1)] (the table broadcasts over "
+    _expect_close_lazy(out, expected, what, _table_hint(module, "x + self.pe[:x.size(1)] (the table "
+                                                                "broadcasts over "
                        "the batch)", out, expected), 1e-4, lambda: _forward_mistakes(x, 20))
     if out.dtype != x.dtype:  # the values are right: the table's dtype promoted the sum
         raise CheckFailure(f"{what}: dtype", f"{x.dtype}, x's dtype", str(out.dtype),
                            f"the {out.dtype} table promoted x + PE to {out.dtype}: the layers after it have "
-                           f"{x.dtype} weights and refuse that input. Keep the buffer in float32 (table.float()) or "
-                           "cast the slice, self.pe[:x.size(1)].to(x.dtype)")
+                           f"{x.dtype} weights and refuse that input. Keep the buffer in float32 "
+                           "(table.float()) or cast the slice, self.pe[:x.size(1)].to(x.dtype)")
     with seeded(6):
         x2 = torch.randn(2, 20, 8)
-    out, expected = _forward(module, x2.clone(), f"{name}(x) for x of shape (2, 20, 8)", 20), x2 + _table(20, 8)
+    out, expected = _forward(module, x2.clone(), f"{name}(x) for x of shape (2, 20, 8)",
+                             20), x2 + _table(20, 8)
     _expect_close_lazy(out, expected, f"{name}(x) for x of shape (2, 20, 8)",
                        _table_hint(module, "x + self.pe[:x.size(1)]", out, expected), 1e-4,
                        lambda: _forward_mistakes(x2, 20))
@@ -352,16 +368,17 @@ def _pe_forward(cls):
         raise CheckFailure(f"x.grad after {what}.sum().backward()", "ones (d(x + PE)/dx = 1)", "None",
                            "compute the output from x itself, with no .detach(), .data or torch.no_grad()")
     expect_close(leaf.grad, torch.ones_like(leaf), f"x.grad after {what}.sum().backward()",
-                 hint="x + PE with dropout 0 has gradient 1 for every entry of x: add the table to x once, unscaled")
+                 hint="x + PE with dropout 0 has gradient 1 for every entry of x: add the table to x once, "
+                      "unscaled")
     # the contract's dtypes: x's own, float64 included, into the module as built (its table float32)
     x64 = x.double()
     what = f"{name}(x) for a float64 x of shape (3, 5, 8), the module as built (not moved with .to)"
     out = _forward(module, x64.clone(), what, 20)
     if out.dtype != torch.float64:
         raise CheckFailure(f"{what}: dtype", "torch.float64, x's dtype", str(out.dtype),
-                           "x was cast to float32 (x.float(), x.to(torch.float32), x.to(self.pe.dtype)) before the "
-                           "table was added: the output keeps x's dtype; cast the table's slice to x's dtype, "
-                           "self.pe[:x.size(1)].to(x.dtype), never x")
+                           "x was cast to float32 (x.float(), x.to(torch.float32), x.to(self.pe.dtype)) "
+                           "before the table was added: the output keeps x's dtype; cast the table's slice "
+                           "to x's dtype, self.pe[:x.size(1)].to(x.dtype), never x")
     expect_close(out, x64 + _table(20, 8)[:5], what, atol=1e-6, rtol=1e-6,
                  hint="x + self.pe[:x.size(1)].to(x.dtype): x keeps its precision")
 
@@ -378,11 +395,14 @@ def _pe_buffer(cls):
         return isinstance(t, torch.Tensor) and t.is_floating_point() and t.numel() == 12 * 6
     if any(is_table(p) for p in module.parameters()):
         raise CheckFailure(f"{name}: the table", "a buffer (self.register_buffer('pe', table))",
-                           "an nn.Parameter", "the table is fixed, not learned: a Parameter would be handed to the "
-                           "optimizer (and trained unless frozen); register it with self.register_buffer('pe', table)")
+                           "an nn.Parameter", "the table is fixed, not learned: a Parameter would be handed "
+                                              "to the "
+                           "optimizer (and trained unless frozen); register it with "
+                           "self.register_buffer('pe', table)")
     params = [n for n, _ in module.named_parameters()]
     if params:
-        raise CheckFailure(f"{name}.named_parameters()", "none (nothing in this module is trained)", fmt(params),
+        raise CheckFailure(f"{name}.named_parameters()", "none (nothing in this module is trained)",
+                           fmt(params),
                            "the table is a buffer and nn.Dropout has no parameters")
     if not any(is_table(b) for b in module.buffers()):
         sizes = [tuple(b.shape) for b in module.buffers() if b.is_floating_point() and b.numel() % 6 == 0]
@@ -393,13 +413,15 @@ def _pe_buffer(cls):
             raise CheckFailure(f"{name}: the table's buffer" + (" after one forward call" if shrank else ""),
                                "max_len x d_model = 12 x 6 numbers", f"a buffer of shape {sizes[0]}" +
                                (f" (it was {built} when built)" if shrank else ""),
-                               "forward replaced the stored table by a slice (self.pe = self.pe[:L]): keep the whole "
-                               "table and slice into a local variable, pe = self.pe[:x.size(1)]" if shrank else
-                               "the max_len argument is ignored: build the table with sinusoidal_encoding(max_len, "
-                               "d_model), not a fixed length")
+                               "forward replaced the stored table by a slice (self.pe = self.pe[:L]): keep "
+                               "the whole table and slice into a local variable, pe = "
+                               "self.pe[:x.size(1)]" if shrank else
+                               "the max_len argument is ignored: build the table with "
+                               "sinusoidal_encoding(max_len, d_model), not a fixed length")
         attrs = [k for k, v in vars(module).items() if is_table(v)]
         raise CheckFailure(f"{name}.buffers()", "the sinusoidal table (max_len x d_model numbers)",
-                           f"no buffer holds it{' (it is the plain attribute ' + attrs[0] + ')' if attrs else ''}",
+                           "no buffer holds "
+                           f"it{' (it is the plain attribute ' + attrs[0] + ')' if attrs else ''}",
                            "a plain tensor attribute does not move with module.to(device) and is not saved: "
                            "self.register_buffer('pe', sinusoidal_encoding(max_len, d_model))")
     module.to(torch.float64)
@@ -408,7 +430,8 @@ def _pe_buffer(cls):
                            "register the table with register_buffer so that .to() converts it")
     after = _forward(module, x.double(), f"{name}.to(torch.float64)(x)", 12)
     expect_close(after, before.double(), f"{name}.to(torch.float64)(x) against the same module in float32",
-                 hint="use the registered buffer in forward (self.pe), not a copy of the table kept elsewhere")
+                 hint="use the registered buffer in forward (self.pe), not a copy of the table kept "
+                      "elsewhere")
 
 
 @register("PositionalEncoding", "applies dropout(x + PE) in training mode, and no dropout in eval mode")
@@ -418,23 +441,25 @@ def _pe_dropout(cls):
         x = torch.rand(4, 30, 16) + 4.0  # x + PE > 0, even with a wrong table: a zero can only be dropout's
     module.eval()
     plain = _forward(module, x.clone(), f"{name}(x) in eval mode", 40)  # the module's own x + PE
-    if (plain.abs() < 1e-6).any() and torch.equal(plain, _forward(module, x.clone(), f"{name}(x) in eval mode", 40)):
+    if (plain.abs() < 1e-6).any() and torch.equal(plain, _forward(module, x.clone(),
+                                                                  f"{name}(x) in eval mode", 40)):
         raise CheckFailure(f"{name}(x) in eval mode", "x + PE, where no value is 0 here (x + PE > 3)",
                            f"{(plain.abs() < 1e-6).double().mean().item():.0%} zeros, the same at every call",
                            "return x + PE[:length] (x itself plus the table), then dropout")
     if (plain.abs() < 1e-6).any():
         raise CheckFailure(f"{name}(x) in eval mode", "no value zeroed (x + PE > 0 here)",
                            f"{(plain.abs() < 1e-6).double().mean().item():.0%} zeros",
-                           "dropout applied in eval mode: build self.dropout = nn.Dropout(dropout) once in __init__ "
-                           "(a module built inside forward is always in training mode), or F.dropout(..., "
-                           "training=self.training); either does nothing after module.eval()")
+                           "dropout applied in eval mode: build self.dropout = nn.Dropout(dropout) once in "
+                           "__init__ (a module built inside forward is always in training mode), or "
+                           "F.dropout(..., training=self.training); either does nothing after module.eval()")
     module.train()
     what = f"{name}(x) in training mode"
     with seeded(2):
         out = _forward(module, x.clone(), what, 40)
     if _close_all(out, plain):
         raise CheckFailure(what, "about half of the values zeroed (dropout=0.5)", "the same as in eval mode",
-                           "dropout missing: return self.dropout(x + PE) with self.dropout = nn.Dropout(dropout)")
+                           "dropout missing: return self.dropout(x + PE) with self.dropout = "
+                           "nn.Dropout(dropout)")
     dropped = out.abs() < 1e-6
     share = dropped.double().mean().item()
     if dropped.all():
@@ -448,11 +473,12 @@ def _pe_dropout(cls):
                 "dropout applied to the table only, x + dropout(PE): apply it to the sum, dropout(x + PE)"
                 if _dropout_of(out - x, table, 2.0) else "apply nn.Dropout(dropout) once, to x + PE")
         raise CheckFailure(what, "each value either 0 or 2 * (x + PE) (dropout=0.5 of the sum)",
-                           f"{share:.0%} zeros, the others from {ratio.min().item():.3g} to {ratio.max().item():.3g} "
-                           f"times x + PE", hint)
+                           f"{share:.0%} zeros, the others from {ratio.min().item():.3g} to "
+                           f"{ratio.max().item():.3g} times x + PE", hint)
     if 0.65 < share < 0.85 and abs(ratio.mean().item() - 4.0) < 1e-3:
         raise CheckFailure(f"{what}: share of zeros", "about 0.5, the kept values doubled",
-                           f"{share:.3f}, the kept values times 4", "dropout applied twice (1 - 0.5 * 0.5 = 0.75 "
+                           f"{share:.3f}, the kept values times 4", "dropout applied twice (1 - 0.5 * 0.5 = "
+                                                                    "0.75 "
                            "dropped, kept values scaled twice): apply self.dropout once, to x + PE")
     if not 0.35 < share < 0.65 or abs(ratio.mean().item() - 2.0) > 1e-3:
         raise CheckFailure(f"{what}: share of zeros", "about 0.5, the kept values doubled",
@@ -477,13 +503,15 @@ def _pe_too_long(cls):
     module.eval()
     with seeded(7):
         x, longer = torch.randn(2, 10, 4), torch.randn(2, 11, 4)
-    out, expected = _forward(module, x.clone(), f"{name}(x) for x of length 10 = max_len", 10), x + _table(10, 4)
+    out, expected = _forward(module, x.clone(), f"{name}(x) for x of length 10 = max_len",
+                             10), x + _table(10, 4)
     _expect_close_lazy(out, expected, f"{name}(x) for x of length 10 = max_len",
                        _table_hint(module, "x + self.pe[:x.size(1)], the whole table here", out, expected),
                        1e-4, lambda: _forward_mistakes(x, 10))
     expect_raises(lambda: module(longer), ValueError, f"{name}(x) for x of length 11 > max_len",
-                  "check `if x.size(1) > self.pe.size(0): raise ValueError(f'sequence of length {x.size(1)} is "
-                  "longer than max_len={...}')` before slicing: slicing past the end silently gives a shorter table")
+                  "check `if x.size(1) > self.pe.size(0): raise ValueError(f'sequence of length {x.size(1)} "
+                  "is longer than max_len={...}')` before slicing: slicing past the end silently gives a "
+                  "shorter table")
 
 
 @register("PositionalEncoding", "defaults: max_len=5000, dropout=0.1")
@@ -500,16 +528,19 @@ def _pe_defaults(cls):
         if table is None or table.numel() >= 5000 * 8:
             raise
         raise CheckFailure(what, "x + PE (max_len=5000 by default)", e.got,
-                           f"the table of {name} has shape {tuple(table.shape)}, fewer than 5000 positions: keep the "
-                           "signature's default max_len=5000 and build the table with it") from None
+                           f"the table of {name} has shape {tuple(table.shape)}, fewer than 5000 positions: "
+                           "keep the signature's default max_len=5000 and build the table with it") from None
     share = (out == 0).double().mean().item()
     if not 0.08 < share < 0.12:
-        raise CheckFailure(f"{name}(x) in training mode: share of zeros", "about 0.1 (dropout=0.1 by default)",
-                           f"{share:.3f}", "nn.Dropout(p) takes the probability of ZEROING a value, not of keeping "
+        raise CheckFailure(f"{name}(x) in training mode: share of zeros",
+                           "about 0.1 (dropout=0.1 by default)",
+                           f"{share:.3f}", "nn.Dropout(p) takes the probability of ZEROING a value, not of "
+                                           "keeping "
                            "it: nn.Dropout(dropout), not nn.Dropout(1 - dropout)" if 0.88 < share < 0.92 else
                            "keep the signature's defaults (dropout=0.1, max_len=5000) and pass dropout on, "
                            "nn.Dropout(dropout), with no fixed rate")
-    expect_raises(lambda: module(torch.full((1, 5001, 8), 3.0)), ValueError, f"{name}(x) for x of length 5001",
+    expect_raises(lambda: module(torch.full((1, 5001, 8), 3.0)), ValueError,
+                  f"{name}(x) for x of length 5001",
                   "a sequence longer than max_len (5000 by default) must raise ValueError")
 
 
@@ -523,5 +554,5 @@ def _pe_in_place(cls):
     _forward(module, x, f"{name}(x)", 10)
     if not torch.equal(x, kept):
         raise CheckFailure(f"x after {name}(x)", "unchanged", "changed",
-                           "x was modified in place (x += ... or x.add_): return x + PE as a new tensor; the caller "
-                           "still needs its x (and autograd may too)")
+                           "x was modified in place (x += ... or x.add_): return x + PE as a new tensor; the "
+                           "caller still needs its x (and autograd may too)")

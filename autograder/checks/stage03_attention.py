@@ -11,12 +11,21 @@ from torch import nn
 
 from ..explain import failing_line
 from ..registry import CheckFailure, CheckTimeout, forbid, register
-from ._util import (LEFT_AUTOGRAD, as_tensor, close, expect_close, expect_grads, expect_shape,
-                    reduces_without_keepdim, seeded)
+from ._util import (
+    LEFT_AUTOGRAD,
+    as_tensor,
+    close,
+    expect_close,
+    expect_grads,
+    expect_shape,
+    reduces_without_keepdim,
+    seeded,
+)
 
 # the lesson's own work, which a library call must not do for the learner (allowed in later lessons)
 forbid("softmax", "a library softmax (torch.softmax, F.softmax, Tensor.softmax, nn.Softmax, log_softmax)",
-       functions=("softmax", "_softmax", "special_softmax", "log_softmax", "_log_softmax", "special_log_softmax"))
+       functions=("softmax", "_softmax", "special_softmax", "log_softmax", "_log_softmax",
+                  "special_log_softmax"))
 forbid("scaled_dot_product_attention", "F.scaled_dot_product_attention (or nn.MultiheadAttention)",
        functions=("scaled_dot_product_attention", "_scaled_dot_product_attention_math",
                   "_scaled_dot_product_flash_attention_for_cpu", "multi_head_attention_forward"),
@@ -53,23 +62,26 @@ def _softmax_last(softmax):
                                x.exp() / x.exp().sum()})
     if not torch.equal(arg, x):
         raise CheckFailure("x after softmax(x)", "unchanged", "changed",
-                           "x was modified in place (x -= ..., x.sub_, x.exp_()): the caller still needs its x; "
-                           "compute new tensors, shifted = x - x.amax(dim, keepdim=True)")
+                           "x was modified in place (x -= ..., x.sub_, x.exp_()): the caller still needs its "
+                           "x; compute new tensors, shifted = x - x.amax(dim, keepdim=True)")
     # attention, and so the whole model, is trained through this softmax: its gradient must be softmax's
     leaf, ref_leaf = x.clone().requires_grad_(), x.clone().requires_grad_()
-    expect_grads(lambda: _soft(softmax, leaf, what), lambda: torch.softmax(ref_leaf, -1), {"x": (leaf, ref_leaf)},
-                 what, hint=LEFT_AUTOGRAD + " (a detached max is harmless, softmax ignores a constant shift; a "
+    expect_grads(lambda: _soft(softmax, leaf, what), lambda: torch.softmax(ref_leaf, -1),
+                 {"x": (leaf, ref_leaf)},
+                 what, hint=LEFT_AUTOGRAD + " (a detached max is harmless, softmax ignores a constant shift; "
+                                            "a "
                  "detached sum is not)")
     _keeps_float64(softmax, x)
 
 
-LOWERED = ("the result has less precision than x: a cast inside (x.float(), .to(torch.float32), a float32 constant "
-           "tensor such as torch.tensor(0.0)) turned float64 into float32; compute in x's dtype (x - x.amax(...), "
-           "torch.zeros_like(x))")
+LOWERED = ("the result has less precision than x: a cast inside (x.float(), .to(torch.float32), a float32 "
+           "constant tensor such as torch.tensor(0.0)) turned float64 into float32; compute in x's dtype (x "
+           "- x.amax(...), torch.zeros_like(x))")
 
 
 def _keeps_float64(softmax, x):
-    """The contract's dtypes: a float64 x gives a float64 result (float32 may come back in float64: more is fine)."""
+    """The contract's dtypes: a float64 x gives a float64 result (float32 may come back in float64: more
+    is fine)."""
     x64 = x.double()
     what = "softmax(x) for a float64 x of shape (3, 4, 5)"
     got = as_tensor(_soft(softmax, x64.clone(), what), what)
@@ -87,12 +99,14 @@ def _softmax_dim(softmax):
         expect_close(_soft(softmax, x.clone(), f"softmax(x, dim={dim})", dim=dim), torch.softmax(x, dim),
                      f"softmax(x, dim={dim})",
                      hint="use `dim` in both the max and the sum (keepdim=True so they broadcast back)",
-                     mistakes={"the dim argument is ignored (always the last dimension)": torch.softmax(x, -1)})
+                     mistakes={"the dim argument is ignored (always the last "
+                               "dimension)": torch.softmax(x, -1)})
 
 
 @register("softmax", "is stable for large inputs (no overflow to nan)")
 def _softmax_stable(softmax):
-    x = torch.tensor([[1000.0, 1001.0, 999.0], [-1000.0, -1000.0, -1000.0], [88.0, 89.0, 0.0], [-500.0, 0.0, 500.0]])
+    x = torch.tensor([[1000.0, 1001.0, 999.0], [-1000.0, -1000.0, -1000.0], [88.0, 89.0, 0.0],
+                      [-500.0, 0.0, 500.0]])
     what = "softmax([[1000, 1001, 999], [-1000, -1000, -1000], [88, 89, 0], [-500, 0, 500]])"
     got = _soft(softmax, x.clone(), what)
     finite = not (isinstance(got, torch.Tensor) and got.shape == x.shape and not torch.isfinite(got).all())
@@ -107,22 +121,25 @@ def _inputs(seed=0, B=2, h=3, Lq=4, Lk=5, d_k=8, d_v=6):
         return torch.randn(B, h, Lq, d_k), torch.randn(B, h, Lk, d_k), torch.randn(B, h, Lk, d_v)
 
 
-# the failing line multiplies by a k transposed otherwise than in its last two dims (TRANSPOSE), or not at all (NO_T)
+# the failing line multiplies by a k transposed otherwise than in its last two dims (TRANSPOSE), or not at all
+# (NO_T)
 _PRODUCT = re.compile(r"@|\bmatmul\(|\bbmm\(")
 _LAST_TWO = re.compile(r"(transpose|swapaxes)\(\s*(-2\s*,\s*-1|-1\s*,\s*-2)\s*\)|\.mT\b")
 _ANY_TRANSPOSE = re.compile(r"\.T\b|\.t\(\)|\b(transpose|permute|swapaxes)\(|\.mT\b")
-NO_T = "q @ k multiplies (..., Lq, d_k) by (..., Lk, d_k): k needs its last two dims swapped, k.transpose(-2, -1)"
-TRANSPOSE = ("transpose only the last two dims of k, k.transpose(-2, -1): k.T or k.transpose(1, 2) give wrong "
-             "shapes with more than 2 or 3 dims")
+NO_T = ("q @ k multiplies (..., Lq, d_k) by (..., Lk, d_k): k needs its last two dims swapped, "
+        "k.transpose(-2, -1)")
+TRANSPOSE = ("transpose only the last two dims of k, k.transpose(-2, -1): k.T or k.transpose(1, 2) give "
+             "wrong shapes with more than 2 or 3 dims")
 
 
-KEYS_FIRST = ("q and k swapped in the scores: k @ q.transpose(-2, -1) is (..., Lk, Lq), one row per key (with as many "
-              "queries as keys it gives exactly that); scores = q @ k.transpose(-2, -1) / math.sqrt(d_k), one row per "
-              "query")
+KEYS_FIRST = ("q and k swapped in the scores: k @ q.transpose(-2, -1) is (..., Lk, Lq), one row per key "
+              "(with as many queries as keys it gives exactly that); scores = q @ k.transpose(-2, -1) / "
+              "math.sqrt(d_k), one row per query")
 
 
 def _keys_first(attn) -> bool:
-    """Whether attn computes softmax(k @ q^T / sqrt(d_k)) @ v: tried with as many queries as keys, where it runs."""
+    """Whether attn computes softmax(k @ q^T / sqrt(d_k)) @ v: tried with as many queries as keys, where
+    it runs."""
     q, k, v = _inputs(seed=31, Lq=5, Lk=5)
     try:
         out = attn(q.clone(), k.clone(), v.clone(), None)
@@ -135,48 +152,60 @@ def _keys_first(attn) -> bool:
         return False
 
 
-def _call(attn, q, k, v, mask=None, dropout=None, what="scaled_dot_product_attention(q, k, v)", unchanged=False):
+def _shape_failure(attn, e, q, k, v, mask, what):
+    """_call's verdict on a RuntimeError or IndexError of the learner's code: a CheckFailure that names the
+    likely mistake, or None where the error is to be reported as it is."""
+    text = str(e)
+    if mask is not None and "shape of the mask" in text and "does not match" in text:
+        return CheckFailure(f"{what} with a mask of shape {tuple(mask.shape)}", "the mask to broadcast",
+                            f"{type(e).__name__}: {text.splitlines()[0][:120]}",
+                            "boolean indexing, scores[~mask] = ..., needs a mask of the scores' exact "
+                            "shape; scores.masked_fill(~mask, ...) lets the mask broadcast")
+    if not any(s in text for s in ("must match the size", "Dimension out of range", "Expected size",
+                                    "cannot be multiplied", "size mismatch")):
+        return None
+    if q.size(-2) != k.size(-2) and _keys_first(attn):
+        shapes = ", ".join(f"{n} {tuple(t.shape)}" for n, t in zip("qkv", (q, k, v)))
+        return CheckFailure(f"{what} for {shapes}", "weights (..., Lq, Lk)",
+                            f"{type(e).__name__}: {text.splitlines()[0][:120].rstrip('.')}",
+                            KEYS_FIRST)
+    line = failing_line(e)
+    if not _PRODUCT.search(line) or _LAST_TWO.search(line):
+        # not a product of q and k: described as any error is (line, shapes, a Likely only from those)
+        return None
+    if _ANY_TRANSPOSE.search(line):
+        hint = TRANSPOSE
+    elif re.search(r"\bk\b", line):
+        hint = NO_T
+    else:
+        return None
+    shapes = ", ".join(f"{n} {tuple(t.shape)}" for n, t in zip("qkv", (q, k, v)))
+    return CheckFailure(f"{what} for {shapes}: wrong shape inside your function, at `{line}`",
+                        "(..., Lq, d_k) @ (..., d_k, Lk) -> weights (..., Lq, Lk)",
+                        f"{type(e).__name__}: {text.splitlines()[0][:120].rstrip('.')}",
+                        hint + ("" if mask is None else
+                                f"; the mask {tuple(mask.shape)} broadcasts as it is"))
+
+
+def _call(attn, q, k, v, mask=None, dropout=None, what="scaled_dot_product_attention(q, k, v)",
+          unchanged=False):
     """The learner's (output, weights) for copies of the inputs (the checks' own stay intact); with
     `unchanged`, fail when the function modified its arguments in place."""
     args = [t.clone() for t in (q, k, v)] + [None if mask is None else mask.clone()]
     try:
         out = attn(*args) if dropout is None else attn(*args, dropout)
     except (RuntimeError, IndexError) as e:
-        text = str(e)
-        if mask is not None and "shape of the mask" in text and "does not match" in text:
-            raise CheckFailure(f"{what} with a mask of shape {tuple(mask.shape)}", "the mask to broadcast",
-                               f"{type(e).__name__}: {text.splitlines()[0][:120]}",
-                               "boolean indexing, scores[~mask] = ..., needs a mask of the scores' exact shape; "
-                               "scores.masked_fill(~mask, ...) lets the mask broadcast") from None
-        if not any(s in text for s in ("must match the size", "Dimension out of range", "Expected size",
-                                        "cannot be multiplied", "size mismatch")):
+        failure = _shape_failure(attn, e, q, k, v, mask, what)
+        if failure is None:
             raise
-        if q.size(-2) != k.size(-2) and _keys_first(attn):
-            shapes = ", ".join(f"{n} {tuple(t.shape)}" for n, t in zip("qkv", (q, k, v)))
-            raise CheckFailure(f"{what} for {shapes}", "weights (..., Lq, Lk)",
-                               f"{type(e).__name__}: {text.splitlines()[0][:120].rstrip('.')}", KEYS_FIRST) from None
-        line = failing_line(e)
-        if not _PRODUCT.search(line) or _LAST_TWO.search(line):
-            raise  # not a product of q and k: described as any error is (line, shapes, a Likely only from those)
-        if _ANY_TRANSPOSE.search(line):
-            hint = TRANSPOSE
-        elif re.search(r"\bk\b", line):
-            hint = NO_T
-        else:
-            raise
-        shapes = ", ".join(f"{n} {tuple(t.shape)}" for n, t in zip("qkv", (q, k, v)))
-        raise CheckFailure(f"{what} for {shapes}: wrong shape inside your function, at `{line}`",
-                           "(..., Lq, d_k) @ (..., d_k, Lk) -> weights (..., Lq, Lk)",
-                           f"{type(e).__name__}: {text.splitlines()[0][:120].rstrip('.')}",
-                           hint + ("" if mask is None else f"; the mask {tuple(mask.shape)} broadcasts as it is"))\
-            from None
+        raise failure from None
     if unchanged:
         for name, mine, given in zip(("q", "k", "v", "mask"), (q, k, v, mask), args):
             if mine is not None and not torch.equal(mine, given):
                 raise CheckFailure(f"{name} after {what}", "unchanged", "changed",
-                                   f"{name} was modified in place (an in-place operation on it: /=, masked_fill_, "
-                                   "logical_not_, ...): the caller still needs its tensors; compute new ones, e.g. "
-                                   "scores = q @ k.transpose(-2, -1) / math.sqrt(d_k)")
+                                   f"{name} was modified in place (an in-place operation on it: /=, "
+                                   "masked_fill_, logical_not_, ...): the caller still needs its tensors; "
+                                   "compute new ones, e.g. scores = q @ k.transpose(-2, -1) / math.sqrt(d_k)")
     if not isinstance(out, tuple) or len(out) != 2:
         raise CheckFailure(what, "a tuple (output, weights)", type(out).__name__,
                            "return both: `return weights @ v, weights`")
@@ -189,13 +218,14 @@ def _call(attn, q, k, v, mask=None, dropout=None, what="scaled_dot_product_atten
                            "(..., Lq, Lk), so use it as it is")
     if tuple(out.shape) == tuple(q.shape[:-1]) + (k.size(-2),) != tuple(q.shape[:-1]) + (v.size(-1),) \
             and tuple(w.shape) == tuple(q.shape[:-1]) + (v.size(-1),):
-        raise CheckFailure(f"{what}: the order of the returned pair", "(output, weights)", "(weights, output)",
+        raise CheckFailure(f"{what}: the order of the returned pair", "(output, weights)",
+                           "(weights, output)",
                            "return the output first: `return weights @ v, weights`")
     return out, w
 
 
-AFTER_SOFTMAX = ("the softmax's weights (or the output) divided by sqrt(d_k): divide the scores before the softmax, "
-                 "softmax(q @ k.transpose(-2, -1) / math.sqrt(d_k)); mind the parentheses")
+AFTER_SOFTMAX = ("the softmax's weights (or the output) divided by sqrt(d_k): divide the scores before the "
+                 "softmax, softmax(q @ k.transpose(-2, -1) / math.sqrt(d_k)); mind the parentheses")
 
 
 def _reference(q, k, v, mask=None):
@@ -230,7 +260,8 @@ def _reference(q, k, v, mask=None):
                 torch.softmax(big, 1) @ v
     if q.dim() > 3:
         sm = s if mask is None else s.masked_fill(~mask, float("-inf"))
-        mistakes["softmax over dim=1 (the heads) instead of the last dimension (the keys): softmax(scores, dim=-1)"] = \
+        mistakes["softmax over dim=1 (the heads) instead of the last dimension (the keys): softmax(scores, "
+                 "dim=-1)"] = \
             torch.softmax(sm, 1).nan_to_num(0.0) @ v
     if mask is None:
         mistakes["softmax over the queries (dim=-2) instead of the keys (dim=-1)"] = torch.softmax(s, -2) @ v
@@ -239,19 +270,21 @@ def _reference(q, k, v, mask=None):
             torch.softmax(s.masked_fill(~mask, float("-inf")), -2).nan_to_num(0.0) @ v
         mistakes["mask polarity inverted: True must mean 'may attend' (fill where ~mask)"] = \
             torch.softmax(s.masked_fill(mask, float("-inf")), -1).nan_to_num(0.0) @ v
-        mistakes["mask applied after the softmax: masked weights were zeroed but the rows no longer sum to 1"] = \
+        mistakes["mask applied after the softmax: masked weights were zeroed but the rows no longer sum to "
+                 "1"] = \
             (torch.softmax(s, -1) * mask) @ v
         mistakes["mask applied after the softmax and renormalized: fill the scores with -inf (or a large "
                  "negative) BEFORE the softmax"] = \
             (lambda w: w / w.sum(-1, keepdim=True))(torch.softmax(s, -1) * mask) @ v
-        mistakes["masked scores filled with 0 instead of a large negative number: exp(0) = 1 still gives them "
-                 "weight"] = torch.softmax(s.masked_fill(~mask, 0.0), -1) @ v
+        mistakes["masked scores filled with 0 instead of a large negative number: exp(0) = 1 still gives "
+                 "them weight"] = torch.softmax(s.masked_fill(~mask, 0.0), -1) @ v
         mistakes["mask ignored"] = torch.softmax(s, -1) @ v
     return ref_out, mistakes
 
 
 # ------------------------------------------------------------------------------------- attention
-@register("scaled_dot_product_attention", "returns (output, weights) of shapes (..., Lq, d_v) and (..., Lq, Lk)")
+@register("scaled_dot_product_attention", "returns (output, weights) of shapes (..., Lq, d_v) and (..., Lq, "
+                                          "Lk)")
 def _attn_shapes(attn):
     q, k, v = _inputs()
     out, w = _call(attn, q, k, v)
@@ -264,7 +297,8 @@ def _attn_shapes(attn):
     expect_shape(out3, (2, 4, 6), "output for 3-d inputs q (2, 4, 8), k (2, 5, 8)", TRANSPOSE)
 
 
-@register("scaled_dot_product_attention", "equals F.scaled_dot_product_attention without a mask, gradients too")
+@register("scaled_dot_product_attention", "equals F.scaled_dot_product_attention without a mask, gradients "
+                                          "too")
 def _attn_plain(attn):
     q, k, v = _inputs(1)
     ref, mistakes = _reference(q, k, v)
@@ -278,7 +312,8 @@ def _attn_plain(attn):
     ref, mistakes = _reference(q, k, v)
     out, _ = _call(attn, q, k, v)
     expect_close(out, ref, "output without a mask for q (1, 2, 3, 16), k (1, 2, 7, 16), v (1, 2, 7, 4)",
-                 hint="softmax(q k^T / sqrt(d_k)) v with d_k = q.size(-1), not a fixed number", mistakes=mistakes)
+                 hint="softmax(q k^T / sqrt(d_k)) v with d_k = q.size(-1), not a fixed number",
+                 mistakes=mistakes)
 
 
 @register("scaled_dot_product_attention", "weights: each query's row sums to 1 over the keys")
@@ -316,22 +351,24 @@ def _attn_mask(attn):
     rows = torch.isfinite(w).all(-1, keepdim=True)  # NaN rows aside (a fill of -inf), inverted polarity shows
     if not torch.isfinite(out).all() and (w.masked_select(mask & rows).abs() < 1e-6).all() \
             and (w.masked_select(~mask & rows).abs() > 1e-6).any():
-        raise CheckFailure("output with a random boolean mask", "finite numbers, weight only where mask is True",
+        raise CheckFailure("output with a random boolean mask", "finite numbers, weight only where mask is "
+                                                                "True",
                            "NaN, and weight only where mask is False",
-                           "mask polarity inverted: True must mean 'may attend' (fill where ~mask, with a large finite "
-                           "negative number so that a fully masked row is not NaN)")
+                           "mask polarity inverted: True must mean 'may attend' (fill where ~mask, with a "
+                           "large finite negative number so that a fully masked row is not NaN)")
     _leak(out, w, ref, mask, mistakes, "with a random boolean mask")
     expect_close(out, ref, "output with a random boolean mask", mistakes=mistakes,
                  hint="scores.masked_fill(~mask, torch.finfo(scores.dtype).min) (or -1e9) before the softmax")
     hidden = w.masked_select(~mask)
     if hidden.numel() and hidden.abs().max() > 1e-6:  # the output is right: these are not the weights it used
         raise CheckFailure("weights where mask is False", "0", f"up to {hidden.abs().max().item():.3g}",
-                           "the output is right, but the weights returned are not the ones it was computed with: "
-                           "return the masked softmax weights, the tensor that multiplies v")
+                           "the output is right, but the weights returned are not the ones it was computed "
+                           "with: return the masked softmax weights, the tensor that multiplies v")
 
 
 def _leak(out, w, ref, mask, mistakes, where):
-    """Fail, naming the fill, when the output is wrong for no named reason and masked keys still get weight."""
+    """Fail, naming the fill, when the output is wrong for no named reason and masked keys still get
+    weight."""
     if close(out, ref) or any(close(out, m) for m in mistakes.values()):
         return
     if w.shape != ref.shape[:-1] + mask.shape[-1:]:
@@ -340,20 +377,23 @@ def _leak(out, w, ref, mask, mistakes, where):
     hidden, sums = w.masked_select(~mask), w.sum(-1)
     if hidden.numel() and bool(torch.isfinite(hidden).all()) and hidden.abs().max() > 1e-6 \
             and bool(torch.allclose(sums, torch.ones_like(sums), atol=1e-4)):
-        seen = w.masked_select(mask & (~mask).any(-1, keepdim=True))  # the visible keys of rows that hide some
+        # the visible keys of rows that hide some
+        seen = w.masked_select(mask & (~mask).any(-1, keepdim=True))
         inverted = seen.numel() and bool((seen.abs() < 1e-6).all())
-        raise CheckFailure(f"weights where mask is False, {where}", "0", f"up to {hidden.abs().max().item():.3g}",
-                           "mask polarity inverted: the weight falls only where the mask is False; True means 'may "
-                           "attend', so fill where ~mask" if inverted else
+        raise CheckFailure(f"weights where mask is False, {where}", "0",
+                           f"up to {hidden.abs().max().item():.3g}",
+                           "mask polarity inverted: the weight falls only where the mask is False; True "
+                           "means 'may attend', so fill where ~mask" if inverted else
                            "the masked keys still get weight: fill their scores with a large negative number "
-                           "(torch.finfo(scores.dtype).min or -1e9) before the softmax, not a small one such as -1 "
-                           "or -10")
+                           "(torch.finfo(scores.dtype).min or -1e9) before the softmax, not a small one such "
+                           "as -1 or -10")
 
 
 @register("scaled_dot_product_attention", "a padding mask (B, 1, 1, Lk) broadcasts over heads and queries")
 def _attn_broadcast(attn):
     q, k, v = _inputs(4)
-    mask = torch.tensor([True, True, True, False, False])[None, None, None, :].repeat(2, 1, 1, 1)  # (2, 1, 1, 5)
+    # (2, 1, 1, 5)
+    mask = torch.tensor([True, True, True, False, False])[None, None, None, :].repeat(2, 1, 1, 1)
     mask[1, ..., 4] = True
     ref, mistakes = _reference(q, k, v, mask)
     out, w = _call(attn, q, k, v, mask)
@@ -363,16 +403,18 @@ def _attn_broadcast(attn):
                  hint="let the mask broadcast: masked_fill(~mask, ...) works for any broadcastable shape")
 
 
-NO_MAX = ("the softmax does not subtract the row's max: when every key of a row is masked, exp(fill) is 0 for all of "
-          "them (exp(-1e9) = 0) and 0/0 = NaN, and large scores overflow; subtract the row's max before exp "
-          "(softmax(x) = softmax(x - max x)), as your softmax does, and keep the fill finite")
-GRAD_NAN = ("-inf in the scores makes NaN in the gradient even when the forward pass is patched (nan_to_num or "
-            "torch.where after the softmax): the softmax's backward multiplies by the row's NaN weights; fill with a "
-            "large finite negative number (torch.finfo(scores.dtype).min or -1e9) instead of -inf")
+NO_MAX = ("the softmax does not subtract the row's max: when every key of a row is masked, exp(fill) is 0 "
+          "for all of them (exp(-1e9) = 0) and 0/0 = NaN, and large scores overflow; subtract the row's max "
+          "before exp (softmax(x) = softmax(x - max x)), as your softmax does, and keep the fill finite")
+GRAD_NAN = ("-inf in the scores makes NaN in the gradient even when the forward pass is patched (nan_to_num "
+            "or torch.where after the softmax): the softmax's backward multiplies by the row's NaN weights; "
+            "fill with a large finite negative number (torch.finfo(scores.dtype).min or -1e9) instead of "
+            "-inf")
 
 
 def _overflows(attn, q, k, v):
-    """Whether the learner's attention without a mask turns large scores into inf or NaN (no max subtracted)."""
+    """Whether the learner's attention without a mask turns large scores into inf or NaN (no max
+    subtracted)."""
     try:
         out, _ = _call(attn, q * 100, k, v)
     except (CheckFailure, RuntimeError):
@@ -380,7 +422,8 @@ def _overflows(attn, q, k, v):
     return not bool(torch.isfinite(out).all())
 
 
-@register("scaled_dot_product_attention", "a query whose keys are all masked gets finite numbers, not NaN, both ways")
+@register("scaled_dot_product_attention", "a query whose keys are all masked gets finite numbers, not NaN, "
+                                          "both ways")
 def _attn_all_masked(attn):
     q, k, v = _inputs(5)
     mask = torch.ones(2, 3, 4, 5, dtype=torch.bool)
@@ -395,7 +438,8 @@ def _attn_all_masked(attn):
                            "(torch.finfo(scores.dtype).min or -1e9) instead of -inf")
     ref, mistakes = _reference(q, k, v, torch.where(mask.any(-1, keepdim=True), mask, True))
     keep = mask.any(-1)  # queries with something to attend to
-    expect_close(out[keep], ref[keep], "the other queries' outputs", mistakes={d: m[keep] for d, m in mistakes.items()},
+    expect_close(out[keep], ref[keep], "the other queries' outputs",
+                 mistakes={d: m[keep] for d, m in mistakes.items()},
                  hint="softmax(q k^T / sqrt(d_k)) v, the scores filled where the mask is False")
     # training goes through that row too: a forward pass patched after the softmax can still backpropagate NaN
     leaves = [t.clone().requires_grad_() for t in (q, k, v)]
@@ -409,13 +453,15 @@ def _attn_all_masked(attn):
         out.sum().backward()
         bad = [n for n, t in zip("qkv", leaves) if t.grad is not None and not torch.isfinite(t.grad).all()]
         if bad:
-            raise CheckFailure(f"the gradient of out.sum() with respect to {', '.join(bad)}, a query's keys all masked",
+            raise CheckFailure(f"the gradient of out.sum() with respect to {', '.join(bad)}, a query's keys "
+                               "all masked",
                                "finite numbers", "NaN", GRAD_NAN)
 
 
 class _Recorder(nn.Dropout):
     """A 'dropout' that halves the second key's weight and remembers what it was given. An nn.Dropout (p=0.5,
-    train mode) to code that looks at it: code that reads its p instead of calling it is told it was never called."""
+    train mode) to code that looks at it: code that reads its p instead of calling it is told it was never
+    called."""
 
     def __init__(self):
         super().__init__(0.5)
@@ -427,7 +473,8 @@ class _Recorder(nn.Dropout):
         return w * scale
 
 
-@register("scaled_dot_product_attention", "applies the dropout module to the weights, before multiplying by v")
+@register("scaled_dot_product_attention",
+          "applies the dropout module to the weights, before multiplying by v")
 def _attn_dropout(attn):
     q, k, v = _inputs(6)
     rec = _Recorder()
@@ -441,7 +488,8 @@ def _attn_dropout(attn):
     weights = torch.softmax(scores / math.sqrt(8), -1)
     if not close(seen, weights):
         wrong = {"the dropout module was applied twice: apply it once, to the softmax weights": rec(weights),
-                 "the dropout module was given the scores: apply it to the softmax weights": scores / math.sqrt(8),
+                 "the dropout module was given the scores: apply it to the softmax "
+                 "weights": scores / math.sqrt(8),
                  "the softmax runs over the queries (dim=-2); it must run over the keys (dim=-1)":
                      torch.softmax(scores / math.sqrt(8), -2),
                  "the softmax runs over dim=1 (the heads); it must run over the keys (dim=-1)":
@@ -450,7 +498,8 @@ def _attn_dropout(attn):
         sums = seen.detach().sum(-1)
         if seen.shape == weights.shape and torch.allclose(sums, torch.ones_like(sums), atol=1e-4):
             hint = ("the module was given softmax weights, but not the right ones: the scores are wrong, "
-                    "softmax(q @ k.transpose(-2, -1) / math.sqrt(d_k), dim=-1) (see the checks without dropout)")
+                    "softmax(q @ k.transpose(-2, -1) / math.sqrt(d_k), dim=-1) (see the checks without "
+                    "dropout)")
         else:
             hint = "apply dropout to the softmax weights, not to the scores or the output"
         expect_close(seen, weights, "what the dropout module was given", hint=hint, mistakes=wrong)

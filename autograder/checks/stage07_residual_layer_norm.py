@@ -11,8 +11,21 @@ from torch import nn
 
 from ..explain import failing_line
 from ..registry import CheckFailure, forbid, register
-from ._util import (LEFT_AUTOGRAD, as_module, as_tensor, build, close, diagnose, expect_all_dropped, expect_close,
-                    expect_grads, expect_no_dropout_in_eval, expect_shape, reduces_without_keepdim, seeded)
+from ._util import (
+    LEFT_AUTOGRAD,
+    as_module,
+    as_tensor,
+    build,
+    close,
+    diagnose,
+    expect_all_dropped,
+    expect_close,
+    expect_grads,
+    expect_no_dropout_in_eval,
+    expect_shape,
+    reduces_without_keepdim,
+    seeded,
+)
 
 # the lesson's own work, which a library call must not do for the learner (SublayerConnection may use any
 # LayerNorm: its checks put nn.LayerNorm in place of the learner's)
@@ -25,7 +38,8 @@ INPLACE_HINT = ("an in-place operation on the input (x -= mean, x += ..., x.sub_
 
 
 def _keeps_input(fn, x: torch.Tensor, what: str):
-    """fn(), failing when it changed x in place (a broadcasting error from a mean or var without keepdim named)."""
+    """fn(), failing when it changed x in place (a broadcasting error from a mean or var without keepdim
+    named)."""
     before = x.clone()
     try:
         out = fn()
@@ -33,10 +47,11 @@ def _keeps_input(fn, x: torch.Tensor, what: str):
         if "must match the size" not in str(e) or not reduces_without_keepdim(failing_line(e)):
             raise  # described as any error is: the line, its tensors' shapes, and a Likely only from those
         raise CheckFailure(what, f"an output of shape {tuple(x.shape)}", f"RuntimeError: {str(e)[:100]}",
-                           "the mean or the variance lost its dimension: keepdim=True, x.mean(-1, keepdim=True), so "
-                           "that it broadcasts back against x") from None
+                           "the mean or the variance lost its dimension: keepdim=True, x.mean(-1, "
+                           "keepdim=True), so that it broadcasts back against x") from None
     if x.shape != before.shape or not torch.equal(x, before):
-        raise CheckFailure(f"{what}: the input x after the call", "unchanged", "changed in place", INPLACE_HINT)
+        raise CheckFailure(f"{what}: the input x after the call", "unchanged", "changed in place",
+                           INPLACE_HINT)
     return out
 
 
@@ -65,8 +80,8 @@ def _weight_bias(ln, d, what):
         others = [n for n in OTHER_NAMES if isinstance(getattr(ln, n, None), torch.Tensor)]
         raise CheckFailure(f"{what}: attributes `weight` and `bias`", "parameters named weight and bias",
                            f"{', '.join(others)}" if others else "no such attributes",
-                           f"the parameters must be named weight and bias (not {' and '.join(others)}), as in "
-                           "nn.LayerNorm, so that weights can be copied to and from PyTorch" if others else
+                           f"the parameters must be named weight and bias (not {' and '.join(others)}), as "
+                           "in nn.LayerNorm, so that weights can be copied to and from PyTorch" if others else
                            "self.weight = nn.Parameter(torch.ones(d_model)); "
                            "self.bias = nn.Parameter(torch.zeros(d_model))")
     for name, t in (("weight", weight), ("bias", bias)):
@@ -89,13 +104,13 @@ def _ln_mistakes(x, ref, eps=None):
         "x.var(-1, unbiased=False, keepdim=True)": mk((x - mean) / torch.sqrt(unbiased + eps)),
         "eps added outside the square root: (x - mean) / sqrt(var + eps), not / (std + eps)":
             mk((x - mean) / (var.sqrt() + eps)),
-        "eps outside the square root and the unbiased std (x.std()): use (x - mean) / sqrt(var + eps) with the "
-        "biased variance": mk((x - mean) / (unbiased.sqrt() + eps)),
+        "eps outside the square root and the unbiased std (x.std()): use (x - mean) / sqrt(var + eps) with "
+        "the biased variance": mk((x - mean) / (unbiased.sqrt() + eps)),
         "eps ignored: sqrt(var + eps) with the eps argument": mk((x - mean) / var.sqrt()),
         "eps fixed at 1e-5: use the eps argument": mk((x - mean) / torch.sqrt(var + 1e-5)),
         "the mean is not subtracted: (x - mean) / sqrt(var + eps)": mk(x / torch.sqrt(var + eps)),
-        "the mean was not subtracted (RMSNorm): x / sqrt(mean(x^2) + eps) is RMSNorm; layer norm centres x first, "
-        "(x - mean) / sqrt(var + eps), var the mean of (x - mean)^2":
+        "the mean was not subtracted (RMSNorm): x / sqrt(mean(x^2) + eps) is RMSNorm; layer norm centres x "
+        "first, (x - mean) / sqrt(var + eps), var the mean of (x - mean)^2":
             mk(x / torch.sqrt((x * x).mean(-1, keepdim=True) + eps)),
         "weight and bias swapped: weight * x_hat + bias": b * ((x - mean) / torch.sqrt(var + eps)) + w,
         "the bias is not added: weight * x_hat + bias": w * ((x - mean) / torch.sqrt(var + eps)),
@@ -118,14 +133,17 @@ def _ln_mistakes(x, ref, eps=None):
             mk((x - x.mean(-2, keepdim=True)) / torch.sqrt(x.var(-2, unbiased=False, keepdim=True) + eps))
         out["normalized over dim 0 (the batch) instead of the last dimension (the features)"] = \
             mk((x - x.mean(0, keepdim=True)) / torch.sqrt(x.var(0, unbiased=False, keepdim=True) + eps))
-        out["normalized over the whole tensor instead of the last dimension (the features) of each position"] = \
+        out["normalized over the whole tensor instead of the last dimension (the features) of each "
+            "position"] = \
             mk((x - x.mean()) / torch.sqrt(x.var(unbiased=False) + eps))
     for d in range(1, x.dim() - 2):  # the dims between the batch and the positions (4-d inputs)
-        out[f"normalized over dim {d} instead of the last dimension (the features): mean and var over dim=-1"] = \
+        out[f"normalized over dim {d} instead of the last dimension (the features): mean and var over "
+            "dim=-1"] = \
             mk((x - x.mean(d, keepdim=True)) / torch.sqrt(x.var(d, unbiased=False, keepdim=True) + eps))
     if x.dim() >= 3:
         out["normalized over the last two dimensions instead of the last one (the features)"] = \
-            mk((x - x.mean((-2, -1), keepdim=True)) / torch.sqrt(x.var((-2, -1), unbiased=False, keepdim=True) + eps))
+            mk((x - x.mean((-2, -1),
+                           keepdim=True)) / torch.sqrt(x.var((-2, -1), unbiased=False, keepdim=True) + eps))
     return out
 
 
@@ -149,13 +167,14 @@ def _ln_params(LN):
         if not isinstance(t, nn.Parameter) or named.get(name) is not t:
             raise CheckFailure(f"LayerNorm(6).{name}", "an nn.Parameter registered under that name",
                                f"a plain {type(t).__name__}",
-                               f"wrap it: self.{name} = nn.Parameter(...); otherwise the optimizer never trains it "
-                               "and it is missing from state_dict()")
+                               f"wrap it: self.{name} = nn.Parameter(...); otherwise the optimizer never "
+                               "trains it and it is missing from state_dict()")
     if not torch.equal(weight.detach(), torch.ones(6)) or not torch.equal(bias.detach(), torch.zeros(6)):
         raise CheckFailure("LayerNorm(6)'s initial weight and bias", "ones and zeros (as nn.LayerNorm)",
                            f"weight {[round(v, 3) for v in weight.detach().flatten()[:3].tolist()]}..., "
                            f"bias {[round(v, 3) for v in bias.detach().flatten()[:3].tolist()]}...",
-                           "start from the identity: weight = torch.ones(d_model), bias = torch.zeros(d_model)")
+                           "start from the identity: weight = torch.ones(d_model), bias = "
+                           "torch.zeros(d_model)")
 
 
 def _expect_dtype_kept(ln, x, what):
@@ -165,12 +184,13 @@ def _expect_dtype_kept(ln, x, what):
         if got != dtype:
             params = sorted({str(p.dtype) for p in ln.parameters()} - {str(torch.float32)})
             raise CheckFailure(f"{what}, x of dtype {dtype}: the output's dtype", str(dtype), str(got),
-                               f"the parameters were made {', '.join(params)} (torch.ones(d_model, dtype=...)): "
-                               "they change the output's dtype; keep them in the default dtype, as nn.LayerNorm"
+                               f"the parameters were made {', '.join(params)} (torch.ones(d_model, "
+                               "dtype=...)): they change the output's dtype; keep them in the default dtype, "
+                               "as nn.LayerNorm"
                                if params and dtype == torch.float32 else
-                               "the input is cast (x.float(), x.double(), .to(some dtype)) and the result not cast "
-                               "back: the output keeps x's dtype, as nn.LayerNorm's (compute in another dtype if "
-                               "you like, then .to(x.dtype))")
+                               "the input is cast (x.float(), x.double(), .to(some dtype)) and the result "
+                               "not cast back: the output keeps x's dtype, as nn.LayerNorm's (compute in "
+                               "another dtype if you like, then .to(x.dtype))")
 
 
 @register("LayerNorm", "equals nn.LayerNorm (eps=1e-5) with the same random weight and bias, gradients too, "
@@ -181,7 +201,8 @@ def _ln_default(LN):
     with torch.no_grad():
         expect_close(as_tensor(_keeps_input(lambda: ln(x), x, "LayerNorm(8)(x)"), "LayerNorm(8)(x)"), ref(x),
                      "LayerNorm(8)(x), x of shape (2, 4, 8)",
-                     hint="weight * (x - mean) / sqrt(var + eps) + bias over the last dimension, biased variance",
+                     hint="weight * (x - mean) / sqrt(var + eps) + bias over the last dimension, biased "
+                          "variance",
                      mistakes=_ln_mistakes(x, ref))
         _expect_dtype_kept(ln, x, "LayerNorm(8)(x)")
     weight, bias = _weight_bias(ln, 8, "LayerNorm(8)")
@@ -190,7 +211,8 @@ def _ln_default(LN):
     leaf, ref_leaf = x.clone().requires_grad_(), x.clone().requires_grad_()
     expect_grads(lambda: ln(leaf), lambda: ref(ref_leaf),
                  {"x": (leaf, ref_leaf), "weight": (weight, ref.weight), "bias": (bias, ref.bias)},
-                 "LayerNorm(8)(x)", hint=LEFT_AUTOGRAD + "; the mean and the variance stay in the graph too (a "
+                 "LayerNorm(8)(x)", hint=LEFT_AUTOGRAD + "; the mean and the variance stay in the graph too "
+                                                         "(a "
                  "detached mean or variance gives x the wrong gradient)")
 
 
@@ -199,10 +221,12 @@ def _ln_eps(LN):
     ln, ref = _make_ln(LN, 8, eps=0.1, seed=2)
     x = _ln_input(12, (2, 4, 8))
     with torch.no_grad():
-        expect_close(as_tensor(_keeps_input(lambda: ln(x), x, "LayerNorm(8, eps=0.1)(x)"), "LayerNorm(8, eps=0.1)(x)"),
+        expect_close(as_tensor(_keeps_input(lambda: ln(x), x, "LayerNorm(8, eps=0.1)(x)"),
+                               "LayerNorm(8, eps=0.1)(x)"),
                      ref(x),
                      "LayerNorm(8, eps=0.1)(x), x of shape (2, 4, 8)",
-                     hint="keep eps (self.eps = eps) and use it: sqrt(var + self.eps)", mistakes=_ln_mistakes(x, ref))
+                     hint="keep eps (self.eps = eps) and use it: sqrt(var + self.eps)",
+                     mistakes=_ln_mistakes(x, ref))
 
 
 @register("LayerNorm", "normalizes over the last dimension only, for 2-d and 4-d inputs")
@@ -220,7 +244,8 @@ def _ln_shapes(LN):
 @register("LayerNorm", "a constant row (zero variance) gives the bias, not NaN")
 def _ln_constant(LN):
     ln, ref = _make_ln(LN, 5, seed=4)
-    x = torch.full((3, 3, 5), 2.5)  # three sentences: normalizing over the batch (dim 0) does not give +-1 here,
+    # three sentences: normalizing over the batch (dim 0) does not give +-1 here,
+    x = torch.full((3, 3, 5), 2.5)
     x[1] = -7.0                     # as RMSNorm (no mean subtracted) does, so that the two are told apart
     x[2] = 0.75
     with torch.no_grad():
@@ -270,7 +295,8 @@ def _norm_attr(sc, d, what):
                            type(norm).__name__ if norm is not None else "no such attribute",
                            "self.norm = LayerNorm(d_model): the contract's name, so weights can be copied")
     w, b = getattr(norm, "weight", None), getattr(norm, "bias", None)
-    if not isinstance(w, torch.Tensor) or not isinstance(b, torch.Tensor) or w.shape != (d,) or b.shape != (d,):
+    if not isinstance(w, torch.Tensor) or not isinstance(b, torch.Tensor) or \
+            w.shape != (d,) or b.shape != (d,):
         raise CheckFailure(f"{what}.norm", f"a LayerNorm({d}) with weight and bias of shape ({d},)",
                            type(norm).__name__, "self.norm = LayerNorm(d_model)")
     return norm
@@ -295,9 +321,11 @@ def _sc_mistakes(x, N, S, norm_first):
         "x + sublayer(norm(x)) (pre-norm)": x + N(S(x)),
         "the norm is not applied": x + S(x),
         twice + "around the sum (post-norm) or to the sublayer's input (pre-norm)": N(x + S(N(x))),
-        twice + "around the sum (post-norm) or to the sublayer's input (pre-norm); here the sum is normalized twice":
+        twice + "around the sum (post-norm) or to the sublayer's input (pre-norm); here the sum is "
+                "normalized twice":
             N(N(x + S(x))),
-        twice + "around the sum (post-norm) or to the sublayer's input (pre-norm); here both, and the residual "
+        twice + "around the sum (post-norm) or to the sublayer's input (pre-norm); here both, and the "
+                "residual "
         "is norm(x)":
             N(N(x) + S(N(x))),
     }
@@ -308,7 +336,8 @@ def _sc_mistakes(x, N, S, norm_first):
                 **common}
     return {"pre-norm instead of post-norm: the norm_first flag is ignored or reversed; the default "
             "(norm_first=False) is the paper's norm(x + dropout(sublayer(x)))": pre,
-            "the norm is applied to x, not to the sum: post-norm is norm(x + dropout(sublayer(x)))": N(x) + S(x),
+            "the norm is applied to x, not to the sum: post-norm is norm(x + dropout(sublayer(x)))": N(x) +
+            S(x),
             **common}
 
 
@@ -326,9 +355,10 @@ def _sc_attr(SC):
 
 
 def _own_norm(SC):
-    """The other checks swap nn.LayerNorm in for `norm`; this one runs the learner's own part once: its norm must act
-    as its own class built with the defaults, LayerNorm(d_model) (eps 1e-5). A wrong LayerNorm class is LayerNorm's
-    mistake (its checks pay for it): the norm is compared with that same class, not with PyTorch's."""
+    """The other checks swap nn.LayerNorm in for `norm`; this one runs the learner's own part once: its norm
+    must act as its own class built with the defaults, LayerNorm(d_model) (eps 1e-5). A wrong LayerNorm class
+    is LayerNorm's mistake (its checks pay for it): the norm is compared with that same class, not with
+    PyTorch's."""
     sc = build(SC, 6, dropout=0.0, what="SublayerConnection(6, dropout=0.0)")
     sc.eval()
     own = _norm_attr(sc, 6, "SublayerConnection(6)")
@@ -349,9 +379,9 @@ def _own_norm(SC):
     eps = getattr(own, "eps", None)
     raise CheckFailure(f"{what}: its norm", f"{type(own).__name__}(d_model) as built by default (eps=1e-5)",
                        f"another norm{f' (eps={eps:g})' if isinstance(eps, float) else ''}",
-                       "SublayerConnection builds its norm with other arguments (another eps, such as 1e-6 from "
-                       "another codebase): self.norm = LayerNorm(d_model); the contract's eps is LayerNorm's default, "
-                       "1e-5, as nn.Transformer's")
+                       "SublayerConnection builds its norm with other arguments (another eps, such as 1e-6 "
+                       "from another codebase): self.norm = LayerNorm(d_model); the contract's eps is "
+                       "LayerNorm's default, 1e-5, as nn.Transformer's")
 
 
 @register("SublayerConnection", "post-norm (the default): norm(x + sublayer(x)), gradients too")
@@ -368,11 +398,13 @@ def _sc_post(SC):
     sc.eval()
     with torch.no_grad():
         what = "SublayerConnection(6, dropout=0.0, norm_first=False)(x, sublayer)"
-        expect_close(_call(sc, x, S, what), N(x + S(x)), what, mistakes=_sc_mistakes(x, N, S, norm_first=False),
+        expect_close(_call(sc, x, S, what), N(x + S(x)), what,
+                     mistakes=_sc_mistakes(x, N, S, norm_first=False),
                      hint="post-norm when norm_first is False: self.norm(x + self.dropout(sublayer(x)))")
     leaf, ref_leaf = x.clone().requires_grad_(), x.clone().requires_grad_()
     expect_grads(lambda: sc(leaf, S), lambda: N(ref_leaf + S(ref_leaf)), {"x": (leaf, ref_leaf)}, what,
-                 hint=LEFT_AUTOGRAD + "; the gradient reaches x along both paths, the residual and the sublayer (no "
+                 hint=LEFT_AUTOGRAD + "; the gradient reaches x along both paths, the residual and the "
+                                      "sublayer (no "
                  "x.detach() handed to the sublayer)")
 
 
@@ -383,14 +415,16 @@ def _sc_pre(SC):
     S, x = _Sublayer(6, 12), _sc_input(22)
     what = "SublayerConnection(6, dropout=0.0, norm_first=True)(x, sublayer)"
     with torch.no_grad():
-        expect_close(_call(sc, x, S, what), x + S(N(x)), what, mistakes=_sc_mistakes(x, N, S, norm_first=True),
+        expect_close(_call(sc, x, S, what), x + S(N(x)), what,
+                     mistakes=_sc_mistakes(x, N, S, norm_first=True),
                      hint="pre-norm: x + self.dropout(sublayer(self.norm(x)))")
     ref_norm = copy.deepcopy(N)
     leaf, ref_leaf = x.clone().requires_grad_(), x.clone().requires_grad_()
     expect_grads(lambda: sc(leaf, S), lambda: ref_leaf + S(ref_norm(ref_leaf)),
                  {"x": (leaf, ref_leaf), "norm.weight": (N.weight, ref_norm.weight),
                   "norm.bias": (N.bias, ref_norm.bias)}, what,
-                 hint=LEFT_AUTOGRAD + "; no gradient reaches the norm, or x through the sublayer: keep norm(x) in the "
+                 hint=LEFT_AUTOGRAD + "; no gradient reaches the norm, or x through the sublayer: keep "
+                                      "norm(x) in the "
                  "graph (no .detach(), no torch.no_grad() around it), x + dropout(sublayer(norm(x)))")
 
 
@@ -409,7 +443,8 @@ def _sc_calls(SC):
                                    "call the sublayer once and keep its output: it is a whole attention or "
                                    "feed-forward block, and with dropout inside two calls differ")
             expected = N(x) if norm_first else x
-            # another sublayer on the next call: the same result as a fresh module's, nothing of the first call kept
+            # another sublayer on the next call: the same result as a fresh module's, nothing of the first
+            # call kept
             S2 = _Sublayer(6, 17)
             second = _call(sc, x, S2, what + ", then again with another sublayer")
             fresh, _ = _make_sc(SC, 6, 0.0, norm_first, seed=3)
@@ -417,23 +452,25 @@ def _sc_calls(SC):
             alone = _call(fresh, x, _Sublayer(6, 17), what + " with another sublayer")
             if len(S2.calls) != 1 or not close(second, alone):
                 raise CheckFailure(f"{what}, called again with another sublayer",
-                                   "the new sublayer called once, and its result", f"{len(S2.calls)} calls of it",
-                                   "use the sublayer passed to this call: keep nothing (no sublayer, no output) from "
-                                   "an earlier call in self")
+                                   "the new sublayer called once, and its result",
+                                   f"{len(S2.calls)} calls of it",
+                                   "use the sublayer passed to this call: keep nothing (no sublayer, no "
+                                   "output) from an earlier call in self")
             expect_close(S.calls[0], expected, f"{what}: what the sublayer was given",
                          hint=("pre-norm gives the sublayer norm(x)" if norm_first
                                else "post-norm gives the sublayer x itself"),
                          mistakes={"the sublayer was given x: pre-norm (norm_first=True) gives it norm(x)": x,
-                                   "the sublayer was given norm(x): post-norm (the default) gives it x, and normalizes "
-                                   "the sum after": N(x),
-                                   "the sublayer was given the doubly normalized x: apply the norm once": N(N(x))})
+                                   "the sublayer was given norm(x): post-norm (the default) gives it x, and "
+                                   "normalizes the sum after": N(x),
+                                   "the sublayer was given the doubly normalized x: apply the norm "
+                                   "once": N(N(x))})
 
 
 def _formula_mistake(sc, x, N, S, norm_first, what):
-    """The named mistake of the formula itself, seen in eval mode (dropout off), or None. With p=1 the sublayer's
-    output is zero, so several wrong formulas give the same numbers (norm(x) in pre-norm: the flag ignored, the norm
-    applied twice, the residual taken from norm(x)); the eval-mode output, with the sublayer's output kept, tells
-    them apart."""
+    """The named mistake of the formula itself, seen in eval mode (dropout off), or None. With p=1 the
+    sublayer's output is zero, so several wrong formulas give the same numbers (norm(x) in pre-norm: the flag
+    ignored, the norm applied twice, the residual taken from norm(x)); the eval-mode output, with the
+    sublayer's output kept, tells them apart."""
     sc.eval()
     try:
         got = _call(sc, x, S, what)
@@ -442,7 +479,8 @@ def _formula_mistake(sc, x, N, S, norm_first, what):
     if close(got, x + S(N(x)) if norm_first else N(x + S(x))):
         return None
     description = diagnose(got, _sc_mistakes(x, N, S, norm_first), close)
-    return None if description is None else description + " (in eval mode too, with the sublayer's output kept)"
+    return None if description is None else description + (" (in eval mode too, with the sublayer's output "
+                                                           "kept)")
 
 
 def _dropout_formula(norm_first):
@@ -486,8 +524,9 @@ def _sc_dropout_place(SC):
                               + _dropout_formula(norm_first),
                          mistakes={formula: got} if formula is not None else
                          _dropout_place_mistakes(x, N, S, norm_first))
-    # p = 0.5, pre-norm: x is added back untouched, so out - x is dropout(sublayer(norm(x))) itself: each value
-    # 0 or 2 * sublayer(norm(x)), about half of them 0 (a fixed rate, two dropouts, or no rescaling show here)
+    # p = 0.5, pre-norm: x is added back untouched, so out - x is dropout(sublayer(norm(x))) itself: each
+    # value 0 or 2 * sublayer(norm(x)), about half of them 0 (a fixed rate, two dropouts, or no rescaling show
+    # here)
     sc, N = _make_sc(SC, 16, 0.5, True, seed=6)
     sc.train()
     S = _Sublayer(16, 16)
@@ -505,13 +544,14 @@ def _sc_dropout_place(SC):
             if bool((zero | ((ratio - 2).abs() < 1e-3)).all()) and not 0.4 <= dropped <= 0.6:
                 hint = "the dropout argument is not used: self.dropout = nn.Dropout(dropout)"
             elif bool((zero | ((ratio - 4).abs() < 1e-3)).all()):
-                hint = ("dropout applied twice (the sublayer's output went through dropout two times: 75% dropped, the "
-                        "rest scaled by 4): apply self.dropout once")
+                hint = ("dropout applied twice (the sublayer's output went through dropout two times: 75% "
+                        "dropped, the rest scaled by 4): apply self.dropout once")
             elif bool((zero | ((ratio - 1).abs() < 1e-3)).all()):
-                hint = ("the kept values are not scaled by 1 / (1 - p), as nn.Dropout does: use nn.Dropout(dropout) "
-                        "(or F.dropout(t, p, training=self.training))")
+                hint = ("the kept values are not scaled by 1 / (1 - p), as nn.Dropout does: use "
+                        "nn.Dropout(dropout) (or F.dropout(t, p, training=self.training))")
             if hint is not None:  # any other mismatch is named by the checks of the formula
-                raise CheckFailure(f"{what}: the values added to x", "about 50% of sublayer(norm(x)) dropped, the rest "
+                raise CheckFailure(f"{what}: the values added to x", "about 50% of sublayer(norm(x)) "
+                                                                     "dropped, the rest "
                                    "scaled by 1 / (1 - 0.5) = 2", f"{dropped:.0%} dropped", hint)
 
 
@@ -528,4 +568,5 @@ def _sc_eval(SC):
             expect_no_dropout_in_eval(first, second, what)
             expect_close(first, x + S(N(x)) if norm_first else N(x + S(x)), what,
                          mistakes=_sc_mistakes(x, N, S, norm_first),
-                         hint="in eval mode: " + ("x + sublayer(norm(x))" if norm_first else "norm(x + sublayer(x))"))
+                         hint="in eval mode: " + ("x + sublayer(norm(x))" if norm_first else "norm(x + "
+                                                                                             "sublayer(x))"))

@@ -8,7 +8,8 @@ sublayers[i].norm), so the checks depend on the layout of this stage only. The w
 name a mistake come from a small functional reference written out below from the paper (section 3.1).
 Beyond the numbers: the gradients (nothing under torch.no_grad or detached), the caller's x and masks left
 unchanged, a second batch through the same module (nothing kept from an earlier call), and, with dropout=1.0,
-no dropout outside the sublayers. Stages 09 and 10 reuse these helpers.
+no dropout outside the sublayers. Stages 09 and 10 reuse these helpers. The checks themselves are in
+stage08_encoder_layer.py (EncoderLayer) and stage08_encoder_stack.py (Encoder).
 """
 from __future__ import annotations
 
@@ -19,12 +20,13 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..explain import _describe_exception
-from ..registry import CheckFailure, forbid, register
-from ._util import as_module, build, close, expect_close, expect_shape, expect_still_training, seeded
+from ..registry import CheckFailure, forbid
+from ._util import as_module, close, expect_close, expect_shape, expect_still_training, seeded
 
 # the lesson's own work, which PyTorch's Transformer modules must not do for the learner
 TORCH_TRANSFORMER = ("torch.nn.TransformerEncoderLayer", "torch.nn.TransformerEncoder",
-                     "torch.nn.TransformerDecoderLayer", "torch.nn.TransformerDecoder", "torch.nn.Transformer")
+                     "torch.nn.TransformerDecoderLayer", "torch.nn.TransformerDecoder",
+                     "torch.nn.Transformer")
 forbid(("EncoderLayer", "Encoder"), "PyTorch's nn.Transformer modules (nn.TransformerEncoderLayer, "
                                     "nn.TransformerEncoder, ...)",
        functions=("_transformer_encoder_layer_fwd",), classes=TORCH_TRANSFORMER)
@@ -56,7 +58,8 @@ def copy_into(module, path: str, value: torch.Tensor, what: str) -> None:
         got = f"shape {tuple(p.shape)}" if isinstance(p, torch.Tensor) else type(p).__name__
         raise CheckFailure(f"{what}: `{path}`", f"a tensor of shape {tuple(value.shape)}", got,
                            "build the parts with the sizes of the contract (nn.Linear(d_model, d_model) for "
-                           "attention, nn.Linear(d_model, d_ff) then nn.Linear(d_ff, d_model), norms of d_model)")
+                           "attention, nn.Linear(d_model, d_ff) then nn.Linear(d_ff, d_model), norms of "
+                           "d_model)")
     with torch.no_grad():
         p.copy_(value)
 
@@ -71,7 +74,8 @@ def copy_mha(module, prefix: str, ref: nn.MultiheadAttention, what: str) -> None
 
 
 def copy_layer(ours, ref, what: str) -> None:
-    """nn.TransformerEncoderLayer / nn.TransformerDecoderLayer -> the learner's layer, by the contract's names."""
+    """nn.TransformerEncoderLayer / nn.TransformerDecoderLayer -> the learner's layer, by the contract's
+    names."""
     copy_mha(ours, "self_attn", ref.self_attn, what)
     norms = [ref.norm1, ref.norm2]
     if isinstance(ref, nn.TransformerDecoderLayer):
@@ -86,8 +90,8 @@ def copy_layer(ours, ref, what: str) -> None:
 
 
 def without_affine(norm) -> str | None:
-    """For a norm module that lacks its weight or its bias (nn.LayerNorm(d, elementwise_affine=False), bias=False):
-    what `got` says of it; None for anything else (no norm at all, the identity)."""
+    """For a norm module that lacks its weight or its bias (nn.LayerNorm(d, elementwise_affine=False),
+    bias=False): what `got` says of it; None for anything else (no norm at all, the identity)."""
     missing = [n for n in ("weight", "bias") if not isinstance(getattr(norm, n, None), torch.Tensor)]
     if not isinstance(norm, nn.Module) or "norm" not in type(norm).__name__.lower() or not missing:
         return None
@@ -96,8 +100,8 @@ def without_affine(norm) -> str | None:
 
 
 NO_AFFINE = ("the pre-norm {stack}'s final norm has no weight and bias of its own (nn.LayerNorm(d_model, "
-             "elementwise_affine=False) or bias=False?): build it as LayerNorm(d_model), with the learned weight and "
-             "bias that every LayerNorm of the model has")
+             "elementwise_affine=False) or bias=False?): build it as LayerNorm(d_model), with the learned "
+             "weight and bias that every LayerNorm of the model has")
 
 
 def copy_final_norm(ours, ref_norm: nn.LayerNorm, what: str, stack: str, more: str = "") -> None:
@@ -105,17 +109,20 @@ def copy_final_norm(ours, ref_norm: nn.LayerNorm, what: str, stack: str, more: s
     if not isinstance(getattr(norm, "weight", None), torch.Tensor) or \
             not isinstance(getattr(norm, "bias", None), torch.Tensor):
         bare = without_affine(norm)
-        raise CheckFailure(f"{what}: `norm` with norm_first=True", "a LayerNorm(d_model) after the last layer",
+        raise CheckFailure(f"{what}: `norm` with norm_first=True",
+                           "a LayerNorm(d_model) after the last layer",
                            bare or (type(norm).__name__ if norm is not None else "no `norm`"),
                            NO_AFFINE.format(stack=stack) if bare else
-                           f"final norm missing in the pre-norm {stack}: each pre-norm layer ends with a residual sum "
-                           f"that is never normalized, so the stack needs its own LayerNorm at the end{more}")
+                           f"final norm missing in the pre-norm {stack}: each pre-norm layer ends with a "
+                           "residual sum that is never normalized, so the stack needs its own LayerNorm at "
+                           f"the end{more}")
     copy_into(ours, "norm.weight", ref_norm.weight, what)
     copy_into(ours, "norm.bias", ref_norm.bias, what)
 
 
 def randomize(module: nn.Module) -> nn.Module:
-    """Every parameter random: matrices ~ N(0, 1/fan_in), biases ~ N(0, 0.2^2), LayerNorm weights in [0.5, 1.5]."""
+    """Every parameter random: matrices ~ N(0, 1/fan_in), biases ~ N(0, 0.2^2), LayerNorm weights in [0.5,
+    1.5]."""
     with torch.no_grad():
         for m in module.modules():
             for name, p in m.named_parameters(recurse=False):
@@ -160,8 +167,8 @@ def mha(m: nn.MultiheadAttention, query, key, value, allowed=None):
 
 
 def with_heads(ref, h: int):
-    """A copy of ref whose attention modules split into h heads (mha reads num_heads): what a layer computes when it
-    builds its attention with another head count than n_heads."""
+    """A copy of ref whose attention modules split into h heads (mha reads num_heads): what a layer computes
+    when it builds its attention with another head count than n_heads."""
     other = copy.deepcopy(ref)
     for m in other.modules():
         if isinstance(m, nn.MultiheadAttention):
@@ -170,9 +177,10 @@ def with_heads(ref, h: int):
 
 
 def heads_mistakes(layer_fn, ref) -> dict:
-    """layer_fn(ref) -> a layer's output from ref's weights; the same with every other head count that divides D."""
-    return {f"n_heads not passed on to MultiHeadAttention: {h} heads computed where {H} were asked (a head count "
-            "written into the code?); build it with MultiHeadAttention(d_model, n_heads, dropout)":
+    """layer_fn(ref) -> a layer's output from ref's weights; the same with every other head count that
+    divides D."""
+    return {f"n_heads not passed on to MultiHeadAttention: {h} heads computed where {H} were asked (a head "
+            "count written into the code?); build it with MultiHeadAttention(d_model, n_heads, dropout)":
             layer_fn(with_heads(ref, h)) for h in range(1, D + 1) if D % h == 0 and h != H}
 
 
@@ -200,7 +208,8 @@ def sublayer(x, f, norm, mode: str):
 
 
 def enc_layer_ref(ref, x, allowed, mode="post", order="af", norms=(0, 1)):
-    """An encoder layer from ref's weights: step k ("a" self-attention, "f" feed-forward) uses norm norms[k]."""
+    """An encoder layer from ref's weights: step k ("a" self-attention, "f" feed-forward) uses norm
+    norms[k]."""
     parts = {"a": lambda y: mha(ref.self_attn, y, y, y, allowed), "f": lambda y: ffn(ref, y)}
     ns = (ref.norm1, ref.norm2)
     for step, k in zip(order, norms):
@@ -219,8 +228,8 @@ def layer_mistakes(layer_fn, norm_first: bool) -> dict:
             "x + sublayer(norm(x))"] = layer_fn(mode="pre-normed-residual")
         out["residual connection missing: sublayer(norm(x)) instead of x + sublayer(norm(x))"] = \
             layer_fn(mode="pre-no-residual")
-        out["LayerNorm missing: x + sublayer(x) where pre-norm is x + dropout(sublayer(LayerNorm(x))) (the sublayer "
-            "connection's norm is never applied)"] = layer_fn(mode="no-norm")
+        out["LayerNorm missing: x + sublayer(x) where pre-norm is x + dropout(sublayer(LayerNorm(x))) (the "
+            "sublayer connection's norm is never applied)"] = layer_fn(mode="no-norm")
     else:
         out["pre-norm computed where post-norm was asked (norm_first=False is the paper's "
             "LayerNorm(x + sublayer(x)))"] = layer_fn(mode="pre")
@@ -235,7 +244,8 @@ def layer_mistakes(layer_fn, norm_first: bool) -> dict:
 
 def close_at(got, expected, real, what, hint=None, mistakes=None):
     """expect_close at the real (non-padding) positions only: got and expected (B, L, d), real (B, L) bool.
-    Padding positions are set equal to the expected ones, so indices in the message are (b, position, feature)."""
+    Padding positions are set equal to the expected ones, so indices in the message are (b, position,
+    feature)."""
     got = expect_shape(got, expected.shape, what, hint)
     keep = real[..., None]
 
@@ -259,21 +269,22 @@ def key_mask(ids):
 
 
 def inverted(allowed: torch.Tensor) -> torch.Tensor:
-    """What attention computes when the code hands it ~mask (or mask == 0): the allowed keys hidden, the others
-    allowed. Additive, so that a query left with no key gets uniform weights, as masked_fill with a large
-    negative number gives it, rather than PyTorch's NaN for a row of False."""
+    """What attention computes when the code hands it ~mask (or mask == 0): the allowed keys hidden, the
+    others allowed. Additive, so that a query left with no key gets uniform weights, as masked_fill with a
+    large negative number gives it, rather than PyTorch's NaN for a row of False."""
     return torch.zeros(allowed.shape).masked_fill(allowed, torch.finfo(torch.float32).min)
 
 
-MASK_RESHAPED = ("it works without the mask and fails with it: the course's masks are already 4-d, (B, 1, 1, L) or "
-                 "(B, 1, L, L), and broadcast over the heads as they are; pass the mask on unchanged (no "
-                 "mask.unsqueeze(1), no view or reshape: that habit belongs to code whose masks are 3-d)")
+MASK_RESHAPED = ("it works without the mask and fails with it: the course's masks are already 4-d, (B, 1, 1, "
+                 "L) or (B, 1, L, L), and broadcast over the heads as they are; pass the mask on unchanged "
+                 "(no mask.unsqueeze(1), no view or reshape: that habit belongs to code whose masks are 3-d)")
 
 
 def keeps_input(fn, x: torch.Tensor, what: str, masks=(), without=None):
-    """fn(), failing when it changed x in place (the caller's tensor: the embeddings, or the previous layer's output),
-    or one of `masks` ((name, tensor) pairs: the same mask goes on to every layer, and to the decoder). When fn()
-    raises and `without` (the same call with no mask) works, the mask's shape was changed on the way: say so."""
+    """fn(), failing when it changed x in place (the caller's tensor: the embeddings, or the previous layer's
+    output), or one of `masks` ((name, tensor) pairs: the same mask goes on to every layer, and to the
+    decoder). When fn() raises and `without` (the same call with no mask) works, the mask's shape was changed
+    on the way: say so."""
     before = x.clone()
     masks_before = [(name, m, m.clone()) for name, m in masks if isinstance(m, torch.Tensor)]
     try:
@@ -290,8 +301,8 @@ def keeps_input(fn, x: torch.Tensor, what: str, masks=(), without=None):
                            MASK_RESHAPED) from None
     if x.shape != before.shape or not torch.equal(x, before):
         raise CheckFailure(f"{what}: the input x after the call", "unchanged", "changed in place",
-                           "an in-place operation on x (x += ..., x.copy_(...), x[...] = ...) changes the caller's "
-                           "tensor: write x = x + ... (a new tensor)")
+                           "an in-place operation on x (x += ..., x.copy_(...), x[...] = ...) changes the "
+                           "caller's tensor: write x = x + ... (a new tensor)")
     for name, m, m_before in masks_before:
         if m.shape != m_before.shape or m.dtype != m_before.dtype or not torch.equal(m, m_before):
             raise CheckFailure(f"{what}: the caller's {name} after the call", "unchanged", "changed in place",
@@ -299,35 +310,39 @@ def keeps_input(fn, x: torch.Tensor, what: str, masks=(), without=None):
     return out
 
 
-MASK_CHANGED = ("an in-place operation on {name} ({name}.unsqueeze_(...), {name}.logical_not_(), {name} &= ..., "
-                "{name}[...] = ...) changes the caller's mask, which the next layer (and the decoder) gets too: build "
-                "a new tensor ({name} = ~{name}, {name} = {name}.unsqueeze(1), ...)")
-STATE = ("the same module gave a wrong answer on a second batch: something from an earlier call is kept (a mask or a "
-         "tensor saved on self and reused?); use the arguments of each call")
-IN_PLACE_GRAD = ("an in-place operation (x += ..., memory.mul_(...), a `_` method, out=...) on an input or on a tensor "
-                 "autograd still needs breaks the backward pass, so training would crash: compute new tensors instead")
-NO_GRAD = ("the output is cut off from autograd: forward runs under torch.no_grad() (or detaches its result, or "
-           "rebuilds it with .data, torch.tensor(...) or numpy), so no parameter would ever be trained")
+MASK_CHANGED = ("an in-place operation on {name} ({name}.unsqueeze_(...), {name}.logical_not_(), {name} &= "
+                "..., {name}[...] = ...) changes the caller's mask, which the next layer (and the decoder) "
+                "gets too: build a new tensor ({name} = ~{name}, {name} = {name}.unsqueeze(1), ...)")
+STATE = ("the same module gave a wrong answer on a second batch: something from an earlier call is kept (a "
+         "mask or a tensor saved on self and reused?); use the arguments of each call")
+IN_PLACE_GRAD = ("an in-place operation (x += ..., memory.mul_(...), a `_` method, out=...) on an input or "
+                 "on a tensor autograd still needs breaks the backward pass, so training would crash: "
+                 "compute new tensors instead")
+NO_GRAD = ("the output is cut off from autograd: forward runs under torch.no_grad() (or detaches its result, "
+           "or rebuilds it with .data, torch.tensor(...) or numpy), so no parameter would ever be trained")
 
 
 def same_gradients(mine, ref, inputs, real, what, seed=0, module=None):
-    """The gradients of a random weighted sum of the real positions' outputs (B, L, d) with respect to each input
-    ((name, tensor) pairs, handed to mine and ref in that order) agree with the reference's: nothing cut off from
-    autograd (torch.no_grad, .detach(), .data) on the way. loss.backward() on the learner's side (torch.autograd.grad
-    refuses a reentrant torch.utils.checkpoint): the module is the check's own, its parameters' .grad do not matter.
-    `module`, built with dropout=0.0 and in train mode, is the one `mine` runs: its eval-mode values matched already,
-    so train-mode values that differ mean a dropout rate other than the argument (MultiHeadAttention(d_model,
-    n_heads) with its default 0.1); the dropout check names that, and the gradients are compared in eval mode."""
+    """The gradients of a random weighted sum of the real positions' outputs (B, L, d) with respect to each
+    input ((name, tensor) pairs, handed to mine and ref in that order) agree with the reference's: nothing cut
+    off from autograd (torch.no_grad, .detach(), .data) on the way. loss.backward() on the learner's side
+    (torch.autograd.grad refuses a reentrant torch.utils.checkpoint): the module is the check's own, its
+    parameters' .grad do not matter. `module`, built with dropout=0.0 and in train mode, is the one `mine`
+    runs: its eval-mode values matched already, so train-mode values that differ mean a dropout rate other
+    than the argument (MultiHeadAttention(d_model, n_heads) with its default 0.1); the dropout check names
+    that, and the gradients are compared in eval mode."""
     mine_in = [t.detach().clone().requires_grad_(True) for _, t in inputs]
     try:
         out = mine(*mine_in)
     except RuntimeError as e:
         if "in-place" not in str(e) and "inplace" not in str(e):
             raise
-        raise CheckFailure(f"{what} with inputs that require a gradient", None, f"an error: {_describe_exception(e)}",
+        raise CheckFailure(f"{what} with inputs that require a gradient", None,
+                           f"an error: {_describe_exception(e)}",
                            IN_PLACE_GRAD) from None
     if not isinstance(out, torch.Tensor) or not out.requires_grad:
-        raise CheckFailure(f"{what}: its gradient", "an output connected to autograd (out.requires_grad is True)",
+        raise CheckFailure(f"{what}: its gradient", "an output connected to autograd (out.requires_grad is "
+                                                    "True)",
                            "an output without a gradient (requires_grad is False)", NO_GRAD)
     ref_in = [t.detach().clone().requires_grad_(True) for _, t in inputs]
     expected = ref(*ref_in)
@@ -352,15 +367,17 @@ def same_gradients(mine, ref, inputs, real, what, seed=0, module=None):
     want = torch.autograd.grad((expected * w).sum(), ref_in, allow_unused=True)
     for (name, _), g, r in zip(inputs, got, want):
         if g is None or not bool(g.abs().sum() > 0):
-            raise CheckFailure(f"{what}: the gradient with respect to {name}", "a gradient (the output depends on it)",
-                               "none", f"{name} is cut off from autograd on its way ({name}.detach(), {name}.data, "
-                               "torch.no_grad() around the part that uses it): the loss could not train what comes "
-                               "before it")
+            raise CheckFailure(f"{what}: the gradient with respect to {name}",
+                               "a gradient (the output depends on it)",
+                               "none", f"{name} is cut off from autograd on its way ({name}.detach(), "
+                                       f"{name}.data, "
+                               "torch.no_grad() around the part that uses it): the loss could not train what "
+                               "comes before it")
         if not close(g, r, atol=1e-4, rtol=1e-3):
             raise CheckFailure(f"{what}: the gradient with respect to {name}", "the same as PyTorch's",
                                "a different gradient", f"part of the computation is cut off from autograd (a "
-                               f".detach() or .data on {name} or on the residual path, torch.no_grad() around a "
-                               "sublayer): the values match, the gradients do not")
+                               f".detach() or .data on {name} or on the residual path, torch.no_grad() "
+                               "around a sublayer): the values match, the gradients do not")
 
 
 def check_parameters_registered(module, parts, what):
@@ -370,8 +387,9 @@ def check_parameters_registered(module, parts, what):
         if isinstance(part, nn.Module) and any(id(p) not in registered for p in part.parameters()):
             raise CheckFailure(f"{what}: parameters of `{name}`", "registered in the module's parameters()",
                                "missing from parameters()",
-                               f"`{name}` kept in a plain Python list: use nn.ModuleList so that its parameters are "
-                               "registered (trained by the optimizer, moved by .to(device), saved in state_dict)")
+                               f"`{name}` kept in a plain Python list: use nn.ModuleList so that its "
+                               "parameters are registered (trained by the optimizer, moved by .to(device), "
+                               "saved in state_dict)")
 
 
 def check_distinct(parts, what, kind, hint=None):
@@ -380,14 +398,16 @@ def check_distinct(parts, what, kind, hint=None):
         for nb, b in parts[i + 1:]:
             if a is b:
                 raise CheckFailure(f"{what}: {na} and {nb}", f"two distinct {kind}", "the same object twice",
-                                   hint or f"one {kind[:-1]} object repeated: [Module(...)] * n repeats ONE module "
+                                   hint or f"one {kind[:-1]} object repeated: [Module(...)] * n repeats ONE "
+                                           "module "
                                    "n times; build a new one each time ([Module(...) for _ in range(n)], or "
                                    "copy.deepcopy)")
             pa = {p.data_ptr() for p in a.parameters()}
             if pa & {p.data_ptr() for p in b.parameters()}:
                 raise CheckFailure(f"{what}: {na} and {nb}", f"{kind} with their own parameters",
                                    "they share parameter tensors",
-                                   hint or f"one set of parameters shared between {kind}: build each with its own "
+                                   hint or f"one set of parameters shared between {kind}: build each with "
+                                           "its own "
                                    "modules")
 
 
@@ -401,22 +421,29 @@ def check_layer_parts(layer, what, cross: bool):
             p = get_path(layer, f"{a}.w_{n}.weight", what)
             expect_shape(p, (D, D), f"{what}: {a}.w_{n}.weight",
                          "attention projections are nn.Linear(d_model, d_model)")
-    expect_shape(get_path(layer, "feed_forward.w_1.weight", what), (FF, D), f"{what}: feed_forward.w_1.weight",
-                 "feed_forward = PositionwiseFeedForward(d_model, d_ff, dropout): w_1 is nn.Linear(d_model, d_ff)")
+    expect_shape(get_path(layer, "feed_forward.w_1.weight", what), (FF, D),
+                 f"{what}: feed_forward.w_1.weight",
+                 "feed_forward = PositionwiseFeedForward(d_model, d_ff, dropout): w_1 is nn.Linear(d_model, "
+                 "d_ff)")
     subs = get_path(layer, "sublayers", what)
     if not hasattr(subs, "__len__") or len(subs) != n_sub:
         raise CheckFailure(f"{what}: `sublayers`", f"{n_sub} SublayerConnections",
                            f"{len(subs) if hasattr(subs, '__len__') else type(subs).__name__}",
-                           "one SublayerConnection per sublayer: " + ("self-attention, cross-attention, feed-forward"
-                                                                      if cross else "self-attention, feed-forward"))
+                           "one SublayerConnection per sublayer: " + ("self-attention, cross-attention, "
+                                                                      "feed-forward"
+                                                                      if cross else "self-attention, "
+                                                                                    "feed-forward"))
     for i in range(n_sub):
-        expect_shape(get_path(layer, f"sublayers.{i}.norm.weight", what), (D,), f"{what}: sublayers[{i}].norm.weight")
+        expect_shape(get_path(layer, f"sublayers.{i}.norm.weight", what), (D,),
+                     f"{what}: sublayers[{i}].norm.weight")
     check_distinct([(f"sublayers[{i}]", subs[i]) for i in range(n_sub)], what, "sublayer connections")
     check_distinct([(f"sublayers[{i}].norm", subs[i].norm) for i in range(n_sub)], what, "LayerNorms")
     if cross:
-        check_distinct([("self_attn", layer.self_attn), ("cross_attn", layer.cross_attn)], what, "attention modules",
-                       "self_attn and cross_attn are one module (or share weights): build two MultiHeadAttention "
-                       "modules, self-attention and cross-attention learn different projections")
+        check_distinct([("self_attn", layer.self_attn), ("cross_attn", layer.cross_attn)], what,
+                       "attention modules",
+                       "self_attn and cross_attn are one module (or share weights): build two "
+                       "MultiHeadAttention modules, self-attention and cross-attention learn different "
+                       "projections")
     check_parameters_registered(layer, [("sublayers", subs[i]) for i in range(n_sub)] +
                                 [(a, getattr(layer, a)) for a in attns + ["feed_forward"]], what)
 
@@ -428,10 +455,11 @@ def check_dropout(make, call, what):
     m.eval()
     e1, e2 = call(m), call(m)
     if not torch.equal(e1, e2):
-        raise CheckFailure(f"{what}, dropout=0.5, in eval mode: two calls", "the same output", "different outputs",
-                           "dropout still active in eval mode: use nn.Dropout modules (they switch off with .eval()), "
-                           "or F.dropout(x, p, training=self.training); modules kept in a plain Python list are "
-                           "not reached by .eval() either")
+        raise CheckFailure(f"{what}, dropout=0.5, in eval mode: two calls", "the same output",
+                           "different outputs",
+                           "dropout still active in eval mode: use nn.Dropout modules (they switch off with "
+                           ".eval()), or F.dropout(x, p, training=self.training); modules kept in a plain "
+                           "Python list are not reached by .eval() either")
     m.train()
     with seeded(11):
         t = call(m)
@@ -439,8 +467,8 @@ def check_dropout(make, call, what):
     if torch.allclose(t, e1):
         raise CheckFailure(f"{what}, dropout=0.5, in train mode", "an output changed by dropout",
                            "the same output as in eval mode",
-                           "the dropout argument is not used: pass it on to the sublayer connections, the attention "
-                           "and the feed-forward network")
+                           "the dropout argument is not used: pass it on to the sublayer connections, the "
+                           "attention and the feed-forward network")
     z = make(0.0)
     z.eval()
     ze = call(z)
@@ -450,11 +478,13 @@ def check_dropout(make, call, what):
     if not torch.allclose(zt, ze, atol=1e-6):
         raise CheckFailure(f"{what}, dropout=0.0, in train mode", "the same output as in eval mode",
                            "a different output",
-                           "the dropout argument is ignored somewhere (a fixed rate such as 0.1 is used instead)")
+                           "the dropout argument is ignored somewhere (a fixed rate such as 0.1 is used "
+                           "instead)")
 
 
 def part_calls(x, memory=None):
-    """(name, how it is built, call) for a layer's sublayer modules, each called alone on x (cross_attn on memory)."""
+    """(name, how it is built, call) for a layer's sublayer modules, each called alone on x (cross_attn on
+    memory)."""
     calls = [("self_attn", "MultiHeadAttention(d_model, n_heads, dropout)", lambda a: a(x, x, x, None))]
     if memory is not None:
         calls.append(("cross_attn", "MultiHeadAttention(d_model, n_heads, dropout)",
@@ -463,10 +493,11 @@ def part_calls(x, memory=None):
 
 
 def check_parts_drop(layer, calls, what):
-    """layer: built with dropout=0.5; calls: part_calls(...). Each part must drop on its own in train mode (the
-    attention its weights, the feed-forward its hidden units): dropout=1.0 drops the whole sublayer output in the
-    connection and 0.5 changes the layer's output there too, which hides a part built with dropout 0.0. Parts that
-    are not modules or cannot be called as the contract's are left alone (the other checks judge them)."""
+    """layer: built with dropout=0.5; calls: part_calls(...). Each part must drop on its own in train mode
+    (the attention its weights, the feed-forward its hidden units): dropout=1.0 drops the whole sublayer
+    output in the connection and 0.5 changes the layer's output there too, which hides a part built with
+    dropout 0.0. Parts that are not modules or cannot be called as the contract's are left alone (the other
+    checks judge them)."""
     for name, built, call in calls:
         part = getattr(layer, name, None)
         if not isinstance(part, nn.Module):
@@ -480,18 +511,19 @@ def check_parts_drop(layer, calls, what):
             raise
         except Exception:  # noqa: BLE001  (not called as the contract's module: another design)
             continue
-        if isinstance(kept, torch.Tensor) and isinstance(dropped, torch.Tensor) and kept.shape == dropped.shape \
-                and torch.allclose(kept, dropped):
+        if isinstance(kept, torch.Tensor) and isinstance(dropped, torch.Tensor) and \
+                kept.shape == dropped.shape and torch.allclose(kept, dropped):
             inside = "feed-forward's hidden units" if name == "feed_forward" else "attention weights"
             raise CheckFailure(f"{what}.train() with dropout=0.5: `{name}` called on its own",
                                f"an output changed by dropout (the {inside} dropped)",
                                "the same output as in eval mode",
-                               f"`{name}` ignores the dropout argument (built with a rate of 0.0?): the {inside} are "
-                               f"never dropped; build it with {built}")
+                               f"`{name}` ignores the dropout argument (built with a rate of 0.0?): the "
+                               f"{inside} are never dropped; build it with {built}")
 
 
 class _Constant(nn.Module):
-    """Stands in for a sublayer's module (attention, feed-forward): `value` everywhere, in its first input's shape."""
+    """Stands in for a sublayer's module (attention, feed-forward): `value` everywhere, in its first
+    input's shape."""
 
     def __init__(self, value: float):
         super().__init__()
@@ -504,11 +536,12 @@ class _Constant(nn.Module):
 
 
 def check_sublayer_dropout(layer, call, x, parts, what):
-    """layer: a pre-norm layer built with dropout=0.5 (one that computes the right numbers); parts: the names of its
-    sublayer modules, in order. Each is replaced by the constant 10^k, so that in train mode out - x is the sum of the
-    sublayers' dropped outputs, each 0 or 2 * 10^k: one decimal digit per sublayer, 0 or 2. A 4 means that sublayer's
-    output went through two dropouts (an extra nn.Dropout in the lambda, or in the layer around the call). Layers that
-    use their parts in another way (their weights directly, one call per sentence) are left alone."""
+    """layer: a pre-norm layer built with dropout=0.5 (one that computes the right numbers); parts: the names
+    of its sublayer modules, in order. Each is replaced by the constant 10^k, so that in train mode out - x is
+    the sum of the sublayers' dropped outputs, each 0 or 2 * 10^k: one decimal digit per sublayer, 0 or 2. A 4
+    means that sublayer's output went through two dropouts (an extra nn.Dropout in the lambda, or in the layer
+    around the call). Layers that use their parts in another way (their weights directly, one call per
+    sentence) are left alone."""
     for k, name in enumerate(parts):
         setattr(layer, name, _Constant(10.0 ** k))
     layer.train()
@@ -519,7 +552,8 @@ def check_sublayer_dropout(layer, call, x, parts, what):
         raise
     except Exception:  # noqa: BLE001  (the parts are not called as modules of the contract's signature)
         return
-    if not isinstance(out, torch.Tensor) or out.shape != x.shape or any(getattr(layer, n).calls != 1 for n in parts):
+    if not isinstance(out, torch.Tensor) or out.shape != x.shape or \
+            any(getattr(layer, n).calls != 1 for n in parts):
         return
     delta = (out - x).double()
     whole = delta.round()
@@ -528,198 +562,24 @@ def check_sublayer_dropout(layer, call, x, parts, what):
     for k, name in enumerate(parts):
         digit = (whole // 10 ** k) % 10
         if bool(((digit == 4) | (digit == 8)).any()):
-            raise CheckFailure(f"{what}.train() with dropout=0.5: the {name} sublayer's output as it reaches the "
-                               "residual sum", "0 or 2 x the output (one dropout of rate 0.5)",
+            raise CheckFailure(f"{what}.train() with dropout=0.5: the {name} sublayer's output as it reaches "
+                               "the residual sum", "0 or 2 x the output (one dropout of rate 0.5)",
                                f"{int(digit.max())} x the output at some positions (dropped twice)",
-                               f"a second dropout on the {name} sublayer's output (an nn.Dropout in the lambda or "
-                               f"around self.{name}(...)): the sublayer connection already applies dropout to the "
-                               "sublayer's output; add none of your own")
+                               f"a second dropout on the {name} sublayer's output (an nn.Dropout in the "
+                               f"lambda or around self.{name}(...)): the sublayer connection already applies "
+                               "dropout to the sublayer's output; add none of your own")
 
 
-# ==================================================================================== EncoderLayer
-EXTRA_NORM = ("the pre-norm layer's output normalized again at its end: a pre-norm layer returns "
-              "x + dropout(ff(norm(x))) unnormalized (the Encoder's final norm normalizes the last layer's output)")
-
-
-def _make_layer(EncoderLayer, norm_first=False, dropout=0.0, seed=0):
-    what = f"EncoderLayer({D}, {H}, {FF}, dropout={dropout}, norm_first={norm_first})"
-    with seeded(seed):
-        layer = build(EncoderLayer, D, H, FF, dropout=dropout, norm_first=norm_first, what=what)
-    return as_module(layer, what), what
-
-
-def _layer_vs_torch(EncoderLayer, norm_first, seed, lengths, grads=False):
-    layer, what = _make_layer(EncoderLayer, norm_first)
-    ref = ref_encoder_layer(norm_first, seed)
-    copy_layer(layer, ref, what)
-    layer.eval()
-    L = max(lengths)
-    ids = ids_with_lengths(lengths, L, seed)
-    with seeded(seed + 100):
-        x = torch.randn(len(lengths), L, D)
-    src_mask = key_mask(ids)
-    got = keeps_input(lambda: layer(x, src_mask), x, f"{what}(x, src_mask)", masks=[("src_mask", src_mask)],
-                      without=lambda: layer(x, None))
-    with torch.no_grad():
-        expected = ref(x, src_key_padding_mask=ids == PAD)
-        mask = key_mask(ids)  # the reference's own, computed once (src_mask went to the learner's layer)
-
-        def fn(mode="post", order="af", norms=(0, 1), allowed=mask):
-            return enc_layer_ref(ref, x, allowed, mode, order, norms)
-        mistakes = layer_mistakes(fn, norm_first)
-        mode = "pre" if norm_first else "post"
-        mistakes["sublayer order wrong: the feed-forward ran before self-attention (sublayers[0] wraps "
-                 "self-attention, sublayers[1] the feed-forward)"] = fn(mode, "fa", (0, 1))
-        mistakes["the two sublayers' norms swapped: sublayers[0] must wrap self-attention, sublayers[1] the "
-                 "feed-forward"] = fn(mode, "af", (1, 0))
-        mistakes["sublayers[0] used for both sublayers: the feed-forward must go through sublayers[1]"] = \
-            fn(mode, "af", (0, 0))
-        mistakes["one sublayer connection (one LayerNorm) shared by both sublayers: build a new "
-                 "SublayerConnection for each"] = fn(mode, "af", (1, 1))
-        mistakes["the feed-forward sublayer is missing: the layer returns after self-attention; then "
-                 "x = sublayers[1](x, feed_forward)"] = fn(mode, "a", (0,))
-        mistakes["the feed-forward sublayer got the layer's input x instead of the self-attention sublayer's output: "
-                 "x = sublayers[0](x, ...); return sublayers[1](x, feed_forward), each step on the previous one's "
-                 "result"] = fn(mode, "f", (1,))
-        if norm_first:
-            h = x + mha(ref.self_attn, x, x, x, key_mask(ids))
-            mistakes["the attention's lambda uses x instead of its argument (lambda y: self.self_attn(x, x, x, mask)): "
-                     "in pre-norm the sublayer connection hands it norm(x); use lambda y: self.self_attn(y, y, y, "
-                     "mask)"] = h + ffn(ref, ref.norm2(h))
-            mistakes[EXTRA_NORM] = ref.norm2(fn(mode))
-            n1 = ref.norm1(x)
-            h = x + mha(ref.self_attn, n1, x, x, key_mask(ids))
-            mistakes["self-attention's keys and values taken from x instead of the lambda's argument (lambda y: "
-                     "self.self_attn(y, x, x, mask)): in pre-norm the sublayer connection hands it norm(x); use "
-                     "lambda y: self.self_attn(y, y, y, mask)"] = h + ffn(ref, ref.norm2(h))
-        mistakes["src_mask inverted (~src_mask or src_mask == 0 given to self-attention): True means 'may attend'; "
-                 "pass src_mask on as it is"] = fn(mode, allowed=inverted(key_mask(ids)))
-        mistakes.update(heads_mistakes(lambda r: enc_layer_ref(r, x, key_mask(ids), mode), ref))
-        if (ids == PAD).any():
-            mistakes["src_mask not passed to self-attention (or reshaped so that it hides queries instead of keys: "
-                     "keep its (B, 1, 1, L) shape): the padding positions were attended"] = fn(mode, allowed=None)
-            mistakes["src_mask not passed to self-attention, and " + (
-                "norm_first ignored" if norm_first else "pre-norm computed")] = \
-                fn("post" if norm_first else "pre", allowed=None)
-    real = ids != PAD
-    close_at(got, expected, real, f"{what}(x, src_mask) vs nn.TransformerEncoderLayer(norm_first={norm_first})",
-             hint=("pre-norm: x = x + dropout(self_attn(norm(x))), then x + dropout(ff(norm(x)))" if norm_first else
-                   "post-norm (the paper): x = norm(x + dropout(self_attn(x))), then norm(x + dropout(ff(x)))"),
-             mistakes=mistakes)
-    if grads:  # in train mode (dropout=0.0: the same numbers), where a model is trained
-        layer.train()
-        same_gradients(lambda t: layer(t, key_mask(ids)), lambda t: ref(t, src_key_padding_mask=ids == PAD),
-                       [("x", x)], ids != PAD, f"{what}(x, src_mask)", seed=seed, module=layer)
-    return layer, ref, x, ids
-
-
-@register("EncoderLayer", "has self_attn, feed_forward and 2 sublayers, each with its own LayerNorm; keeps the shape")
-def _el_parts(EncoderLayer):
-    layer, what = _make_layer(EncoderLayer)
-    check_layer_parts(layer, what, cross=False)
-    layer.eval()
-    with seeded(1):
-        x = torch.randn(2, 5, D)
-    expect_shape(layer(x, None), (2, 5, D), f"{what}(x of shape (2, 5, {D}), src_mask=None)",
-                 "each sublayer keeps (B, L, d_model); src_mask=None means no mask")
-    # other sizes, so that a size written into the code (d_ff = 2 * d_model, ...) cannot match by chance
-    what = "EncoderLayer(12, 3, 20, dropout=0.0)"
-    with seeded(0):
-        other = as_module(build(EncoderLayer, 12, 3, 20, dropout=0.0, what=what), what)
-    for path, shape in (("self_attn.w_q.weight", (12, 12)), ("feed_forward.w_1.weight", (20, 12)),
-                        ("feed_forward.w_2.weight", (12, 20)), ("sublayers.1.norm.weight", (12,))):
-        expect_shape(get_path(other, path, what), shape, f"{what}: {path}",
-                     "build the parts from the arguments: MultiHeadAttention(d_model, n_heads, dropout), "
-                     "PositionwiseFeedForward(d_model, d_ff, dropout), SublayerConnection(d_model, ...); "
-                     "no fixed sizes")
-
-
-@register("EncoderLayer", "post-norm equals nn.TransformerEncoderLayer with the same weights")
-def _el_post(EncoderLayer):
-    _layer_vs_torch(EncoderLayer, False, seed=2, lengths=[6, 6], grads=True)
-
-
-@register("EncoderLayer", "pre-norm (norm_first=True) equals nn.TransformerEncoderLayer(norm_first=True)")
-def _el_pre(EncoderLayer):
-    _layer_vs_torch(EncoderLayer, True, seed=3, lengths=[5, 5])
-
-
-@register("EncoderLayer", "src_mask hides padding: real positions equal PyTorch's and ignore the padding")
-def _el_padding(EncoderLayer):
-    layer, ref, x, ids = _layer_vs_torch(EncoderLayer, False, seed=4, lengths=[7, 4])
-    x2 = x.clone()
-    with seeded(44):
-        x2[ids == PAD] = torch.randn(int((ids == PAD).sum()), D) * 3
-    real = ids != PAD
-    close_at(layer(x2, key_mask(ids)), layer(x, key_mask(ids)), real,
-             "output after changing only the vectors at padding positions",
-             hint="src_mask not passed to self-attention: padding positions must not change the real ones")
-    # a second batch with other lengths through the same layer: nothing of the earlier calls may be kept
-    ids2 = ids_with_lengths([3, 7], 7, seed=41)
-    with seeded(42):
-        x3 = torch.randn(2, 7, D)
-    with torch.no_grad():
-        expected = ref(x3, src_key_padding_mask=ids2 == PAD)
-    close_at(layer(x3, key_mask(ids2)), expected, ids2 != PAD,
-             "a second batch (other lengths, another src_mask) through the same layer", hint=STATE)
-
-
-@register("EncoderLayer", "uses the dropout argument: active in train mode, off in eval mode")
-def _el_dropout(EncoderLayer):
-    with seeded(5):
-        x = torch.randn(2, 6, D)
-    check_dropout(lambda p: _make_layer(EncoderLayer, dropout=p)[0], lambda m: m(x, None),
-                  f"EncoderLayer({D}, {H}, {FF})")
-    check_parts_drop(_make_layer(EncoderLayer, dropout=0.5)[0], part_calls(x), f"EncoderLayer({D}, {H}, {FF})")
-    # p = 1 in train mode drops each sublayer's whole output: only the residual path is left, norm2(norm1(x)) in
-    # post-norm and x itself in pre-norm; dropout on the residual path (x or the sum) shows here
-    for norm_first in (False, True):
-        layer, what = _make_layer(EncoderLayer, norm_first, dropout=1.0)
-        ref = ref_encoder_layer(norm_first, seed=5)
-        copy_layer(layer, ref, what)
-        if not computes_like(layer, lambda: layer(x, None), lambda: ref(x)):  # noqa: B023 (called at once)
-            continue  # a wrong layer: the post-norm and pre-norm checks say what is wrong with it
-        layer.train()
-        with torch.no_grad():
-            got = keeps_input(lambda: layer(x, None), x, f"{what}.train()(x, None)")  # noqa: B023 (called at once)
-            expected = x if norm_first else ref.norm2(ref.norm1(x))
-            zero = torch.zeros_like(x)
-            # only the attention (its weights) and the feed-forward (its hidden units) drop: each leaves its bias
-            b_o, b_2 = ref.self_attn.out_proj.bias, ref.linear2.bias
-            biases_only = x + b_o + b_2 if norm_first else ref.norm2(ref.norm1(x + b_o) + b_2)
-            expect_close(got, expected, f"{what}.train()(x, None)",
-                         hint="with dropout=1.0 every sublayer's output is dropped and only the residual path is "
-                              "left: " + ("x" if norm_first else "norm2(norm1(x))") + "; dropout belongs on each "
-                              "sublayer's output only, never on x or on the residual sum",
-                         mistakes={"dropout applied to the residual sum (or to x itself), not to the sublayer's "
-                                   "output only: " + ("x + dropout(sublayer(norm(x)))" if norm_first else
-                                                      "norm(x + dropout(sublayer(x)))"):
-                                   zero if norm_first else ref.norm2.bias.detach().expand_as(x),
-                                   "the sublayer connections do not drop the sublayer's output (only the attention "
-                                   "and the feed-forward drop inside): pass the dropout argument on to "
-                                   "SublayerConnection(d_model, dropout, norm_first), in that order": biases_only,
-                                   **({EXTRA_NORM: ref.norm2(x)} if norm_first else {})})
-        if norm_first:  # one dropout per sublayer output, not two (p = 1 cannot tell)
-            check_sublayer_dropout(_make_layer(EncoderLayer, True, dropout=0.5)[0], lambda m: m(x, None), x,
-                                   ("self_attn", "feed_forward"), f"EncoderLayer({D}, {H}, {FF}, norm_first=True)")
-
-
-# ========================================================================================= Encoder
-def _make_encoder(Encoder, n_layers, norm_first=False, dropout=0.0, seed=0):
-    what = f"Encoder({D}, {H}, {FF}, {n_layers}, dropout={dropout}, norm_first={norm_first})"
-    with seeded(seed):
-        enc = build(Encoder, D, H, FF, n_layers, dropout=dropout, norm_first=norm_first, what=what)
-    return as_module(enc, what), what
-
-
+# ------------------------------------------------------------ stacks (Encoder's, and stage 09's Decoder's)
 def stack_layers(stack, what, n_layers, causes: dict | None = None):
     """stack.layers, n_layers of them; `causes`: {a wrong number of layers: the mistake that gives it}."""
     layers = get_path(stack, "layers", what)
     if not hasattr(layers, "__len__") or len(layers) != n_layers:
         count = len(layers) if hasattr(layers, "__len__") else None
         if count == H != n_layers:  # every stack the checks build has H heads
-            causes = {H: f"n_heads ({H}) layers: n_heads and n_layers swapped (the arguments are (d_model, n_heads, "
-                         "d_ff, n_layers, ...), in that order), or range(n_heads) for the layers", **(causes or {})}
+            causes = {H: f"n_heads ({H}) layers: n_heads and n_layers swapped (the arguments are (d_model, "
+                         "n_heads, d_ff, n_layers, ...), in that order), or range(n_heads) for the layers",
+                      **(causes or {})}
         raise CheckFailure(f"{what}: `layers`", f"{n_layers} layers", f"{count}" if count is not None else
                            type(layers).__name__, (causes or {}).get(count) or
                            "n_layers layers in an nn.ModuleList: [Layer(...) for _ in range(n_layers)]")
@@ -727,7 +587,8 @@ def stack_layers(stack, what, n_layers, causes: dict | None = None):
 
 
 def check_stack_parts(make, kind):
-    """`layers`: n_layers layers, registered (an nn.ModuleList); `norm`: none in post-norm, a LayerNorm in pre-norm."""
+    """`layers`: n_layers layers, registered (an nn.ModuleList); `norm`: none in post-norm, a LayerNorm in
+    pre-norm."""
     for n in (3, 1):
         stack, what = make(n)
         layers = stack_layers(stack, what, n)
@@ -739,8 +600,8 @@ def check_stack_parts(make, kind):
     if post.norm is not None and any(True for _ in getattr(post.norm, "parameters", lambda: [])()):
         raise CheckFailure(f"{what}: `norm` with norm_first=False", "nn.Identity() (no parameters)",
                            type(post.norm).__name__,
-                           f"final norm present in the post-norm {kind}: each post-norm layer already ends with a "
-                           "LayerNorm; the final LayerNorm belongs to the pre-norm model only")
+                           f"final norm present in the post-norm {kind}: each post-norm layer already ends "
+                           "with a LayerNorm; the final LayerNorm belongs to the pre-norm model only")
     pre, what = make(2, norm_first=True)
     norm = getattr(pre, "norm", None)
     if not isinstance(getattr(norm, "weight", None), torch.Tensor) or tuple(norm.weight.shape) != (D,):
@@ -748,8 +609,8 @@ def check_stack_parts(make, kind):
         raise CheckFailure(f"{what}: `norm` with norm_first=True", f"a LayerNorm({D}) after the last layer",
                            bare or (type(norm).__name__ if norm is not None else "no `norm`"),
                            NO_AFFINE.format(stack=kind) if bare else
-                           f"final norm missing in the pre-norm {kind}: the last pre-norm layer ends with a residual "
-                           "sum that is never normalized")
+                           f"final norm missing in the pre-norm {kind}: the last pre-norm layer ends with a "
+                           "residual sum that is never normalized")
 
 
 def check_stack_distinct(make, kind):
@@ -759,9 +620,10 @@ def check_stack_distinct(make, kind):
 
 
 def stack_mistakes(layers, run_layer, final, norm_first, default_norm):
-    """Named wrong stacks. run_layer(ref_layer, x, mode=..., masked=...) -> output (x None: the stack's input);
-    final: the reference's final norm or None."""
-    def chain(mode, masked=lambda i: True, feed="chain", final_norm=final, layers_override=None, norm_each=False):
+    """Named wrong stacks. run_layer(ref_layer, x, mode=..., masked=...) -> output (x None: the stack's
+    input); final: the reference's final norm or None."""
+    def chain(mode, masked=lambda i: True, feed="chain", final_norm=final, layers_override=None,
+              norm_each=False):
         h = None
         out = None
         for i, lay in enumerate(layers_override or layers):
@@ -779,19 +641,23 @@ def stack_mistakes(layers, run_layer, final, norm_first, default_norm):
         m["final norm missing in pre-norm: apply `norm` (a LayerNorm) to the last layer's output"] = \
             chain(mode, final_norm=None)
         m["norm_first not passed on to the layers: post-norm layers were built"] = chain("post")
-        m["the final norm applied after every layer: apply `norm` once, after the loop"] = chain(mode, norm_each=True)
+        m["the final norm applied after every layer: apply `norm` once, after the "
+          "loop"] = chain(mode, norm_each=True)
         m["the final norm applied twice: apply `norm` once, after the loop"] = final(chain(mode))
     else:
         m["final norm present in post-norm: a LayerNorm after the last layer (norm must be the identity when "
           "norm_first=False)"] = default_norm(chain(mode))
         m["norm_first ignored: pre-norm layers were built where post-norm was asked"] = chain("pre")
-    m["one layer object repeated n times (nn.ModuleList([layer] * n)): every layer is the same module; build a "
-      "new layer each time"] = chain(mode, layers_override=[layers[-1]] * len(layers))
-    m["each layer applied to the stack's input instead of the previous layer's output (or the first layer skipped, "
-      "range(1, n)?): only the last layer's work shows; loop over all the layers, each on the previous output"] = \
+    m["one layer object repeated n times (nn.ModuleList([layer] * n)): every layer is the same module; build "
+      "a new layer each time"] = chain(mode, layers_override=[layers[-1]] * len(layers))
+    m["each layer applied to the stack's input instead of the previous layer's output (or the first layer "
+      "skipped, range(1, n)?): only the last layer's work shows; loop over all the layers, each on the "
+      "previous output"] = \
         chain(mode, feed="input")
-    m["the layers applied in reverse order: self.layers[0] first"] = chain(mode, layers_override=list(layers)[::-1])
-    m["only the first layer applied (a return inside the loop, or a loop that stops early: range(n - 1)?)"] = \
+    m["the layers applied in reverse order: self.layers[0] "
+      "first"] = chain(mode, layers_override=list(layers)[::-1])
+    m["only the first layer applied (a return inside the loop, or a loop that stops early: "
+      "range(n - 1)?)"] = \
         chain(mode, feed="first-only")
     m["the mask is not passed to the layers"] = chain(mode, masked=lambda i: False)
     m["the mask is passed to the first layer only"] = chain(mode, masked=lambda i: i == 0)
@@ -799,8 +665,8 @@ def stack_mistakes(layers, run_layer, final, norm_first, default_norm):
 
 
 def copies_into(stack, ref, what, n_layers, norm_first, kind) -> bool:
-    """Copy ref's weights into the learner's stack; False when its parts are not named as the contract says (the
-    post-norm and pre-norm checks report that)."""
+    """Copy ref's weights into the learner's stack; False when its parts are not named as the contract says
+    (the post-norm and pre-norm checks report that)."""
     try:
         layers = stack_layers(stack, what, n_layers)
         for i in range(n_layers):
@@ -813,8 +679,8 @@ def copies_into(stack, ref, what, n_layers, norm_first, kind) -> bool:
 
 
 def computes_like(module, mine, ref) -> bool:
-    """Whether module, in eval mode, gives the reference's output (then a wrong output in train mode with dropout=1.0 is
-    the dropout's fault alone)."""
+    """Whether module, in eval mode, gives the reference's output (then a wrong output in train mode with
+    dropout=1.0 is the dropout's fault alone)."""
     module.eval()
     with torch.no_grad():
         got, expected = mine(), ref()
@@ -822,9 +688,10 @@ def computes_like(module, mine, ref) -> bool:
 
 
 def check_residual_path(got, x, ref_layers, norm_names, final, norm_first, what, stack):
-    """A stack built with dropout=1.0, in train mode: every sublayer's output is dropped, so only the residual path is
-    left: each post-norm layer applies its norms in turn, each pre-norm layer leaves x as it is (then the final norm).
-    Dropout on the stack's input or output (the positional encoding already drops the embeddings) shows here."""
+    """A stack built with dropout=1.0, in train mode: every sublayer's output is dropped, so only the residual
+    path is left: each post-norm layer applies its norms in turn, each pre-norm layer leaves x as it is (then
+    the final norm). Dropout on the stack's input or output (the positional encoding already drops the
+    embeddings) shows here."""
     h = x
     if norm_first:
         h = final(h)
@@ -834,12 +701,14 @@ def check_residual_path(got, x, ref_layers, norm_names, final, norm_first, what,
                 h = getattr(lay, n)(h)
     zero = torch.zeros_like(x)
     expect_close(got, h, what,
-                 hint="with dropout=1.0 every sublayer's output is dropped and only the residual path is left; "
-                      f"dropout belongs inside the layers, not on the {stack}'s input or output",
-                 mistakes={f"dropout applied to the {stack}'s input: the positional encoding already drops the "
-                           f"embeddings, and each sublayer drops its own output; the {stack} itself adds no dropout":
+                 hint="with dropout=1.0 every sublayer's output is dropped and only the residual path is "
+                      f"left; dropout belongs inside the layers, not on the {stack}'s input or output",
+                 mistakes={f"dropout applied to the {stack}'s input: the positional encoding already drops "
+                           f"the embeddings, and each sublayer drops its own output; the {stack} itself adds "
+                           "no dropout":
                            final(zero) if norm_first else _post_path(ref_layers, norm_names, zero),
-                           f"dropout applied to the {stack}'s output: each sublayer drops its own output; the {stack} "
+                           f"dropout applied to the {stack}'s output: each sublayer drops its own output; "
+                           f"the {stack} "
                            "itself adds no dropout": zero})
 
 
@@ -852,98 +721,3 @@ def _post_path(ref_layers, norm_names, h):
 
 def default_layer_norm(x):
     return F.layer_norm(x, (x.size(-1),))
-
-
-def _encoder_vs_torch(Encoder, norm_first, seed, lengths, n_layers=2, grads=False):
-    enc, what = _make_encoder(Encoder, n_layers, norm_first)
-    ref = ref_encoder(n_layers, norm_first, seed)
-    layers = stack_layers(enc, what, n_layers)
-    for i in range(n_layers):
-        copy_layer(layers[i], ref.layers[i], f"{what}.layers[{i}]")
-    if norm_first:
-        copy_final_norm(enc, ref.norm, what, "encoder")
-    enc.eval()
-    L = max(lengths)
-    ids = ids_with_lengths(lengths, L, seed)
-    with seeded(seed + 100):
-        x = torch.randn(len(lengths), L, D)
-    src_mask = key_mask(ids)
-    got = keeps_input(lambda: enc(x, src_mask), x, f"{what}(x, src_mask)", masks=[("src_mask", src_mask)],
-                      without=lambda: enc(x, None))
-    with torch.no_grad():
-        expected = ref(x, src_key_padding_mask=ids == PAD)
-        mask = key_mask(ids)  # the reference's own, computed once (src_mask went to the learner's stack)
-
-        def run_layer(lay, inp, mode, masked, allowed=mask):
-            return enc_layer_ref(lay, x if inp is None else inp, allowed if masked else None, mode)
-        mistakes = stack_mistakes(list(ref.layers), run_layer, ref.norm, norm_first, default_layer_norm)
-        h = x
-        for lay in ref.layers:
-            h = run_layer(lay, h, "pre" if norm_first else "post", True, allowed=inverted(key_mask(ids)))
-        mistakes["src_mask inverted before it reaches the layers (~src_mask or src_mask == 0): True means 'may "
-                 "attend'; pass src_mask on as it is"] = ref.norm(h) if norm_first else h
-    close_at(got, expected, ids != PAD,
-             f"{what}(x, src_mask) vs nn.TransformerEncoder({'with' if norm_first else 'without'} a final LayerNorm)",
-             hint="x = layer(x, src_mask) for each layer in turn, then self.norm(x) (a LayerNorm in pre-norm, "
-                  "the identity in post-norm)", mistakes=mistakes)
-    if grads:  # in train mode (dropout=0.0: the same numbers), where a model is trained
-        enc.train()
-        same_gradients(lambda t: enc(t, key_mask(ids)), lambda t: ref(t, src_key_padding_mask=ids == PAD),
-                       [("x", x)], ids != PAD, f"{what}(x, src_mask)", seed=seed, module=enc)
-    return enc, ref, x, ids
-
-
-@register("Encoder", "has n_layers layers in an nn.ModuleList, `norm` only in pre-norm, and passes dropout on")
-def _enc_parts(Encoder):
-    check_stack_parts(lambda n, norm_first=False: _make_encoder(Encoder, n, norm_first), "encoder")
-    with seeded(13):
-        x = torch.randn(2, 5, D)
-    what = f"Encoder({D}, {H}, {FF}, 2)"
-    check_dropout(lambda p: _make_encoder(Encoder, 2, dropout=p)[0],
-                  lambda m: expect_shape(keeps_input(lambda: m(x, None), x, what), (2, 5, D),
-                                         f"{what}(x (2, 5, {D}), src_mask=None)"), what)
-    for norm_first in (False, True):
-        enc, what = _make_encoder(Encoder, 2, norm_first, dropout=1.0)
-        ref = ref_encoder(2, norm_first, seed=14)
-        if not copies_into(enc, ref, what, 2, norm_first, "encoder") or \
-                not computes_like(enc, lambda: enc(x, None), lambda: ref(x)):  # noqa: B023 (called at once)
-            continue  # a wrong stack: the post-norm and pre-norm checks say what is wrong with it
-        enc.train()
-        with torch.no_grad():
-            got = keeps_input(lambda: enc(x, None), x, f"{what}.train()(x, None)")  # noqa: B023 (called at once)
-            check_residual_path(got, x, list(ref.layers), ("norm1", "norm2"), ref.norm, norm_first,
-                                f"{what}.train()(x, None)", "encoder")
-
-
-@register("Encoder", "its layers are distinct, each with its own parameters")
-def _enc_distinct(Encoder):
-    check_stack_distinct(lambda n: _make_encoder(Encoder, n), "encoder")
-
-
-@register("Encoder", "post-norm stack equals nn.TransformerEncoder without a final norm")
-def _enc_post(Encoder):
-    _encoder_vs_torch(Encoder, False, seed=6, lengths=[6, 6], grads=True)
-
-
-@register("Encoder", "pre-norm stack equals nn.TransformerEncoder(norm_first=True) with its final LayerNorm")
-def _enc_pre(Encoder):
-    _encoder_vs_torch(Encoder, True, seed=7, lengths=[5, 5])
-
-
-@register("Encoder", "src_mask reaches every layer: padding changes nothing at real positions")
-def _enc_padding(Encoder):
-    enc, ref, x, ids = _encoder_vs_torch(Encoder, False, seed=8, lengths=[7, 3])
-    x2 = x.clone()
-    with seeded(88):
-        x2[ids == PAD] = torch.randn(int((ids == PAD).sum()), D) * 3
-    close_at(enc(x2, key_mask(ids)), enc(x, key_mask(ids)), ids != PAD,
-             "output after changing only the vectors at padding positions",
-             hint="pass src_mask to every layer: padding positions must not change the real ones")
-    # a second batch with other lengths through the same stack: nothing of the earlier calls may be kept
-    ids2 = ids_with_lengths([4, 7], 7, seed=81)
-    with seeded(82):
-        x3 = torch.randn(2, 7, D)
-    with torch.no_grad():
-        expected = ref(x3, src_key_padding_mask=ids2 == PAD)
-    close_at(enc(x3, key_mask(ids2)), expected, ids2 != PAD,
-             "a second batch (other lengths, another src_mask) through the same encoder", hint=STATE)

@@ -14,12 +14,42 @@ from ..explain import _describe_exception
 from ..registry import CheckFailure, CheckPassed, CheckTimeout, forbid, register
 from . import _util
 from ._util import build, close, expect_shape, learners_own, seeded
-from .stage08_encoder import (MASK_CHANGED, STATE, TORCH_TRANSFORMER, D, FF, H, PAD, as_module, check_dropout,
-                              check_layer_parts, check_sublayer_dropout, check_residual_path, check_stack_distinct,
-                              check_stack_parts, close_at, computes_like, copies_into, copy_final_norm, copy_layer,
-                              default_layer_norm, ffn, ids_with_lengths,
-                              inverted, key_mask, layer_mistakes, mha, randomize, same_gradients, stack_layers,
-                              stack_mistakes, sublayer, check_parts_drop, heads_mistakes, part_calls)
+from .stage08_encoder import (
+    FF,
+    MASK_CHANGED,
+    PAD,
+    STATE,
+    TORCH_TRANSFORMER,
+    D,
+    H,
+    as_module,
+    check_dropout,
+    check_layer_parts,
+    check_parts_drop,
+    check_residual_path,
+    check_stack_distinct,
+    check_stack_parts,
+    check_sublayer_dropout,
+    close_at,
+    computes_like,
+    copies_into,
+    copy_final_norm,
+    copy_layer,
+    default_layer_norm,
+    ffn,
+    heads_mistakes,
+    ids_with_lengths,
+    inverted,
+    key_mask,
+    layer_mistakes,
+    mha,
+    part_calls,
+    randomize,
+    same_gradients,
+    stack_layers,
+    stack_mistakes,
+    sublayer,
+)
 
 # the lesson's own work, which PyTorch's Transformer modules must not do for the learner
 forbid(("DecoderLayer", "Decoder"), "PyTorch's nn.Transformer modules (nn.TransformerDecoderLayer, "
@@ -42,20 +72,21 @@ def tgt_mask_of(ids):
     return causal(ids.size(1)) & key_mask(ids)
 
 
-TRANSPOSED = ("tgt_mask transposed on its way to self-attention (its query and key axes swapped): each position "
-              "sees itself and the LATER tokens; a (B, 1, Lt, Lt) mask goes to the attention as it is")
+TRANSPOSED = ("tgt_mask transposed on its way to self-attention (its query and key axes swapped): each "
+              "position sees itself and the LATER tokens; a (B, 1, Lt, Lt) mask goes to the attention as it "
+              "is")
 def transposed(allowed):
-    """What attention computes with the mask's query and key axes swapped, additive (a query row left with no key gets
-    uniform weights, as masked_fill with a large negative number gives it, not PyTorch's NaN)."""
+    """What attention computes with the mask's query and key axes swapped, additive (a query row left with no
+    key gets uniform weights, as masked_fill with a large negative number gives it, not PyTorch's NaN)."""
     return torch.zeros(allowed.shape).masked_fill(~allowed.transpose(-2, -1), torch.finfo(torch.float32).min)
 
 
-MIXED_LENGTHS = ("the target's and the source's lengths got mixed up: self-attention is self_attn(x, x, x, tgt_mask), "
-                 "cross-attention is cross_attn(x, memory, memory, src_mask) (queries from the decoder, keys and "
-                 "values from the memory; tgt_mask for self-attention, src_mask for cross-attention), and a layer "
-                 "is called as layer(x, memory, src_mask, tgt_mask)")
-IN_PLACE = ("work on new tensors: x = x + ... instead of x += ... (or another in-place `_` method), so that the "
-            "caller's tensors stay as they were (autograd needs them too)")
+MIXED_LENGTHS = ("the target's and the source's lengths got mixed up: self-attention is self_attn(x, x, x, "
+                 "tgt_mask), cross-attention is cross_attn(x, memory, memory, src_mask) (queries from the "
+                 "decoder, keys and values from the memory; tgt_mask for self-attention, src_mask for "
+                 "cross-attention), and a layer is called as layer(x, memory, src_mask, tgt_mask)")
+IN_PLACE = ("work on new tensors: x = x + ... instead of x += ... (or another in-place `_` method), so that "
+            "the caller's tensors stay as they were (autograd needs them too)")
 
 
 def mentions_both(error, n, m) -> bool:
@@ -65,8 +96,8 @@ def mentions_both(error, n, m) -> bool:
 
 
 def run(module, x, memory, src_mask, tgt_mask, what):
-    """module(x, memory, src_mask, tgt_mask), with the inputs checked unchanged afterwards, and a size mismatch
-    between the target (Lt) and the source (Ls) explained: it comes from mixing up the two."""
+    """module(x, memory, src_mask, tgt_mask), with the inputs checked unchanged afterwards, and a size
+    mismatch between the target (Lt) and the source (Ls) explained: it comes from mixing up the two."""
     x_before, memory_before = x.clone(), memory.clone()
     masks_before = [(n, m, m.clone()) for n, m in (("src_mask", src_mask), ("tgt_mask", tgt_mask))
                     if isinstance(m, torch.Tensor)]
@@ -75,7 +106,8 @@ def run(module, x, memory, src_mask, tgt_mask, what):
     except RuntimeError as e:
         if not mentions_both(e, x.size(1), memory.size(1)):
             raise
-        raise CheckFailure(f"{what} with a target of length {x.size(1)} and a source of length {memory.size(1)}",
+        raise CheckFailure(f"{what} with a target of length {x.size(1)} and a source of length "
+                           f"{memory.size(1)}",
                            None, f"an error: {_describe_exception(e)}", MIXED_LENGTHS) from None
     for name, now, before in (("x", x, x_before), ("memory", memory, memory_before)):
         if not torch.equal(now, before):
@@ -114,7 +146,8 @@ def run_ref_grad(ref, x, memory, src_ids, tgt_ids):
                tgt_key_padding_mask=tgt_ids == PAD, memory_key_padding_mask=src_ids == PAD)
 
 
-def dec_layer_ref(ref, x, memory, self_allowed, cross_allowed, mode="post", order="scf", norms=(0, 1, 2), kv="memory",
+def dec_layer_ref(ref, x, memory, self_allowed, cross_allowed, mode="post", order="scf", norms=(0, 1, 2),
+                  kv="memory",
                   sa="self"):
     """A decoder layer from ref's weights, written out; step k ("s" self-attention, "c" cross-attention,
     "f" feed-forward) uses norm norms[k]. kv says where cross-attention takes its keys and values."""
@@ -132,7 +165,8 @@ def dec_layer_ref(ref, x, memory, self_allowed, cross_allowed, mode="post", orde
         if kv == "self_attn":  # the right inputs, through the self-attention's projections
             return mha(ref.self_attn, y, memory, memory, cross_allowed)
         raise ValueError(kv)
-    attn = ref.multihead_attn if sa == "cross" else ref.self_attn  # sa="cross": self-attention through cross_attn
+    # sa="cross": self-attention through cross_attn
+    attn = ref.multihead_attn if sa == "cross" else ref.self_attn
     parts = {"s": lambda y: mha(attn, y, y, y, self_allowed), "c": cross, "f": lambda y: ffn(ref, y)}
     ns = (ref.norm1, ref.norm2, ref.norm3)
     for step, k in zip(order, norms):
@@ -157,8 +191,9 @@ def _make_layer(DecoderLayer, norm_first=False, dropout=0.0, seed=0):
 
 
 def _layer_vs_torch(DecoderLayer, norm_first, seed, tgt_lengths, src_lengths, hole=None, grads=False):
-    """hole: a position of the first target made <pad> in the middle of the sentence, so that tgt_mask hides a key
-    the causal mask alone would not (a layer that builds its own causal mask and ignores tgt_mask shows)."""
+    """hole: a position of the first target made <pad> in the middle of the sentence, so that tgt_mask hides a
+    key the causal mask alone would not (a layer that builds its own causal mask and ignores tgt_mask
+    shows)."""
     layer, what = _make_layer(DecoderLayer, norm_first)
     ref = ref_decoder_layer(norm_first, seed)
     copy_layer(layer, ref, what)
@@ -172,12 +207,13 @@ def _layer_vs_torch(DecoderLayer, norm_first, seed, tgt_lengths, src_lengths, ho
         mistakes = _layer_mistakes(ref, x, memory, src, tgt, norm_first)
     close_at(got, expected, tgt != PAD,
              f"{what}(x, memory, src_mask, tgt_mask) vs nn.TransformerDecoderLayer(norm_first={norm_first})",
-             hint=("self-attention(x, x, x, tgt_mask), then cross-attention(x, memory, memory, src_mask), then the "
-                   "feed-forward, each in its sublayer connection"), mistakes=mistakes)
+             hint=("self-attention(x, x, x, tgt_mask), then cross-attention(x, memory, memory, src_mask), "
+                   "then the feed-forward, each in its sublayer connection"), mistakes=mistakes)
     if grads:  # in train mode (dropout=0.0: the same numbers), where a model is trained
         layer.train()
         same_gradients(lambda a, b: layer(a, b, key_mask(src), tgt_mask_of(tgt)),
-                       lambda a, b: run_ref_grad(ref, a, b, src, tgt), [("x", x), ("memory", memory)], tgt != PAD,
+                       lambda a, b: run_ref_grad(ref, a, b, src, tgt), [("x", x), ("memory", memory)],
+                       tgt != PAD,
                        f"{what}(x, memory, src_mask, tgt_mask)", seed=seed, module=layer)
     return layer, ref, x, memory, src, tgt
 
@@ -212,14 +248,15 @@ def _wiring_mistakes(fn, x, src, tgt):
         "feed-forward": fn(norms=(1, 0, 2)),
         "decoder self-attention without the causal mask (only padding hidden): a position sees later "
         "target tokens": fn(self_allowed=key_mask(tgt)),
-        "tgt_mask not passed to self-attention: no causal mask, no target padding mask": fn(self_allowed=None),
+        "tgt_mask not passed to self-attention: no causal mask, no target padding "
+        "mask": fn(self_allowed=None),
         TRANSPOSED: fn(self_allowed=transposed(tgt_mask_of(tgt))),
         "cross-attention without the source padding mask (src_mask): the memory's padding was attended":
             fn(cross_allowed=None),
-        "tgt_mask inverted (~tgt_mask or tgt_mask == 0 given to self-attention): True means 'may attend'; pass "
-        "tgt_mask on as it is": fn(self_allowed=inverted(tgt_mask_of(tgt))),
-        "src_mask inverted (~src_mask or src_mask == 0 given to cross-attention): True means 'may attend'; pass "
-        "src_mask on as it is": fn(cross_allowed=inverted(key_mask(src))),
+        "tgt_mask inverted (~tgt_mask or tgt_mask == 0 given to self-attention): True means 'may attend'; "
+        "pass tgt_mask on as it is": fn(self_allowed=inverted(tgt_mask_of(tgt))),
+        "src_mask inverted (~src_mask or src_mask == 0 given to cross-attention): True means 'may attend'; "
+        "pass src_mask on as it is": fn(cross_allowed=inverted(key_mask(src))),
         "cross-attention computed with self_attn: use self.cross_attn(x, memory, memory, src_mask), the "
         "module with its own projections": fn(kv="self_attn"),
         "self-attention run through the cross-attention module (self.cross_attn(x, x, x, tgt_mask)): the two "
@@ -232,14 +269,15 @@ def _wiring_mistakes(fn, x, src, tgt):
         "padding; pass tgt_mask itself to self-attention": fn(self_allowed=causal(x.size(1))),
         "sublayer order wrong: the feed-forward ran before cross-attention (self-attention, cross-attention, "
         "feed-forward, in sublayers[0], [1], [2])": fn(order="sfc"),
-        "the cross-attention sublayer is missing: self-attention, then cross_attn(x, memory, memory, src_mask), "
-        "then the feed-forward, in sublayers[0], [1], [2]": fn(order="sf", norms=(0, 2)),
-        "the cross-attention sublayer is missing (and the feed-forward went through sublayers[1]): self-attention, "
-        "cross-attention, feed-forward, in sublayers[0], [1], [2]": fn(order="sf", norms=(0, 1)),
+        "the cross-attention sublayer is missing: self-attention, then cross_attn(x, memory, memory, "
+        "src_mask), then the feed-forward, in sublayers[0], [1], [2]": fn(order="sf", norms=(0, 2)),
+        "the cross-attention sublayer is missing (and the feed-forward went through sublayers[1]): "
+        "self-attention, cross-attention, feed-forward, in sublayers[0], [1], "
+        "[2]": fn(order="sf", norms=(0, 1)),
         "sublayers[0] used for cross-attention too: each sublayer has its own connection, sublayers[1] for "
         "cross-attention": fn(norms=(0, 0, 2)),
-        "sublayers[1] used for the feed-forward too: each sublayer has its own connection, sublayers[2] for the "
-        "feed-forward": fn(norms=(0, 1, 1)),
+        "sublayers[1] used for the feed-forward too: each sublayer has its own connection, sublayers[2] for "
+        "the feed-forward": fn(norms=(0, 1, 1)),
     }
 
 
@@ -290,7 +328,8 @@ def _same_length_mistakes(fn, src, tgt):
     }
 
 
-@register("DecoderLayer", "has self_attn, cross_attn, feed_forward and 3 sublayers, each its own; keeps the shape")
+@register("DecoderLayer", "has self_attn, cross_attn, feed_forward and 3 sublayers, each its own; keeps the "
+                          "shape")
 def _dl_parts(DecoderLayer):
     layer, what = _make_layer(DecoderLayer)
     check_layer_parts(layer, what, cross=True)
@@ -347,7 +386,8 @@ def _dl_cross(DecoderLayer):
     a = expect_shape(run(layer, x, memory, everything(2, 5), causal(5), what), (2, 5, D), what)
     b = run(layer, x, memory * -1.5 + 0.5, everything(2, 5), causal(5), what)
     if close(a, b):
-        raise CheckFailure(f"{what}: output after changing the memory", "a different output", "the same output",
+        raise CheckFailure(f"{what}: output after changing the memory", "a different output",
+                           "the same output",
                            "cross-attention keys and values taken from the decoder instead of the memory: "
                            "cross_attn(x, memory, memory, src_mask)")
     _layer_vs_torch(DecoderLayer, False, seed=5, tgt_lengths=[5, 5], src_lengths=[5, 3])
@@ -370,17 +410,20 @@ def _dl_src_padding(DecoderLayer):
     tgt2[0, 1] = PAD  # a hole: tgt_mask hides a key the causal mask alone would not
     _kept_or_its_own(lambda: close_at(run(layer, x2, memory2, key_mask(src2), tgt_mask_of(tgt2), call),
                                       run_ref_decoder(ref, x2, memory2, src2, tgt2), tgt2 != PAD,
-                                      "a second batch (other lengths, other masks) through the same layer", hint=STATE),
-                     lambda: _layer_vs_torch(DecoderLayer, False, seed=61, tgt_lengths=[4, 3], src_lengths=[3, 6],
+                                      "a second batch (other lengths, other masks) through the same layer",
+                                      hint=STATE),
+                     lambda: _layer_vs_torch(DecoderLayer, False, seed=61, tgt_lengths=[4, 3],
+                                             src_lengths=[3, 6],
                                              hole=1))
 
 
 def _kept_or_its_own(same, fresh):
-    """`same`: a second batch through the module that has seen the first, which says STATE (something kept from an
-    earlier call) when it fails. That cause holds only when a new module gets this batch right; otherwise the batch
-    shows a mistake of its own (its hole in the target's padding reveals a causal mask built in the code, which the
-    first line of the same name may already have named), and `fresh`, the same batch through a new module compared
-    with PyTorch and the known mistakes, gives the message: STATE is not guessed against it."""
+    """`same`: a second batch through the module that has seen the first, which says STATE (something kept
+    from an earlier call) when it fails. That cause holds only when a new module gets this batch right;
+    otherwise the batch shows a mistake of its own (its hole in the target's padding reveals a causal mask
+    built in the code, which the first line of the same name may already have named), and `fresh`, the same
+    batch through a new module compared with PyTorch and the known mistakes, gives the message: STATE is not
+    guessed against it."""
     try:
         same()
     except CheckFailure:
@@ -395,7 +438,8 @@ def _dl_dropout(DecoderLayer):
     check_dropout(lambda p: _make_layer(DecoderLayer, dropout=p)[0],
                   lambda m: expect_shape(run(m, x, memory, everything(2, 6), causal(5),
                                              f"DecoderLayer({D}, {H}, {FF})"),
-                                         (2, 5, D), f"DecoderLayer({D}, {H}, {FF})(x (2, 5, {D}), memory (2, 6, {D}), "
+                                         (2, 5, D), f"DecoderLayer({D}, {H}, {FF})(x (2, 5, {D}), memory (2, "
+                                                    f"6, {D}), "
                                          "src_mask, tgt_mask)"),
                   f"DecoderLayer({D}, {H}, {FF})")
     layer = _make_layer(DecoderLayer, dropout=0.5)[0]
@@ -405,7 +449,8 @@ def _dl_dropout(DecoderLayer):
     # one dropout per sublayer output, not two: on a pre-norm layer that computes the right numbers
     layer, what = _make_layer(DecoderLayer, norm_first=True)
     ref = ref_decoder_layer(True, seed=7)
-    src, tgt = torch.full((2, 6), 5), torch.full((2, 5), 5)  # no padding: masks everything(2, 6) and causal(5)
+    # no padding: masks everything(2, 6) and causal(5)
+    src, tgt = torch.full((2, 6), 5), torch.full((2, 5), 5)
     try:
         copy_layer(layer, ref, what)
     except CheckFailure:
@@ -431,9 +476,9 @@ class _KeysSeen(nn.Module):
 
 
 def check_memory_untouched(module, layers, call, memory, what):
-    """In train mode with dropout=0.5, every layer's cross-attention gets the memory itself as keys and values (a
-    dropout of the module's own on the memory shows as zeroed entries). Layers whose cross_attn cannot be replaced or
-    is not called once as cross_attn(query, key, value, mask) are left alone."""
+    """In train mode with dropout=0.5, every layer's cross-attention gets the memory itself as keys and values
+    (a dropout of the module's own on the memory shows as zeroed entries). Layers whose cross_attn cannot be
+    replaced or is not called once as cross_attn(query, key, value, mask) are left alone."""
     stand_ins = []
     for layer in layers:
         stand_in = _KeysSeen()
@@ -462,11 +507,12 @@ def check_memory_untouched(module, layers, call, memory, what):
                 (f"layers[{i}].cross_attn" if len(layers) > 1 or layers[0] is not module else "cross_attn")
             if bool(dropped.all()) and bool((g == 0).any()):
                 raise CheckFailure(where, "the memory itself",
-                                   f"the memory with {float((g == 0).double().mean()) * 100:.0f}% of its entries "
-                                   "zeroed and the others x 2 (a dropout of rate 0.5)",
-                                   "a dropout on the memory: the encoder's output is dropped nowhere in the decoder; "
-                                   "dropout belongs on each sublayer's output, the attention weights and the "
-                                   "feed-forward's hidden units only. Pass memory to cross-attention as it is")
+                                   f"the memory with {float((g == 0).double().mean()) * 100:.0f}% of its "
+                                   "entries zeroed and the others x 2 (a dropout of rate 0.5)",
+                                   "a dropout on the memory: the encoder's output is dropped nowhere in the "
+                                   "decoder; dropout belongs on each sublayer's output, the attention "
+                                   "weights and the feed-forward's hidden units only. Pass memory to "
+                                   "cross-attention as it is")
             raise CheckFailure(where, "the memory itself", "something else in train mode",
                                "cross-attention takes its keys and values from the memory as it is: "
                                "cross_attn(y, memory, memory, src_mask)")
@@ -480,7 +526,50 @@ def _make_decoder(Decoder, n_layers, norm_first=False, dropout=0.0, seed=0):
     return as_module(dec, what), what
 
 
-def _decoder_vs_torch(Decoder, norm_first, seed, tgt_lengths, src_lengths, n_layers=2, hole=None, grads=False):
+def _decoder_mistakes_named(ref, x, memory, src, tgt, norm_first):
+    """_decoder_vs_torch's table of mistakes: the reference stack's output with each classic mistake put
+    in."""
+    mode = "pre" if norm_first else "post"
+    self_mask, cross_mask = tgt_mask_of(tgt), key_mask(src)  # the reference's own, computed once
+
+    def run_layer(lay, inp, mode, masked, self_allowed=self_mask, cross_allowed=cross_mask, mem=memory):
+        return dec_layer_ref(lay, x if inp is None else inp, mem, self_allowed if masked else None,
+                             cross_allowed if masked else None, mode)
+    layers_ref = list(ref.layers)
+    mistakes = stack_mistakes(layers_ref, run_layer, ref.norm, norm_first, default_layer_norm)
+
+    def chain(**kw):
+        h = x
+        for lay in layers_ref:
+            h = run_layer(lay, h, mode, True, **kw)
+        return ref.norm(h) if ref.norm is not None else h
+    def first_only(**kw):  # the masks kw (None) from the second layer on
+        h = x
+        for i, lay in enumerate(layers_ref):
+            h = run_layer(lay, h, mode, True, **(kw if i else {}))
+        return ref.norm(h) if ref.norm is not None else h
+    mistakes["tgt_mask not passed on: the layers' self-attention is not causal"] = chain(self_allowed=None)
+    mistakes[TRANSPOSED] = chain(self_allowed=transposed(tgt_mask_of(tgt)))
+    mistakes["tgt_mask passed to the first layer only: the later layers' self-attention sees later tokens; "
+             "pass it to every layer, x = layer(x, memory, src_mask, "
+             "tgt_mask)"] = first_only(self_allowed=None)
+    mistakes["src_mask passed to the first layer only: the later layers' cross-attention attends the source "
+             "padding; pass it to every layer, x = layer(x, memory, src_mask, tgt_mask)"] = \
+        first_only(cross_allowed=None)
+    mistakes["src_mask not passed on: cross-attention attended the source "
+             "padding"] = chain(cross_allowed=None)
+    mistakes["tgt_mask not passed on: the layers were given a causal mask built here, which hides later "
+             "tokens but not the target's padding; pass tgt_mask "
+             "itself"] = chain(self_allowed=causal(x.size(1)))
+    mistakes["tgt_mask inverted before it reaches the layers (~tgt_mask or tgt_mask == 0): True means 'may "
+             "attend'; pass tgt_mask on as it is"] = chain(self_allowed=inverted(tgt_mask_of(tgt)))
+    mistakes["src_mask inverted before it reaches the layers (~src_mask or src_mask == 0): True means 'may "
+             "attend'; pass src_mask on as it is"] = chain(cross_allowed=inverted(key_mask(src)))
+    return mistakes
+
+
+def _decoder_vs_torch(Decoder, norm_first, seed, tgt_lengths, src_lengths, n_layers=2, hole=None,
+                      grads=False):
     dec, what = _make_decoder(Decoder, n_layers, norm_first)
     ref = ref_decoder(n_layers, norm_first, seed)
     layers = stack_layers(dec, what, n_layers)
@@ -494,61 +583,32 @@ def _decoder_vs_torch(Decoder, norm_first, seed, tgt_lengths, src_lengths, n_lay
         tgt[0, hole] = PAD  # tgt_mask hides a key that a causal mask alone would not
     got = run(dec, x, memory, key_mask(src), tgt_mask_of(tgt), f"{what}(x, memory, src_mask, tgt_mask)")
     expected = run_ref_decoder(ref, x, memory, src, tgt)
-    mode = "pre" if norm_first else "post"
     with torch.no_grad():
-        self_mask, cross_mask = tgt_mask_of(tgt), key_mask(src)  # the reference's own, computed once
-
-        def run_layer(lay, inp, mode, masked, self_allowed=self_mask, cross_allowed=cross_mask, mem=memory):
-            return dec_layer_ref(lay, x if inp is None else inp, mem, self_allowed if masked else None,
-                                 cross_allowed if masked else None, mode)
-        layers_ref = list(ref.layers)
-        mistakes = stack_mistakes(layers_ref, run_layer, ref.norm, norm_first, default_layer_norm)
-
-        def chain(**kw):
-            h = x
-            for lay in layers_ref:
-                h = run_layer(lay, h, mode, True, **kw)
-            return ref.norm(h) if ref.norm is not None else h
-        def first_only(**kw):  # the masks kw (None) from the second layer on
-            h = x
-            for i, lay in enumerate(layers_ref):
-                h = run_layer(lay, h, mode, True, **(kw if i else {}))
-            return ref.norm(h) if ref.norm is not None else h
-        mistakes["tgt_mask not passed on: the layers' self-attention is not causal"] = chain(self_allowed=None)
-        mistakes[TRANSPOSED] = chain(self_allowed=transposed(tgt_mask_of(tgt)))
-        mistakes["tgt_mask passed to the first layer only: the later layers' self-attention sees later tokens; pass "
-                 "it to every layer, x = layer(x, memory, src_mask, tgt_mask)"] = first_only(self_allowed=None)
-        mistakes["src_mask passed to the first layer only: the later layers' cross-attention attends the source "
-                 "padding; pass it to every layer, x = layer(x, memory, src_mask, tgt_mask)"] = \
-            first_only(cross_allowed=None)
-        mistakes["src_mask not passed on: cross-attention attended the source padding"] = chain(cross_allowed=None)
-        mistakes["tgt_mask not passed on: the layers were given a causal mask built here, which hides later tokens "
-                 "but not the target's padding; pass tgt_mask itself"] = chain(self_allowed=causal(x.size(1)))
-        mistakes["tgt_mask inverted before it reaches the layers (~tgt_mask or tgt_mask == 0): True means 'may "
-                 "attend'; pass tgt_mask on as it is"] = chain(self_allowed=inverted(tgt_mask_of(tgt)))
-        mistakes["src_mask inverted before it reaches the layers (~src_mask or src_mask == 0): True means 'may "
-                 "attend'; pass src_mask on as it is"] = chain(cross_allowed=inverted(key_mask(src)))
+        mistakes = _decoder_mistakes_named(ref, x, memory, src, tgt, norm_first)
     try:
         close_at(got, expected, tgt != PAD,
                  f"{what}(x, memory, src_mask, tgt_mask) vs nn.TransformerDecoder"
                  f"({'with' if norm_first else 'without'} a final LayerNorm)",
-                 hint="x = layer(x, memory, src_mask, tgt_mask) for each layer in turn (the same memory for all), "
-                      "then self.norm(x) (a LayerNorm in pre-norm, the identity in post-norm)", mistakes=mistakes)
+                 hint="x = layer(x, memory, src_mask, tgt_mask) for each layer in turn (the same memory for "
+                      "all), then self.norm(x) (a LayerNorm in pre-norm, the identity in post-norm)",
+                 mistakes=mistakes)
     except CheckFailure:
         _blame_layers(dec, layers, ref, x, memory, src, tgt, norm_first, got)
         raise
     if grads:  # in train mode (dropout=0.0: the same numbers), where a model is trained
         dec.train()
         same_gradients(lambda a, b: dec(a, b, key_mask(src), tgt_mask_of(tgt)),
-                       lambda a, b: run_ref_grad(ref, a, b, src, tgt), [("x", x), ("memory", memory)], tgt != PAD,
+                       lambda a, b: run_ref_grad(ref, a, b, src, tgt), [("x", x), ("memory", memory)],
+                       tgt != PAD,
                        f"{what}(x, memory, src_mask, tgt_mask)", seed=seed, module=dec)
     return dec, ref, x, memory, src, tgt
 
 
 def _unless_the_layer_fails(check):
-    """A mistake paid once: when a Decoder check fails and the Decoder's own layer (a DecoderLayer) fails alone on
-    right inputs, the stack cannot be judged and the failure is DecoderLayer's, which pays for it in its own checks:
-    the Decoder keeps the point, told to fix DecoderLayer first (it is checked again once that works)."""
+    """A mistake paid once: when a Decoder check fails and the Decoder's own layer (a DecoderLayer) fails
+    alone on right inputs, the stack cannot be judged and the failure is DecoderLayer's, which pays for it in
+    its own checks: the Decoder keeps the point, told to fix DecoderLayer first (it is checked again once that
+    works)."""
     @functools.wraps(check)
     def wrapped(Decoder):
         try:
@@ -575,15 +635,16 @@ def _layer_fails_alone(Decoder):
             layer(x, memory, key_mask(src), tgt_mask_of(tgt))
     except Exception as e:  # noqa: BLE001 (the learner's layer fails on its own)
         raise CheckPassed(f"your DecoderLayer fails on its own (layer(x, memory, src_mask, tgt_mask) raised "
-                          f"{type(e).__name__}: {str(e)[:70]}), so the stack cannot be judged: fix DecoderLayer "
-                          "first (its checks say how); Decoder is checked again once it works") from None
+                          f"{type(e).__name__}: {str(e)[:70]}), so the stack cannot be judged: fix "
+                          "DecoderLayer first (its checks say how); Decoder is checked again once it "
+                          "works") from None
 
 
 def _learners_layer(layer, any_class=False):
-    """The learner's DecoderLayer class when `layer` (a layer of their Decoder) is one of its instances, else None. In a
-    lesson's check(), the layer's own class (named DecoderLayer unless `any_class`); in the grade command's checker
-    (where the layer is a proxy), the class bound to the graded name DecoderLayer in the notebook, asked of the kernel
-    (_util.learners_own), and the layer an instance of it (asked there too)."""
+    """The learner's DecoderLayer class when `layer` (a layer of their Decoder) is one of its instances, else
+    None. In a lesson's check(), the layer's own class (named DecoderLayer unless `any_class`); in the grade
+    command's checker (where the layer is a proxy), the class bound to the graded name DecoderLayer in the
+    notebook, asked of the kernel (_util.learners_own), and the layer an instance of it (asked there too)."""
     if _util.LOOKUP_ELSEWHERE is None:
         return type(layer) if any_class or type(layer).__name__ == "DecoderLayer" else None
     found = learners_own("DecoderLayer", None)
@@ -596,8 +657,9 @@ def _learners_layer(layer, any_class=False):
 
 
 def _blame_layers(dec, layers, ref, x, memory, src, tgt, norm_first, got):
-    """A mistake paid once: the Decoder is right when its output is its own layers applied in turn (then its norm),
-    and the layer itself (the learner's DecoderLayer) differs from PyTorch's: the check passes and says so."""
+    """A mistake paid once: the Decoder is right when its output is its own layers applied in turn (then its
+    norm), and the layer itself (the learner's DecoderLayer) differs from PyTorch's: the check passes and says
+    so."""
     rows, sm, tm = tgt != PAD, key_mask(src), tgt_mask_of(tgt)
     try:
         with torch.no_grad():
@@ -621,12 +683,13 @@ def _blame_layers(dec, layers, ref, x, memory, src, tgt, norm_first, got):
         return
     if isinstance(one, torch.Tensor) and one.shape == ref_one.shape and close(one[rows], ref_one[rows]):
         return  # the layers are right: what differs is the stack's
-    raise CheckPassed("the stack applies its own layers in turn (then its norm), as it should; the output differs "
-                      "from PyTorch's because your DecoderLayer does (one layer alone differs from "
+    raise CheckPassed("the stack applies its own layers in turn (then its norm), as it should; the output "
+                      "differs from PyTorch's because your DecoderLayer does (one layer alone differs from "
                       "nn.TransformerDecoderLayer): fix DecoderLayer (its checks say how)")
 
 
-@register("Decoder", "has n_layers layers in an nn.ModuleList, `norm` only in pre-norm, and passes dropout on")
+@register("Decoder",
+          "has n_layers layers in an nn.ModuleList, `norm` only in pre-norm, and passes dropout on")
 @_unless_the_layer_fails
 def _dec_parts(Decoder):
     check_stack_parts(lambda n, norm_first=False: _make_decoder(Decoder, n, norm_first), "decoder")
@@ -635,11 +698,14 @@ def _dec_parts(Decoder):
     what = f"Decoder({D}, {H}, {FF}, 2)"
     check_dropout(lambda p: _make_decoder(Decoder, 2, dropout=p)[0],
                   lambda m: expect_shape(run(m, x, memory, everything(2, 6), causal(5), what), (2, 5, D),
-                                         f"{what}(x (2, 5, {D}), memory (2, 6, {D}), src_mask, tgt_mask)"), what)
+                                         f"{what}(x (2, 5, {D}), memory (2, 6, {D}), src_mask, tgt_mask)"),
+                  what)
     dec = _make_decoder(Decoder, 2, dropout=0.5)[0]
-    check_memory_untouched(dec, list(stack_layers(dec, what, 2)), lambda m: m(x, memory, everything(2, 6), causal(5)),
+    check_memory_untouched(dec, list(stack_layers(dec, what, 2)),
+                           lambda m: m(x, memory, everything(2, 6), causal(5)),
                            memory, f"{what[:-1]}, dropout=0.5)")
-    src, tgt = torch.full((2, 6), 5), torch.full((2, 5), 5)  # no padding: masks everything(2, 6) and causal(5)
+    # no padding: masks everything(2, 6) and causal(5)
+    src, tgt = torch.full((2, 6), 5), torch.full((2, 5), 5)
     for norm_first in (False, True):
         dec, what = _make_decoder(Decoder, 2, norm_first, dropout=1.0)
         ref = ref_decoder(2, norm_first, seed=14)
@@ -651,7 +717,8 @@ def _dec_parts(Decoder):
         dec.train()
         with torch.no_grad():
             got = run(dec, x, memory, everything(2, 6), causal(5), call)
-            check_residual_path(got, x, list(ref.layers), ("norm1", "norm2", "norm3"), ref.norm, norm_first, call,
+            check_residual_path(got, x, list(ref.layers), ("norm1", "norm2", "norm3"), ref.norm, norm_first,
+                                call,
                                 "decoder")
 
 
@@ -675,14 +742,16 @@ def _dec_pre(Decoder):
 @register("Decoder", "masks reach every layer: no future target token, no source padding changes an output")
 @_unless_the_layer_fails
 def _dec_masks(Decoder):
-    dec, ref, x, memory, src, tgt = _decoder_vs_torch(Decoder, False, seed=10, tgt_lengths=[5, 5], src_lengths=[6, 2])
+    dec, ref, x, memory, src, tgt = _decoder_vs_torch(Decoder, False, seed=10, tgt_lengths=[5, 5],
+                                                      src_lengths=[6, 2])
     sm, tm, what = key_mask(src), tgt_mask_of(tgt), f"Decoder({D}, {H}, {FF}, 2, dropout=0.0)"
     a = run(dec, x, memory, sm, tm, what)
     x2 = x.clone()
     x2[:, -1] = x2[:, -1] * -2 + 1
     if not close(expect_shape(run(dec, x2, memory, sm, tm, what), a.shape, what)[:, :-1], a[:, :-1]):
         raise CheckFailure(f"{what}: outputs at positions 0..3 after changing only the target at position 4",
-                           "unchanged", "changed", "tgt_mask not passed to every layer: a position saw a later token")
+                           "unchanged", "changed", "tgt_mask not passed to every layer: a position saw a "
+                                                   "later token")
     m2 = memory.clone()
     with seeded(1010):
         m2[src == PAD] = torch.randn(int((src == PAD).sum()), D) * 3
@@ -696,5 +765,6 @@ def _dec_masks(Decoder):
                                       run_ref_decoder(ref, x2, memory2, src2, tgt2), tgt2 != PAD,
                                       "a second batch (other lengths, other masks) through the same decoder",
                                       hint=STATE),
-                     lambda: _decoder_vs_torch(Decoder, False, seed=101, tgt_lengths=[5, 3], src_lengths=[4, 6],
+                     lambda: _decoder_vs_torch(Decoder, False, seed=101, tgt_lengths=[5, 3],
+                                               src_lengths=[4, 6],
                                                hole=2))

@@ -839,7 +839,7 @@ MAXIMIZE = '''def make_optimizer(model, d_model, warmup_steps=4000, factor=1.0):
     return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: noam_lr(s + 1, d_model, warmup_steps,
                                                                                        factor))'''
 REBINDS_FACTORY = r"""import torch
-import autograder.checks.stage12_training as checks
+import autograder.checks.stage12_make_optimizer as checks
 
 def zeros(seed=0):
     model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.ReLU(), torch.nn.Linear(4, 2))
