@@ -5,6 +5,7 @@ import os
 
 import pytest
 
+
 # Every process a pytest-xdist worker starts (nbval's and papermill's kernels, nbclient's, nbgrader's, training
 # subprocesses) uses the worker's share of the cores, as the worker itself does (tests/conftest.py). Left to
 # PyTorch's default, a child takes every core, and its OpenMP threads spin while the other worker holds a core:

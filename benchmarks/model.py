@@ -22,7 +22,6 @@ import pathlib
 import resource
 import sys
 import time
-
 import warnings
 
 import torch

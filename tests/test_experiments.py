@@ -10,11 +10,19 @@ import pytest
 import torch
 from torch import nn
 
+from solutions import experiments
 from solutions.data import load_data
 from solutions.positional_encoding import LearnedPositionalEncoding, PositionalEncoding
-from solutions.translate import (Config, average_checkpoints, average_states, build_model, make_schedule,
-                                 prepare_data, save_checkpoint, train)
-from solutions import experiments
+from solutions.translate import (
+    Config,
+    average_checkpoints,
+    average_states,
+    build_model,
+    make_schedule,
+    prepare_data,
+    save_checkpoint,
+    train,
+)
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 TINY = dict(d_model=32, n_heads=4, n_layers=1, d_ff=64, bpe_merges=200, max_tokens=400, warmup_steps=5)

@@ -6,10 +6,27 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from solutions import (PAD, Decoder, Encoder, EncoderLayer, LayerNorm, MultiHeadAttention, PositionalEncoding,
-                       PositionwiseFeedForward, SublayerConnection, TokenEmbedding, Transformer, causal_mask,
-                       merge_heads, padding_mask, scaled_dot_product_attention, sinusoidal_encoding, softmax,
-                       split_heads, target_mask)
+from solutions import (
+    PAD,
+    Decoder,
+    Encoder,
+    EncoderLayer,
+    LayerNorm,
+    MultiHeadAttention,
+    PositionalEncoding,
+    PositionwiseFeedForward,
+    SublayerConnection,
+    TokenEmbedding,
+    Transformer,
+    causal_mask,
+    merge_heads,
+    padding_mask,
+    scaled_dot_product_attention,
+    sinusoidal_encoding,
+    softmax,
+    split_heads,
+    target_mask,
+)
 
 TOL = 1e-4
 

@@ -5,14 +5,29 @@ import math
 import random
 
 import pytest
-from sacrebleu.metrics import BLEU
 import torch
 import torch.nn.functional as F
+from sacrebleu.metrics import BLEU
 from torch import nn
 
-from solutions import (BOS, EOS, PAD, Transformer, batch_by_tokens, beam_search, causal_mask, corpus_bleu,
-                       greedy_decode, label_smoothed_loss, length_penalty, make_batch, make_optimizer, noam_lr,
-                       padding_mask, shift_right)
+from solutions import (
+    BOS,
+    EOS,
+    PAD,
+    Transformer,
+    batch_by_tokens,
+    beam_search,
+    causal_mask,
+    corpus_bleu,
+    greedy_decode,
+    label_smoothed_loss,
+    length_penalty,
+    make_batch,
+    make_optimizer,
+    noam_lr,
+    padding_mask,
+    shift_right,
+)
 
 
 # ---------------------------------------------------------------- stage 11

@@ -10,10 +10,28 @@ import torch
 
 import solutions
 from solutions.data import load_synthetic
-from solutions.translate import (PAPER_BASE, Config, attention_maps, average_states, bleu_scores, build_model,
-                                 config_for, cpu_has_bf16, decoding_args, departures, evaluate_bleu, load_checkpoint,
-                                 paper_config, prepare_data, save_checkpoint, set_attention_dropout, train, translate,
-                                 translate_batch, validation_loss)
+from solutions.translate import (
+    PAPER_BASE,
+    Config,
+    attention_maps,
+    average_states,
+    bleu_scores,
+    build_model,
+    config_for,
+    cpu_has_bf16,
+    decoding_args,
+    departures,
+    evaluate_bleu,
+    load_checkpoint,
+    paper_config,
+    prepare_data,
+    save_checkpoint,
+    set_attention_dropout,
+    train,
+    translate,
+    translate_batch,
+    validation_loss,
+)
 
 from .conftest import ROOT
 
@@ -521,7 +539,8 @@ def test_a_far_slower_machine_is_told_what_it_means_for_bleu(monkeypatch, capsys
     """The recorded CPU model at a third of the recorded speed: the note gives the tokens/s, the steps 15 minutes
     make here against the recorded 2,051 and 2,093, the BLEU they reached, and the minutes their steps take here;
     at 80% of the speed, or for another model, nothing. Then train() says it while it trains."""
-    from solutions.translate import RECORDED_CPU, loop, slow_machine_note  # train's loop looks them up in loop
+    # train's loop looks them up in loop
+    from solutions.translate import RECORDED_CPU, loop, slow_machine_note
     recorded = sum(RECORDED_CPU["tokens_per_s"]) / 2                     # 3,198 target tokens/s
     note = slow_machine_note(config_for("cpu"), recorded / 3, 15)
     # a third of the speed: 2,072 x 1/3 = 691 steps in 15 minutes; their steps take 45 minutes here

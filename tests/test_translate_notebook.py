@@ -216,6 +216,7 @@ def test_the_dropout_sentence_states_the_recorded_runs():
     """"15 minutes are about 6 epochs ... The validation loss of the last weights stops falling after the fifth or
     sixth epoch here, where the average still gains": the default's two recorded runs, which have no dropout."""
     import json
+
     from solutions.translate import config_for
     nb = nbformat.read(str(NOTEBOOK), as_version=4)
     text = " ".join(" ".join(c.source.split()) for c in nb.cells if c.cell_type == "markdown")

@@ -17,7 +17,6 @@ from solutions.translate.config import Config
 from solutions.translate.implementation import _use
 from solutions.translate.model import build_model
 
-
 #: Config fields a resumed run may change: they stop or score the run, but do not change its steps
 RESUME_MAY_CHANGE = {"compile", "minutes", "max_steps", "max_epochs", "device", "eval_batch_tokens", "beam_size",
                      "alpha", "max_output_ratio", "max_output_extra"}

@@ -14,10 +14,25 @@ import torch
 
 from solutions.cli import UsageError, number
 from solutions.data import load_data
-from solutions.translate.checkpoints import (_cpu_state, _from_saved, _tokenizer_from_text, _tokenizer_text,
-                                             check_resume, read_checkpoint, save_checkpoint)
-from solutions.translate.config import (CONFIG_RULES, PAPER_BASE, PAPER_SIZES, Config, budget_text,
-                                        config_for, config_problems, paper_config)
+from solutions.translate.checkpoints import (
+    _cpu_state,
+    _from_saved,
+    _tokenizer_from_text,
+    _tokenizer_text,
+    check_resume,
+    read_checkpoint,
+    save_checkpoint,
+)
+from solutions.translate.config import (
+    CONFIG_RULES,
+    PAPER_BASE,
+    PAPER_SIZES,
+    Config,
+    budget_text,
+    config_for,
+    config_problems,
+    paper_config,
+)
 from solutions.translate.data import prepare_data
 from solutions.translate.inference import decoding_args, evaluate_bleu, score_test, translate_batch
 from solutions.translate.loop import train

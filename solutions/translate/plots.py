@@ -4,9 +4,9 @@ from __future__ import annotations
 import torch
 
 import solutions
+from solutions.tokenization import UNK
 from solutions.translate.implementation import _use
 from solutions.translate.inference import _decode_ids
-from solutions.tokenization import UNK
 
 
 def pieces(tokenizer, ids: list[int]) -> list[str]:
