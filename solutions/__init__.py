@@ -28,8 +28,8 @@ from .training import Batch, batch_by_tokens, make_batch, make_optimizer, noam_l
 
 __all__ = [
     "PAD", "BOS", "EOS", "UNK",
-    "learn_bpe", "apply_bpe", "get_pair_stats", "merge_pair", "BPETokenizer", "pad_sequences", "TokenEmbedding",
-    "sinusoidal_encoding", "PositionalEncoding",
+    "learn_bpe", "apply_bpe", "get_pair_stats", "merge_pair", "BPETokenizer", "pad_sequences",
+    "TokenEmbedding", "sinusoidal_encoding", "PositionalEncoding",
     "softmax", "scaled_dot_product_attention",
     "split_heads", "merge_heads", "MultiHeadAttention",
     "padding_mask", "causal_mask", "target_mask",

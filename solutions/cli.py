@@ -141,7 +141,8 @@ def field_comments(cls) -> dict[str, str]:
         if field and field.group(2) in names:
             current, indent = field.group(2), len(field.group(1))
             comments[current] = (field.group(3) or "").strip()
-        elif current and re.match(r"\s+#", line) and len(line) - len(line.lstrip()) > indent:  # a continuation
+        # a continuation
+        elif current and re.match(r"\s+#", line) and len(line) - len(line.lstrip()) > indent:
             comments[current] += " " + line.strip().lstrip("#").strip()
         else:  # code, or a section's own comment ("# data") at the fields' indentation
             current = None
@@ -160,7 +161,8 @@ def add_config_flags(parser: argparse.ArgumentParser, config, rules: dict, skip=
     a field without one takes its default's type. aliases: {field: [extra flag names]}. source: where the
     defaults come from, said once in the group's title."""
     comments = field_comments(type(config))
-    group = parser.add_argument_group(f"settings (one per Config field; defaults: {source or type(config).__name__})")
+    group = parser.add_argument_group("settings (one per Config field; defaults: "
+                                      f"{source or type(config).__name__})")
     for f in dataclasses.fields(config):
         if f.name in skip:
             continue
@@ -181,7 +183,8 @@ def add_config_flags(parser: argparse.ArgumentParser, config, rules: dict, skip=
         elif "choices" in kind:
             metavar = "{" + ",".join(kind["choices"]) + "}"
         help_text = comments.get(f.name, "")
-        if f.default is not dataclasses.MISSING and f.default != value:  # the comment explains the class's default
+        # the comment explains the class's default
+        if f.default is not dataclasses.MISSING and f.default != value:
             help_text += f" (so says Config, whose own default is {f.default!r}; {source or 'this run'} sets another)"
         help_text = help_text.replace("%", "%%")
         group.add_argument(flag_name(f.name), *((aliases or {}).get(f.name, [])), dest=f.name, default=None,

@@ -109,8 +109,9 @@ def set_rng_state(states: list[dict], device) -> None:
     (the data position and the dropout streams would not be those of the saved run)."""
     rank, world = rank_and_world()
     if len(states) != world:
-        raise ValueError(f"the checkpoint holds the random states of {len(states)} processes, this run has {world}: "
-                         f"resume with the same number of processes (torchrun --nproc_per_node {len(states)})")
+        raise ValueError(f"the checkpoint holds the random states of {len(states)} processes, this run has "
+                         f"{world}: resume with the same number of processes (torchrun --nproc_per_node "
+                         f"{len(states)})")
     state = states[rank]
     torch.set_rng_state(state["torch"].cpu())
     if "cuda" in state and str(device).startswith("cuda"):

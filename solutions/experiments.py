@@ -52,7 +52,8 @@ ROWS = {
     "B-dk-quarter": ("B", lambda b: dict(d_k=b["d_model"] // b["n_heads"] // 4)),
     "C-N-half": ("C", lambda b: dict(n_layers=max(1, b["n_layers"] // 2))),
     "C-N-double": ("C", lambda b: dict(n_layers=b["n_layers"] * 2)),
-    "C-d-half": ("C", lambda b: dict(d_model=b["d_model"] // 2)),          # h kept: d_k halves too, as in the paper
+    # h kept: d_k halves too, as in the paper
+    "C-d-half": ("C", lambda b: dict(d_model=b["d_model"] // 2)),
     "C-d-double": ("C", lambda b: dict(d_model=b["d_model"] * 2)),
     "C-ff-half": ("C", lambda b: dict(d_ff=b["d_ff"] // 2)),
     "C-ff-double": ("C", lambda b: dict(d_ff=b["d_ff"] * 2)),
@@ -102,7 +103,8 @@ def rows_for(names: list[str]) -> list[str]:
         else:
             found = [r for r, (group, _) in ROWS.items() if group == name]
         if not found:
-            raise ValueError(f"unknown row or group {name!r}; rows: {', '.join(ROWS)}; groups: {', '.join(GROUPS)}")
+            raise ValueError(f"unknown row or group {name!r}; rows: {', '.join(ROWS)}; groups: "
+                             f"{', '.join(GROUPS)}")
         out += [r for r in found if r not in out]
     return out
 
@@ -123,12 +125,13 @@ def describe(config: Config, base: Config | None = None) -> str:
     c = config
     d_k = c.d_k or c.d_model // c.n_heads
     if base is None:
-        return (f"N {c.n_layers}, d_model {c.d_model}, d_ff {c.d_ff}, h {c.n_heads}, d_k {d_k}, P_drop {c.dropout:g}, "
-                f"eps_ls {c.label_smoothing:g}, {'pre' if c.norm_first else 'post'}-norm, "
+        return (f"N {c.n_layers}, d_model {c.d_model}, d_ff {c.d_ff}, h {c.n_heads}, d_k {d_k}, P_drop "
+                f"{c.dropout:g}, eps_ls {c.label_smoothing:g}, {'pre' if c.norm_first else 'post'}-norm, "
                 f"{'tied' if c.tie_embeddings else 'untied'}, {c.positional}, {c.lr_schedule}")
     b, parts = base, []
     b_dk = b.d_k or b.d_model // b.n_heads
-    for label, new, old in (("N", c.n_layers, b.n_layers), ("d_model", c.d_model, b.d_model), ("d_ff", c.d_ff, b.d_ff),
+    for label, new, old in (("N", c.n_layers, b.n_layers), ("d_model", c.d_model, b.d_model),
+                            ("d_ff", c.d_ff, b.d_ff),
                             ("h", c.n_heads, b.n_heads), ("d_k", d_k, b_dk), ("P_drop", c.dropout, b.dropout),
                             ("eps_ls", c.label_smoothing, b.label_smoothing)):
         if new != old:
@@ -140,7 +143,8 @@ def describe(config: Config, base: Config | None = None) -> str:
     if c.positional != b.positional:
         parts.append(f"{c.positional} positions")
     if c.lr_schedule != b.lr_schedule:
-        parts.append(f"{c.lr_schedule} rate {c.lr_peak:g}, no warmup" if c.lr_schedule == "constant" else c.lr_schedule)
+        parts.append(f"{c.lr_schedule} rate {c.lr_peak:g}, no warmup" if c.lr_schedule == "constant"
+                     else c.lr_schedule)
     return ", ".join(parts)
 
 
@@ -202,14 +206,17 @@ def run_one(row: str, seed: int, data: str = "multi30k", steps: int = 300, out=N
     if averaged is not None:
         model.load_state_dict(averaged)
         result["averaged_snapshots"] = history.get("averaged")
-        result["val_loss_averaged"], result["val_ppl_averaged"] = perplexity(model, prepared.val, config, impl)
+        result["val_loss_averaged"], result["val_ppl_averaged"] = perplexity(model, prepared.val, config,
+                                                                             impl)
         if average_bleu or (average_bleu is None and row == "base"):  # a second decode: base only
             result["bleu_averaged"] = evaluate_bleu(model, prepared.tokenizer, test_de, test_en, "greedy",
                                                     batch_tokens=config.eval_batch_tokens, impl=impl,
                                                     progress=progress,
-                                                    max_output=(config.max_output_ratio, config.max_output_extra))
+                                                    max_output=(config.max_output_ratio,
+                                                                config.max_output_extra))
     result["eval_seconds"] = time.time() - t1
-    result["prep_seconds"] = prep_seconds  # BPE and encoding: once per process, 0 for the runs after the first
+    # BPE and encoding: once per process, 0 for the runs after the first
+    result["prep_seconds"] = prep_seconds
     if out is not None:
         path = pathlib.Path(out) / f"{row}.seed{seed}.json"
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -272,7 +279,8 @@ def summarize(runs: list[dict]) -> list[dict]:
 
         gains = [r["bleu_averaged"] - r["bleu"] for r in rs if "bleu_averaged" in r]
         ppl_gains = [r["val_ppl_averaged"] - r["val_ppl"] for r in rs if "val_ppl_averaged" in r]
-        s = {"row": row, "group": rs[0]["group"], "change": rs[0]["change"], "seeds": sorted(r["seed"] for r in rs),
+        s = {"row": row, "group": rs[0]["group"], "change": rs[0]["change"],
+             "seeds": sorted(r["seed"] for r in rs),
              "steps": rs[0]["steps"], "parameters": rs[0]["parameters"],
              "seconds": statistics.fmean(r["train_seconds"] + r["eval_seconds"] for r in rs)}
         s["val_ppl"], s["val_ppl_spread"] = stat("val_ppl")
@@ -286,14 +294,15 @@ def summarize(runs: list[dict]) -> list[dict]:
 
 def markdown_table(runs: list[dict]) -> str:
     """The small table beside the paper's: a row per variant, mean ± half the range over seeds."""
-    lines = ["| | change from the base | params | steps | seeds | val PPL | test BLEU (greedy) | BLEU, last-5 average "
-             "| the paper's row | paper PPL | paper BLEU |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| | change from the base | params | steps | seeds | val PPL | test BLEU (greedy) | BLEU, "
+             "last-5 average | the paper's row | paper PPL | paper BLEU |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for s in summarize(runs):
         label, ppl, bleu, _ = PAPER.get(s["row"], ("", None, None, None))
         avg = f"{s['bleu_averaged']:.2f} ({s['averaging_gain']:+.2f})" if s["bleu_averaged"] is not None else ""
-        lines.append(f"| {s['row']} | {s['change']} | {s['parameters'] / 1e6:.2f}M | {s['steps']} | {len(s['seeds'])} "
-                     f"| {s['val_ppl']:.2f} ± {s['val_ppl_spread']:.2f} | {s['bleu']:.2f} ± {s['bleu_spread']:.2f} "
-                     f"| {avg} | {label} | {'' if ppl is None else f'{ppl:.2f}'} | "
+        lines.append(f"| {s['row']} | {s['change']} | {s['parameters'] / 1e6:.2f}M | {s['steps']} | "
+                     f"{len(s['seeds'])} | {s['val_ppl']:.2f} ± {s['val_ppl_spread']:.2f} | {s['bleu']:.2f} "
+                     f"± {s['bleu_spread']:.2f} | {avg} | {label} | {'' if ppl is None else f'{ppl:.2f}'} | "
                      f"{'' if bleu is None else f'{bleu:.1f}'} |")
     return "\n".join(lines)
 
@@ -316,13 +325,15 @@ def verdict(runs: list[dict], row: str) -> str:
     _, paper_ppl, paper_bleu, _ = PAPER.get(row, (None, None, None, None))
     _, base_ppl, base_bleu, _ = PAPER["base"]
     parts = []
-    for key, label, lower, paper, paper_base, tol in (("val_ppl", "val PPL", True, paper_ppl, base_ppl, 0.015),
+    for key, label, lower, paper, paper_base, tol in (("val_ppl", "val PPL", True, paper_ppl, base_ppl,
+                                                       0.015),
                                                       ("bleu", "BLEU", False, paper_bleu, base_bleu, 0.15)):
         diff, spread = r[key] - b[key], r[f"{key}_spread"] + b[f"{key}_spread"]
         here = _direction(diff, spread, lower)
         text = f"{label} {r[key]:.2f} against {b[key]:.2f} ({diff:+.2f}, spread ± {spread:.2f}: {here}"
         if paper is not None:
-            theirs = _direction(paper - paper_base, tol, lower).replace("within the seeds' spread", "about the same")
+            theirs = _direction(paper - paper_base, tol, lower).replace("within the seeds' spread",
+                                                                        "about the same")
             text += f"; the paper: {theirs}"
         parts.append(text + ")")
     return f"{r['change']}: " + "; ".join(parts)
@@ -362,14 +373,17 @@ def build_parser() -> argparse.ArgumentParser:
     from solutions.cli import Parser, device_name, number
 
     parser = Parser(prog=PROG, description=__doc__.split("\n\n")[0],
-                    epilog=f"run's defaults: all {len(ROWS)} rows x seeds 0 and 1, 300 steps each, multi30k, cpu, "
-                           "one process of one thread, into runs/table3 (`run --help` for each)")
+                    epilog=f"run's defaults: all {len(ROWS)} rows x seeds 0 and 1, 300 steps each, multi30k, "
+                           "cpu, one process of one thread, into runs/table3 (`run --help` for each)")
     commands = parser.add_subparsers(dest="command", required=True, metavar="{list,run,table}")
-    commands.add_parser("list", help="the rows and what each changes", description="The rows and what each changes.")
+    commands.add_parser("list", help="the rows and what each changes",
+                        description="The rows and what each changes.")
     p = commands.add_parser("run", help="train and score rows, one JSON per run (existing ones are skipped)",
-                            description="Train and score rows, one JSON per run (a run whose JSON exists is skipped).")
+                            description="Train and score rows, one JSON per run (a run whose JSON exists is "
+                                        "skipped).")
     p.add_argument("--rows", nargs="+", default=["all"], metavar="ROW",
-                   help=f"row names, groups ({' '.join(g for g in GROUPS if g != 'base')}) or all (default: all)")
+                   help=f"row names, groups ({' '.join(g for g in GROUPS if g != 'base')}) or all (default: "
+                        "all)")
     p.add_argument("--seeds", nargs="+", type=number(int, 0), default=[0, 1], metavar="SEED",
                    help="seeds to run each row with (default: 0 1)")
     p.add_argument("--steps", type=number(int, 1), default=300, metavar="N",
@@ -380,13 +394,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", type=device_name, default="cpu", help="cpu, cuda or cuda:N (default: cpu)")
     p.add_argument("--jobs", type=number(int, 1), default=1, metavar="N",
                    help="processes running rows side by side, a progress line each (default: 1)")
-    p.add_argument("--threads", type=number(int, 1), default=1, metavar="N", help="PyTorch threads per process "
+    p.add_argument("--threads", type=number(int, 1), default=1, metavar="N",
+                   help="PyTorch threads per process "
                    "(default: 1)")
     p.add_argument("--max-test", type=number(int, 0), default=0, metavar="N",
                    help="score only the first N test sentences (0: all) (default: 0)")
     p.add_argument("--base", default="{}", metavar="JSON",
                    help="Config overrides for every row, e.g. '{\"d_model\": 512}'; the base: "
-                        + ", ".join(f"{k} {v}" for k, v in BASE.items() if k in ("d_model", "n_heads", "n_layers",
+                        + ", ".join(f"{k} {v}" for k, v in BASE.items()
+                                    if k in ("d_model", "n_heads", "n_layers",
                                                                               "d_ff", "bpe_merges"))
                         + " (default: {})")
     p.add_argument("--quiet", action="store_true", help="no progress bars (default: false)")
@@ -411,8 +427,8 @@ def _base_overrides(text: str) -> dict:
     known = {f.name for f in dataclasses.fields(Config)} - {"device", "max_steps", "seed"}
     unknown = sorted(set(base) - known)
     if unknown:
-        raise UsageError(f"--base: {', '.join(map(repr, unknown))} not a Config field this command lets you set; "
-                         f"fields: {', '.join(sorted(known))}")
+        raise UsageError(f"--base: {', '.join(map(repr, unknown))} not a Config field this command lets you "
+                         f"set; fields: {', '.join(sorted(known))}")
     try:
         config = row_config("base", base=base)
     except TypeError as e:
@@ -430,14 +446,16 @@ def _command(argv) -> None:
     if args.command == "list":
         base = row_config("base")
         for row, (group, _) in ROWS.items():
-            print(f"{row:13s} {group:5s} {describe(row_config(row), base) if row != 'base' else describe(base)}")
+            print(f"{row:13s} {group:5s} "
+                  f"{describe(row_config(row), base) if row != 'base' else describe(base)}")
     elif args.command == "table":
         folder = pathlib.Path(args.out)
         if not folder.is_dir():
             raise UsageError(f"--out {folder}: no such folder; give the folder that `{PROG} run --out` wrote")
         runs = load_results(folder)
         if not runs:
-            raise UsageError(f"--out {folder}: no run results (*.json) in it; run `{PROG} run --out {folder}` first")
+            raise UsageError(f"--out {folder}: no run results (*.json) in it; run `{PROG} run --out "
+                             f"{folder}` first")
         print(markdown_table(runs))
     else:
         check_device(args.device)

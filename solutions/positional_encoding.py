@@ -38,7 +38,8 @@ class PositionalEncoding(nn.Module):
         super().__init__()
         ### BEGIN SOLUTION
         self.dropout = nn.Dropout(dropout)
-        self.register_buffer("pe", sinusoidal_encoding(max_len, d_model), persistent=False)  # (max_len, d_model)
+        # (max_len, d_model)
+        self.register_buffer("pe", sinusoidal_encoding(max_len, d_model), persistent=False)
         ### END SOLUTION
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

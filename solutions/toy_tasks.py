@@ -24,7 +24,8 @@ from .training import make_batch, make_optimizer
 
 V = 14          # the 4 special tokens, then the symbols 4..13
 D_MODEL = 64    # the small model of lesson 12: 4 heads, 1 + 1 layers, d_ff 128, no dropout
-GRADED_STEPS = 20  # a demonstration's steps under a grader: enough to run every line of the loop, 2 s on a CPU
+# a demonstration's steps under a grader: enough to run every line of the loop, 2 s on a CPU
+GRADED_STEPS = 20
 
 
 def demo_steps(steps: int) -> int:
@@ -105,7 +106,8 @@ def spikes(losses: list[float], window: int = 50, ratio: float = 10.0) -> list[i
     """The steps (1, 2, ...) whose loss is more than `ratio` times the median loss of the `window` steps before.
     Example: spikes([1.0] * 60 + [20.0]) -> [61]"""
     import statistics
-    return [k + 1 for k in range(window, len(losses)) if losses[k] > ratio * statistics.median(losses[k - window:k])]
+    return [k + 1 for k in range(window, len(losses)) if losses[k] > ratio
+            * statistics.median(losses[k - window:k])]
 
 
 def plot_training(losses: list[float], rates: list[float], title: str):

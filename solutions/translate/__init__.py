@@ -116,5 +116,6 @@ __all__ = [
     "LEARNED_MAX_LEN", "build_model", "make_schedule", "set_attention_dropout", "set_key_size",
     "RECORDED_CPU", "departures", "departures_markdown",
     "attention_maps", "pieces", "plot_attention",
-    "_autocast", "cpu_has_bf16", "resolved_precision",  # _autocast: tests/test_translate.py tests it from here
+    # _autocast: tests/test_translate.py tests it from here
+    "_autocast", "cpu_has_bf16", "resolved_precision",
 ]

@@ -20,7 +20,8 @@ def build_model(config: Config, vocab_size: int, impl=solutions) -> torch.nn.Mod
                                       norm_first=config.norm_first, tie_weights=config.tie_embeddings)
     if config.attention_dropout != config.dropout:
         set_attention_dropout(model, config.attention_dropout)
-    if config.positional == "learned":  # replaces the `positional` attribute of the contract (any impl has it)
+    # replaces the `positional` attribute of the contract (any impl has it)
+    if config.positional == "learned":
         from solutions.positional_encoding import LearnedPositionalEncoding
         model.positional = LearnedPositionalEncoding(config.d_model, LEARNED_MAX_LEN, config.dropout)
     elif config.positional != "sinusoidal":
@@ -80,6 +81,7 @@ def set_attention_dropout(model: torch.nn.Module, p: float) -> int:
                     child.p = p
                     found += 1
     if not found:
-        print(f"attention dropout: no nn.Dropout inside the MultiHeadAttention modules, left as it is (not {p:g})")
+        print("attention dropout: no nn.Dropout inside the MultiHeadAttention modules, left as it is (not "
+              f"{p:g})")
     return found
 
