@@ -93,7 +93,8 @@ def main(steps=40, repeats=2, runs="1x1,1x2,2x1"):
                 queue = mp.get_context("spawn").SimpleQueue()
                 mp.spawn(_worker, args=(world, port, cfg, data, queue), nprocs=world, join=True)
                 result = queue.get()
-            print(json.dumps({"run": name, "repeat": repeat, "load_1min": os.getloadavg()[0], **result}), flush=True)
+            print(json.dumps({"run": name, "repeat": repeat, "load_1min": os.getloadavg()[0], **result}),
+                  flush=True)
 
 
 if __name__ == "__main__":

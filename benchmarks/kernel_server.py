@@ -42,7 +42,8 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=2)
     args = ap.parse_args()
     if not isolation():
-        sys.exit("the kernels cannot be jailed here (root, unshare and setpriv): there is no kernel server to compare")
+        sys.exit("the kernels cannot be jailed here (root, unshare and setpriv): there is no kernel server "
+                 "to compare")
     folder = pathlib.Path(tempfile.mkdtemp(prefix="kernel-server-"))
     paths = []
     try:

@@ -101,8 +101,8 @@ def main() -> None:
     os.close(reply_write)
     answers = os.fdopen(reply_read, "r")
     assert answers.readline().strip() == "ready"
-    print(f"{'run':>3}  {'cold wall s':>11}  {'cold CPU s':>10}  {'forked wall s':>13}  {'forked CPU s':>12}  "
-          "CPU ratio")
+    print(f"{'run':>3}  {'cold wall s':>11}  {'cold CPU s':>10}  {'forked wall s':>13}  "
+          f"{'forked CPU s':>12}  CPU ratio")
     for run in range(1, args.runs + 1):  # in turns, so that a change in the machine's speed hits both
         cold_wall, cold_cpu = cold()
         conn = new_connection_file()

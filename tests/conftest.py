@@ -37,10 +37,10 @@ def _seed():
 
 
 # ---------------------------------------------------------------- no silent skips in CI
-# Under CI (the environment variable CI=true, as .ci/run sets it) a skipped test fails the run, unless its skip
-# reason matches a pattern below. Each entry says why CI cannot run that test; "the tool is not installed" is
-# never a reason: .ci/run installs it. Empty today: CI installs repo2docker, Chromium and Playwright, and has
-# the Multi30k files in ../shared/data/multi30k, so in CI nothing skips.
+# Under CI (the environment variable CI=true, as .ci/run sets it) a skipped test fails the run, unless its
+# skip reason matches a pattern below. Each entry says why CI cannot run that test; "the tool is not
+# installed" is never a reason: .ci/run installs it. Empty today: CI installs repo2docker, Chromium and
+# Playwright, and has the Multi30k files in ../shared/data/multi30k, so in CI nothing skips.
 CI_ALLOWED_SKIPS = {
     # r"regular expression searched in the skip reason": "why CI cannot run the test",
 }
@@ -62,8 +62,9 @@ def allowed_in_ci(reason):
 
 
 def ci_skip_message(nodeid, reason):
-    return (f"{nodeid} skipped under CI=true: {reason!r}. CI runs every test: install what it needs in .ci/run, "
-            f"or, where CI cannot run it, add its reason to CI_ALLOWED_SKIPS in tests/conftest.py with why.")
+    return (f"{nodeid} skipped under CI=true: {reason!r}. CI runs every test: install what it needs in "
+            ".ci/run, or, where CI cannot run it, add its reason to CI_ALLOWED_SKIPS in tests/conftest.py "
+            "with why.")
 
 
 class _CISkipRepr:

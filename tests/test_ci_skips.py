@@ -74,8 +74,9 @@ def run_tiny(tmp_path, ci, files):
     (tmp_path / "conftest.py").write_text(TINY_CONFTEST)
     for name, source in files.items():
         (tmp_path / name).write_text(source)
-    # not a worker of this run's pytest-xdist (pytest-benchmark, seeing a worker's variables, warns on stderr), and
-    # none of the installed plugins (nbval, xdist, ...: seconds of imports per run), only pytest and the hooks
+    # not a worker of this run's pytest-xdist (pytest-benchmark, seeing a worker's variables, warns on
+    # stderr), and none of the installed plugins (nbval, xdist, ...: seconds of imports per run), only pytest
+    # and the hooks
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST")}
     env.update(PYTHONPATH=str(ROOT), PYTEST_DISABLE_PLUGIN_AUTOLOAD="1")
     env.pop("CI", None)
@@ -86,7 +87,8 @@ def run_tiny(tmp_path, ci, files):
     return proc.returncode, proc.stdout + proc.stderr
 
 
-EVERYTHING = {"test_widget.py": WIDGET_TESTS, "test_allowed.py": ALLOWED_TESTS, "test_module_skip.py": MODULE_SKIP}
+EVERYTHING = {"test_widget.py": WIDGET_TESTS, "test_allowed.py": ALLOWED_TESTS,
+              "test_module_skip.py": MODULE_SKIP}
 
 
 def test_under_ci_a_skip_fails_and_names_the_test_and_its_reason(tmp_path):
@@ -139,7 +141,8 @@ def test_each_worker_s_children_share_the_cores():
     worker = {"PYTEST_XDIST_WORKER_COUNT": "2"}
     for environ, cores, threads in [(worker, 2, ("1", "1")), (worker, 16, ("8", "8")),
                                     ({"PYTEST_XDIST_WORKER_COUNT": "4"}, 2, ("1", "1")),
-                                    (dict(worker, OMP_NUM_THREADS="3"), 2, ("3", "1")), ({}, 2, (None, None))]:
+                                    (dict(worker, OMP_NUM_THREADS="3"), 2, ("3", "1")),
+                                    ({}, 2, (None, None))]:
         environ = dict(environ)
         root.share_the_cores(environ, cores)
         assert (environ.get("OMP_NUM_THREADS"), environ.get("MKL_NUM_THREADS")) == threads, (environ, cores)

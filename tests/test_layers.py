@@ -121,7 +121,8 @@ def test_multi_head_attention_equals_torch_with_padding_mask():
 # ---------------------------------------------------------------- stage 05
 def test_masks():
     ids = torch.tensor([[5, 6, PAD], [7, PAD, PAD]])
-    assert padding_mask(ids).shape == (2, 1, 1, 3) and padding_mask(ids)[1, 0, 0].tolist() == [True, False, False]
+    assert padding_mask(ids).shape == (2, 1, 1, 3) and padding_mask(ids)[1, 0, 0].tolist() == [True, False,
+                                                                                               False]
     assert causal_mask(3)[0, 0].tolist() == [[True, False, False], [True, True, False], [True, True, True]]
     tm = target_mask(ids)
     assert tm.shape == (2, 1, 3, 3)
@@ -189,7 +190,8 @@ def test_layers_are_distinct():
 @pytest.mark.parametrize("norm_first", [False, True])
 def test_transformer_equals_nn_transformer(norm_first):
     d, h, ff, n, V = 32, 4, 64, 2, 50
-    ours = Transformer(V, V, d_model=d, n_heads=h, n_layers=n, d_ff=ff, dropout=0.0, norm_first=norm_first).eval()
+    ours = Transformer(V, V, d_model=d, n_heads=h, n_layers=n, d_ff=ff, dropout=0.0,
+                       norm_first=norm_first).eval()
     ref = nn.Transformer(d, h, n, n, ff, dropout=0.0, batch_first=True, norm_first=norm_first).eval()
     randomize_norms(ref)
     if not norm_first:  # nn.Transformer always adds a final norm; the post-norm paper model has none

@@ -49,14 +49,16 @@ def test_stubs_keep_the_solution_signature_and_docstring(path):
         ref = defs(solution_source(MODULES[path.stem], cell.metadata["course"]["names"]))
         assert stub.keys() == ref.keys()
         for name, (args, doc, _) in stub.items():
-            assert (args, doc) == ref[name][:2], f"{name}: the stub's signature or docstring drifted from solutions/"
+            assert (args,
+                    doc) == ref[name][:2], f"{name}: the stub's signature or docstring drifted from solutions/"
         assert "raise NotImplementedError()" in cell.source and "### BEGIN SOLUTION" not in cell.source
 
 
 @pytest.mark.parametrize("path", LESSONS, ids=IDS)
 def test_graded_cells_are_worth_max_points_and_cover_the_stubs(path):
     nb = nbformat.read(str(path), as_version=4)
-    graded = {c.metadata["nbgrader"]["grade_id"]: c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade")}
+    graded = {c.metadata["nbgrader"]["grade_id"]: c for c in nb.cells
+              if c.metadata.get("nbgrader", {}).get("grade")}
     for grade_id, cell in graded.items():
         name = grade_id.removeprefix("check_")
         assert cell.source.strip() == f"check({name})"
@@ -116,9 +118,10 @@ def test_solved_lesson_gets_full_points(graded, stem):
 
 
 # Lessons whose cells have been cut to size (issue 16): all of them.
-SHORT_CELLS = ["01_tokenization", "02_positional_encoding", "03_attention", "04_multi_head_attention", "05_masks",
-               "06_feed_forward", "07_residual_layer_norm", "08_encoder", "09_decoder", "10_output_projection",
-               "11_label_smoothing", "12_training", "13_decoding", "14_translate",
+SHORT_CELLS = ["01_tokenization", "02_positional_encoding", "03_attention", "04_multi_head_attention",
+               "05_masks",
+               "06_feed_forward", "07_residual_layer_norm", "08_encoder", "09_decoder",
+               "10_output_projection", "11_label_smoothing", "12_training", "13_decoding", "14_translate",
                "15_experiments"]
 
 
@@ -135,8 +138,8 @@ def test_cells_are_short_enough_to_read(stem):
 
 
 # ------------------------------------------------------------------ worked examples in the stubs' docstrings
-# (object, setup, [(words of its docstring, a Python check of what those words say)]): a docstring example that
-# stops being true, or is reworded, fails here (issue 37).
+# (object, setup, [(words of its docstring, a Python check of what those words say)]): a docstring
+# example that stops being true, or is reworded, fails here (issue 37).
 DOCSTRING_EXAMPLES = [
     ("PositionwiseFeedForward", """
 ffn = solutions.PositionwiseFeedForward(2, 3, dropout=0.0)
@@ -153,7 +156,8 @@ layer = solutions.DecoderLayer(8, 2, 16, dropout=0.0)
 out = layer(torch.randn(1, 5, 8), torch.randn(1, 7, 8), None, solutions.causal_mask(5))
 """, [("layer(torch.randn(1, 5, 8), torch.randn(1, 7, 8), None, causal_mask(5)).shape -> (1, 5, 8)",
        "out.shape == (1, 5, 8)"),
-      ("layer.cross_attn.attn_weights.shape -> (1, 2, 5, 7)", "layer.cross_attn.attn_weights.shape == (1, 2, 5, 7)"),
+      ("layer.cross_attn.attn_weights.shape -> (1, 2, 5, 7)",
+       "layer.cross_attn.attn_weights.shape == (1, 2, 5, 7)"),
       ("layer.self_attn.attn_weights[0, :, 0, 1:].sum().item() -> 0.0",
        "layer.self_attn.attn_weights[0, :, 0, 1:].sum().item() == 0.0")]),
     ("Transformer", """
@@ -200,7 +204,8 @@ def test_every_demonstration_cell_goes_on_when_the_learners_code_fails(path):
             continue
         for node in ast.parse(cell.source).body:
             wrapped = isinstance(node, ast.With) and any(
-                isinstance(item.context_expr, ast.Call) and getattr(item.context_expr.func, "id", "") == "demonstration"
+                isinstance(item.context_expr, ast.Call) and getattr(item.context_expr.func, "id", "")
+                == "demonstration"
                 for item in node.items)
             if _catches_not_implemented(node) and not wrapped and not isinstance(node, ast.FunctionDef):
                 bare.append(i)
@@ -218,10 +223,11 @@ def test_a_wrong_padding_mask_is_reported_and_lesson_05_goes_on(tmp_path):
     at = next(i for i, c in enumerate(nb.cells)
               if c.metadata.get("nbgrader", {}).get("grade_id") == "check_padding_mask")
     nb.cells.insert(at + 1, nbformat.v4.new_code_cell(
-        "def padding_mask(ids, pad_id=PAD):\n    return (ids != pad_id)[:, None, :]   # (B, 1, L): a dimension "
-        "forgotten"))
+        "def padding_mask(ids, pad_id=PAD):\n    return (ids != pad_id)[:, None, :]   # (B, 1, L): a "
+        "dimension forgotten"))
     nb.cells.insert(0, nbformat.v4.new_code_cell(f"import sys; sys.path.insert(0, {str(ROOT)!r})"))
-    NotebookClient(nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
+    NotebookClient(nb, timeout=300, kernel_name="python3",
+                   resources={"metadata": {"path": str(tmp_path)}}).execute()
     printed = {i: "".join(o.get("text", "") for o in c.get("outputs", []) if o.output_type == "stream")
                for i, c in enumerate(nb.cells) if c.cell_type == "code"}
     stopped = [text for text in printed.values() if "This demonstration stopped" in text]

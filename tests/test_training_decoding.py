@@ -39,8 +39,10 @@ def test_label_smoothed_loss_equals_cross_entropy(eps):
     target[0, 4:] = PAD
     target[2, 1:] = PAD
     ours = label_smoothed_loss(logits, target, eps)
-    ref = F.cross_entropy(logits.view(-1, V), target.view(-1), label_smoothing=eps * V / (V - 1), ignore_index=PAD)
-    assert abs(ours.item() - ref.item()) < 1e-5, f"eps={eps}: {ours.item():.6f} vs F.cross_entropy {ref.item():.6f}"
+    ref = F.cross_entropy(logits.view(-1, V), target.view(-1), label_smoothing=eps * V / (V - 1),
+                          ignore_index=PAD)
+    assert abs(ours.item()
+               - ref.item()) < 1e-5, f"eps={eps}: {ours.item():.6f} vs F.cross_entropy {ref.item():.6f}"
 
 
 def test_label_smoothed_loss_edge_cases():
