@@ -1,6 +1,7 @@
-"""pytest at the repository's root: what nbval (--nbval-lax, in pyproject.toml) does not collect under lessons/.
-Lessons 14 and 15 train a model for minutes; tests/test_translate_notebook.py and tests/test_experiments_notebook.py
-run them with small parameters (papermill) and check what their prose says."""
+"""pytest at the repository's root: what nbval (--nbval-lax, in pyproject.toml) does not collect under
+lessons/. Lessons 14 and 15 train a model for minutes; tests/test_translate_notebook.py and
+tests/test_experiments_notebook.py run them with small parameters (papermill) and check what their prose
+says."""
 import os
 
 import pytest
@@ -13,8 +14,8 @@ import pytest
 # (measured here, 2 cores, 2026-12-02). Set in the workers only: they inherit the controller's environment, so
 # a value set there would pass for the user's own (which setdefault keeps).
 def share_the_cores(environ, cores):
-    """In a pytest-xdist worker's environment, OMP_NUM_THREADS and MKL_NUM_THREADS at its share of `cores`, unless
-    already set; outside a worker (the controller, or no xdist) nothing changes."""
+    """In a pytest-xdist worker's environment, OMP_NUM_THREADS and MKL_NUM_THREADS at its share of `cores`,
+    unless already set; outside a worker (the controller, or no xdist) nothing changes."""
     if "PYTEST_XDIST_WORKER_COUNT" in environ:
         share = max(1, cores // int(environ["PYTEST_XDIST_WORKER_COUNT"]))
         for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
@@ -67,8 +68,8 @@ UNITS = {
 
 
 def _names(test, name):
-    """Whether `name` (a test's name, or "name[" + the start of a parameter id) names `test` (what follows the file
-    in a node id)."""
+    """Whether `name` (a test's name, or "name[" + the start of a parameter id) names `test` (what follows the
+    file in a node id)."""
     if name.endswith(("[", "-")):
         return test.startswith(name)
     return test == name or test.startswith(name + "[")
@@ -96,8 +97,8 @@ LONGEST_FIRST = ["tests/test_hostile.py", "tests/test_lessons.py", "tests/test_g
 
 
 def check_units(items):
-    """A module-scoped fixture used by tests of two units of one file would run once in each: an error that says
-    which, so that UNITS is mended (the test named with the fixture's other users)."""
+    """A module-scoped fixture used by tests of two units of one file would run once in each: an error that
+    says which, so that UNITS is mended (the test named with the fixture's other users)."""
     users = {}
     for item in items:
         for name, defs in getattr(getattr(item, "_fixtureinfo", None), "name2fixturedefs", {}).items():

@@ -65,8 +65,8 @@ def _allreduce_worker(rank, world, port, numel, repeats, queue):
 
 
 def allreduce(numel=6_044_624, repeats=20):
-    """One JSON line: the mean time of one gloo all_reduce of numel float32 (default: the gradients of the model
-    above) between 2 processes. Usage: python benchmarks/distributed_cpu.py allreduce"""
+    """One JSON line: the mean time of one gloo all_reduce of numel float32 (default: the gradients of the
+    model above) between 2 processes. Usage: python benchmarks/distributed_cpu.py allreduce"""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]

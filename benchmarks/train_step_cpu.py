@@ -14,8 +14,8 @@ after two warm-up steps each, so that a busy moment of the machine falls on all 
 - fp32 fused: Adam(fused=True), one fused kernel for the optimizer step;
 - bf16 fused: both;
 - with --compile, bf16 compiled: torch.compile over the model (Config.compile), warm-up not counted;
-- with --model-levers, two other models in bf16: dropout 0.1 on the residuals, embeddings and attention weights
-  (the CPU default until 2026-12-02; the default has none), and untied embeddings and projection
+- with --model-levers, two other models in bf16: dropout 0.1 on the residuals, embeddings and attention
+  weights (the CPU default until 2026-12-02; the default has none), and untied embeddings and projection
   (Config.tie_embeddings False): what each costs a step.
 
 Prints each variant's median step time, its target tokens per second and its ratio to fp32 (higher is

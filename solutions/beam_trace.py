@@ -1,5 +1,5 @@
-"""Given, not for you to write: lesson 13's picture of a beam search. A `Recorder` wraps a model and writes down
-every prefix that the search asks `decode` to extend; `replay` scores those prefixes and their one-token
+"""Given, not for you to write: lesson 13's picture of a beam search. A `Recorder` wraps a model and writes
+down every prefix that the search asks `decode` to extend; `replay` scores those prefixes and their one-token
 extensions again, step by step; `print_steps` and `plot_trace` show the result.
 
 It reads only what the search asked the model, so it draws any beam search that keeps the contract of
@@ -47,9 +47,10 @@ def next_log_probs(model, src_ids: list[int], prefixes: list[list[int]]) -> torc
 
 
 def replay(model, src_ids: list[int], prefixes: list[tuple], beam_size: int):
-    """The search's steps from the prefixes it extended: a list, per step t, of (the open hypotheses after t tokens,
-    best first; the (log p, hypothesis) that finished at step t and would enter the beam; whether the search went
-    on to extend the open ones), and {hypothesis: log p}. Hypotheses are tuples of ids starting with <bos>."""
+    """The search's steps from the prefixes it extended: a list, per step t, of (the open hypotheses after t
+    tokens, best first; the (log p, hypothesis) that finished at step t and would enter the beam; whether the
+    search went on to extend the open ones), and {hypothesis: log p}. Hypotheses are tuples of ids starting
+    with <bos>."""
     logp = {(BOS,): 0.0}
 
     def prefix_logp(p):

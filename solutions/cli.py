@@ -1,16 +1,18 @@
 """The one argument layer of the course's command lines (`python -m solutions.translate`, `python -m
-solutions.experiments`): a bad input is one line on stderr that says what was wrong and what to do, exit status 2
-(argparse's convention), never a traceback.
+solutions.experiments`): a bad input is one line on stderr that says what was wrong and what to do, exit
+status 2 (argparse's convention), never a traceback.
 
 - `Parser`: argparse's parser whose errors are one line (argparse prints the usage first).
 - `boolean`, `number`, `device_name`: argument types that refuse what they cannot read ("--norm-first maybe",
   "--minutes -1", "--device tpu") instead of guessing.
-- `add_config_flags`: one flag per field of a configuration dataclass, its help the comment beside the field and
-  its default the value of the configuration the run will use (`config_for(device)`), so --help states the truth.
+- `add_config_flags`: one flag per field of a configuration dataclass, its help the comment beside the field
+  and its default the value of the configuration the run will use (`config_for(device)`), so --help states the
+  truth.
 - `UsageError`: raised by the library where the input is wrong (a file that is no checkpoint of this course, a
   resume with other settings); `run` turns it, and a failed download, into the one line.
 
-It does not check what only the run can know (a GPU's memory, a corpus's content): those fail where they happen.
+It does not check what only the run can know (a GPU's memory, a corpus's content): those fail where they
+happen.
 
 Example: python -m solutions.translate train --minutes -1
          -> "python -m solutions.translate train: error: argument --minutes: must be > 0, got -1 (see ... --help)"
@@ -43,8 +45,8 @@ def fail(prog: str, message: str) -> None:
 
 
 def run(prog: str, main, argv=None):
-    """main(argv), with UsageError and a failed download (solutions.data.DataDownloadError) turned into one line
-    and exit status 2. Anything else is a bug and keeps its traceback."""
+    """main(argv), with UsageError and a failed download (solutions.data.DataDownloadError) turned into one
+    line and exit status 2. Anything else is a bug and keeps its traceback."""
     from solutions.data import DataDownloadError
 
     try:
@@ -126,7 +128,8 @@ def pre_parse(argv, *flags: str) -> dict:
 
 
 def field_comments(cls) -> dict[str, str]:
-    """The comment beside each field of a dataclass (and its continuation lines), read from the source: the one
+    """The comment beside each field of a dataclass (and its continuation lines), read from the source: the
+    one
     place the reason for each default is written. Example: field_comments(Config)["d_model"] -> "half the paper's
     width: ..." """
     try:
@@ -155,11 +158,11 @@ def flag_name(field: str) -> str:
 
 def add_config_flags(parser: argparse.ArgumentParser, config, rules: dict, skip=(), aliases=None,
                      source: str = "") -> None:
-    """One flag per field of the dataclass instance `config` (--d-model for d_model), default None (so that the
-    run knows which were given) and help "... (default: V)" where V is config's value: `config` must be the
-    configuration the run will use. rules[field]: an argument type (number(...), boolean) or a tuple of choices;
-    a field without one takes its default's type. aliases: {field: [extra flag names]}. source: where the
-    defaults come from, said once in the group's title."""
+    """One flag per field of the dataclass instance `config` (--d-model for d_model), default None (so that
+    the run knows which were given) and help "... (default: V)" where V is config's value: `config` must be
+    the configuration the run will use. rules[field]: an argument type (number(...), boolean) or a tuple of
+    choices; a field without one takes its default's type. aliases: {field: [extra flag names]}. source: where
+    the defaults come from, said once in the group's title."""
     comments = field_comments(type(config))
     group = parser.add_argument_group("settings (one per Config field; defaults: "
                                       f"{source or type(config).__name__})")

@@ -224,10 +224,11 @@ def _wmt_fail(name: str, what: str, cache) -> DataDownloadError:
 
 def fetch_wmt14(name: str, source: str = "wmt14", cache_dir=None, checksums: dict | None = None,
                 retries: int = 3, timeout: float = 60.0, backoff: float = 1.0) -> pathlib.Path:
-    """The verified local path of one WMT 2014 archive (a name of WMT14_SOURCES), as fetch() does for Multi30k:
-    source "wmt14" (the pinned URLs, into the cache), an http(s) mirror with the same file names (into the
-    cache), or a local folder (read where it is). A file whose sha256 is not the pinned one is refused with an
-    error naming it (a cached one is fetched again). `checksums` replaces the pinned sums (for a test fixture).
+    """The verified local path of one WMT 2014 archive (a name of WMT14_SOURCES), as fetch() does for
+    Multi30k: source "wmt14" (the pinned URLs, into the cache), an http(s) mirror with the same file names
+    (into the cache), or a local folder (read where it is). A file whose sha256 is not the pinned one is
+    refused with an error naming it (a cached one is fetched again). `checksums` replaces the pinned sums (for
+    a test fixture).
     Example: fetch_wmt14("dev.zip") -> PosixPath("~/.cache/transformer-course/wmt14/dev.zip")
     """
     sums = {k: v[1] for k, v in WMT14_SOURCES.items()} if checksums is None else checksums
@@ -299,8 +300,8 @@ def load_wmt14(source: str = "wmt14", cache_dir=None, direction: str = "de-en", 
     """WMT 2014 English-German: {"train": (4,508,785 source lines, as many target lines), "val": newstest2013
     (3,000; sacreBLEU's "wmt13"), "test": newstest2014 (3,003; sacreBLEU's "wmt14/full")}. direction "de-en"
     gives (German, English) like every loader here; "en-de", the paper's direction, gives (English, German).
-    Each archive is checked against its pinned sha256 first (fetch_wmt14); a German file and its English file of
-    different lengths are an error naming them.
+    Each archive is checked against its pinned sha256 first (fetch_wmt14); a German file and its English file
+    of different lengths are an error naming them.
 
     Costs (not measured here, where nothing downloads): 1.70 GB of archives in the cache, ~1.4 GB of text in
     memory as Python strings (several GB), and the course's pure-Python BPE over 9 million lines.
@@ -471,10 +472,12 @@ def _clause(rng: random.Random) -> tuple[str, str, str, list[str]]:
 
 def synthetic_pair(rng: random.Random) -> tuple[str, str]:
     """One (German, English) sentence pair from the grammar. Examples of the four shapes:
-    ("Der Junge wirft einen roten Ball.", "The boy throws a red ball.")                    verb second
-    ("Heute sieht der Mann die Katze.", "Today the man sees the cat.")                     inverted after a time
-    ("Der Hund lacht, weil die Katze im Garten schläft.", "The dog laughs because the cat sleeps in the garden.")
-    ("Sie sagt, dass das Kind einen Fußballspieler sieht.", "She says that the child sees a football player.")
+    ("Der Junge wirft einen roten Ball.", "The boy throws a red ball.")               verb second
+    ("Heute sieht der Mann die Katze.", "Today the man sees the cat.")                inverted after a time
+    ("Der Hund lacht, weil die Katze im Garten schläft.",
+     "The dog laughs because the cat sleeps in the garden.")
+    ("Sie sagt, dass das Kind einen Fußballspieler sieht.",
+     "She says that the child sees a football player.")
     """
     shape = rng.random()
     if shape < 0.2:  # "X says that ...": the verb of the dass-clause goes last
@@ -522,7 +525,8 @@ def synthetic_corpus(n_sentences: int, seed: int = 0) -> list[tuple[str, str]]:
 
 def load_synthetic(n_train: int = 20000, n_val: int = 500, n_test: int = 500,
                    seed: int = 0) -> dict[str, tuple[list[str], list[str]]]:
-    """The synthetic corpus split like Multi30k: {"train": (German lines, English lines), "val": ..., "test": ...},
+    """The synthetic corpus split like Multi30k: {"train": (German lines, English lines), "val": ..., "test":
+    ...},
     no sentence in two splits. Example: load_synthetic(100, 10, 10)["val"][0][:2] -> two German sentences
     """
     pairs = synthetic_corpus(n_train + n_val + n_test, seed)
@@ -538,8 +542,8 @@ def load_data(data: str = "multi30k", cache_dir=None, synthetic_sizes=(20000, 50
     "multi30k": download (or reuse the cache); if that fails, say why on stdout and fall back to the
     synthetic corpus. "synthetic": the synthetic corpus. "wmt14": WMT 2014, German to English; "wmt14-en-de":
     the paper's direction, English to German (load_wmt14; cache_dir is then the WMT cache). A URL or a folder:
-    that Multi30k mirror (failure is an error there: you asked for that mirror). `download` goes to load_multi30k
-    (retries, timeout, backoff).
+    that Multi30k mirror (failure is an error there: you asked for that mirror). `download` goes to
+    load_multi30k (retries, timeout, backoff).
     Example: name, splits = load_data("synthetic"); name -> "synthetic"
     """
     if data == "synthetic":

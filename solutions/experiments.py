@@ -1,5 +1,6 @@
-"""The paper's Table 3 at small scale (lesson 15): variants of one base configuration, each trained for the same
-number of steps, scored by validation perplexity and greedy sacreBLEU on the test split, one JSON per run.
+"""The paper's Table 3 at small scale (lesson 15): variants of one base configuration, each trained for the
+same number of steps, scored by validation perplexity and greedy sacreBLEU on the test split, one JSON per
+run.
 
     python -m solutions.experiments list
     python -m solutions.experiments run --rows base A --seeds 0 1 --data multi30k --out runs/table3
@@ -179,10 +180,10 @@ def perplexity(model, pairs, config: Config, impl=solutions) -> tuple[float, flo
 def run_one(row: str, seed: int, data: str = "multi30k", steps: int = 300, out=None, max_test: int = 0,
             device: str = "cpu", impl=solutions, progress: bool = False, average_bleu: bool | None = None,
             synthetic_sizes=(2000, 200, 200), position: int | None = None, **overrides) -> dict:
-    """Train one row with one seed and score it: validation perplexity and greedy sacreBLEU on the test split, of
-    the last weights (the paper's Table 3: no averaging) and of the average of the last 5 snapshots. Writes
-    out/<row>.seed<seed>.json when `out` is given. progress: train's bar (at `position`, for runs side by side) and
-    the decoding's. Example: run_one("base", 0, "synthetic", steps=20)["bleu"]"""
+    """Train one row with one seed and score it: validation perplexity and greedy sacreBLEU on the test split,
+    of the last weights (the paper's Table 3: no averaging) and of the average of the last 5 snapshots. Writes
+    out/<row>.seed<seed>.json when `out` is given. progress: train's bar (at `position`, for runs side by
+    side) and the decoding's. Example: run_one("base", 0, "synthetic", steps=20)["bleu"]"""
     config = row_config(row, seed, steps, device, **overrides)
     t0 = time.time()
     name, prepared, test_de, test_en = prepare(data, config, max_test, synthetic_sizes)
@@ -225,8 +226,8 @@ def run_one(row: str, seed: int, data: str = "multi30k", steps: int = 300, out=N
 
 
 def _worker(job):
-    """One process of `run --jobs`: its own threads, the runs given to it, one after another (with `progress`, a
-    bar each at line `position`, one line per process)."""
+    """One process of `run --jobs`: its own threads, the runs given to it, one after another (with `progress`,
+    a bar each at line `position`, one line per process)."""
     threads, runs, kwargs = job
     torch.set_num_threads(threads)
     done = []
@@ -241,7 +242,8 @@ def _worker(job):
 
 def run_table(rows: list[str], seeds: list[int], out, jobs: int = 1, threads: int = 1, **kwargs) -> None:
     """Every (row, seed) not yet in `out`, shared out among `jobs` processes of `threads` threads each, in the
-    order of `rows`, all seeds of a row together (a table cut short has its first rows complete, with every seed)."""
+    order of `rows`, all seeds of a row together (a table cut short has its first rows complete, with every
+    seed)."""
     out = pathlib.Path(out)
     todo = [(r, s) for r in rows for s in seeds if not (out / f"{r}.seed{s}.json").exists()]
     print(f"{len(todo)} runs to do in {out}", flush=True)
@@ -314,9 +316,9 @@ def _direction(diff: float, spread: float, lower_is_better: bool) -> str:
 
 
 def verdict(runs: list[dict], row: str) -> str:
-    """One sentence on a row against the base: each metric's change, whether it is larger than the seeds' spread
-    (the row's ± plus the base's ±), and the paper's direction for the same change (one run each: a change of
-    0.01 in perplexity or 0.1 BLEU counts as about the same).
+    """One sentence on a row against the base: each metric's change, whether it is larger than the seeds'
+    spread (the row's ± plus the base's ±), and the paper's direction for the same change (one run each: a
+    change of 0.01 in perplexity or 0.1 BLEU counts as about the same).
     Example: verdict(runs, "A-h1") -> "h 1, d_k 128: val PPL 52.10 against 48.53 (+3.57, ± 1.85: worse); ..." """
     summary = {s["row"]: s for s in summarize(runs)}
     if row not in summary or "base" not in summary:
@@ -340,8 +342,9 @@ def verdict(runs: list[dict], row: str) -> str:
 
 
 def plot_group(runs: list[dict], group: str, size=(9, 2.8)):
-    """One figure for a group of rows: validation perplexity (left, lower is better) and test BLEU (right, higher is
-    better), one bar per row with the base first, each seed a dot on its bar, the base's mean as a dashed line."""
+    """One figure for a group of rows: validation perplexity (left, lower is better) and test BLEU (right,
+    higher is better), one bar per row with the base first, each seed a dot on its bar, the base's mean as a
+    dashed line."""
     import matplotlib.pyplot as plt
 
     summary = {s["row"]: s for s in summarize(runs)}

@@ -10,8 +10,9 @@ MULTI30K = pathlib.Path(os.environ.get("MULTI30K_MIRROR", ROOT.parent / "shared"
 
 
 def pytest_configure(config):
-    """At most 2 threads, shared among pytest-xdist's workers: 1 each on a 2-core machine. Not in pytest-xdist's
-    controller, which runs no test: importing PyTorch there delays every worker's start by a second or two."""
+    """At most 2 threads, shared among pytest-xdist's workers: 1 each on a 2-core machine. Not in
+    pytest-xdist's controller, which runs no test: importing PyTorch there delays every worker's start by a
+    second or two."""
     if getattr(config.option, "numprocesses", None) and "PYTEST_XDIST_WORKER" not in os.environ:
         return
     import torch
@@ -21,8 +22,9 @@ def pytest_configure(config):
 
 @pytest.fixture(scope="module")
 def one_thread():
-    """One PyTorch thread for a module's tests, restored after it: tiny models gain little from a second thread, two
-    threads slow down many times over when another process shares the cores, and one thread sums in one order."""
+    """One PyTorch thread for a module's tests, restored after it: tiny models gain little from a second
+    thread, two threads slow down many times over when another process shares the cores, and one thread sums
+    in one order."""
     import torch
     threads = torch.get_num_threads()
     torch.set_num_threads(1)

@@ -65,8 +65,9 @@ def test_setup_cell_is_silent_where_the_course_is_installed():
 
 
 def test_setup_cell_says_how_to_install_where_the_course_is_missing(tmp_path):
-    """A kernel whose Python lacks the course (JupyterLab started from another environment), in a folder with no
-    course above it: the setup cell stops with the fix, naming that Python, not with a bare import error later."""
+    """A kernel whose Python lacks the course (JupyterLab started from another environment), in a folder with
+    no course above it: the setup cell stops with the fix, naming that Python, not with a bare import error
+    later."""
     proc = subprocess.run([sys.executable, "-S", "-c", SETUP_SOURCE], capture_output=True, text=True,
                           cwd=tmp_path)  # -S: no site-packages, so no installed course
     assert proc.returncode == 1, proc

@@ -1,9 +1,9 @@
-"""A learner's path in a real browser: JupyterLab serves lesson 03, headless Chromium runs all its cells, and a
-check's output (the failing checks of the released stubs, then the points) appears in the page.
+"""A learner's path in a real browser: JupyterLab serves lesson 03, headless Chromium runs all its cells, and
+a check's output (the failing checks of the released stubs, then the points) appears in the page.
 
 Needs Debian's Chromium (apt-get install chromium: /usr/bin/chromium) and Playwright for Python
-(pip install -r requirements-ci.txt; its own browser download, `playwright install`, is never used); skips without
-them, except under CI=true, where .ci/run installs both and a skip fails the run (tests/conftest.py).
+(pip install -r requirements-ci.txt; its own browser download, `playwright install`, is never used); skips
+without them, except under CI=true, where .ci/run installs both and a skip fails the run (tests/conftest.py).
 The screenshot goes to $BROWSER_SCREENSHOT when set, else to pytest's tmp dir; the test prints its path.
 """
 import hashlib

@@ -1,6 +1,6 @@
-"""CI runs every test it can: under CI=true, tests/conftest.py turns a skip into a failure that names the test and
-its reason, unless the reason is on CI_ALLOWED_SKIPS. Each case runs pytest on a tiny test file in a temporary
-folder, with this suite's conftest hooks and an allow-list of its own."""
+"""CI runs every test it can: under CI=true, tests/conftest.py turns a skip into a failure that names the test
+and its reason, unless the reason is on CI_ALLOWED_SKIPS. Each case runs pytest on a tiny test file in a
+temporary folder, with this suite's conftest hooks and an allow-list of its own."""
 import os
 import re
 import subprocess
@@ -149,9 +149,9 @@ def test_each_worker_s_children_share_the_cores():
 
 
 def test_the_longest_files_start_first_and_the_rest_keep_their_order():
-    """The root conftest.py's schedule for pytest-xdist (--no-loadscope-reorder in pyproject.toml): the work units
-    of LONGEST_FIRST (files, or units of UNITS, which must exist), in its order, then every other test in collection
-    order; one worker more than cores."""
+    """The root conftest.py's schedule for pytest-xdist (--no-loadscope-reorder in pyproject.toml): the work
+    units of LONGEST_FIRST (files, or units of UNITS, which must exist), in its order, then every other test
+    in collection order; one worker more than cores."""
     from types import SimpleNamespace
     root = root_conftest()
     def known(unit):  # a file, or "file (unit)" for a unit of root.UNITS

@@ -143,8 +143,8 @@ def test_rank_share_splits_each_step():
 
 
 def test_a_resumed_run_equals_one_never_stopped(data, tmp_path):
-    """Stopped at step s = 5 (mid-epoch: 17 batches, 2 a step, make 8 steps an epoch) and resumed to step 2s = 10,
-    across the end of epoch 1;
+    """Stopped at step s = 5 (mid-epoch: 17 batches, 2 a step, make 8 steps an epoch) and resumed to step 2s =
+    10, across the end of epoch 1;
     dropout on, so the random states must come back too."""
     config = dataclasses.replace(EXACT, dropout=0.1, accumulate=2, clip_norm=1.0, warmup_steps=10)
     whole_model, whole = train(dataclasses.replace(config, max_steps=10), data, progress=False)

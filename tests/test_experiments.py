@@ -1,6 +1,7 @@
-"""Issue 18: the pieces of lesson 15 (the paper's Table 3 at small scale). Learned positions are checked against
-PyTorch's own nn.Embedding, checkpoint averaging against the mean of the state dicts worked out here by hand, the
-Config knobs by what the model and the optimizer become, and the command on a tiny synthetic run."""
+"""Issue 18: the pieces of lesson 15 (the paper's Table 3 at small scale). Learned positions are checked
+against PyTorch's own nn.Embedding, checkpoint averaging against the mean of the state dicts worked out here
+by hand, the Config knobs by what the model and the optimizer become, and the command on a tiny synthetic
+run."""
 import dataclasses
 import json
 import math
@@ -134,8 +135,9 @@ def tiny_data():
 
 
 def test_step_snapshots_average_the_last_five(tiny_data, tmp_path):
-    """snapshot_steps 2, 10 steps: snapshots after steps 2, 4, ..., 10; the last five (the final weights are the
-    step-10 snapshot, counted once) are averaged. The same run without averaging ends on the same last weights."""
+    """snapshot_steps 2, 10 steps: snapshots after steps 2, 4, ..., 10; the last five (the final weights are
+    the step-10 snapshot, counted once) are averaged. The same run without averaging ends on the same last
+    weights."""
     config = Config(**TINY, max_steps=10, average_last=5, snapshot_steps=2, minutes=60)
     model, history = train(config, tiny_data, progress=False)
     assert history["steps"] == 10 and history["averaged"] == 5

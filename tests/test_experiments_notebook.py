@@ -1,6 +1,7 @@
 """Lesson 15 (the paper's Table 3 at small scale) runs top to bottom as released, offline, in under 5 minutes:
-it reads the recorded runs, draws the table and a figure per group, and trains one row live. What its prose says
-about its own output is true of that run (the pattern of tests/test_lesson_claims.py: quote, expression, test)."""
+it reads the recorded runs, draws the table and a figure per group, and trains one row live. What its prose
+says about its own output is true of that run (the pattern of tests/test_lesson_claims.py: quote, expression,
+test)."""
 import json
 import os
 import pathlib
@@ -62,8 +63,8 @@ def test_parameters_cell_and_no_outputs():
 
 
 def test_cells_are_short_enough_to_read():
-    """tests/test_lessons.py's rule for the other lessons: no markdown cell over 250 words, no code cell over 30
-    lines."""
+    """tests/test_lessons.py's rule for the other lessons: no markdown cell over 250 words, no code cell over
+    30 lines."""
     nb = nbformat.read(str(NOTEBOOK), as_version=4)
     assert not [i for i, c in enumerate(nb.cells) if c.cell_type == "markdown" and len(c.source.split())
                 > 250]

@@ -1,10 +1,11 @@
 """What a lesson's prose says about its own output is true of a run of the solved lesson.
 
 Each claim is (quote, expression, test):
-- quote: words of the lesson's markdown (compared with whitespace collapsed). Rewording the sentence breaks the
-  test on purpose: whoever changes a claim looks at its check again;
+- quote: words of the lesson's markdown (compared with whitespace collapsed). Rewording the sentence breaks
+  the test on purpose: whoever changes a claim looks at its check again;
 - expression: Python evaluated in the namespace of the executed lesson (its variables, after its last cell);
-- test: a function of the expression's value (lists and numbers: tensors arrive as lists) that must return True.
+- test: a function of the expression's value (lists and numbers: tensors arrive as lists) that must return
+  True.
 
 Each solved lesson runs once per test session (a session fixture), in a fresh kernel that imports this
 repository's solutions and autograder; a per-lesson SETUP runs after the lesson's last cell, before the

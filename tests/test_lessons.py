@@ -88,8 +88,9 @@ def test_clear_solutions_is_nbgrader_s():
 
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory):
-    """{("released" or "solved", stem): report} of every lesson as a learner gets it and as solved, graded by one
-    batch of the grade command, two notebooks at a time (each in its own kernel, as an instructor's batch)."""
+    """{("released" or "solved", stem): report} of every lesson as a learner gets it and as solved, graded by
+    one batch of the grade command, two notebooks at a time (each in its own kernel, as an instructor's
+    batch)."""
     folder = tmp_path_factory.mktemp("lessons")
     paths = {}
     for path in LESSONS:
@@ -195,8 +196,9 @@ def _catches_not_implemented(node) -> bool:
 
 @pytest.mark.parametrize("path", LESSONS, ids=IDS)
 def test_every_demonstration_cell_goes_on_when_the_learners_code_fails(path):
-    """A cell that runs the learner's code for a figure or a printout, and catches NotImplementedError for a stub,
-    sits inside `with demonstration():` (autograder/demo.py), so that any other error is reported, not raised."""
+    """A cell that runs the learner's code for a figure or a printout, and catches NotImplementedError for a
+    stub, sits inside `with demonstration():` (autograder/demo.py), so that any other error is reported, not
+    raised."""
     nb = nbformat.read(str(path), as_version=4)
     bare = []
     for i, cell in enumerate(nb.cells):
@@ -213,9 +215,9 @@ def test_every_demonstration_cell_goes_on_when_the_learners_code_fails(path):
 
 
 def test_a_wrong_padding_mask_is_reported_and_lesson_05_goes_on(tmp_path):
-    """Issue 38: a padding_mask that returns (B, 1, L) (one singleton dimension forgotten) made two of lesson 05's
-    demonstration cells crash with IndexError. Now each says what failed and what the cell had computed, and the
-    lesson runs to its end."""
+    """Issue 38: a padding_mask that returns (B, 1, L) (one singleton dimension forgotten) made two of lesson
+    05's demonstration cells crash with IndexError. Now each says what failed and what the cell had computed,
+    and the lesson runs to its end."""
     from nbclient import NotebookClient
 
     from autograder.notebooks import ROOT, solved

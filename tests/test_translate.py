@@ -232,10 +232,10 @@ def test_command_line(tmp_path):
 
 
 def test_precision_bf16_autocast_on_the_cpu(monkeypatch):
-    """precision="bf16" runs the forward pass in bfloat16 on a CPU (the logits come out bf16) and trains about as
-    well per step as float32; "auto" is bf16 on a CPU with bf16 units and float32 on one without; fp16 needs a
-    GPU; compile=True hands the model to torch.compile (recorded here, not compiled: that needs a C++ compiler
-    and minutes)."""
+    """precision="bf16" runs the forward pass in bfloat16 on a CPU (the logits come out bf16) and trains about
+    as well per step as float32; "auto" is bf16 on a CPU with bf16 units and float32 on one without; fp16
+    needs a GPU; compile=True hands the model to torch.compile (recorded here, not compiled: that needs a C++
+    compiler and minutes)."""
     from solutions.translate import _autocast, cpu_has_bf16
     from solutions.translate import precision as precision_module  # resolved_precision asks it there
     assert isinstance(cpu_has_bf16(), bool)
@@ -275,8 +275,9 @@ def test_precision_bf16_autocast_on_the_cpu(monkeypatch):
 
 
 def test_the_dropout_departure_states_the_fixed_step_records():
-    """"without dropout the same 1,535 steps reached a lower validation loss after every epoch and 1.2 more BLEU":
-    the two recorded runs at row c's step count and batches (benchmarks/translate_cpu.md), dropout 0.1 and 0."""
+    """"without dropout the same 1,535 steps reached a lower validation loss after every epoch and 1.2 more
+    BLEU": the two recorded runs at row c's step count and batches (benchmarks/translate_cpu.md), dropout 0.1
+    and 0."""
     import pathlib
     import re
     results = pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / "results"
@@ -347,8 +348,8 @@ def _one_line_error(capsys, call, *argv) -> str:
 
 @pytest.fixture(scope="module")
 def files(tmp_path_factory):
-    """A checkpoint.pt (trained 2 steps, d_model 32), the model.pt of the same run, a corrupt file and a truncated
-    checkpoint."""
+    """A checkpoint.pt (trained 2 steps, d_model 32), the model.pt of the same run, a corrupt file and a
+    truncated checkpoint."""
     folder = tmp_path_factory.mktemp("files")
     config = Config(d_model=32, n_heads=2, n_layers=1, d_ff=64, bpe_merges=100, max_tokens=400, max_steps=2,
                     average_last=0, precision="fp32")
@@ -434,9 +435,9 @@ def test_a_bad_input_in_a_real_process_is_one_line_without_traceback(tmp_path):
 
 @pytest.mark.parametrize("device", ["cpu", "cuda"])
 def test_help_states_the_defaults_of_config_for_the_device(device, monkeypatch):
-    """Every Config flag of `train --help` ends with "(default: V)", V the value of config_for(device) (the CPU and
-    the GPU configs differ in 12 fields: a help text from the Config class would fail here); with --size, the
-    paper's."""
+    """Every Config flag of `train --help` ends with "(default: V)", V the value of config_for(device) (the
+    CPU and the GPU configs differ in 12 fields: a help text from the Config class would fail here); with
+    --size, the paper's."""
     import dataclasses
 
     from solutions.cli import flag_name, help_defaults
@@ -533,8 +534,8 @@ def test_recorded_cpu_figures_are_the_recorded_runs():
 
 
 def test_the_warmup_departure_states_the_recorded_step_counts():
-    """Lesson 14's departures table said "a 15-minute run of about 1,500 steps"; the default's two recorded runs
-    made 2,051 and 2,093."""
+    """Lesson 14's departures table said "a 15-minute run of about 1,500 steps"; the default's two recorded
+    runs made 2,051 and 2,093."""
     why = {what: reason for what, _, _, reason in departures(config_for("cpu"))}["warmup and peak rate"]
     steps = [_recorded(f"translate_cpu_default.seed{s}.json")["steps"] for s in (0, 1)]
     assert f"15-minute runs made {steps[0]:,} and {steps[1]:,} steps on 2 cores (two seeds)" in why, why
@@ -568,9 +569,9 @@ def test_units_are_singular_for_one():
 
 
 def test_a_far_slower_machine_is_told_what_it_means_for_bleu(monkeypatch, capsys):
-    """The recorded CPU model at a third of the recorded speed: the note gives the tokens/s, the steps 15 minutes
-    make here against the recorded 2,051 and 2,093, the BLEU they reached, and the minutes their steps take here;
-    at 80% of the speed, or for another model, nothing. Then train() says it while it trains."""
+    """The recorded CPU model at a third of the recorded speed: the note gives the tokens/s, the steps 15
+    minutes make here against the recorded 2,051 and 2,093, the BLEU they reached, and the minutes their steps
+    take here; at 80% of the speed, or for another model, nothing. Then train() says it while it trains."""
     # train's loop looks them up in loop
     from solutions.translate import RECORDED_CPU, loop, slow_machine_note
     recorded = sum(RECORDED_CPU["tokens_per_s"]) / 2                     # 3,198 target tokens/s
@@ -597,8 +598,8 @@ def dataclasses_replace(config, **changes):
 
 
 def test_the_average_replaces_the_last_weights_only_when_it_validates_better(monkeypatch, capsys):
-    """train() ends on the average of the snapshots when its validation loss is lower than the last weights', else
-    on the last weights, and says which (an average made worse on purpose here must not be kept)."""
+    """train() ends on the average of the snapshots when its validation loss is lower than the last weights',
+    else on the last weights, and says which (an average made worse on purpose here must not be kept)."""
     from solutions.translate import loop  # where train's loop looks average_states up
     config = Config(d_model=32, n_heads=4, n_layers=1, d_ff=64, bpe_merges=60, max_tokens=400,
                     warmup_steps=10, max_steps=8, average_last=3, snapshot_steps=2)

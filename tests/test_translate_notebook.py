@@ -57,8 +57,8 @@ AVERAGED = {"TRAIN_MINUTES": 0.1, "AVERAGE_LAST": 3, "SNAPSHOT_MINUTES": 0.01, "
 
 @pytest.fixture(scope="module")
 def averaged_run(tmp_path_factory):
-    """One run with the paper's checkpoint averaging (issue 18): 3 snapshots, 0.6 s apart in a 6-second run, and
-    dropout put back, as lesson 14 tells a learner who trains for much longer than 15 minutes on a CPU."""
+    """One run with the paper's checkpoint averaging (issue 18): 3 snapshots, 0.6 s apart in a 6-second run,
+    and dropout put back, as lesson 14 tells a learner who trains for much longer than 15 minutes on a CPU."""
     tmp_path = tmp_path_factory.mktemp("lesson14")
     params = [a for k, v in AVERAGED.items() for a in ("-p", k, str(v))]
     return tmp_path, _run(tmp_path, *params)
@@ -80,9 +80,9 @@ def test_notebook_runs_offline_on_the_synthetic_corpus(averaged_run):
 
 def assert_trained_under_its_budget(text, minutes):
     """The budget line is budget_text of the config the run printed, whose minutes are the setting's; and the
-    training stopped on that budget: part-way through an epoch (no step limit, so only the time stops it there),
-    at least `minutes` after it started, and not a minute later. Returns the epoch lines (epochs, step, val loss,
-    seconds)."""
+    training stopped on that budget: part-way through an epoch (no step limit, so only the time stops it
+    there), at least `minutes` after it started, and not a minute later. Returns the epoch lines (epochs,
+    step, val loss, seconds)."""
     import re
 
     from solutions.translate import budget_text, config_for
@@ -105,9 +105,10 @@ def assert_trained_under_its_budget(text, minutes):
 
 
 def test_the_run_states_the_budget_it_trained_under_and_which_weights_it_kept(averaged_run):
-    """Issue 37: lesson 14 prints `training budget: ...` for the minutes it trains (it once printed "1 minutes"
-    beside a config of 15.0), and says whether it kept the average of the last snapshots or the last weights. The
-    choice must follow from the two validation losses it prints: the average only when it validates better."""
+    """Issue 37: lesson 14 prints `training budget: ...` for the minutes it trains (it once printed "1
+    minutes" beside a config of 15.0), and says whether it kept the average of the last snapshots or the last
+    weights. The choice must follow from the two validation losses it prints: the average only when it
+    validates better."""
     import re
 
     import torch
@@ -145,11 +146,11 @@ def test_notebook_trains_decodes_and_scores_with_the_learners_code(tmp_path):
 
 
 def test_the_cpu_row_states_the_recorded_runs_of_the_default():
-    """Lesson 14's "what to expect" on a CPU is what the default configuration measured (two seeds, recorded by
-    benchmarks/translate_cpu.md): greedy from the training runs' results, beam search from the decoding of those
-    runs' models with the default's length penalty (benchmarks/tune_decoding.py, which chose it on the validation
-    set); the runs were made by today's config_for("cpu"), whose length penalty acts only when decoding (a changed
-    default must be measured again before the lesson says it)."""
+    """Lesson 14's "what to expect" on a CPU is what the default configuration measured (two seeds, recorded
+    by benchmarks/translate_cpu.md): greedy from the training runs' results, beam search from the decoding of
+    those runs' models with the default's length penalty (benchmarks/tune_decoding.py, which chose it on the
+    validation set); the runs were made by today's config_for("cpu"), whose length penalty acts only when
+    decoding (a changed default must be measured again before the lesson says it)."""
     import dataclasses
     import json
     import re
@@ -202,8 +203,8 @@ def test_the_length_penalty_sentence_states_the_validation_gains():
 
 
 def test_the_averaging_sentence_states_the_recorded_gains():
-    """"2.2 and 2.7 BLEU more than the last weights alone here (two seeds)": greedy BLEU of the averaged weights
-    against the last weights alone, both scored by each recorded run of the default."""
+    """"2.2 and 2.7 BLEU more than the last weights alone here (two seeds)": greedy BLEU of the averaged
+    weights against the last weights alone, both scored by each recorded run of the default."""
     import json
     import re
     nb = nbformat.read(str(NOTEBOOK), as_version=4)
@@ -229,8 +230,9 @@ def test_the_averaging_sentence_states_the_recorded_gains():
 
 
 def test_the_dropout_sentence_states_the_recorded_runs():
-    """"15 minutes are about 6 epochs ... The validation loss of the last weights stops falling after the fifth or
-    sixth epoch here, where the average still gains": the default's two recorded runs, which have no dropout."""
+    """"15 minutes are about 6 epochs ... The validation loss of the last weights stops falling after the
+    fifth or sixth epoch here, where the average still gains": the default's two recorded runs, which have no
+    dropout."""
     import json
 
     from solutions.translate import config_for
@@ -255,10 +257,10 @@ def test_the_dropout_sentence_states_the_recorded_runs():
 
 
 def test_the_decoding_sentence_states_what_the_scoring_cell_does():
-    """"Decoding takes at most about as long as the training did (`score_test`) ... only the first sentences that fit
-    are scored, and the cell prints how many and what all of them would take": the scoring cell bounds score_test by
-    the training's own seconds and prints its count and its note, which names the estimate when sentences were left
-    out (score_test's bound itself: tests/test_translate.py)."""
+    """"Decoding takes at most about as long as the training did (`score_test`) ... only the first sentences
+    that fit are scored, and the cell prints how many and what all of them would take": the scoring cell
+    bounds score_test by the training's own seconds and prints its count and its note, which names the
+    estimate when sentences were left out (score_test's bound itself: tests/test_translate.py)."""
     import inspect
 
     from solutions.translate import score_test

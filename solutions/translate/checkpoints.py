@@ -92,9 +92,10 @@ CHECKPOINT_KEYS = {"model": ("config", "tokenizer", "model"),
 
 
 def read_checkpoint(path, kind: str = "model", map_location="cpu", label: str = "") -> dict:
-    """torch.load(path, weights_only=True) (tensors and plain containers only: a file of unknown origin runs no
-    code), checked to be a checkpoint of this course of `kind`: "model" (save_checkpoint's model.pt, or a
-    checkpoint.pt) or "resume" (train's checkpoint.pt). Anything else raises CheckpointError saying what the file
+    """torch.load(path, weights_only=True) (tensors and plain containers only: a file of unknown origin runs
+    no code), checked to be a checkpoint of this course of `kind`: "model" (save_checkpoint's model.pt, or a
+    checkpoint.pt) or "resume" (train's checkpoint.pt). Anything else raises CheckpointError saying what the
+    file
     is and what to give instead. Example: read_checkpoint("runs/x/model.pt", "resume") -> CheckpointError("...
     a model file (save_checkpoint's model.pt): it holds no optimizer or data position to resume from; ...")"""
     import pickle

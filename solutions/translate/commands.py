@@ -79,7 +79,8 @@ def default_config(device: str, size: str | None = None, world: int = 1, **overr
 def config_from_args(args, world: int = 1, device: str = "cpu", resume: dict | None = None) -> Config:
     """The Config of a `train` command: the checkpoint's own with --resume (a change that alters the steps is
     refused by train()), the paper's with --size, else config_for(device); any Config flag given overrides it.
-    With --size and no --max-tokens, the paper's 25,000 tokens per step are shared by the processes x accumulate.
+    With --size and no --max-tokens, the paper's 25,000 tokens per step are shared by the processes x
+    accumulate.
     Example: config_from_args(build_parser().parse_args(["train", "--size", "base", "--accumulate", "2"]), world=4)
              -> d_model 512, warmup 4000, max_steps 100000, max_tokens 3125 (8 batches of 3,125 a step)"""
     overrides = {f.name: getattr(args, f.name) for f in dataclasses.fields(Config)
@@ -221,10 +222,10 @@ def _read_lines(path: str, what: str) -> list[str]:
 
 
 def run_translate(args) -> list[str]:
-    """The `translate` command: the sentences (arguments, --input FILE, or standard input) translated by the model
-    that `train` saved (OUT/model.pt holds the weights, the config and the tokenizer), one line each on stdout.
-    A blank line stays blank. --bleu REFERENCES: sacreBLEU's score of them on stderr, so that stdout stays one
-    translation a line (`> out.en` keeps only translations)."""
+    """The `translate` command: the sentences (arguments, --input FILE, or standard input) translated by the
+    model that `train` saved (OUT/model.pt holds the weights, the config and the tokenizer), one line each on
+    stdout. A blank line stays blank. --bleu REFERENCES: sacreBLEU's score of them on stderr, so that stdout
+    stays one translation a line (`> out.en` keeps only translations)."""
     from solutions.cli import check_device
 
     check_device(args.device)
@@ -271,9 +272,10 @@ PROG = "python -m solutions.translate"
 
 
 def build_parser(argv=None) -> argparse.ArgumentParser:
-    """The command line: `train` and its flags (one per Config field, its default that of the config the run will
-    use: config_for(--device), or paper_config with --size), and `translate`. argv: the arguments the parser will
-    read (their --device, --size and --accumulate choose the defaults that --help states); None: sys.argv."""
+    """The command line: `train` and its flags (one per Config field, its default that of the config the run
+    will use: config_for(--device), or paper_config with --size), and `translate`. argv: the arguments the
+    parser will read (their --device, --size and --accumulate choose the defaults that --help states); None:
+    sys.argv."""
     from solutions.cli import Parser, device_name, pre_parse
 
     early = pre_parse(argv, "--device", "--size", "--accumulate")

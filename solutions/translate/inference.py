@@ -97,13 +97,13 @@ def evaluate_bleu(model, tokenizer: BPETokenizer, src_lines: list[str], ref_line
 def score_test(model, tokenizer, src_lines: list[str], ref_lines: list[str], config: Config,
                seconds: float | None = None, methods=("greedy", "beam"), impl=solutions,
                progress: bool = True, probe: int = 32) -> dict:
-    """Decode the test set with each of `methods` and score it with sacreBLEU, all methods together within about
-    `seconds` (None: no bound; the course passes the training's own time, so that a one-minute run is not
-    followed by minutes of decoding: an undertrained model decodes every sentence to the length limit).
+    """Decode the test set with each of `methods` and score it with sacreBLEU, all methods together within
+    about `seconds` (None: no bound; the course passes the training's own time, so that a one-minute run is
+    not followed by minutes of decoding: an undertrained model decodes every sentence to the length limit).
 
-    The first `probe` sentences are decoded by every method and timed, then chunks of the next ones that the time
-    left fits at the last chunk's speed; when not all fit `seconds`, only the first n are scored, and "note" says so
-    with an estimate of what all would take. Returns {"sentences": n,
+    The first `probe` sentences are decoded by every method and timed, then chunks of the next ones that the
+    time left fits at the last chunk's speed; when not all fit `seconds`, only the first n are scored, and
+    "note" says so with an estimate of what all would take. Returns {"sentences": n,
     "of": len(src_lines), "estimate_seconds": the time all would take, "references": the n references,
     "note": a sentence or "", method: {"bleu", "hypotheses", "seconds"} for each method}.
     Example: score_test(model, tok, test_de, test_en, config, seconds=60)["greedy"]["bleu"] -> 2.1"""

@@ -36,8 +36,9 @@ LEARNED_MAX_LEN = 256  # learned positions: rows beyond the longest training sen
 
 def set_key_size(model: torch.nn.Module, n_heads: int, d_k: int) -> int:
     """Table 3 (B): queries and keys of d_k features per head while values keep d_model / h. Replaces w_q and
-    w_k of every MultiHeadAttention (a module with w_q, w_k, w_v, w_o) by nn.Linear(d_model, h * d_k); works with
-    any implementation that splits w_q's output into n_heads heads by its size, as the reference does (lesson 04)
+    w_k of every MultiHeadAttention (a module with w_q, w_k, w_v, w_o) by nn.Linear(d_model, h * d_k); works
+    with any implementation that splits w_q's output into n_heads heads by its size, as the reference does
+    (lesson 04)
     and scales by the size of q. Returns how many it changed. Example: set_key_size(model, 4, 16) -> 9 (3+3 layers)"""
     found = 0
     for module in model.modules():

@@ -7,8 +7,8 @@ import torch
 
 
 def cpu_has_bf16() -> bool:
-    """Whether this CPU computes bfloat16 matrix products natively (AVX-512 BF16 or AMX tiles, as PyTorch's own
-    probes report them); without, bf16 autocast on the CPU emulates them and is slower than float32."""
+    """Whether this CPU computes bfloat16 matrix products natively (AVX-512 BF16 or AMX tiles, as PyTorch's
+    own probes report them); without, bf16 autocast on the CPU emulates them and is slower than float32."""
     probes = [getattr(torch.cpu, name, None)
               for name in ("_is_avx512_bf16_supported", "_is_amx_tile_supported")]
     return any(probe() for probe in probes if probe is not None)
