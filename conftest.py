@@ -35,12 +35,12 @@ def pytest_xdist_auto_num_workers(config):
     return CORES + 1
 
 
-#: `--dist loadfile` gives a whole file to one worker (a module's fixture runs once). A few files hold minutes of
-#: tests that share no module fixture with each other: each such group is a work unit of its own, which another
-#: worker may run at the same time. {file: {unit: [test names, or "name[" + the start of a parameter id]]}}; a test
-#: not named here stays in its file's own unit. A module fixture used in two units would run twice: collection
-#: stops with an error instead (check_units). test_lesson_claims' `runs` runs each lesson at most once per worker,
-#: and only for the lessons its tests ask for, so its units are cut by lesson.
+#: `--dist loadfile` gives a whole file to one worker (a module's fixture runs once). A few files hold minutes
+#: of tests that share no module fixture with each other: each such group is a work unit of its own, which
+#: another worker may run at the same time. {file: {unit: [test names, or "name[" + the start of a parameter
+#: id]]}}; a test not named here stays in its file's own unit. A module fixture used in two units would run
+#: twice: collection stops with an error instead (check_units). test_lesson_claims' `runs` runs each lesson at
+#: most once per worker, and only for the lessons its tests ask for, so its units are cut by lesson.
 UNITS = {
     "tests/test_hostile.py": {  # the `batch` fixture's tests stay together in the file's own unit
         "alone": ["test_the_command_goes_on_past_unreadable_files",
@@ -84,8 +84,8 @@ def work_unit(nodeid):
     return path
 
 
-#: The units that take longest (each a minute or more of one worker, measured with --durations), started first so
-#: that none of them is left running alone at the end; every other file keeps its place after them.
+#: The units that take longest (each a minute or more of one worker, measured with --durations), started first
+#: so that none of them is left running alone at the end; every other file keeps its place after them.
 LONGEST_FIRST = ["tests/test_hostile.py", "tests/test_lessons.py", "tests/test_grade_batch.py",
                  "tests/test_hostile.py (alone)", "tests/test_release.py",
                  "tests/test_lesson_claims.py (12-13)",

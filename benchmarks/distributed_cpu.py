@@ -47,7 +47,8 @@ def _worker(rank, world, port, config, data, queue):
 
 
 def _allreduce_worker(rank, world, port, numel, repeats, queue):
-    """Seconds of one all_reduce of `numel` float32 numbers over gloo: the gradient exchange of one step alone."""
+    """Seconds of one all_reduce of `numel` float32 numbers over gloo: the gradient exchange of one step
+    alone."""
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world),
                       LOCAL_RANK=str(rank))
     torch.set_num_threads(1)

@@ -21,7 +21,8 @@ from .tokenization import BOS, EOS
 
 
 class Recorder(torch.nn.Module):
-    """The model's encode/decode/generator, passed through; keeps every prefix that decode is asked to extend."""
+    """The model's encode/decode/generator, passed through; keeps every prefix that decode is asked to
+    extend."""
 
     def __init__(self, model):
         super().__init__()
@@ -112,7 +113,8 @@ def plot_trace(steps, logp, answer, beam_size: int, alpha: float, length_penalty
         if h == (BOS,):
             label, face = "<bos>", "white"
         elif h[-1] == EOS:
-            label, face = f"<eos>\n{logp[h]:.2f} / lp = {logp[h] / length_penalty(len(h) - 1, alpha):.2f}", "mistyrose"
+            label, face = (f"<eos>\n{logp[h]:.2f} / lp = "
+                           f"{logp[h] / length_penalty(len(h) - 1, alpha):.2f}"), "mistyrose"
         else:
             label, face = f"{vocab[h[-1]]}\n{logp[h]:.2f}", "honeydew" if good else "white"
         ax.text(x, y, label, ha="center", va="center", fontsize=8, zorder=2,

@@ -15,7 +15,8 @@ It does not check what only the run can know (a GPU's memory, a corpus's content
 happen.
 
 Example: python -m solutions.translate train --minutes -1
-         -> "python -m solutions.translate train: error: argument --minutes: must be > 0, got -1 (see ... --help)"
+         -> "python -m solutions.translate train: error: argument --minutes: must be > 0, got -1
+             (see ... --help)"
 """
 from __future__ import annotations
 
@@ -32,7 +33,8 @@ class UsageError(ValueError):
 
 
 class Parser(argparse.ArgumentParser):
-    """argparse's parser, but an error is one line (no usage block): `prog: error: message (see prog --help)`."""
+    """argparse's parser, but an error is one line (no usage block):
+    `prog: error: message (see prog --help)`."""
 
     def error(self, message):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
@@ -114,7 +116,8 @@ def check_device(device: str | None) -> None:
 
 def pre_parse(argv, *flags: str) -> dict:
     """The values of a few flags, read before the parser is built (the defaults of the others depend on them).
-    Unknown or malformed values are left for the real parser to refuse. Example: pre_parse(["train", "--device",
+    Unknown or malformed values are left for the real parser to refuse.
+    Example: pre_parse(["train", "--device",
     "cuda"], "--device") -> {"device": "cuda"}"""
     found, argv = {}, list(sys.argv[1:] if argv is None else argv)
     for i, arg in enumerate(argv):
@@ -130,7 +133,8 @@ def pre_parse(argv, *flags: str) -> dict:
 def field_comments(cls) -> dict[str, str]:
     """The comment beside each field of a dataclass (and its continuation lines), read from the source: the
     one
-    place the reason for each default is written. Example: field_comments(Config)["d_model"] -> "half the paper's
+    place the reason for each default is written.
+    Example: field_comments(Config)["d_model"] -> "half the paper's
     width: ..." """
     try:
         lines = inspect.getsource(cls).splitlines()
@@ -188,7 +192,8 @@ def add_config_flags(parser: argparse.ArgumentParser, config, rules: dict, skip=
         help_text = comments.get(f.name, "")
         # the comment explains the class's default
         if f.default is not dataclasses.MISSING and f.default != value:
-            help_text += f" (so says Config, whose own default is {f.default!r}; {source or 'this run'} sets another)"
+            help_text += (f" (so says Config, whose own default is {f.default!r}; "
+                          f"{source or 'this run'} sets another)")
         help_text = help_text.replace("%", "%%")
         group.add_argument(flag_name(f.name), *((aliases or {}).get(f.name, [])), dest=f.name, default=None,
                            metavar=metavar, help=f"{help_text} (default: {value!r})".strip(), **kind)
@@ -196,7 +201,8 @@ def add_config_flags(parser: argparse.ArgumentParser, config, rules: dict, skip=
 
 def help_defaults(help_text: str) -> dict[str, str]:
     """{flag: what its help says after "default: "} for every option of an argparse help text, so a test can
-    compare what --help states with the configuration. Example: {"--d-model": "256", "--norm-first": "True", ...}"""
+    compare what --help states with the configuration.
+    Example: {"--d-model": "256", "--norm-first": "True", ...}"""
     blocks, out = [], {}
     for line in help_text.splitlines():
         if re.match(r"\s{1,8}--?\w", line):

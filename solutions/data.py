@@ -214,7 +214,8 @@ WMT14_HINT = ("Offline? Put the four archives ({files}) in a folder and pass tha
 def wmt14_cache_dir() -> pathlib.Path:
     """$TRANSFORMER_COURSE_DATA/wmt14, else ~/.cache/transformer-course/wmt14."""
     env = os.environ.get("TRANSFORMER_COURSE_DATA")
-    return pathlib.Path(env) / "wmt14" if env else pathlib.Path.home() / ".cache" / "transformer-course" / "wmt14"
+    return (pathlib.Path(env) / "wmt14" if env
+            else pathlib.Path.home() / ".cache" / "transformer-course" / "wmt14")
 
 
 def _wmt_fail(name: str, what: str, cache) -> DataDownloadError:
@@ -500,7 +501,8 @@ def synthetic_pair(rng: random.Random) -> tuple[str, str]:
 
 
 def _sentence(text: str) -> str:
-    """Capitalize the first letter and end with a full stop. Example: "der mann lacht" -> "Der mann lacht."."""
+    """Capitalize the first letter and end with a full stop.
+    Example: "der mann lacht" -> "Der mann lacht."."""
     return text[0].upper() + text[1:] + "."
 
 

@@ -31,8 +31,9 @@ import solutions
 from solutions.data import load_data
 from solutions.translate import Config, config_for, evaluate_bleu, prepare_data, train, validation_loss
 
-#: The base of the small table: the course's CPU model (benchmarks/translate_cpu.md) halved in width and depth,
-#: so that a run of 300 steps takes 5 to 10 minutes on one CPU core (benchmarks/table3_cpu.md). d_k = 128 / 4 = 32.
+#: The base of the small table: the course's CPU model (benchmarks/translate_cpu.md) halved in width and
+#: depth, so that a run of 300 steps takes 5 to 10 minutes on one CPU core (benchmarks/table3_cpu.md).
+#: d_k = 128 / 4 = 32.
 BASE = dict(d_model=128, n_heads=4, n_layers=2, d_ff=512,   # the paper's base: 512, 8, 6, 2048 (d_k 64)
             dropout=0.1, attention_dropout=0.1, label_smoothing=0.1,
             bpe_merges=4000,        # a smaller vocabulary: the output layer is most of a small model's work
@@ -42,8 +43,9 @@ BASE = dict(d_model=128, n_heads=4, n_layers=2, d_ff=512,   # the paper's base: 
             precision="fp32",       # as recorded (float32 reproduces across CPUs; "auto" is bf16 on some)
             max_epochs=1000, minutes=1e9)  # stopped by max_steps only: the table reproduces on any machine
 
-#: row name -> (group, Config overrides as a function of the base settings). Unlisted values are the base's, as in
-#: the paper; changes are relative (half, double) so that a larger base (benchmarks/table3_gpu.sh) keeps the rows.
+#: row name -> (group, Config overrides as a function of the base settings). Unlisted values are the base's,
+#: as in the paper; changes are relative (half, double) so that a larger base (benchmarks/table3_gpu.sh) keeps
+#: the rows.
 ROWS = {
     "base": ("base", lambda b: {}),
     "A-h1": ("A", lambda b: dict(n_heads=1)),                              # d_k = d_model: one wide head
@@ -68,9 +70,9 @@ ROWS = {
 GROUPS = {"base": "base", "A": "(A) heads at constant compute", "B": "(B) smaller d_k", "C": "(C) model size",
           "D": "(D) regularization", "E": "(E) positions", "F": "the course's choices"}
 
-#: The paper's Table 3 (newstest2013 dev, English-German, per-wordpiece perplexity, BLEU, parameters x 10^6), the
-#: row of the paper that each small row mirrors: the same direction of change from its base (8 heads -> 4 is
-#: "h-half"). None where the paper has no such row.
+#: The paper's Table 3 (newstest2013 dev, English-German, per-wordpiece perplexity, BLEU, parameters x 10^6),
+#: the row of the paper that each small row mirrors: the same direction of change from its base (8 heads -> 4
+#: is "h-half"). None where the paper has no such row.
 PAPER = {
     "base": ("base: N 6, d_model 512, d_ff 2048, h 8, d_k 64, P_drop 0.1, eps_ls 0.1", 4.92, 25.8, 65),
     "A-h1": ("h 1, d_k 512", 5.29, 24.9, None),
@@ -94,7 +96,8 @@ PAPER = {
 
 
 def rows_for(names: list[str]) -> list[str]:
-    """Row names from names, groups ("A") or "all". Example: rows_for(["base", "D"]) -> ["base", "D-drop0", "D-ls0"]"""
+    """Row names from names, groups ("A") or "all".
+    Example: rows_for(["base", "D"]) -> ["base", "D-drop0", "D-ls0"]"""
     out = []
     for name in names:
         if name == "all":
@@ -267,7 +270,8 @@ def load_results(folder) -> list[dict]:
 
 
 def summarize(runs: list[dict]) -> list[dict]:
-    """One dict per row: mean and half the range (min to max) of val_ppl, bleu and the averaging gain over seeds."""
+    """One dict per row: mean and half the range (min to max) of val_ppl, bleu and the averaging gain over
+    seeds."""
     by_row: dict = {}
     for r in runs:
         by_row.setdefault(r["row"], []).append(r)
@@ -301,7 +305,8 @@ def markdown_table(runs: list[dict]) -> str:
              "|---|---|---|---|---|---|---|---|---|---|---|"]
     for s in summarize(runs):
         label, ppl, bleu, _ = PAPER.get(s["row"], ("", None, None, None))
-        avg = f"{s['bleu_averaged']:.2f} ({s['averaging_gain']:+.2f})" if s["bleu_averaged"] is not None else ""
+        avg = (f"{s['bleu_averaged']:.2f} ({s['averaging_gain']:+.2f})" if s["bleu_averaged"] is not None
+               else "")
         lines.append(f"| {s['row']} | {s['change']} | {s['parameters'] / 1e6:.2f}M | {s['steps']} | "
                      f"{len(s['seeds'])} | {s['val_ppl']:.2f} ± {s['val_ppl_spread']:.2f} | {s['bleu']:.2f} "
                      f"± {s['bleu_spread']:.2f} | {avg} | {label} | {'' if ppl is None else f'{ppl:.2f}'} | "
@@ -319,7 +324,8 @@ def verdict(runs: list[dict], row: str) -> str:
     """One sentence on a row against the base: each metric's change, whether it is larger than the seeds'
     spread (the row's ± plus the base's ±), and the paper's direction for the same change (one run each: a
     change of 0.01 in perplexity or 0.1 BLEU counts as about the same).
-    Example: verdict(runs, "A-h1") -> "h 1, d_k 128: val PPL 52.10 against 48.53 (+3.57, ± 1.85: worse); ..." """
+    Example: verdict(runs, "A-h1")
+             -> "h 1, d_k 128: val PPL 52.10 against 48.53 (+3.57, ± 1.85: worse); ..." """
     summary = {s["row"]: s for s in summarize(runs)}
     if row not in summary or "base" not in summary:
         return f"{row}: not recorded"

@@ -22,7 +22,8 @@ from .multi_head_attention import MultiHeadAttention
 
 
 class OneLayer(nn.Module):
-    """in (2 -> d_model), attention sublayer, feed-forward sublayer when `feed_forward` is given, out (d_model -> 1)."""
+    """in (2 -> d_model), attention sublayer, feed-forward sublayer when `feed_forward` is given,
+    out (d_model -> 1)."""
 
     def __init__(self, feed_forward: nn.Module | None, d_model: int = 16, norm_first: bool = False):
         super().__init__()

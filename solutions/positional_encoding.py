@@ -59,7 +59,8 @@ class LearnedPositionalEncoding(nn.Module):
     Not part of the contract and not a stub in any lesson: lesson 15 uses it through
     Config(positional="learned"). `embedding` is an nn.Embedding(max_len, d_model), so its weights copy to and
     from PyTorch's own position embeddings. Initialized N(0, d_model^-0.5), like the token embeddings before
-    their sqrt(d_model) scale. Example: LearnedPositionalEncoding(4, max_len=10, dropout=0.0)(torch.zeros(1, 2, 4))[0]
+    their sqrt(d_model) scale.
+    Example: LearnedPositionalEncoding(4, max_len=10, dropout=0.0)(torch.zeros(1, 2, 4))[0]
     == embedding.weight[:2]
     """
 

@@ -32,7 +32,8 @@ GRADED_STEPS = 20
 def demo_steps(steps: int) -> int:
     """`steps`, or at most GRADED_STEPS while a grader runs the notebook (NBGRADER_EXECUTION is set, as
     nbgrader
-    and the grade command set it). Example: demo_steps(600) -> 600 in JupyterLab, 20 under nbgrader autograde."""
+    and the grade command set it).
+    Example: demo_steps(600) -> 600 in JupyterLab, 20 under nbgrader autograde."""
     return min(steps, GRADED_STEPS) if os.environ.get("NBGRADER_EXECUTION") else steps
 
 

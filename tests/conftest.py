@@ -87,7 +87,8 @@ class _CISkipRepr:
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
-    """A test skipped in setup (skipif, a fixture) or in its body: under CI, unless allowed, it fails instead."""
+    """A test skipped in setup (skipif, a fixture) or in its body: under CI, unless allowed, it fails
+    instead."""
     outcome = yield
     report = outcome.get_result()
     if report.skipped and not hasattr(report, "wasxfail") and running_in_ci():

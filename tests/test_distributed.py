@@ -37,7 +37,8 @@ def data():
 
 
 def first_batches(config, data, n):
-    """The first n batches of epoch 1, as train() orders them: batch_by_tokens, then one shuffle by Random(seed)."""
+    """The first n batches of epoch 1, as train() orders them: batch_by_tokens, then one shuffle by
+    Random(seed)."""
     lengths = [max(len(s), len(t) + 1) for s, t in data.train]
     batches = solutions.batch_by_tokens(lengths, config.max_tokens)
     random.Random(config.seed).shuffle(batches)
@@ -197,7 +198,8 @@ def test_paper_sizes_on_the_command_line():
 
 
 def test_torchrun_trains_checkpoints_and_resumes(tmp_path):
-    """The command itself under torchrun: 2 gloo processes, stopped at step 4 by --steps, resumed to step 6."""
+    """The command itself under torchrun: 2 gloo processes, stopped at step 4 by --steps, resumed to step
+    6."""
     import json
     import subprocess
     import sys

@@ -80,7 +80,8 @@ def test_every_claim_is_quoted_from_the_lesson():
 
 @pytest.fixture(scope="module")
 def executed(tmp_path_factory):
-    """The lesson as released, run by papermill in an empty folder, with a last cell that evaluates the claims."""
+    """The lesson as released, run by papermill in an empty folder, with a last cell that evaluates the
+    claims."""
     pytest.importorskip("papermill")
     folder = tmp_path_factory.mktemp("lesson15")
     nb = nbformat.read(str(NOTEBOOK), as_version=4)

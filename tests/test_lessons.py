@@ -128,7 +128,8 @@ SHORT_CELLS = ["01_tokenization", "02_positional_encoding", "03_attention", "04_
 
 @pytest.mark.parametrize("stem", SHORT_CELLS)
 def test_cells_are_short_enough_to_read(stem):
-    """No markdown cell over 250 words; no code cell over 30 lines, the stubs (generated from solutions/) included."""
+    """No markdown cell over 250 words; no code cell over 30 lines, the stubs (generated from solutions/)
+    included."""
     nb = nbformat.read(str(next(p for p in lesson_paths(graded_only=False) if p.stem == stem)), as_version=4)
     long_text = [(i, len(c.source.split())) for i, c in enumerate(nb.cells)
                  if c.cell_type == "markdown" and len(c.source.split()) > 250]

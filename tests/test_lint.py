@@ -1,4 +1,5 @@
-"""The whole repository passes `ruff check` under pyproject.toml's [tool.ruff] (pyflakes, pycodestyle, bugbear)."""
+"""The whole repository passes `ruff check` under pyproject.toml's [tool.ruff] (pyflakes, pycodestyle,
+bugbear)."""
 import importlib.util
 import pathlib
 import subprocess

@@ -96,7 +96,8 @@ def test_noam_lr_and_optimizer():
 
 # ---------------------------------------------------------------- stage 13
 class TableModel(nn.Module):
-    """A fixed random next-token distribution for each prefix (a hash of it): no learning, an exact search space."""
+    """A fixed random next-token distribution for each prefix (a hash of it): no learning, an exact search
+    space."""
 
     def __init__(self, vocab=5, seed=0):
         super().__init__()

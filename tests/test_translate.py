@@ -411,7 +411,8 @@ def test_each_bad_input_is_one_line_and_exit_status_2(files, capsys, argv, said)
 
 
 def test_a_device_without_a_gpu_is_one_line(capsys, monkeypatch):
-    """--device cuda where PyTorch sees no GPU (as here, or made so): one line, not the assert inside PyTorch."""
+    """--device cuda where PyTorch sees no GPU (as here, or made so): one line, not the assert inside
+    PyTorch."""
     from solutions import experiments
     from solutions.translate import main
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
@@ -424,7 +425,8 @@ def test_a_device_without_a_gpu_is_one_line(capsys, monkeypatch):
 
 
 def test_a_bad_input_in_a_real_process_is_one_line_without_traceback(tmp_path):
-    """The same through the interpreter: exit status 2, one line on stderr (warnings included), no traceback."""
+    """The same through the interpreter: exit status 2, one line on stderr (warnings included), no
+    traceback."""
     (tmp_path / "corrupt.pt").write_bytes(b"\x80\x04garbage")
     result = subprocess.run([sys.executable, "-m", "solutions.translate", "train", "--resume",
                              str(tmp_path / "corrupt.pt")], cwd=ROOT, capture_output=True, text=True,
@@ -464,7 +466,8 @@ def test_help_states_the_defaults_of_config_for_the_device(device, monkeypatch):
 
 
 def test_help_states_each_experiments_default(monkeypatch):
-    """`experiments run --help` ends each option's help with the value the parser takes when it is not given."""
+    """`experiments run --help` ends each option's help with the value the parser takes when it is not
+    given."""
     from solutions import experiments
     from solutions.cli import help_defaults
     monkeypatch.setenv("COLUMNS", "100")

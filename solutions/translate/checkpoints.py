@@ -85,7 +85,8 @@ class CheckpointError(UsageError):
     """A file that is not a checkpoint of this course (or not the kind asked for), said in one line."""
 
 
-#: What each kind of file holds: save_checkpoint's model.pt, and train's checkpoint.pt (which holds a model.pt's too)
+#: What each kind of file holds: save_checkpoint's model.pt, and train's checkpoint.pt (which holds a
+#: model.pt's too)
 CHECKPOINT_KEYS = {"model": ("config", "tokenizer", "model"),
                    "resume": ("config", "tokenizer", "model", "optimizer", "scheduler", "position", "step",
                               "rng")}
@@ -153,7 +154,8 @@ def save_checkpoint(path, model, tokenizer: BPETokenizer, config: Config,
 
 def load_checkpoint(path, device: str = "cpu", impl=solutions):
     """(model in eval mode on `device`, tokenizer, config) from save_checkpoint's file, both built with impl's
-    classes; a GPU checkpoint loads on a CPU. Example: model, tokenizer, config = load_checkpoint("runs/x/model.pt")"""
+    classes; a GPU checkpoint loads on a CPU.
+    Example: model, tokenizer, config = load_checkpoint("runs/x/model.pt")"""
     return _from_saved(read_checkpoint(path, "model", map_location=device), device, impl)
 
 

@@ -65,7 +65,8 @@ def run_training(args) -> dict:
 def default_config(device: str, size: str | None = None, world: int = 1, **overrides) -> Config:
     """The Config a `train` command starts from before its flags: the paper's with --size (its 25,000 tokens a
     step shared by the processes x accumulate, a week's budget so that the step budget stops first), else
-    config_for(device). Example: default_config("cpu").dropout -> 0.0; default_config("cpu", "base").max_tokens
+    config_for(device).
+    Example: default_config("cpu").dropout -> 0.0; default_config("cpu", "base").max_tokens
     -> 25000"""
     if size:
         overrides.setdefault("max_tokens",

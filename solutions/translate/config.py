@@ -134,7 +134,8 @@ def config_problems(config: Config) -> list[str]:
 
 
 def plural(n: float, unit: str) -> str:
-    """n and its unit, singular for exactly 1. Example: plural(1, "minute") -> "1 minute"; plural(0.5, "minute")
+    """n and its unit, singular for exactly 1.
+    Example: plural(1, "minute") -> "1 minute"; plural(0.5, "minute")
     -> "0.5 minutes"; plural(2051, "step") -> "2,051 steps" """
     text = f"{n:,}" if isinstance(n, int) else f"{n:,g}"
     return f"{text} {unit}" + ("" if n == 1 else "s")

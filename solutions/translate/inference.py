@@ -1,4 +1,5 @@
-"""Translating with a trained model (greedy or beam, in batches of similar lengths) and scoring it with BLEU."""
+"""Translating with a trained model (greedy or beam, in batches of similar lengths) and scoring it with
+BLEU."""
 from __future__ import annotations
 
 import math
@@ -17,13 +18,15 @@ from solutions.translate.precision import _autocast
 
 def _max_len(source_length: int, max_output=(1.5, 10)) -> int:
     """Most tokens to generate: ratio * source length + extra (Config.max_output_ratio, max_output_extra).
-    Example: 10 -> 25 (captions: a translation is rarely 1.5 times longer than its source); the paper's (1.0, 50): 60"""
+    Example: 10 -> 25 (captions: a translation is rarely 1.5 times longer than its source);
+             the paper's (1.0, 50): 60"""
     ratio, extra = max_output
     return int(ratio * source_length) + extra
 
 
 def decoding_args(config: Config) -> dict:
-    """The decoding settings of a Config, as keyword arguments of translate_batch / evaluate_bleu / translate."""
+    """The decoding settings of a Config, as keyword arguments of translate_batch / evaluate_bleu /
+    translate."""
     return dict(beam_size=config.beam_size, alpha=config.alpha, batch_tokens=config.eval_batch_tokens,
                 max_output=(config.max_output_ratio, config.max_output_extra))
 
@@ -160,7 +163,8 @@ def bleu_scores(hypotheses: list[str], references: list[str], impl=solutions) ->
 
     They are the same number unless some n-gram order has no match at all: sacreBLEU then smooths
     (its default, "exp") where the contract's corpus_bleu, like Papineni et al., gives 0.
-    Example: bleu_scores(["A dog runs ."], ["A dog runs ."]) -> {"sacrebleu": 100.0, "corpus_bleu": 100.0, ...}
+    Example: bleu_scores(["A dog runs ."], ["A dog runs ."])
+             -> {"sacrebleu": 100.0, "corpus_bleu": 100.0, ...}
     """
     from sacrebleu.tokenizers.tokenizer_13a import Tokenizer13a
 

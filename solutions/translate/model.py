@@ -39,7 +39,8 @@ def set_key_size(model: torch.nn.Module, n_heads: int, d_k: int) -> int:
     w_k of every MultiHeadAttention (a module with w_q, w_k, w_v, w_o) by nn.Linear(d_model, h * d_k); works
     with any implementation that splits w_q's output into n_heads heads by its size, as the reference does
     (lesson 04)
-    and scales by the size of q. Returns how many it changed. Example: set_key_size(model, 4, 16) -> 9 (3+3 layers)"""
+    and scales by the size of q. Returns how many it changed.
+    Example: set_key_size(model, 4, 16) -> 9 (3+3 layers)"""
     found = 0
     for module in model.modules():
         if all(hasattr(module, w) for w in ("w_q", "w_k", "w_v", "w_o")):
@@ -73,7 +74,8 @@ def make_schedule(config: Config, model: torch.nn.Module, impl=solutions):
 def set_attention_dropout(model: torch.nn.Module, p: float) -> int:
     """Set the rate of the dropout on the attention weights: the nn.Dropout held by each MultiHeadAttention
     (a module with w_q, w_k, w_v, w_o). Returns how many it set; 0 means none was found (a dropout called
-    as a function inside forward is out of reach), and says so. Example: set_attention_dropout(model, 0.0) -> 12"""
+    as a function inside forward is out of reach), and says so.
+    Example: set_attention_dropout(model, 0.0) -> 12"""
     found = 0
     for module in model.modules():
         if all(hasattr(module, w) for w in ("w_q", "w_k", "w_v", "w_o")):

@@ -7,9 +7,10 @@ import torch
 from solutions.translate.config import LR_PAPER_BASE, PAPER_BIG, Config, plural
 from solutions.translate.precision import resolved_precision
 
-#: The CPU default's two recorded 15-minute runs on 2 cores (benchmarks/results/translate_cpu_default.seed0.json and
-#: .seed1.json; tests/test_translate.py holds these to the files): optimizer steps, mean target tokens per second,
-#: greedy test BLEU; and the same model stopped at 1,535 steps (translate_cpu_dropout0_steps1535.seed0.json).
+#: The CPU default's two recorded 15-minute runs on 2 cores
+#: (benchmarks/results/translate_cpu_default.seed0.json and .seed1.json; tests/test_translate.py holds these
+#: to the files): optimizer steps, mean target tokens per second, greedy test BLEU; and the same model stopped
+#: at 1,535 steps (translate_cpu_dropout0_steps1535.seed0.json).
 RECORDED_CPU = {"minutes": 15, "cores": 2, "steps": (2051, 2093), "tokens_per_s": (3165, 3231),
                 "greedy_bleu": (35.4, 35.9), "fewer_steps": 1535, "fewer_steps_bleu": 34.9}
 
@@ -18,7 +19,8 @@ RECORDED_CPU = {"minutes": 15, "cores": 2, "steps": (2051, 2093), "tokens_per_s"
 def departures(config: Config, data_name: str = "multi30k") -> list[tuple[str, str, str, str]]:
     """Every way a run with `config` departs from the paper's base model: (what, the paper, this run, why).
 
-    Example: departures(config_for("cpu"))[0] -> ("layer normalization", "post-norm: ...", "pre-norm: ...", "...")
+    Example: departures(config_for("cpu"))[0]
+             -> ("layer normalization", "post-norm: ...", "pre-norm: ...", "...")
     """
     rows: list = []
     _model_rows(config, rows)
@@ -119,7 +121,8 @@ def _training_rows(c: Config, rows: list) -> None:
 
 
 def _fixed_rows(c: Config, data_name: str) -> list:
-    """The rows no Config field changes: the data, the training time, the number format, how BLEU is scored."""
+    """The rows no Config field changes: the data, the training time, the number format, how BLEU is
+    scored."""
     rows = []
     multi30k = data_name == "multi30k"
     if data_name == "wmt14":  # the paper's corpus the other way round ("wmt14-en-de" is the paper's own)
