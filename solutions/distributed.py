@@ -32,7 +32,8 @@ def init_from_env(device: str | None = None) -> tuple[int, int, str]:
     device, gloo for a CPU. Without torchrun's variables (WORLD_SIZE unset or 1) it does nothing:
     (0, 1, device), so the same command trains in one process as before.
 
-    Example: under torchrun --nproc_per_node 2 on a CPU: init_from_env("cpu") -> (1, 2, "cpu") in the second process
+    Example: under torchrun --nproc_per_node 2 on a CPU:
+             init_from_env("cpu") -> (1, 2, "cpu") in the second process
     """
     if device is None:
         device = "cuda" if torch.cuda.is_available() else "cpu"

@@ -55,7 +55,8 @@ def test_first_code_cell_makes_the_course_importable(path):
     nb = nbformat.read(str(path), as_version=4)
     first = next(c for c in nb.cells if c.cell_type == "code")
     assert first.source == SETUP_SOURCE
-    assert f"colab.research.google.com/github/{COURSE_REPO}/blob/main/lessons/{path.name}" in nb.cells[0].source
+    assert (f"colab.research.google.com/github/{COURSE_REPO}/blob/main/lessons/{path.name}"
+            in nb.cells[0].source)
 
 
 def test_setup_cell_is_silent_where_the_course_is_installed():

@@ -95,7 +95,8 @@ def test_under_ci_a_skip_fails_and_names_the_test_and_its_reason(tmp_path):
     code, out = run_tiny(tmp_path, "true", EVERYTHING)
     assert code == 1, out
     for nodeid, reason in DISALLOWED.items():
-        assert f"{nodeid} skipped under CI=true: {reason!r}" in out, f"{nodeid} is not named as a failure:\n{out}"
+        assert f"{nodeid} skipped under CI=true: {reason!r}" in out, \
+            f"{nodeid} is not named as a failure:\n{out}"
     assert "CI_ALLOWED_SKIPS in tests/conftest.py" in out, out
     named = "\n".join(line for line in out.splitlines() if "skipped under CI" in line)
     assert "test_gpu" not in named and "test_known_bug" not in named, named

@@ -95,8 +95,8 @@ def test_build_model_honours_the_table_3_knobs():
     assert isinstance(learned.positional, LearnedPositionalEncoding)
     small_keys = build_model(Config(**TINY, d_k=2), 50)                 # h 4 x d_k 2: queries and keys of 8
     attn = small_keys.encoder.layers[0].self_attn
-    assert attn.w_q.weight.shape == (8, 32) and attn.w_k.weight.shape == (8,
-                                                                          32) and attn.w_v.weight.shape == (32, 32)
+    assert attn.w_q.weight.shape == (8, 32) and attn.w_k.weight.shape == (8, 32) \
+        and attn.w_v.weight.shape == (32, 32)
     src, tgt = torch.tensor([[5, 6, 7]]), torch.tensor([[1, 8]])
     for model in (untied, learned, small_keys):
         logits = model(src, tgt, torch.ones(1, 1, 1, 3, dtype=torch.bool),

@@ -216,14 +216,16 @@ def test_transformer_equals_nn_transformer(norm_first):
     expected = ours.generator(out)
     real = tgt != PAD
     diff = maxdiff(logits[real], expected[real])
-    assert diff < TOL, f"Transformer (norm_first={norm_first}) vs nn.Transformer: max diff {diff:.2e} at real positions"
+    assert diff < TOL, \
+        f"Transformer (norm_first={norm_first}) vs nn.Transformer: max diff {diff:.2e} at real positions"
 
 
 def test_weight_tying_and_scaling():
     m = Transformer(40, 40, d_model=16, n_heads=2, n_layers=1, d_ff=32)
     assert m.generator.weight is m.tgt_embed.embedding.weight is m.src_embed.embedding.weight
     m2 = Transformer(40, 30, d_model=16, n_heads=2, n_layers=1, d_ff=32)
-    assert m2.generator.weight is m2.tgt_embed.embedding.weight and m2.src_embed.embedding.weight.shape[0] == 40
+    assert m2.generator.weight is m2.tgt_embed.embedding.weight \
+        and m2.src_embed.embedding.weight.shape[0] == 40
     untied = Transformer(40, 40, d_model=16, n_heads=2, n_layers=1, d_ff=32, tie_weights=False)
     n_tied, n_untied = (sum(p.numel() for p in x.parameters()) for x in (m, untied))
     assert n_untied - n_tied == 2 * 40 * 16, (n_tied, n_untied)

@@ -81,10 +81,11 @@ def _argmax_rows(model, task, src):
     with torch.no_grad():
         model(b.src, b.tgt_in, b.src_mask, b.tgt_mask)
     return model.decoder.layers[0].cross_attn.attn_weights[0].mean(0).argmax(-1).tolist()   # one per row
-_copy_rows, _reverse_rows = _argmax_rows(copy_model, copy, source), _argmax_rows(reverse_model, reverse, source)
+_copy_rows = _argmax_rows(copy_model, copy, source)
+_reverse_rows = _argmax_rows(reverse_model, reverse, source)
 """ + """
 import os as _os
-_cells = chr(10).join(In)                                       # the sources this kernel ran: the lesson's cells
+_cells = chr(10).join(In)                                       # the lesson's cells, as this kernel ran them
 _was = _os.environ.pop("NBGRADER_EXECUTION", None)
 _os.environ["NBGRADER_EXECUTION"] = "autograde"               # as nbgrader and the grade command set it
 _graded = [solutions.toy_tasks.demo_steps(600), solutions.toy_tasks.demo_steps(1000)]
@@ -101,7 +102,7 @@ _greedy = reference.greedy_decode(model, _src, padding_mask(_src), max_len=13)
 _greedy_firsts = [words(out).split()[2 * i] for e, out in zip(examples, _greedy) for i, w in enumerate(e)
                   if w in _ambiguous]
 import os as _os
-_cells = chr(10).join(In)                                       # the sources this kernel ran: the lesson's cells
+_cells = chr(10).join(In)                                       # the lesson's cells, as this kernel ran them
 _was = _os.environ.pop("NBGRADER_EXECUTION", None)
 _os.environ["NBGRADER_EXECUTION"] = "autograde"               # as nbgrader and the grade command set it
 _graded = demo_steps(600)

@@ -49,8 +49,8 @@ def test_stubs_keep_the_solution_signature_and_docstring(path):
         ref = defs(solution_source(MODULES[path.stem], cell.metadata["course"]["names"]))
         assert stub.keys() == ref.keys()
         for name, (args, doc, _) in stub.items():
-            assert (args,
-                    doc) == ref[name][:2], f"{name}: the stub's signature or docstring drifted from solutions/"
+            assert (args, doc) == ref[name][:2], \
+                f"{name}: the stub's signature or docstring drifted from solutions/"
         assert "raise NotImplementedError()" in cell.source and "### BEGIN SOLUTION" not in cell.source
 
 
@@ -80,7 +80,8 @@ def test_committed_without_outputs(path):
 
 
 def test_clear_solutions_is_nbgrader_s():
-    src = "def f(x):\n    \"\"\"doc\"\"\"\n    y = 1\n    ### BEGIN SOLUTION\n    return x\n    ### END SOLUTION\n"
+    src = ("def f(x):\n    \"\"\"doc\"\"\"\n    y = 1\n"
+           "    ### BEGIN SOLUTION\n    return x\n    ### END SOLUTION\n")
     assert clear_solutions(src) == \
         "def f(x):\n    \"\"\"doc\"\"\"\n    y = 1\n    # YOUR CODE HERE\n    raise NotImplementedError()\n"
     assert "### END SOLUTION" in solution_source("attention", ["softmax"])
@@ -146,7 +147,8 @@ DOCSTRING_EXAMPLES = [
     ("PositionwiseFeedForward", """
 ffn = solutions.PositionwiseFeedForward(2, 3, dropout=0.0)
 with torch.no_grad():
-    ffn.w_1.weight.copy_(torch.tensor([[1., 0.], [0., 1.], [1., 1.]])); ffn.w_1.bias.copy_(torch.tensor([0., 0., -1.]))
+    ffn.w_1.weight.copy_(torch.tensor([[1., 0.], [0., 1.], [1., 1.]]))
+    ffn.w_1.bias.copy_(torch.tensor([0., 0., -1.]))
     ffn.w_2.weight.copy_(torch.tensor([[1., 1., 1.], [0., 0., 1.]])); ffn.w_2.bias.zero_()
 x = torch.tensor([1., -2.])
 """, [("w_1(x) = [1, -2, -2], relu -> [1, 0, 0], w_2 -> [1, 0]",
@@ -181,7 +183,8 @@ def test_the_worked_examples_in_the_docstrings_are_true(name, setup, examples):
     namespace = {"torch": torch, "solutions": solutions}
     exec(setup, namespace)
     for words, holds in examples:
-        assert " ".join(words.split()) in doc, f"{name}'s docstring no longer says {words!r}: update this test"
+        assert " ".join(words.split()) in doc, \
+            f"{name}'s docstring no longer says {words!r}: update this test"
         assert eval(holds, namespace), f"{name}'s docstring says {words!r}, but {holds} is False"
 
 

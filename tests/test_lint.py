@@ -18,5 +18,5 @@ def test_ruff_finds_nothing():
     proc = subprocess.run([sys.executable, "-m", "ruff", "check", "--no-cache", "--output-format", "concise",
                            "."],
                           cwd=ROOT, capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, f"ruff check found problems (fix them, or `# noqa: CODE` with the reason):\n" \
-                                 f"{proc.stdout}{proc.stderr}"
+    assert proc.returncode == 0, ("ruff check found problems (fix them, or `# noqa: CODE` with the reason):\n"
+                                  f"{proc.stdout}{proc.stderr}")

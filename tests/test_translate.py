@@ -69,7 +69,8 @@ def test_prepare_data_shares_one_vocabulary():
     data = prepare_data(TINY, splits, progress=False)
     assert len(data.train) == 200 and len(data.val) == 10
     src, tgt = data.train[0]
-    assert data.tokenizer.decode(src) == splits["train"][0][0] and data.tokenizer.decode(tgt) == splits["train"][1][0]
+    assert data.tokenizer.decode(src) == splits["train"][0][0] \
+        and data.tokenizer.decode(tgt) == splits["train"][1][0]
 
 
 def test_training_lowers_the_validation_loss(trained):
@@ -91,7 +92,8 @@ def test_checkpoint_reloads_the_same_model(trained, tmp_path):
     data, _, model, history = trained
     save_checkpoint(tmp_path / "model.pt", model, data.tokenizer, TINY, history)
     again, tokenizer, config = load_checkpoint(tmp_path / "model.pt")
-    assert config == TINY and tokenizer.itos == data.tokenizer.itos and tokenizer.merges == data.tokenizer.merges
+    assert config == TINY and tokenizer.itos == data.tokenizer.itos \
+        and tokenizer.merges == data.tokenizer.merges
     assert again.generator.weight is again.tgt_embed.embedding.weight  # still tied after loading
     batch = solutions.make_batch([s for s, _ in data.val[:8]], [t for _, t in data.val[:8]])
     with torch.no_grad():
@@ -212,7 +214,8 @@ def test_command_line(tmp_path):
     assert result.returncode == 0, result.stderr[-2000:]
     assert "test BLEU" in result.stdout and "peak memory" in result.stdout
     results = json.loads((tmp_path / "run" / "results.json").read_text())
-    assert 0 <= results["greedy_bleu"] <= 100 and 0 <= results["beam_bleu"] <= 100 and results["data"] == "synthetic"
+    assert 0 <= results["greedy_bleu"] <= 100 and 0 <= results["beam_bleu"] <= 100 \
+        and results["data"] == "synthetic"
     assert (tmp_path / "run" / "model.pt").is_file()
     # the round trip: `translate` with the saved model.pt (weights, config and tokenizer in one file) gives,
     # line for line, the greedy translations that `train` wrote of the same 20 test sentences, and --bleu
@@ -431,7 +434,8 @@ def test_a_bad_input_in_a_real_process_is_one_line_without_traceback(tmp_path):
     result = subprocess.run([sys.executable, "-m", "solutions.translate", "train", "--resume",
                              str(tmp_path / "corrupt.pt")], cwd=ROOT, capture_output=True, text=True,
                              timeout=120)
-    assert result.returncode == 2 and result.stderr.count("\n") == 1 and "Traceback" not in result.stderr, result.stderr
+    assert result.returncode == 2 and result.stderr.count("\n") == 1 \
+        and "Traceback" not in result.stderr, result.stderr
     assert "corrupt" in result.stderr and "weights_only set to False" not in result.stderr
 
 
@@ -638,7 +642,8 @@ def test_decoding_the_test_set_is_bounded_by_the_budget(trained):
     assert everything["greedy"]["hypotheses"] == translate_batch(model, data.tokenizer, de, "greedy",
                                                                  **decoding_args(TINY))
     bounded = score_test(model, data.tokenizer, de, en, TINY, seconds=0.0, progress=False, probe=16)
-    assert bounded["sentences"] == 16 and bounded["of"] == 60 and "scored the first 16 of 60" in bounded["note"]
+    assert bounded["sentences"] == 16 and bounded["of"] == 60 \
+        and "scored the first 16 of 60" in bounded["note"]
     for method in ("greedy", "beam"):
         hyps = bounded[method]["hypotheses"]
         assert len(hyps) == 16 and bounded[method]["bleu"] == sacrebleu.corpus_bleu(hyps, [en[:16]]).score

@@ -249,7 +249,8 @@ def test_the_dropout_sentence_states_the_recorded_runs():
     for seed in (0, 1):
         run = json.loads((ROOT / "benchmarks" / "results"
                           / f"translate_cpu_default.seed{seed}.json").read_text())
-        assert run["config"]["dropout"] == run["config"]["attention_dropout"] == 0 and round(run["epochs"]) == 6
+        assert run["config"]["dropout"] == run["config"]["attention_dropout"] == 0 \
+            and round(run["epochs"]) == 6
         losses = run["val_loss"]  # after each epoch, then after the last (partial) one
         best = losses.index(min(losses))
         assert best in (4, 5) and losses[-1] > losses[best], losses  # after the 5th or 6th epoch, then higher

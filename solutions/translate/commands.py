@@ -82,7 +82,8 @@ def config_from_args(args, world: int = 1, device: str = "cpu", resume: dict | N
     refused by train()), the paper's with --size, else config_for(device); any Config flag given overrides it.
     With --size and no --max-tokens, the paper's 25,000 tokens per step are shared by the processes x
     accumulate.
-    Example: config_from_args(build_parser().parse_args(["train", "--size", "base", "--accumulate", "2"]), world=4)
+    Example: config_from_args(build_parser().parse_args(["train", "--size", "base", "--accumulate", "2"]),
+                              world=4)
              -> d_model 512, warmup 4000, max_steps 100000, max_tokens 3125 (8 batches of 3,125 a step)"""
     overrides = {f.name: getattr(args, f.name) for f in dataclasses.fields(Config)
                  if f.name != "device" and getattr(args, f.name, None) is not None}
@@ -170,7 +171,8 @@ def _score_and_write(args, config: Config, model, data, history: dict, test, out
                "target_tokens_per_s": history["mean_tokens_per_s"], "val_loss": history["val_loss"],
                "test_sentences": scored["sentences"], "test_sentences_available": len(test_de)}
     for method in ("greedy", "beam"):
-        results[f"{method}_bleu"], results[f"{method}_seconds"] = scored[method]["bleu"], scored[method]["seconds"]
+        results[f"{method}_bleu"], results[f"{method}_seconds"] = (scored[method]["bleu"],
+                                                                   scored[method]["seconds"])
         (out / f"test.{method}.en").write_text("\n".join(scored[method]["hypotheses"]) + "\n",
                                                encoding="utf-8")
     if "last_state" in history:  # averaged: the weights not kept too, to measure what the average gave

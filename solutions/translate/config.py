@@ -104,7 +104,8 @@ CONFIG_RULES = {
 
 def config_problems(config: Config) -> list[str]:
     """What makes `config` unable to run, one sentence each (what and what to do); [] when it can.
-    Example: config_problems(Config(d_model=100, n_heads=8)) -> ["d_model 100 is not a multiple of n_heads 8: ..."]"""
+    Example: config_problems(Config(d_model=100, n_heads=8))
+             -> ["d_model 100 is not a multiple of n_heads 8: ..."]"""
     import argparse as _argparse
 
     c, problems = config, []
@@ -162,8 +163,9 @@ PAPER_SIZES = {"base": PAPER_BASE, "big": PAPER_BIG}
 
 def paper_config(device: str | torch.device | None = None, size: str = "base", **overrides) -> Config:
     """The paper's base (or big) model and training settings on `device`, as far as a Config can hold them.
-    Example: paper_config("cpu").n_layers -> 6; departures(paper_config("cpu", precision="fp32")) -> data, training
-             time, BLEU (and "number format" where precision "auto" means bf16);
+    Example: paper_config("cpu").n_layers -> 6;
+             departures(paper_config("cpu", precision="fp32")) -> data, training time, BLEU (and "number
+             format" where precision "auto" means bf16);
              paper_config("cuda", "big").d_model -> 1024"""
     if size not in PAPER_SIZES:
         raise ValueError(f"size must be one of {sorted(PAPER_SIZES)}, got {size!r}")

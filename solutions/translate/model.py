@@ -12,7 +12,8 @@ from solutions.translate.implementation import _use
 def build_model(config: Config, vocab_size: int, impl=solutions) -> torch.nn.Module:
     """A Transformer with one shared vocabulary and tied embeddings/projection, on config.device.
 
-    Example: build_model(Config(d_model=32, n_heads=4, n_layers=1, d_ff=64), 100).generator.weight.shape -> (100, 32)
+    Example: build_model(Config(d_model=32, n_heads=4, n_layers=1, d_ff=64), 100).generator.weight.shape
+             -> (100, 32)
     """
     torch.manual_seed(config.seed)
     model = _use(impl, "Transformer")(vocab_size, vocab_size, d_model=config.d_model, n_heads=config.n_heads,
@@ -59,7 +60,8 @@ def set_key_size(model: torch.nn.Module, n_heads: int, d_k: int) -> int:
 def make_schedule(config: Config, model: torch.nn.Module, impl=solutions):
     """(optimizer, scheduler): impl's make_optimizer, the paper's warmup schedule peaking at config.lr_peak;
     with config.lr_schedule "constant", the same Adam at lr_peak from the first step to the last.
-    Example: make_schedule(Config(lr_schedule="constant", lr_peak=1e-3), model)[0].param_groups[0]["lr"] -> 1e-3"""
+    Example: make_schedule(Config(lr_schedule="constant", lr_peak=1e-3), model)[0].param_groups[0]["lr"]
+             -> 1e-3"""
     optimizer, scheduler = _use(impl, "make_optimizer")(model, config.d_model, config.warmup_steps,
                                                         config.noam_factor)
     if config.lr_schedule == "constant":

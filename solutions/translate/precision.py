@@ -28,8 +28,9 @@ def resolved_precision(device: torch.device, precision: str = "auto") -> str:
 
 def _autocast(device: torch.device, precision: str = "auto"):
     """(autocast context, GradScaler or None) for `precision` (see Config.precision) on `device`.
-    Example: _autocast(torch.device("cpu"), "fp32") -> (nullcontext(), None); "bf16" -> (torch.autocast("cpu", bf16),
-             None); "auto" on a CPU -> "bf16" where cpu_has_bf16(), else "fp32" """
+    Example: _autocast(torch.device("cpu"), "fp32") -> (nullcontext(), None);
+             "bf16" -> (torch.autocast("cpu", bf16), None);
+             "auto" on a CPU -> "bf16" where cpu_has_bf16(), else "fp32" """
     precision = resolved_precision(device, precision)
     if precision == "fp32":
         return nullcontext(), None
