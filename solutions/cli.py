@@ -148,8 +148,8 @@ def field_comments(cls) -> dict[str, str]:
         if field and field.group(2) in names:
             current, indent = field.group(2), len(field.group(1))
             comments[current] = (field.group(3) or "").strip()
-        # a continuation
         elif current and re.match(r"\s+#", line) and len(line) - len(line.lstrip()) > indent:
+            # a continuation
             comments[current] += " " + line.strip().lstrip("#").strip()
         else:  # code, or a section's own comment ("# data") at the fields' indentation
             current = None

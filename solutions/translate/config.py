@@ -48,8 +48,8 @@ class Config:
     # decoding
     beam_size: int = 4          # the paper's beam
     alpha: float = 0.6          # the paper's length penalty
-    # at most ratio * source length + max_output_extra tokens out (the paper: 1.0)
-    max_output_ratio: float = 1.5
+    max_output_ratio: float = 1.5   # at most ratio * source length + max_output_extra tokens out
+                                    # (the paper: 1.0)
     max_output_extra: int = 10      # the tokens added to that limit (the paper: 50)
     eval_batch_tokens: int = 6000  # source tokens per decoding batch: big batches decode fastest
     # run
