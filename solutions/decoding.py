@@ -84,87 +84,64 @@ def beam_search(model, src, src_mask, max_len: int, beam_size: int = 4, alpha: f
     if beam_size < 1:
         raise ValueError(f"beam_size must be at least 1, got {beam_size}")
     ### BEGIN SOLUTION
-    from solutions.decoding import _drop_sources, _offer, _take_open, _walk_ranking  # its steps, below
     device, K = src.device, beam_size
-    B, memory = src.size(0), model.encode(src, src_mask)                 # memory (B, Ls, d_model)
-    best_score, best_ids = [-math.inf] * B, [[] for _ in range(B)]      # best finished one, normalized
+    B = src.size(0)
+    memory = model.encode(src, src_mask)                                 # (B, Ls, d_model)
+    best_score = [-math.inf] * B                                         # best finished, normalized
+    best_ids: list[list[int]] = [[] for _ in range(B)]
     active = torch.arange(B, device=device)                              # sources still searching
     tokens = torch.full((B * K, 1), bos_id, dtype=torch.long, device=device)  # (a*K, t), open prefixes
     scores = torch.full((B, K), -math.inf, device=device)                # (a, K) log p of each open one
     scores[:, 0] = 0.0                                                   # one open hypothesis: <bos>
     for t in range(1, max_len + 1):
-        a, rows = active.numel(), active.repeat_interleave(K)            # rows: the source of each open one
+        a = active.numel()
+        rows = active.repeat_interleave(K)                               # source of each open row
         out = model.decode(tokens, memory[rows], src_mask[rows], causal_mask(t, device))  # (a*K, t, d)
         logp = F.log_softmax(model.generator(out[:, -1]).float(), dim=-1)  # (a*K, V)
         V = logp.size(-1)
         cand = (scores[:, :, None] + logp.view(a, K, V)).view(a, K * V)  # (a, K*V)
         # at most K of the ranking are <eos> (one per open hypothesis): the top 2K hold K open ones
         top_val, top_idx = cand.topk(min(2 * K, K * V), dim=1)           # (a, 2K), ranked
-        beam, tok, finish, keep = _walk_ranking(top_val, top_idx, V, K, eos_id)  # (a, 2K) each
+        beam, tok = top_idx // V, top_idx % V
+        valid = top_val > -math.inf
+        is_open = valid & (tok != eos_id)
+        opens_before = is_open.long().cumsum(1) - is_open.long()
+        finish = valid & (tok == eos_id) & (opens_before < K)            # met before K open ones
+        keep = is_open & (opens_before < K)                              # the new open hypotheses
         for s, j in finish.nonzero().tolist():                          # few: at most K per source
             score = top_val[s, j].item() / length_penalty(t, alpha)
-            _offer(best_score, best_ids, active[s].item(), score, tokens[s * K + beam[s, j].item(), 1:])
-        new_scores, tokens = _take_open(keep, top_val, beam, tok, tokens, K)  # (a, K), (a*K, t+1)
+            src_i = active[s].item()
+            if score > best_score[src_i]:
+                best_score[src_i] = score
+                best_ids[src_i] = tokens[s * K + beam[s, j].item(), 1:].tolist()
+        # move the kept candidates to the front, in rank order, and take K of them
+        order = torch.where(keep, torch.arange(top_val.size(1), device=device), top_val.size(1))
+        pos = order.sort(dim=1).values[:, :K]                            # (a, K)
+        pos_ok = pos < top_val.size(1)
+        pos = pos.clamp(max=top_val.size(1) - 1)
+        new_scores = top_val.gather(1, pos).masked_fill(~pos_ok, -math.inf)  # (a, K)
+        parent = (torch.arange(a, device=device)[:, None] * K + beam.gather(1, pos)).view(-1)  # (a*K,)
+        tokens = torch.cat([tokens[parent], tok.gather(1, pos).view(-1, 1)], dim=1)  # (a*K, t+1)
         scores = new_scores
         if t == max_len:  # out of room: open hypotheses count as finished, length max_len
-            for s, j in enumerate(scores.argmax(dim=1).tolist()):
+            for s in range(a):
+                j = int(scores[s].argmax())
                 score = scores[s, j].item() / length_penalty(max_len, alpha)
-                _offer(best_score, best_ids, active[s].item(), score, tokens[s * K + j, 1:])
+                src_i = active[s].item()
+                if score > best_score[src_i]:
+                    best_score[src_i], best_ids[src_i] = score, tokens[s * K + j, 1:].tolist()
             break
         # stop a source once its best open hypothesis, even at its best possible length, cannot win
         bound = scores.max(dim=1).values / max(length_penalty(t + 1, alpha), length_penalty(max_len, alpha))
-        go_on = bound > torch.tensor([best_score[i] for i in active.tolist()], device=device)
+        best = torch.tensor([best_score[i] for i in active.tolist()], device=device)
+        go_on = bound > best
         if not go_on.all():
-            active, scores, tokens = _drop_sources(go_on, active, scores, tokens)
+            active, scores = active[go_on], scores[go_on]
+            tokens = tokens.view(a, K, -1)[go_on].view(-1, tokens.size(1))
             if active.numel() == 0:
                 break
     return best_ids
     ### END SOLUTION
-
-
-def _walk_ranking(top_val, top_idx, V: int, K: int, eos_id: int):
-    """One step of beam_search, down each source's ranking of extensions top_val, top_idx (a, n) (an
-    index into its K * V): each one's beam and token, the <eos> ones met before K open ones (finish,
-    set aside) and the first K others (keep); -inf ones (no hypothesis) are neither. -> 4 x (a, n)
-    Example: K=1, V=10, top_idx [[2, 7, 12, 8]] (<eos> = 2), all finite -> beam [[0, 0, 1, 0]],
-             tok [[2, 7, 2, 8]], finish [[T, F, F, F]], keep [[F, T, F, F]]
-    """
-    beam, tok = top_idx // V, top_idx % V
-    valid = top_val > -math.inf
-    is_open = valid & (tok != eos_id)
-    opens_before = is_open.long().cumsum(1) - is_open.long()
-    finish = valid & (tok == eos_id) & (opens_before < K)                # met before K open ones
-    keep = is_open & (opens_before < K)                                  # the new open hypotheses
-    return beam, tok, finish, keep
-
-
-def _take_open(keep, top_val, beam, tok, tokens, K: int):
-    """The kept extensions (keep (a, n), in rank order) as the next beams: their scores (a, K), -inf
-    where fewer than K were kept, and the prefixes (a*K, t) of their parent beams extended by their
-    tokens -> (a*K, t + 1).
-    Example: K=2, keep [[F, T, F, T]], top_val [[-1, -2, -3, -4]] -> scores [[-2, -4]]
-    """
-    a, n = top_val.shape
-    # move the kept candidates to the front, in rank order, and take K of them
-    order = torch.where(keep, torch.arange(n, device=keep.device), n)
-    pos = order.sort(dim=1).values[:, :K]                                # (a, K)
-    pos_ok = pos < n
-    pos = pos.clamp(max=n - 1)
-    scores = top_val.gather(1, pos).masked_fill(~pos_ok, -math.inf)      # (a, K)
-    parent = (torch.arange(a, device=keep.device)[:, None] * K + beam.gather(1, pos)).view(-1)  # (a*K,)
-    return scores, torch.cat([tokens[parent], tok.gather(1, pos).view(-1, 1)], dim=1)  # (a*K, t+1)
-
-
-def _offer(best_score, best_ids, i: int, score: float, ids) -> None:
-    """A finished hypothesis of source i (normalized score, ids (t,)): kept when it beats the best so far."""
-    if score > best_score[i]:
-        best_score[i], best_ids[i] = score, ids.tolist()
-
-
-def _drop_sources(go_on, active, scores, tokens):
-    """Only the sources still searching (go_on (a,)): active (a,), scores (a, K), tokens (a*K, t)."""
-    a, K = scores.shape
-    return active[go_on], scores[go_on], tokens.view(a, K, -1)[go_on].view(-1, tokens.size(1))
 
 
 def _ngrams(tokens, n: int) -> Counter:

@@ -92,12 +92,17 @@ def learn_bpe(corpus: Iterable[str], num_merges: int, min_frequency: int = 2) ->
     counts = Counter(word for line in corpus for word in line.strip("\r\n ").split(" ") if word)
     words = [word_to_symbols(w) for w in counts]  # the current segmentation of each distinct word
     freqs = list(counts.values())
-    # Pair counts kept up to date: a merge touches only the words holding the pair (`where`); a heap
-    # finds the best pair without scanning all of them. Its two steps are the helpers below it.
-    from solutions.tokenization import _index_pairs, _resegment
-    stats, where = _index_pairs(words, freqs)
+    # Pair statistics are kept up to date incrementally: a merge only touches the words that hold
+    # the pair (`where`), and a heap finds the best pair without scanning all of them.
+    stats: Counter = Counter()
+    where: dict[tuple[str, str], set[int]] = defaultdict(set)
+    for i, (symbols, f) in enumerate(zip(words, freqs)):
+        for pair in zip(symbols, symbols[1:]):
+            stats[pair] += f
+            where[pair].add(i)
     heap = [(-c, Descending(p)) for p, c in stats.items()]
     heapq.heapify(heap)
+
     merges: list[tuple[str, str]] = []
     while len(merges) < num_merges and heap:
         neg, key = heapq.heappop(heap)
@@ -109,10 +114,19 @@ def learn_bpe(corpus: Iterable[str], num_merges: int, min_frequency: int = 2) ->
         merges.append(best)
         changed = set()
         for i in where.pop(best):
-            new = merge_pair(words[i], best)
-            if new == words[i]:
+            old = words[i]
+            new = merge_pair(old, best)
+            if new == old:
                 continue  # the word lost this pair to an earlier merge
-            changed |= _resegment(words, i, new, freqs[i], stats, where)
+            f = freqs[i]
+            for pair in zip(old, old[1:]):
+                stats[pair] -= f
+                changed.add(pair)
+            for pair in zip(new, new[1:]):
+                stats[pair] += f
+                where[pair].add(i)
+                changed.add(pair)
+            words[i] = new
         del stats[best]
         changed.discard(best)
         for pair in changed:
@@ -122,37 +136,6 @@ def learn_bpe(corpus: Iterable[str], num_merges: int, min_frequency: int = 2) ->
                 del stats[pair]
     return merges
     ### END SOLUTION
-
-
-def _index_pairs(words, freqs) -> tuple[Counter, dict]:
-    """learn_bpe's pair statistics: each adjacent pair's count, weighted by the word counts `freqs`, and
-    the indices of the words that hold it.
-    Example: words [("l", "o", "w</w>")], freqs [5] -> {("l","o"): 5, ("o","w</w>"): 5}, both at {0}
-    """
-    stats: Counter = Counter()
-    where: dict[tuple[str, str], set[int]] = defaultdict(set)
-    for i, (symbols, f) in enumerate(zip(words, freqs)):
-        for pair in zip(symbols, symbols[1:]):
-            stats[pair] += f
-            where[pair].add(i)
-    return stats, where
-
-
-def _resegment(words, i: int, new, f: int, stats: Counter, where: dict) -> set:
-    """words[i] (seen f times) becomes `new`: its old pairs' counts down by f, its new ones' up by f (and
-    word i noted where they occur). -> the pairs whose counts changed
-    Example: ("l", "o", "w</w>") -> ("lo", "w</w>"), f=5: ("l","o") and ("o","w</w>") -5, ("lo","w</w>") +5
-    """
-    old, changed = words[i], set()
-    for pair in zip(old, old[1:]):
-        stats[pair] -= f
-        changed.add(pair)
-    for pair in zip(new, new[1:]):
-        stats[pair] += f
-        where[pair].add(i)
-        changed.add(pair)
-    words[i] = new
-    return changed
 
 
 _RANKS: dict = {}
