@@ -77,7 +77,8 @@ def child(impl: str, task: str, data: str, merges: int, codes: str | None) -> di
             start = time.perf_counter()
             out = sum(len(bpe.segment_tokens([w])) for w in words)
             seconds = time.perf_counter() - start
-    return {"seconds": seconds, "result": out, "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+    return {"seconds": seconds, "result": out,
+            "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
 
 
 def measure(impl, task, data, merges, codes=None) -> dict:
@@ -100,7 +101,8 @@ def main() -> None:
         return
     _, description = corpus(a.data)
     print(f"corpus: {description}; {a.merges} merges")
-    ours, theirs = measure("ours", "learn", a.data, a.merges), measure("subword-nmt", "learn", a.data, a.merges)
+    ours, theirs = measure("ours", "learn", a.data, a.merges), measure("subword-nmt", "learn", a.data,
+                                                                       a.merges)
     same = [tuple(m) for m in ours["result"]] == [tuple(m) for m in theirs["result"]]
     codes = pathlib.Path("/tmp") / f"bpe-bench-{a.merges}.json"
     codes.write_text(json.dumps(ours["result"]))
@@ -112,7 +114,8 @@ def main() -> None:
               f"{o['peak_mb']:8.0f} {t['peak_mb']:8.0f}")
     print(f"identical merges: {same} ({len(ours['result'])} vs {len(theirs['result'])}); "
           f"subwords in the corpus: ours {ours_apply['result']}, subword-nmt {theirs_apply['result']}")
-    print(f"RATIO learn_bpe time ours/subword-nmt = {ours['seconds'] / theirs['seconds']:.2f} (target <= 1.0)")
+    print(f"RATIO learn_bpe time ours/subword-nmt = {ours['seconds'] / theirs['seconds']:.2f} (target <= "
+          "1.0)")
 
 
 if __name__ == "__main__":

@@ -61,7 +61,8 @@ def main():
     greedy_rate, _ = run(greedy_decode, model, src, max_len, 6000)
     beam_rate, batched = run(beam, model, src, max_len, 1500)
     t0 = time.perf_counter()
-    single = [beam(model, torch.tensor([s]), padding_mask(torch.tensor([s])), max_len)[0] for s in src[: a.single]]
+    single = [beam(model, torch.tensor([s]), padding_mask(torch.tensor([s])), max_len)[0]
+              for s in src[: a.single]]
     single_rate = a.single / (time.perf_counter() - t0)
     agree = sum(x == y for x, y in zip(single, batched[: a.single]))
     print(f"{len(src)} sources, max_len {max_len}, {torch.get_num_threads()} threads")

@@ -47,7 +47,8 @@ def _worker(rank, world, port, config, data, queue):
 
 
 def _allreduce_worker(rank, world, port, numel, repeats, queue):
-    """Seconds of one all_reduce of `numel` float32 numbers over gloo: the gradient exchange of one step alone."""
+    """Seconds of one all_reduce of `numel` float32 numbers over gloo: the gradient exchange of one step
+    alone."""
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world),
                       LOCAL_RANK=str(rank))
     torch.set_num_threads(1)
@@ -65,8 +66,8 @@ def _allreduce_worker(rank, world, port, numel, repeats, queue):
 
 
 def allreduce(numel=6_044_624, repeats=20):
-    """One JSON line: the mean time of one gloo all_reduce of numel float32 (default: the gradients of the model
-    above) between 2 processes. Usage: python benchmarks/distributed_cpu.py allreduce"""
+    """One JSON line: the mean time of one gloo all_reduce of numel float32 (default: the gradients of the
+    model above) between 2 processes. Usage: python benchmarks/distributed_cpu.py allreduce"""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -93,7 +94,8 @@ def main(steps=40, repeats=2, runs="1x1,1x2,2x1"):
                 queue = mp.get_context("spawn").SimpleQueue()
                 mp.spawn(_worker, args=(world, port, cfg, data, queue), nprocs=world, join=True)
                 result = queue.get()
-            print(json.dumps({"run": name, "repeat": repeat, "load_1min": os.getloadavg()[0], **result}), flush=True)
+            print(json.dumps({"run": name, "repeat": repeat, "load_1min": os.getloadavg()[0], **result}),
+                  flush=True)
 
 
 if __name__ == "__main__":

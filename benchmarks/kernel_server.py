@@ -3,12 +3,12 @@
     python benchmarks/kernel_server.py [--lessons 03_attention ...] [--copies 4] [--runs 2] [--jobs 2]
 
 Grades one batch, with `python -m autograder grade`'s own function, of `copies` solved and `copies` released
-notebooks of each lesson: once with AUTOGRADER_KERNEL_SERVER=off (each kernel a fresh `python -m ipykernel_launcher`
-behind unshare and setpriv) and once with the server (autograder/jail.py, serve: each kernel forked from a process
-that imported PyTorch and ipykernel once), `runs` times in turns. Prints wall seconds, the machine's CPU seconds
-(from /proc/stat: the forked kernels are reaped by the kernel, not waited for, so wait4's rusage would miss them;
-run it on an otherwise idle machine), the points (which must be equal) and the ratios off / on. Needs root and
-util-linux (the jail); without them there is no server to compare.
+notebooks of each lesson: once with AUTOGRADER_KERNEL_SERVER=off (each kernel a fresh `python -m
+ipykernel_launcher` behind unshare and setpriv) and once with the server (autograder/jail.py, serve: each
+kernel forked from a process that imported PyTorch and ipykernel once), `runs` times in turns. Prints wall
+seconds, the machine's CPU seconds (from /proc/stat: the forked kernels are reaped by the kernel, not waited
+for, so wait4's rusage would miss them; run it on an otherwise idle machine), the points (which must be equal)
+and the ratios off / on. Needs root and util-linux (the jail); without them there is no server to compare.
 """
 from __future__ import annotations
 
@@ -42,7 +42,8 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=2)
     args = ap.parse_args()
     if not isolation():
-        sys.exit("the kernels cannot be jailed here (root, unshare and setpriv): there is no kernel server to compare")
+        sys.exit("the kernels cannot be jailed here (root, unshare and setpriv): there is no kernel server "
+                 "to compare")
     folder = pathlib.Path(tempfile.mkdtemp(prefix="kernel-server-"))
     paths = []
     try:

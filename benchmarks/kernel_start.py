@@ -2,13 +2,14 @@
 
     python benchmarks/kernel_start.py [--runs 3]
 
-Each run starts a kernel two ways and runs the same first cell in it (import torch, one backward pass, as every
-lesson's first graded cell does), then shuts it down:
+Each run starts a kernel two ways and runs the same first cell in it (import torch, one backward pass, as
+every lesson's first graded cell does), then shuts it down:
 - cold: `python -m ipykernel_launcher`, as the grade command, nbval and nbgrader start every kernel today;
 - forked: a child of one process that imported torch and ipykernel (and ran a backward pass) once.
-It prints each kernel process's CPU seconds (os.wait4) and wall seconds, and the ratio. Neither kernel is jailed:
-this measures what a pre-imported kernel (issue 20's remaining lever for the suite's time and for instructors'
-batches) could save, not the jail's own cost. Nothing of the course is imported in the warm process.
+It prints each kernel process's CPU seconds (os.wait4) and wall seconds, and the ratio. Neither kernel is
+jailed: this measures what a pre-imported kernel (issue 20's remaining lever for the suite's time and for
+instructors' batches) could save, not the jail's own cost. Nothing of the course is imported in the warm
+process.
 """
 from __future__ import annotations
 
@@ -101,8 +102,8 @@ def main() -> None:
     os.close(reply_write)
     answers = os.fdopen(reply_read, "r")
     assert answers.readline().strip() == "ready"
-    print(f"{'run':>3}  {'cold wall s':>11}  {'cold CPU s':>10}  {'forked wall s':>13}  {'forked CPU s':>12}  "
-          "CPU ratio")
+    print(f"{'run':>3}  {'cold wall s':>11}  {'cold CPU s':>10}  {'forked wall s':>13}  "
+          f"{'forked CPU s':>12}  CPU ratio")
     for run in range(1, args.runs + 1):  # in turns, so that a change in the machine's speed hits both
         cold_wall, cold_cpu = cold()
         conn = new_connection_file()

@@ -22,7 +22,6 @@ import pathlib
 import resource
 import sys
 import time
-
 import warnings
 
 import torch
@@ -86,10 +85,12 @@ def batch(vocab, B, L, device, seed, padding="uniform"):
 def stepper(model, device, dtype, train: bool):
     """A function (src, tgt) -> seconds for one training step (or one inference) of `model`."""
     opt = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9)
-    amp = torch.autocast(device, dtype=torch.bfloat16) if dtype == "bf16" else torch.autocast(device, enabled=False)
+    amp = torch.autocast(device, dtype=torch.bfloat16) if dtype == "bf16" else torch.autocast(device,
+                                                                                              enabled=False)
     if dtype == "bf16" and device == "cpu":
         # nn.Transformer skips its fused eval fast path under CUDA autocast (torch.is_autocast_enabled() reads
-        # CUDA's) but not under CPU autocast, where the fused kernel then fails on bf16 inputs: off, as on a GPU
+        # CUDA's) but not under CPU autocast, where the fused kernel then fails on bf16 inputs: off, as on a
+        # GPU
         torch.backends.mha.set_fastpath_enabled(False)
 
     def step(src, tgt):
@@ -145,7 +146,8 @@ def main():
     a = p.parse_args()
     sizes = {"notebook CPU size (256, 3+3, 1024, V 8k)":
              dict(d_model=256, n_heads=4, n_layers=3, d_ff=1024, vocab=8000),
-             "paper base (512, 6+6, 2048, V 8k)": dict(d_model=512, n_heads=8, n_layers=6, d_ff=2048, vocab=8000)}
+             "paper base (512, 6+6, 2048, V 8k)": dict(d_model=512, n_heads=8, n_layers=6, d_ff=2048,
+                                                       vocab=8000)}
     B, L = (32, 30) if a.device == "cpu" else (128, 40)
     print(f"device {a.device}, {a.dtype}, {torch.get_num_threads()} threads, batches of {B} x {L}, {a.steps} "
           f"training steps, {5 * a.steps} inferences")
@@ -159,11 +161,13 @@ def main():
         for mode in ("train", "inference"):
             for padding in (PADDING if a.padding == "both" else [a.padding]):
                 steps = a.steps if mode == "train" else 5 * a.steps
-                o, r, ratios = paired(ours, ref, s["vocab"], B, L, steps, a.device, a.dtype, mode == "train", padding)
+                o, r, ratios = paired(ours, ref, s["vocab"], B, L, steps, a.device, a.dtype, mode == "train",
+                                      padding)
                 q1, med, q3 = (ratios[int(f * (len(ratios) - 1))] for f in (0.25, 0.5, 0.75))
                 print(f"{name:44s} {mode:9s} {padding:9s} {o:11.0f} {r:12.0f} {o / r:6.2f} {med:7.2f} "
                       f"{q1:5.2f}-{q3:.2f}")
-    print(f"peak memory (this process, ru_maxrss): {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB")
+    print("peak memory (this process, ru_maxrss): "
+          f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB")
 
 
 if __name__ == "__main__":

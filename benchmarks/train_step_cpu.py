@@ -14,8 +14,8 @@ after two warm-up steps each, so that a busy moment of the machine falls on all 
 - fp32 fused: Adam(fused=True), one fused kernel for the optimizer step;
 - bf16 fused: both;
 - with --compile, bf16 compiled: torch.compile over the model (Config.compile), warm-up not counted;
-- with --model-levers, two other models in bf16: dropout 0.1 on the residuals, embeddings and attention weights
-  (the CPU default until 2026-12-02; the default has none), and untied embeddings and projection
+- with --model-levers, two other models in bf16: dropout 0.1 on the residuals, embeddings and attention
+  weights (the CPU default until 2026-12-02; the default has none), and untied embeddings and projection
   (Config.tie_embeddings False): what each costs a step.
 
 Prints each variant's median step time, its target tokens per second and its ratio to fp32 (higher is
@@ -83,7 +83,8 @@ def main(argv=None) -> None:
     ap.add_argument("--compile", action="store_true", help="also time bf16 with torch.compile")
     ap.add_argument("--model-levers", action="store_true", help="also time bf16 with dropout 0.1, and untied")
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: PyTorch's default)")
-    ap.add_argument("--vocab", type=int, default=VOCAB, help="vocabulary size (8,202: BPE 8,000; 5,202: 5,000)")
+    ap.add_argument("--vocab", type=int, default=VOCAB,
+                    help="vocabulary size (8,202: BPE 8,000; 5,202: 5,000)")
     args = ap.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -91,7 +92,8 @@ def main(argv=None) -> None:
     base = build_model(cfg, args.vocab)
     base.train()
     specs = [("fp32", False, False, False), ("bf16", True, False, False), ("fp32 fused", False, True, False),
-             ("bf16 fused", True, True, False)] + ([("bf16 compiled", True, False, True)] if args.compile else [])
+             ("bf16 fused", True, True, False)] + ([("bf16 compiled", True, False, True)] if args.compile
+                                                   else [])
     variants = [Variant(n, copy.deepcopy(base), *flags) for n, *flags in specs]
     if args.model_levers:
         for name, change in (("bf16 dropout .1", dict(dropout=0.1, attention_dropout=0.1)),
@@ -106,9 +108,9 @@ def main(argv=None) -> None:
             v.step(batch, record=i >= 2)
     peer = statistics.median(variants[0].times)
     mean_tokens = sum(tokens[2:]) / len(tokens[2:])
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, native bf16 units: {cpu_has_bf16()}; "
-          f"d_model {cfg.d_model}, {cfg.n_layers}+{cfg.n_layers} layers, vocabulary {args.vocab}, {args.steps} timed "
-          "steps each, "
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, native bf16 units: "
+          f"{cpu_has_bf16()}; d_model {cfg.d_model}, {cfg.n_layers}+{cfg.n_layers} layers, vocabulary "
+          f"{args.vocab}, {args.steps} timed steps each, "
           f"{mean_tokens:.0f} target tokens a step")
     print(f"{'variant':<15} {'median step':>12} {'tokens/s':>9} {'vs fp32':>8}")
     for v in variants:

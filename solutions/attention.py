@@ -34,7 +34,8 @@ def scaled_dot_product_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tens
     A query whose keys are all masked gets finite weights (uniform), never NaN.
 
     Example: q = k = [[1., 0.], [0., 1.]], v = [[1.], [2.]], no mask
-             scores = [[0.71, 0], [0, 0.71]], weights = [[0.67, 0.33], [0.33, 0.67]], output = [[1.33], [1.67]]
+             scores = [[0.71, 0], [0, 0.71]], weights = [[0.67, 0.33], [0.33, 0.67]],
+             output = [[1.33], [1.67]]
     """
     ### BEGIN SOLUTION
     d_k = q.size(-1)

@@ -1,5 +1,5 @@
-"""Given, not for you to write: lesson 13's picture of a beam search. A `Recorder` wraps a model and writes down
-every prefix that the search asks `decode` to extend; `replay` scores those prefixes and their one-token
+"""Given, not for you to write: lesson 13's picture of a beam search. A `Recorder` wraps a model and writes
+down every prefix that the search asks `decode` to extend; `replay` scores those prefixes and their one-token
 extensions again, step by step; `print_steps` and `plot_trace` show the result.
 
 It reads only what the search asked the model, so it draws any beam search that keeps the contract of
@@ -21,7 +21,8 @@ from .tokenization import BOS, EOS
 
 
 class Recorder(torch.nn.Module):
-    """The model's encode/decode/generator, passed through; keeps every prefix that decode is asked to extend."""
+    """The model's encode/decode/generator, passed through; keeps every prefix that decode is asked to
+    extend."""
 
     def __init__(self, model):
         super().__init__()
@@ -47,9 +48,10 @@ def next_log_probs(model, src_ids: list[int], prefixes: list[list[int]]) -> torc
 
 
 def replay(model, src_ids: list[int], prefixes: list[tuple], beam_size: int):
-    """The search's steps from the prefixes it extended: a list, per step t, of (the open hypotheses after t tokens,
-    best first; the (log p, hypothesis) that finished at step t and would enter the beam; whether the search went
-    on to extend the open ones), and {hypothesis: log p}. Hypotheses are tuples of ids starting with <bos>."""
+    """The search's steps from the prefixes it extended: a list, per step t, of (the open hypotheses after t
+    tokens, best first; the (log p, hypothesis) that finished at step t and would enter the beam; whether the
+    search went on to extend the open ones), and {hypothesis: log p}. Hypotheses are tuples of ids starting
+    with <bos>."""
     logp = {(BOS,): 0.0}
 
     def prefix_logp(p):
@@ -63,12 +65,14 @@ def replay(model, src_ids: list[int], prefixes: list[tuple], beam_size: int):
         log_probs = next_log_probs(model, src_ids, [list(p) for p in extended])          # (k, V)
         cands = sorted(((prefix_logp(p) + log_probs[i, v].item(), p + (v,)) for i, p in enumerate(extended)
                         for v in range(log_probs.size(-1))), reverse=True)
-        kth_open = [s for s, h in cands if h[-1] != EOS][beam_size - 1]                   # the last one kept open
+        # the last one kept open
+        kth_open = [s for s, h in cands if h[-1] != EOS][beam_size - 1]
         finished = [(s, h) for s, h in cands if h[-1] == EOS and s > kth_open]
         recorded_next = sorted({p for p in prefixes if len(p) == t + 1})
         for s, h in cands:
             logp.setdefault(h, s)
-        opens = recorded_next or [h for s, h in cands if h[-1] != EOS][:beam_size]      # none: the search stopped
+        # none: the search stopped
+        opens = recorded_next or [h for s, h in cands if h[-1] != EOS][:beam_size]
         steps.append((sorted(opens, key=lambda h: -prefix_logp(h)), finished, bool(recorded_next)))
     return steps, logp
 
@@ -89,7 +93,8 @@ def plot_trace(steps, logp, answer, beam_size: int, alpha: float, length_penalty
     the answer's path in green, the open hypotheses never extended (the search stopped) dashed."""
     import matplotlib.pyplot as plt
 
-    answer_path = {(BOS,) + tuple(answer[:i]) for i in range(len(answer) + 1)} | {(BOS,) + tuple(answer) + (EOS,)}
+    answer_path = {(BOS,) + tuple(answer[:i]) for i in range(len(answer) + 1)} | {(BOS,) + tuple(answer)
+                                                                                  + (EOS,)}
     place, dropped = {(BOS,): (0, 0)}, set()
     for t, (opens, finished, extended) in enumerate(steps, start=1):
         for row, h in enumerate(opens):
@@ -103,18 +108,22 @@ def plot_trace(steps, logp, answer, beam_size: int, alpha: float, length_penalty
         good = h in answer_path
         if len(h) > 1 and h[:-1] in place:
             px, py = place[h[:-1]]
-            ax.plot([px, x], [py, y], color="tab:green" if good else "lightgray", lw=2.5 if good else 1, zorder=1)
+            ax.plot([px, x], [py, y], color="tab:green" if good else "lightgray", lw=2.5 if good else 1,
+                    zorder=1)
         if h == (BOS,):
             label, face = "<bos>", "white"
         elif h[-1] == EOS:
-            label, face = f"<eos>\n{logp[h]:.2f} / lp = {logp[h] / length_penalty(len(h) - 1, alpha):.2f}", "mistyrose"
+            label, face = (f"<eos>\n{logp[h]:.2f} / lp = "
+                           f"{logp[h] / length_penalty(len(h) - 1, alpha):.2f}"), "mistyrose"
         else:
             label, face = f"{vocab[h[-1]]}\n{logp[h]:.2f}", "honeydew" if good else "white"
-        ax.text(x, y, label, ha="center", va="center", fontsize=8, zorder=2, color="gray" if h in dropped else "black",
+        ax.text(x, y, label, ha="center", va="center", fontsize=8, zorder=2,
+                color="gray" if h in dropped else "black",
                 bbox=dict(boxstyle="round", facecolor=face, edgecolor="tab:green" if good else "gray",
                           linestyle="--" if h in dropped else "-"))
     ax.axhline(beam_size - 0.3, color="gray", linestyle="--", lw=0.8)
-    ax.text(-0.45, beam_size - 0.4, "open (dashed: never extended, the search stopped)", fontsize=8, color="gray")
+    ax.text(-0.45, beam_size - 0.4, "open (dashed: never extended, the search stopped)", fontsize=8,
+            color="gray")
     ax.text(-0.45, beam_size - 0.15, "finished, set aside", fontsize=8, color="gray", va="top")
     ax.set_xlim(-0.5, len(steps) + 0.5)
     ax.set_ylim(beam_size + 0.4 + max(1, max(len(f) for _, f, _ in steps)) - 0.5, -0.6)

@@ -1,19 +1,22 @@
 """The one argument layer of the course's command lines (`python -m solutions.translate`, `python -m
-solutions.experiments`): a bad input is one line on stderr that says what was wrong and what to do, exit status 2
-(argparse's convention), never a traceback.
+solutions.experiments`): a bad input is one line on stderr that says what was wrong and what to do, exit
+status 2 (argparse's convention), never a traceback.
 
 - `Parser`: argparse's parser whose errors are one line (argparse prints the usage first).
 - `boolean`, `number`, `device_name`: argument types that refuse what they cannot read ("--norm-first maybe",
   "--minutes -1", "--device tpu") instead of guessing.
-- `add_config_flags`: one flag per field of a configuration dataclass, its help the comment beside the field and
-  its default the value of the configuration the run will use (`config_for(device)`), so --help states the truth.
+- `add_config_flags`: one flag per field of a configuration dataclass, its help the comment beside the field
+  and its default the value of the configuration the run will use (`config_for(device)`), so --help states the
+  truth.
 - `UsageError`: raised by the library where the input is wrong (a file that is no checkpoint of this course, a
   resume with other settings); `run` turns it, and a failed download, into the one line.
 
-It does not check what only the run can know (a GPU's memory, a corpus's content): those fail where they happen.
+It does not check what only the run can know (a GPU's memory, a corpus's content): those fail where they
+happen.
 
 Example: python -m solutions.translate train --minutes -1
-         -> "python -m solutions.translate train: error: argument --minutes: must be > 0, got -1 (see ... --help)"
+         -> "python -m solutions.translate train: error: argument --minutes: must be > 0, got -1
+             (see ... --help)"
 """
 from __future__ import annotations
 
@@ -30,7 +33,8 @@ class UsageError(ValueError):
 
 
 class Parser(argparse.ArgumentParser):
-    """argparse's parser, but an error is one line (no usage block): `prog: error: message (see prog --help)`."""
+    """argparse's parser, but an error is one line (no usage block):
+    `prog: error: message (see prog --help)`."""
 
     def error(self, message):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
@@ -43,8 +47,8 @@ def fail(prog: str, message: str) -> None:
 
 
 def run(prog: str, main, argv=None):
-    """main(argv), with UsageError and a failed download (solutions.data.DataDownloadError) turned into one line
-    and exit status 2. Anything else is a bug and keeps its traceback."""
+    """main(argv), with UsageError and a failed download (solutions.data.DataDownloadError) turned into one
+    line and exit status 2. Anything else is a bug and keeps its traceback."""
     from solutions.data import DataDownloadError
 
     try:
@@ -112,7 +116,8 @@ def check_device(device: str | None) -> None:
 
 def pre_parse(argv, *flags: str) -> dict:
     """The values of a few flags, read before the parser is built (the defaults of the others depend on them).
-    Unknown or malformed values are left for the real parser to refuse. Example: pre_parse(["train", "--device",
+    Unknown or malformed values are left for the real parser to refuse.
+    Example: pre_parse(["train", "--device",
     "cuda"], "--device") -> {"device": "cuda"}"""
     found, argv = {}, list(sys.argv[1:] if argv is None else argv)
     for i, arg in enumerate(argv):
@@ -126,8 +131,10 @@ def pre_parse(argv, *flags: str) -> dict:
 
 
 def field_comments(cls) -> dict[str, str]:
-    """The comment beside each field of a dataclass (and its continuation lines), read from the source: the one
-    place the reason for each default is written. Example: field_comments(Config)["d_model"] -> "half the paper's
+    """The comment beside each field of a dataclass (and its continuation lines), read from the source: the
+    one
+    place the reason for each default is written.
+    Example: field_comments(Config)["d_model"] -> "half the paper's
     width: ..." """
     try:
         lines = inspect.getsource(cls).splitlines()
@@ -141,7 +148,8 @@ def field_comments(cls) -> dict[str, str]:
         if field and field.group(2) in names:
             current, indent = field.group(2), len(field.group(1))
             comments[current] = (field.group(3) or "").strip()
-        elif current and re.match(r"\s+#", line) and len(line) - len(line.lstrip()) > indent:  # a continuation
+        elif current and re.match(r"\s+#", line) and len(line) - len(line.lstrip()) > indent:
+            # a continuation
             comments[current] += " " + line.strip().lstrip("#").strip()
         else:  # code, or a section's own comment ("# data") at the fields' indentation
             current = None
@@ -154,13 +162,14 @@ def flag_name(field: str) -> str:
 
 def add_config_flags(parser: argparse.ArgumentParser, config, rules: dict, skip=(), aliases=None,
                      source: str = "") -> None:
-    """One flag per field of the dataclass instance `config` (--d-model for d_model), default None (so that the
-    run knows which were given) and help "... (default: V)" where V is config's value: `config` must be the
-    configuration the run will use. rules[field]: an argument type (number(...), boolean) or a tuple of choices;
-    a field without one takes its default's type. aliases: {field: [extra flag names]}. source: where the
-    defaults come from, said once in the group's title."""
+    """One flag per field of the dataclass instance `config` (--d-model for d_model), default None (so that
+    the run knows which were given) and help "... (default: V)" where V is config's value: `config` must be
+    the configuration the run will use. rules[field]: an argument type (number(...), boolean) or a tuple of
+    choices; a field without one takes its default's type. aliases: {field: [extra flag names]}. source: where
+    the defaults come from, said once in the group's title."""
     comments = field_comments(type(config))
-    group = parser.add_argument_group(f"settings (one per Config field; defaults: {source or type(config).__name__})")
+    group = parser.add_argument_group("settings (one per Config field; defaults: "
+                                      f"{source or type(config).__name__})")
     for f in dataclasses.fields(config):
         if f.name in skip:
             continue
@@ -181,8 +190,10 @@ def add_config_flags(parser: argparse.ArgumentParser, config, rules: dict, skip=
         elif "choices" in kind:
             metavar = "{" + ",".join(kind["choices"]) + "}"
         help_text = comments.get(f.name, "")
-        if f.default is not dataclasses.MISSING and f.default != value:  # the comment explains the class's default
-            help_text += f" (so says Config, whose own default is {f.default!r}; {source or 'this run'} sets another)"
+        # the comment explains the class's default
+        if f.default is not dataclasses.MISSING and f.default != value:
+            help_text += (f" (so says Config, whose own default is {f.default!r}; "
+                          f"{source or 'this run'} sets another)")
         help_text = help_text.replace("%", "%%")
         group.add_argument(flag_name(f.name), *((aliases or {}).get(f.name, [])), dest=f.name, default=None,
                            metavar=metavar, help=f"{help_text} (default: {value!r})".strip(), **kind)
@@ -190,7 +201,8 @@ def add_config_flags(parser: argparse.ArgumentParser, config, rules: dict, skip=
 
 def help_defaults(help_text: str) -> dict[str, str]:
     """{flag: what its help says after "default: "} for every option of an argparse help text, so a test can
-    compare what --help states with the configuration. Example: {"--d-model": "256", "--norm-first": "True", ...}"""
+    compare what --help states with the configuration.
+    Example: {"--d-model": "256", "--norm-first": "True", ...}"""
     blocks, out = [], {}
     for line in help_text.splitlines():
         if re.match(r"\s{1,8}--?\w", line):

@@ -33,7 +33,8 @@ MULTI30K_SHA256 = {
 }
 MULTI30K_SPLITS = {"train": "train", "val": "val", "test": "test_2016_flickr"}  # split -> file stem
 OFFLINE_HINT = ("Offline? Put the six files of Multi30k task 1 ({files}) in a folder and pass that folder "
-                "as the source (DATA=\"/path/to/folder\"), or train on the synthetic corpus (DATA=\"synthetic\").")
+                "as the source (DATA=\"/path/to/folder\"), or train on the synthetic corpus "
+                "(DATA=\"synthetic\").")
 
 
 class DataDownloadError(RuntimeError):
@@ -57,7 +58,8 @@ def sha256_of(path) -> str:
 
 
 def _fail(name: str, what: str) -> DataDownloadError:
-    return DataDownloadError(f"Multi30k file {name}: {what}. " + OFFLINE_HINT.format(files=", ".join(MULTI30K_SHA256)))
+    return DataDownloadError(f"Multi30k file {name}: {what}. "
+                             + OFFLINE_HINT.format(files=", ".join(MULTI30K_SHA256)))
 
 
 def _check_file(path: pathlib.Path, name: str, where: str) -> None:
@@ -168,18 +170,20 @@ def load_multi30k(source: str = "multi30k", cache_dir=None, retries: int = 3, ti
         de, en = (_read_lines(fetch(f"{stem}.{lang}.gz", source, cache_dir, retries, timeout, backoff))
                   for lang in ("de", "en"))
         if len(de) != len(en):
-            raise _fail(f"{stem}.de.gz", f"{len(de)} German lines but {len(en)} English lines in {stem}.en.gz")
+            raise _fail(f"{stem}.de.gz",
+                        f"{len(de)} German lines but {len(en)} English lines in {stem}.en.gz")
         splits[split] = (de, en)
     return splits
 
 
 # ---------------------------------------------------------------- WMT 2014 English-German (the paper's data)
-# The four archives that make the WMT 2014 English-German task as tensor2tensor, fairseq and Hugging Face build
-# it: Europarl v7, Common Crawl and News Commentary v9 for training (4,508,785 sentence pairs), and the news
-# test sets: newstest2013 (3,000 sentences, the usual validation set) and newstest2014 (3,003, the test set;
-# sacreBLEU calls it "wmt14/full", its "wmt14" being the 2,737-sentence filtered version). Pinned: the zip copies
-# of statmt.org's archives on the Hugging Face hub, with the sha256 and sizes that huggingface/datasets records
-# for them (datasets/wmt14/dataset_infos.json, commit 040102f1 of that repository). 1.70 GB to download.
+# The four archives that make the WMT 2014 English-German task as tensor2tensor, fairseq and Hugging Face
+# build it: Europarl v7, Common Crawl and News Commentary v9 for training (4,508,785 sentence pairs), and the
+# news test sets: newstest2013 (3,000 sentences, the usual validation set) and newstest2014 (3,003, the test
+# set; sacreBLEU calls it "wmt14/full", its "wmt14" being the 2,737-sentence filtered version). Pinned: the
+# zip copies of statmt.org's archives on the Hugging Face hub, with the sha256 and sizes that
+# huggingface/datasets records for them (datasets/wmt14/dataset_infos.json, commit 040102f1 of that
+# repository). 1.70 GB to download.
 WMT14_SOURCES = {  # file name -> (URL, sha256, bytes)
     "training-parallel-europarl-v7.zip": (
         "https://huggingface.co/datasets/wmt/wmt13/resolve/main-zip/training-parallel-europarl-v7.zip",
@@ -200,7 +204,8 @@ WMT14_FILES = {
               ("training-parallel-commoncrawl.zip", "commoncrawl.de-en.de", "commoncrawl.de-en.en"),
               ("training-parallel-nc-v9.zip", "news-commentary-v9.de-en.de", "news-commentary-v9.de-en.en")],
     "val": [("dev.zip", "newstest2013.de", "newstest2013.en")],                           # plain text
-    "test": [("dev.zip", "newstest2014-deen-src.de.sgm", "newstest2014-deen-ref.en.sgm")],  # SGML: <seg id=..>
+    # SGML: <seg id=..>
+    "test": [("dev.zip", "newstest2014-deen-src.de.sgm", "newstest2014-deen-ref.en.sgm")],
 }
 WMT14_HINT = ("Offline? Put the four archives ({files}) in a folder and pass that folder as the source "
               "(load_wmt14(\"/path/to/folder\")), or copy them into the cache folder {cache}.")
@@ -209,7 +214,8 @@ WMT14_HINT = ("Offline? Put the four archives ({files}) in a folder and pass tha
 def wmt14_cache_dir() -> pathlib.Path:
     """$TRANSFORMER_COURSE_DATA/wmt14, else ~/.cache/transformer-course/wmt14."""
     env = os.environ.get("TRANSFORMER_COURSE_DATA")
-    return pathlib.Path(env) / "wmt14" if env else pathlib.Path.home() / ".cache" / "transformer-course" / "wmt14"
+    return (pathlib.Path(env) / "wmt14" if env
+            else pathlib.Path.home() / ".cache" / "transformer-course" / "wmt14")
 
 
 def _wmt_fail(name: str, what: str, cache) -> DataDownloadError:
@@ -217,12 +223,13 @@ def _wmt_fail(name: str, what: str, cache) -> DataDownloadError:
                              + WMT14_HINT.format(files=", ".join(WMT14_SOURCES), cache=cache))
 
 
-def fetch_wmt14(name: str, source: str = "wmt14", cache_dir=None, checksums: dict | None = None, retries: int = 3,
-                timeout: float = 60.0, backoff: float = 1.0) -> pathlib.Path:
-    """The verified local path of one WMT 2014 archive (a name of WMT14_SOURCES), as fetch() does for Multi30k:
-    source "wmt14" (the pinned URLs, into the cache), an http(s) mirror with the same file names (into the
-    cache), or a local folder (read where it is). A file whose sha256 is not the pinned one is refused with an
-    error naming it (a cached one is fetched again). `checksums` replaces the pinned sums (for a test fixture).
+def fetch_wmt14(name: str, source: str = "wmt14", cache_dir=None, checksums: dict | None = None,
+                retries: int = 3, timeout: float = 60.0, backoff: float = 1.0) -> pathlib.Path:
+    """The verified local path of one WMT 2014 archive (a name of WMT14_SOURCES), as fetch() does for
+    Multi30k: source "wmt14" (the pinned URLs, into the cache), an http(s) mirror with the same file names
+    (into the cache), or a local folder (read where it is). A file whose sha256 is not the pinned one is
+    refused with an error naming it (a cached one is fetched again). `checksums` replaces the pinned sums (for
+    a test fixture).
     Example: fetch_wmt14("dev.zip") -> PosixPath("~/.cache/transformer-course/wmt14/dev.zip")
     """
     sums = {k: v[1] for k, v in WMT14_SOURCES.items()} if checksums is None else checksums
@@ -254,7 +261,8 @@ def fetch_wmt14(name: str, source: str = "wmt14", cache_dir=None, checksums: dic
             _download(url, tmp, timeout)
             got = sha256_of(tmp)
             if got != sums[name]:  # a wrong file is not a network hiccup: no retry
-                raise _wmt_fail(name, f"checksum mismatch for {url}: expected sha256 {sums[name]}, got {got}", cache)
+                raise _wmt_fail(name, f"checksum mismatch for {url}: expected sha256 {sums[name]}, got {got}",
+                                cache)
             os.replace(tmp, target)  # the cache holds the whole verified file or nothing
             return target
         except urllib.error.HTTPError as e:
@@ -281,7 +289,8 @@ def _zip_lines(archive: pathlib.Path, file_name: str) -> list[str]:
             raise DataDownloadError(f"WMT 2014 file {archive.name}: expected one {file_name} inside, "
                                     f"found {len(members)} (is it the pinned archive?)")
         text = z.read(members[0]).decode("utf-8")
-    if not file_name.endswith(".sgm"):  # split at "\n" only: Common Crawl has other line separators inside lines
+    # split at "\n" only: Common Crawl has other line separators inside lines
+    if not file_name.endswith(".sgm"):
         lines = text.split("\n")
         return [line.rstrip("\r") for line in (lines[:-1] if text.endswith("\n") else lines)]
     return [re.sub(r"\s+", " ", m.strip()) for m in re.findall(r"<seg[^>]*>(.*?)</seg>", text)]
@@ -292,8 +301,8 @@ def load_wmt14(source: str = "wmt14", cache_dir=None, direction: str = "de-en", 
     """WMT 2014 English-German: {"train": (4,508,785 source lines, as many target lines), "val": newstest2013
     (3,000; sacreBLEU's "wmt13"), "test": newstest2014 (3,003; sacreBLEU's "wmt14/full")}. direction "de-en"
     gives (German, English) like every loader here; "en-de", the paper's direction, gives (English, German).
-    Each archive is checked against its pinned sha256 first (fetch_wmt14); a German file and its English file of
-    different lengths are an error naming them.
+    Each archive is checked against its pinned sha256 first (fetch_wmt14); a German file and its English file
+    of different lengths are an error naming them.
 
     Costs (not measured here, where nothing downloads): 1.70 GB of archives in the cache, ~1.4 GB of text in
     memory as Python strings (several GB), and the course's pure-Python BPE over 9 million lines.
@@ -306,7 +315,8 @@ def load_wmt14(source: str = "wmt14", cache_dir=None, direction: str = "de-en", 
     for split, files in WMT14_FILES.items():
         de, en = [], []
         for archive, de_file, en_file in files:
-            de_lines, en_lines = _zip_lines(archives[archive], de_file), _zip_lines(archives[archive], en_file)
+            de_lines, en_lines = _zip_lines(archives[archive], de_file), _zip_lines(archives[archive],
+                                                                                    en_file)
             if len(de_lines) != len(en_lines):
                 raise DataDownloadError(f"WMT 2014 file {archive}: {len(de_lines)} lines in {de_file} but "
                                         f"{len(en_lines)} in {en_file}")
@@ -342,7 +352,8 @@ OBJECTS = [
 # compounds: a modifier (English, German) + a head noun; German writes one word: "Fußball" + "spieler"
 MODIFIERS = [("football", "Fußball"), ("tennis", "Tennis"), ("kitchen", "Küchen"), ("school", "Schul"),
              ("city", "Stadt"), ("garden", "Garten"), ("water", "Wasser"), ("mountain", "Berg")]
-PERSON_HEADS = [("player", "players", "spieler", "spieler", "m"), ("teacher", "teachers", "lehrer", "lehrer", "m"),
+PERSON_HEADS = [("player", "players", "spieler", "spieler", "m"),
+                ("teacher", "teachers", "lehrer", "lehrer", "m"),
                 ("friend", "friends", "freund", "freunde", "m")]
 OBJECT_HEADS = [("ball", "balls", "ball", "bälle", "m"), ("door", "doors", "tür", "türen", "f"),
                 ("table", "tables", "tisch", "tische", "m"), ("bag", "bags", "tasche", "taschen", "f"),
@@ -352,26 +363,35 @@ ADJECTIVES = [("big", "groß"), ("small", "klein"), ("old", "alt"), ("young", "j
               ("black", "schwarz"), ("white", "weiß"), ("green", "grün")]
 # verbs: English base, English 3rd singular, German 1st singular, 3rd singular, plural
 TRANSITIVE = [("see", "sees", "sehe", "sieht", "sehen"), ("buy", "buys", "kaufe", "kauft", "kaufen"),
-              ("find", "finds", "finde", "findet", "finden"), ("carry", "carries", "trage", "trägt", "tragen"),
+              ("find", "finds", "finde", "findet", "finden"),
+              ("carry", "carries", "trage", "trägt", "tragen"),
               ("hold", "holds", "halte", "hält", "halten"), ("wash", "washes", "wasche", "wäscht", "waschen"),
               ("paint", "paints", "male", "malt", "malen"), ("throw", "throws", "werfe", "wirft", "werfen"),
               ("catch", "catches", "fange", "fängt", "fangen"), ("build", "builds", "baue", "baut", "bauen")]
-INTRANSITIVE = [("run", "runs", "laufe", "läuft", "laufen"), ("sleep", "sleeps", "schlafe", "schläft", "schlafen"),
-                ("play", "plays", "spiele", "spielt", "spielen"), ("laugh", "laughs", "lache", "lacht", "lachen"),
+INTRANSITIVE = [("run", "runs", "laufe", "läuft", "laufen"),
+                ("sleep", "sleeps", "schlafe", "schläft", "schlafen"),
+                ("play", "plays", "spiele", "spielt", "spielen"),
+                ("laugh", "laughs", "lache", "lacht", "lachen"),
                 ("wait", "waits", "warte", "wartet", "warten"), ("sing", "sings", "singe", "singt", "singen")]
 SAY = [("say", "says", "sage", "sagt", "sagen"), ("think", "thinks", "denke", "denkt", "denken"),
        ("know", "knows", "weiß", "weiß", "wissen")]
-PRONOUNS = [("I", "ich", "1sg"), ("he", "er", "3sg"), ("she", "sie", "3sg"), ("we", "wir", "pl"), ("they", "sie", "pl")]
-TIMES = [("today", "heute"), ("now", "jetzt"), ("in the morning", "am Morgen"), ("in the evening", "am Abend")]
+PRONOUNS = [("I", "ich", "1sg"), ("he", "er", "3sg"), ("she", "sie", "3sg"), ("we", "wir", "pl"),
+            ("they", "sie", "pl")]
+TIMES = [("today", "heute"), ("now", "jetzt"), ("in the morning", "am Morgen"),
+         ("in the evening", "am Abend")]
 PLACES = [("in the park", "im Park"), ("in the garden", "im Garten"), ("on the street", "auf der Straße"),
           ("at school", "in der Schule"), ("by the river", "am Fluss")]
 CONJUNCTIONS = [("because", "weil"), ("while", "während")]
 
 ARTICLES = {  # (definite?, case, gender or "pl") -> German article
-    (True, "nom", "m"): "der", (True, "nom", "f"): "die", (True, "nom", "n"): "das", (True, "nom", "pl"): "die",
-    (True, "acc", "m"): "den", (True, "acc", "f"): "die", (True, "acc", "n"): "das", (True, "acc", "pl"): "die",
-    (False, "nom", "m"): "ein", (False, "nom", "f"): "eine", (False, "nom", "n"): "ein", (False, "nom", "pl"): "",
-    (False, "acc", "m"): "einen", (False, "acc", "f"): "eine", (False, "acc", "n"): "ein", (False, "acc", "pl"): "",
+    (True, "nom", "m"): "der", (True, "nom", "f"): "die", (True, "nom", "n"): "das",
+    (True, "nom", "pl"): "die",
+    (True, "acc", "m"): "den", (True, "acc", "f"): "die", (True, "acc", "n"): "das",
+    (True, "acc", "pl"): "die",
+    (False, "nom", "m"): "ein", (False, "nom", "f"): "eine", (False, "nom", "n"): "ein",
+    (False, "nom", "pl"): "",
+    (False, "acc", "m"): "einen", (False, "acc", "f"): "eine", (False, "acc", "n"): "ein",
+    (False, "acc", "pl"): "",
 }
 ENDINGS = {  # adjective ending after that article (weak after der/die/das, mixed after ein, strong with none)
     (True, "nom", "m"): "e", (True, "nom", "f"): "e", (True, "nom", "n"): "e", (True, "nom", "pl"): "en",
@@ -453,10 +473,12 @@ def _clause(rng: random.Random) -> tuple[str, str, str, list[str]]:
 
 def synthetic_pair(rng: random.Random) -> tuple[str, str]:
     """One (German, English) sentence pair from the grammar. Examples of the four shapes:
-    ("Der Junge wirft einen roten Ball.", "The boy throws a red ball.")                    verb second
-    ("Heute sieht der Mann die Katze.", "Today the man sees the cat.")                     inverted after a time
-    ("Der Hund lacht, weil die Katze im Garten schläft.", "The dog laughs because the cat sleeps in the garden.")
-    ("Sie sagt, dass das Kind einen Fußballspieler sieht.", "She says that the child sees a football player.")
+    ("Der Junge wirft einen roten Ball.", "The boy throws a red ball.")               verb second
+    ("Heute sieht der Mann die Katze.", "Today the man sees the cat.")                inverted after a time
+    ("Der Hund lacht, weil die Katze im Garten schläft.",
+     "The dog laughs because the cat sleeps in the garden.")
+    ("Sie sagt, dass das Kind einen Fußballspieler sieht.",
+     "She says that the child sees a football player.")
     """
     shape = rng.random()
     if shape < 0.2:  # "X says that ...": the verb of the dass-clause goes last
@@ -479,7 +501,8 @@ def synthetic_pair(rng: random.Random) -> tuple[str, str]:
 
 
 def _sentence(text: str) -> str:
-    """Capitalize the first letter and end with a full stop. Example: "der mann lacht" -> "Der mann lacht."."""
+    """Capitalize the first letter and end with a full stop.
+    Example: "der mann lacht" -> "Der mann lacht."."""
     return text[0].upper() + text[1:] + "."
 
 
@@ -497,18 +520,21 @@ def synthetic_corpus(n_sentences: int, seed: int = 0) -> list[tuple[str, str]]:
             seen.add(pair)
             pairs.append(pair)
     if len(pairs) < n_sentences:
-        raise ValueError(f"the grammar gave only {len(pairs)} distinct sentences, {n_sentences} were asked for")
+        raise ValueError(f"the grammar gave only {len(pairs)} distinct sentences, {n_sentences} were asked "
+                         "for")
     return pairs
 
 
 def load_synthetic(n_train: int = 20000, n_val: int = 500, n_test: int = 500,
                    seed: int = 0) -> dict[str, tuple[list[str], list[str]]]:
-    """The synthetic corpus split like Multi30k: {"train": (German lines, English lines), "val": ..., "test": ...},
+    """The synthetic corpus split like Multi30k: {"train": (German lines, English lines), "val": ..., "test":
+    ...},
     no sentence in two splits. Example: load_synthetic(100, 10, 10)["val"][0][:2] -> two German sentences
     """
     pairs = synthetic_corpus(n_train + n_val + n_test, seed)
     bounds = {"train": (0, n_train), "val": (n_train, n_train + n_val), "test": (n_train + n_val, len(pairs))}
-    return {split: ([de for de, _ in pairs[a:b]], [en for _, en in pairs[a:b]]) for split, (a, b) in bounds.items()}
+    return {split: ([de for de, _ in pairs[a:b]], [en for _, en in pairs[a:b]])
+            for split, (a, b) in bounds.items()}
 
 
 def load_data(data: str = "multi30k", cache_dir=None, synthetic_sizes=(20000, 500, 500), seed: int = 0,
@@ -518,8 +544,8 @@ def load_data(data: str = "multi30k", cache_dir=None, synthetic_sizes=(20000, 50
     "multi30k": download (or reuse the cache); if that fails, say why on stdout and fall back to the
     synthetic corpus. "synthetic": the synthetic corpus. "wmt14": WMT 2014, German to English; "wmt14-en-de":
     the paper's direction, English to German (load_wmt14; cache_dir is then the WMT cache). A URL or a folder:
-    that Multi30k mirror (failure is an error there: you asked for that mirror). `download` goes to load_multi30k
-    (retries, timeout, backoff).
+    that Multi30k mirror (failure is an error there: you asked for that mirror). `download` goes to
+    load_multi30k (retries, timeout, backoff).
     Example: name, splits = load_data("synthetic"); name -> "synthetic"
     """
     if data == "synthetic":

@@ -22,7 +22,8 @@ def _check_batch(src: torch.Tensor) -> None:
 
 
 @torch.no_grad()
-def greedy_decode(model, src, src_mask, max_len: int, bos_id: int = BOS, eos_id: int = EOS) -> list[list[int]]:
+def greedy_decode(model, src, src_mask, max_len: int, bos_id: int = BOS,
+                  eos_id: int = EOS) -> list[list[int]]:
     """Generate the most probable next token, one step at a time, for every source at once.
 
     src (B, Ls), src_mask (B, 1, 1, Ls) -> B lists of ids, without <bos> and without the final <eos>;

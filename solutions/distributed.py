@@ -32,7 +32,8 @@ def init_from_env(device: str | None = None) -> tuple[int, int, str]:
     device, gloo for a CPU. Without torchrun's variables (WORLD_SIZE unset or 1) it does nothing:
     (0, 1, device), so the same command trains in one process as before.
 
-    Example: under torchrun --nproc_per_node 2 on a CPU: init_from_env("cpu") -> (1, 2, "cpu") in the second process
+    Example: under torchrun --nproc_per_node 2 on a CPU:
+             init_from_env("cpu") -> (1, 2, "cpu") in the second process
     """
     if device is None:
         device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -52,13 +53,13 @@ def init_from_env(device: str | None = None) -> tuple[int, int, str]:
 
 
 def close(meet: bool = True) -> None:
-    """Leave the process group, if this process is in one. With `meet` (a run that ended well) over gloo (CPUs),
-    the processes first wait for each other, as PyTorch's own distributed tests do before destroying a group: a
-    rank that tore its group down while another was still in it aborted at exit now and then (SIGABRT,
-    "terminate called without an active exception": 3 runs in about 100 of the torchrun test on this 2-core
-    machine under load), and torchrun then stopped the rank still scoring. NCCL's group is left at once (its
-    barrier would time out while rank 0 decodes), and so is any group after an error (the others may be inside
-    a collective that this rank will never join)."""
+    """Leave the process group, if this process is in one. With `meet` (a run that ended well) over gloo
+    (CPUs), the processes first wait for each other, as PyTorch's own distributed tests do before destroying a
+    group: a rank that tore its group down while another was still in it aborted at exit now and then
+    (SIGABRT, "terminate called without an active exception": 3 runs in about 100 of the torchrun test on this
+    2-core machine under load), and torchrun then stopped the rank still scoring. NCCL's group is left at once
+    (its barrier would time out while rank 0 decodes), and so is any group after an error (the others may be
+    inside a collective that this rank will never join)."""
     if dist.is_available() and dist.is_initialized():
         if meet and dist.get_backend() == "gloo":
             dist.barrier()
@@ -74,7 +75,8 @@ def rank_share(step_batches: list, rank: int, world: int) -> list:
 
 
 def all_sum(values: list[float], device) -> list[float]:
-    """The sum over all ranks of each number in `values` (one all_reduce; the values unchanged in one process).
+    """The sum over all ranks of each number in `values` (one all_reduce; the values unchanged in one
+    process).
     Example: rank 0 [1.0, 0.0], rank 1 [2.0, 1.0] -> [3.0, 1.0] on both"""
     rank, world = rank_and_world()
     if world == 1:
@@ -109,8 +111,9 @@ def set_rng_state(states: list[dict], device) -> None:
     (the data position and the dropout streams would not be those of the saved run)."""
     rank, world = rank_and_world()
     if len(states) != world:
-        raise ValueError(f"the checkpoint holds the random states of {len(states)} processes, this run has {world}: "
-                         f"resume with the same number of processes (torchrun --nproc_per_node {len(states)})")
+        raise ValueError(f"the checkpoint holds the random states of {len(states)} processes, this run has "
+                         f"{world}: resume with the same number of processes (torchrun --nproc_per_node "
+                         f"{len(states)})")
     state = states[rank]
     torch.set_rng_state(state["torch"].cpu())
     if "cuda" in state and str(device).startswith("cuda"):

@@ -1,5 +1,6 @@
-"""The paper's Table 3 at small scale (lesson 15): variants of one base configuration, each trained for the same
-number of steps, scored by validation perplexity and greedy sacreBLEU on the test split, one JSON per run.
+"""The paper's Table 3 at small scale (lesson 15): variants of one base configuration, each trained for the
+same number of steps, scored by validation perplexity and greedy sacreBLEU on the test split, one JSON per
+run.
 
     python -m solutions.experiments list
     python -m solutions.experiments run --rows base A --seeds 0 1 --data multi30k --out runs/table3
@@ -30,8 +31,9 @@ import solutions
 from solutions.data import load_data
 from solutions.translate import Config, config_for, evaluate_bleu, prepare_data, train, validation_loss
 
-#: The base of the small table: the course's CPU model (benchmarks/translate_cpu.md) halved in width and depth,
-#: so that a run of 300 steps takes 5 to 10 minutes on one CPU core (benchmarks/table3_cpu.md). d_k = 128 / 4 = 32.
+#: The base of the small table: the course's CPU model (benchmarks/translate_cpu.md) halved in width and
+#: depth, so that a run of 300 steps takes 5 to 10 minutes on one CPU core (benchmarks/table3_cpu.md).
+#: d_k = 128 / 4 = 32.
 BASE = dict(d_model=128, n_heads=4, n_layers=2, d_ff=512,   # the paper's base: 512, 8, 6, 2048 (d_k 64)
             dropout=0.1, attention_dropout=0.1, label_smoothing=0.1,
             bpe_merges=4000,        # a smaller vocabulary: the output layer is most of a small model's work
@@ -41,8 +43,9 @@ BASE = dict(d_model=128, n_heads=4, n_layers=2, d_ff=512,   # the paper's base: 
             precision="fp32",       # as recorded (float32 reproduces across CPUs; "auto" is bf16 on some)
             max_epochs=1000, minutes=1e9)  # stopped by max_steps only: the table reproduces on any machine
 
-#: row name -> (group, Config overrides as a function of the base settings). Unlisted values are the base's, as in
-#: the paper; changes are relative (half, double) so that a larger base (benchmarks/table3_gpu.sh) keeps the rows.
+#: row name -> (group, Config overrides as a function of the base settings). Unlisted values are the base's,
+#: as in the paper; changes are relative (half, double) so that a larger base (benchmarks/table3_gpu.sh) keeps
+#: the rows.
 ROWS = {
     "base": ("base", lambda b: {}),
     "A-h1": ("A", lambda b: dict(n_heads=1)),                              # d_k = d_model: one wide head
@@ -52,7 +55,8 @@ ROWS = {
     "B-dk-quarter": ("B", lambda b: dict(d_k=b["d_model"] // b["n_heads"] // 4)),
     "C-N-half": ("C", lambda b: dict(n_layers=max(1, b["n_layers"] // 2))),
     "C-N-double": ("C", lambda b: dict(n_layers=b["n_layers"] * 2)),
-    "C-d-half": ("C", lambda b: dict(d_model=b["d_model"] // 2)),          # h kept: d_k halves too, as in the paper
+    # h kept: d_k halves too, as in the paper
+    "C-d-half": ("C", lambda b: dict(d_model=b["d_model"] // 2)),
     "C-d-double": ("C", lambda b: dict(d_model=b["d_model"] * 2)),
     "C-ff-half": ("C", lambda b: dict(d_ff=b["d_ff"] // 2)),
     "C-ff-double": ("C", lambda b: dict(d_ff=b["d_ff"] * 2)),
@@ -66,9 +70,9 @@ ROWS = {
 GROUPS = {"base": "base", "A": "(A) heads at constant compute", "B": "(B) smaller d_k", "C": "(C) model size",
           "D": "(D) regularization", "E": "(E) positions", "F": "the course's choices"}
 
-#: The paper's Table 3 (newstest2013 dev, English-German, per-wordpiece perplexity, BLEU, parameters x 10^6), the
-#: row of the paper that each small row mirrors: the same direction of change from its base (8 heads -> 4 is
-#: "h-half"). None where the paper has no such row.
+#: The paper's Table 3 (newstest2013 dev, English-German, per-wordpiece perplexity, BLEU, parameters x 10^6),
+#: the row of the paper that each small row mirrors: the same direction of change from its base (8 heads -> 4
+#: is "h-half"). None where the paper has no such row.
 PAPER = {
     "base": ("base: N 6, d_model 512, d_ff 2048, h 8, d_k 64, P_drop 0.1, eps_ls 0.1", 4.92, 25.8, 65),
     "A-h1": ("h 1, d_k 512", 5.29, 24.9, None),
@@ -92,7 +96,8 @@ PAPER = {
 
 
 def rows_for(names: list[str]) -> list[str]:
-    """Row names from names, groups ("A") or "all". Example: rows_for(["base", "D"]) -> ["base", "D-drop0", "D-ls0"]"""
+    """Row names from names, groups ("A") or "all".
+    Example: rows_for(["base", "D"]) -> ["base", "D-drop0", "D-ls0"]"""
     out = []
     for name in names:
         if name == "all":
@@ -102,7 +107,8 @@ def rows_for(names: list[str]) -> list[str]:
         else:
             found = [r for r, (group, _) in ROWS.items() if group == name]
         if not found:
-            raise ValueError(f"unknown row or group {name!r}; rows: {', '.join(ROWS)}; groups: {', '.join(GROUPS)}")
+            raise ValueError(f"unknown row or group {name!r}; rows: {', '.join(ROWS)}; groups: "
+                             f"{', '.join(GROUPS)}")
         out += [r for r in found if r not in out]
     return out
 
@@ -123,12 +129,13 @@ def describe(config: Config, base: Config | None = None) -> str:
     c = config
     d_k = c.d_k or c.d_model // c.n_heads
     if base is None:
-        return (f"N {c.n_layers}, d_model {c.d_model}, d_ff {c.d_ff}, h {c.n_heads}, d_k {d_k}, P_drop {c.dropout:g}, "
-                f"eps_ls {c.label_smoothing:g}, {'pre' if c.norm_first else 'post'}-norm, "
+        return (f"N {c.n_layers}, d_model {c.d_model}, d_ff {c.d_ff}, h {c.n_heads}, d_k {d_k}, P_drop "
+                f"{c.dropout:g}, eps_ls {c.label_smoothing:g}, {'pre' if c.norm_first else 'post'}-norm, "
                 f"{'tied' if c.tie_embeddings else 'untied'}, {c.positional}, {c.lr_schedule}")
     b, parts = base, []
     b_dk = b.d_k or b.d_model // b.n_heads
-    for label, new, old in (("N", c.n_layers, b.n_layers), ("d_model", c.d_model, b.d_model), ("d_ff", c.d_ff, b.d_ff),
+    for label, new, old in (("N", c.n_layers, b.n_layers), ("d_model", c.d_model, b.d_model),
+                            ("d_ff", c.d_ff, b.d_ff),
                             ("h", c.n_heads, b.n_heads), ("d_k", d_k, b_dk), ("P_drop", c.dropout, b.dropout),
                             ("eps_ls", c.label_smoothing, b.label_smoothing)):
         if new != old:
@@ -140,7 +147,8 @@ def describe(config: Config, base: Config | None = None) -> str:
     if c.positional != b.positional:
         parts.append(f"{c.positional} positions")
     if c.lr_schedule != b.lr_schedule:
-        parts.append(f"{c.lr_schedule} rate {c.lr_peak:g}, no warmup" if c.lr_schedule == "constant" else c.lr_schedule)
+        parts.append(f"{c.lr_schedule} rate {c.lr_peak:g}, no warmup" if c.lr_schedule == "constant"
+                     else c.lr_schedule)
     return ", ".join(parts)
 
 
@@ -175,10 +183,10 @@ def perplexity(model, pairs, config: Config, impl=solutions) -> tuple[float, flo
 def run_one(row: str, seed: int, data: str = "multi30k", steps: int = 300, out=None, max_test: int = 0,
             device: str = "cpu", impl=solutions, progress: bool = False, average_bleu: bool | None = None,
             synthetic_sizes=(2000, 200, 200), position: int | None = None, **overrides) -> dict:
-    """Train one row with one seed and score it: validation perplexity and greedy sacreBLEU on the test split, of
-    the last weights (the paper's Table 3: no averaging) and of the average of the last 5 snapshots. Writes
-    out/<row>.seed<seed>.json when `out` is given. progress: train's bar (at `position`, for runs side by side) and
-    the decoding's. Example: run_one("base", 0, "synthetic", steps=20)["bleu"]"""
+    """Train one row with one seed and score it: validation perplexity and greedy sacreBLEU on the test split,
+    of the last weights (the paper's Table 3: no averaging) and of the average of the last 5 snapshots. Writes
+    out/<row>.seed<seed>.json when `out` is given. progress: train's bar (at `position`, for runs side by
+    side) and the decoding's. Example: run_one("base", 0, "synthetic", steps=20)["bleu"]"""
     config = row_config(row, seed, steps, device, **overrides)
     t0 = time.time()
     name, prepared, test_de, test_en = prepare(data, config, max_test, synthetic_sizes)
@@ -202,14 +210,17 @@ def run_one(row: str, seed: int, data: str = "multi30k", steps: int = 300, out=N
     if averaged is not None:
         model.load_state_dict(averaged)
         result["averaged_snapshots"] = history.get("averaged")
-        result["val_loss_averaged"], result["val_ppl_averaged"] = perplexity(model, prepared.val, config, impl)
+        result["val_loss_averaged"], result["val_ppl_averaged"] = perplexity(model, prepared.val, config,
+                                                                             impl)
         if average_bleu or (average_bleu is None and row == "base"):  # a second decode: base only
             result["bleu_averaged"] = evaluate_bleu(model, prepared.tokenizer, test_de, test_en, "greedy",
                                                     batch_tokens=config.eval_batch_tokens, impl=impl,
                                                     progress=progress,
-                                                    max_output=(config.max_output_ratio, config.max_output_extra))
+                                                    max_output=(config.max_output_ratio,
+                                                                config.max_output_extra))
     result["eval_seconds"] = time.time() - t1
-    result["prep_seconds"] = prep_seconds  # BPE and encoding: once per process, 0 for the runs after the first
+    # BPE and encoding: once per process, 0 for the runs after the first
+    result["prep_seconds"] = prep_seconds
     if out is not None:
         path = pathlib.Path(out) / f"{row}.seed{seed}.json"
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -218,8 +229,8 @@ def run_one(row: str, seed: int, data: str = "multi30k", steps: int = 300, out=N
 
 
 def _worker(job):
-    """One process of `run --jobs`: its own threads, the runs given to it, one after another (with `progress`, a
-    bar each at line `position`, one line per process)."""
+    """One process of `run --jobs`: its own threads, the runs given to it, one after another (with `progress`,
+    a bar each at line `position`, one line per process)."""
     threads, runs, kwargs = job
     torch.set_num_threads(threads)
     done = []
@@ -234,7 +245,8 @@ def _worker(job):
 
 def run_table(rows: list[str], seeds: list[int], out, jobs: int = 1, threads: int = 1, **kwargs) -> None:
     """Every (row, seed) not yet in `out`, shared out among `jobs` processes of `threads` threads each, in the
-    order of `rows`, all seeds of a row together (a table cut short has its first rows complete, with every seed)."""
+    order of `rows`, all seeds of a row together (a table cut short has its first rows complete, with every
+    seed)."""
     out = pathlib.Path(out)
     todo = [(r, s) for r in rows for s in seeds if not (out / f"{r}.seed{s}.json").exists()]
     print(f"{len(todo)} runs to do in {out}", flush=True)
@@ -258,7 +270,8 @@ def load_results(folder) -> list[dict]:
 
 
 def summarize(runs: list[dict]) -> list[dict]:
-    """One dict per row: mean and half the range (min to max) of val_ppl, bleu and the averaging gain over seeds."""
+    """One dict per row: mean and half the range (min to max) of val_ppl, bleu and the averaging gain over
+    seeds."""
     by_row: dict = {}
     for r in runs:
         by_row.setdefault(r["row"], []).append(r)
@@ -272,7 +285,8 @@ def summarize(runs: list[dict]) -> list[dict]:
 
         gains = [r["bleu_averaged"] - r["bleu"] for r in rs if "bleu_averaged" in r]
         ppl_gains = [r["val_ppl_averaged"] - r["val_ppl"] for r in rs if "val_ppl_averaged" in r]
-        s = {"row": row, "group": rs[0]["group"], "change": rs[0]["change"], "seeds": sorted(r["seed"] for r in rs),
+        s = {"row": row, "group": rs[0]["group"], "change": rs[0]["change"],
+             "seeds": sorted(r["seed"] for r in rs),
              "steps": rs[0]["steps"], "parameters": rs[0]["parameters"],
              "seconds": statistics.fmean(r["train_seconds"] + r["eval_seconds"] for r in rs)}
         s["val_ppl"], s["val_ppl_spread"] = stat("val_ppl")
@@ -286,14 +300,16 @@ def summarize(runs: list[dict]) -> list[dict]:
 
 def markdown_table(runs: list[dict]) -> str:
     """The small table beside the paper's: a row per variant, mean ± half the range over seeds."""
-    lines = ["| | change from the base | params | steps | seeds | val PPL | test BLEU (greedy) | BLEU, last-5 average "
-             "| the paper's row | paper PPL | paper BLEU |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| | change from the base | params | steps | seeds | val PPL | test BLEU (greedy) | BLEU, "
+             "last-5 average | the paper's row | paper PPL | paper BLEU |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for s in summarize(runs):
         label, ppl, bleu, _ = PAPER.get(s["row"], ("", None, None, None))
-        avg = f"{s['bleu_averaged']:.2f} ({s['averaging_gain']:+.2f})" if s["bleu_averaged"] is not None else ""
-        lines.append(f"| {s['row']} | {s['change']} | {s['parameters'] / 1e6:.2f}M | {s['steps']} | {len(s['seeds'])} "
-                     f"| {s['val_ppl']:.2f} ± {s['val_ppl_spread']:.2f} | {s['bleu']:.2f} ± {s['bleu_spread']:.2f} "
-                     f"| {avg} | {label} | {'' if ppl is None else f'{ppl:.2f}'} | "
+        avg = (f"{s['bleu_averaged']:.2f} ({s['averaging_gain']:+.2f})" if s["bleu_averaged"] is not None
+               else "")
+        lines.append(f"| {s['row']} | {s['change']} | {s['parameters'] / 1e6:.2f}M | {s['steps']} | "
+                     f"{len(s['seeds'])} | {s['val_ppl']:.2f} ± {s['val_ppl_spread']:.2f} | {s['bleu']:.2f} "
+                     f"± {s['bleu_spread']:.2f} | {avg} | {label} | {'' if ppl is None else f'{ppl:.2f}'} | "
                      f"{'' if bleu is None else f'{bleu:.1f}'} |")
     return "\n".join(lines)
 
@@ -305,10 +321,11 @@ def _direction(diff: float, spread: float, lower_is_better: bool) -> str:
 
 
 def verdict(runs: list[dict], row: str) -> str:
-    """One sentence on a row against the base: each metric's change, whether it is larger than the seeds' spread
-    (the row's ± plus the base's ±), and the paper's direction for the same change (one run each: a change of
-    0.01 in perplexity or 0.1 BLEU counts as about the same).
-    Example: verdict(runs, "A-h1") -> "h 1, d_k 128: val PPL 52.10 against 48.53 (+3.57, ± 1.85: worse); ..." """
+    """One sentence on a row against the base: each metric's change, whether it is larger than the seeds'
+    spread (the row's ± plus the base's ±), and the paper's direction for the same change (one run each: a
+    change of 0.01 in perplexity or 0.1 BLEU counts as about the same).
+    Example: verdict(runs, "A-h1")
+             -> "h 1, d_k 128: val PPL 52.10 against 48.53 (+3.57, ± 1.85: worse); ..." """
     summary = {s["row"]: s for s in summarize(runs)}
     if row not in summary or "base" not in summary:
         return f"{row}: not recorded"
@@ -316,21 +333,24 @@ def verdict(runs: list[dict], row: str) -> str:
     _, paper_ppl, paper_bleu, _ = PAPER.get(row, (None, None, None, None))
     _, base_ppl, base_bleu, _ = PAPER["base"]
     parts = []
-    for key, label, lower, paper, paper_base, tol in (("val_ppl", "val PPL", True, paper_ppl, base_ppl, 0.015),
+    for key, label, lower, paper, paper_base, tol in (("val_ppl", "val PPL", True, paper_ppl, base_ppl,
+                                                       0.015),
                                                       ("bleu", "BLEU", False, paper_bleu, base_bleu, 0.15)):
         diff, spread = r[key] - b[key], r[f"{key}_spread"] + b[f"{key}_spread"]
         here = _direction(diff, spread, lower)
         text = f"{label} {r[key]:.2f} against {b[key]:.2f} ({diff:+.2f}, spread ± {spread:.2f}: {here}"
         if paper is not None:
-            theirs = _direction(paper - paper_base, tol, lower).replace("within the seeds' spread", "about the same")
+            theirs = _direction(paper - paper_base, tol, lower).replace("within the seeds' spread",
+                                                                        "about the same")
             text += f"; the paper: {theirs}"
         parts.append(text + ")")
     return f"{r['change']}: " + "; ".join(parts)
 
 
 def plot_group(runs: list[dict], group: str, size=(9, 2.8)):
-    """One figure for a group of rows: validation perplexity (left, lower is better) and test BLEU (right, higher is
-    better), one bar per row with the base first, each seed a dot on its bar, the base's mean as a dashed line."""
+    """One figure for a group of rows: validation perplexity (left, lower is better) and test BLEU (right,
+    higher is better), one bar per row with the base first, each seed a dot on its bar, the base's mean as a
+    dashed line."""
     import matplotlib.pyplot as plt
 
     summary = {s["row"]: s for s in summarize(runs)}
@@ -362,14 +382,17 @@ def build_parser() -> argparse.ArgumentParser:
     from solutions.cli import Parser, device_name, number
 
     parser = Parser(prog=PROG, description=__doc__.split("\n\n")[0],
-                    epilog=f"run's defaults: all {len(ROWS)} rows x seeds 0 and 1, 300 steps each, multi30k, cpu, "
-                           "one process of one thread, into runs/table3 (`run --help` for each)")
+                    epilog=f"run's defaults: all {len(ROWS)} rows x seeds 0 and 1, 300 steps each, multi30k, "
+                           "cpu, one process of one thread, into runs/table3 (`run --help` for each)")
     commands = parser.add_subparsers(dest="command", required=True, metavar="{list,run,table}")
-    commands.add_parser("list", help="the rows and what each changes", description="The rows and what each changes.")
+    commands.add_parser("list", help="the rows and what each changes",
+                        description="The rows and what each changes.")
     p = commands.add_parser("run", help="train and score rows, one JSON per run (existing ones are skipped)",
-                            description="Train and score rows, one JSON per run (a run whose JSON exists is skipped).")
+                            description="Train and score rows, one JSON per run (a run whose JSON exists is "
+                                        "skipped).")
     p.add_argument("--rows", nargs="+", default=["all"], metavar="ROW",
-                   help=f"row names, groups ({' '.join(g for g in GROUPS if g != 'base')}) or all (default: all)")
+                   help=f"row names, groups ({' '.join(g for g in GROUPS if g != 'base')}) or all (default: "
+                        "all)")
     p.add_argument("--seeds", nargs="+", type=number(int, 0), default=[0, 1], metavar="SEED",
                    help="seeds to run each row with (default: 0 1)")
     p.add_argument("--steps", type=number(int, 1), default=300, metavar="N",
@@ -380,13 +403,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", type=device_name, default="cpu", help="cpu, cuda or cuda:N (default: cpu)")
     p.add_argument("--jobs", type=number(int, 1), default=1, metavar="N",
                    help="processes running rows side by side, a progress line each (default: 1)")
-    p.add_argument("--threads", type=number(int, 1), default=1, metavar="N", help="PyTorch threads per process "
+    p.add_argument("--threads", type=number(int, 1), default=1, metavar="N",
+                   help="PyTorch threads per process "
                    "(default: 1)")
     p.add_argument("--max-test", type=number(int, 0), default=0, metavar="N",
                    help="score only the first N test sentences (0: all) (default: 0)")
     p.add_argument("--base", default="{}", metavar="JSON",
                    help="Config overrides for every row, e.g. '{\"d_model\": 512}'; the base: "
-                        + ", ".join(f"{k} {v}" for k, v in BASE.items() if k in ("d_model", "n_heads", "n_layers",
+                        + ", ".join(f"{k} {v}" for k, v in BASE.items()
+                                    if k in ("d_model", "n_heads", "n_layers",
                                                                               "d_ff", "bpe_merges"))
                         + " (default: {})")
     p.add_argument("--quiet", action="store_true", help="no progress bars (default: false)")
@@ -411,8 +436,8 @@ def _base_overrides(text: str) -> dict:
     known = {f.name for f in dataclasses.fields(Config)} - {"device", "max_steps", "seed"}
     unknown = sorted(set(base) - known)
     if unknown:
-        raise UsageError(f"--base: {', '.join(map(repr, unknown))} not a Config field this command lets you set; "
-                         f"fields: {', '.join(sorted(known))}")
+        raise UsageError(f"--base: {', '.join(map(repr, unknown))} not a Config field this command lets you "
+                         f"set; fields: {', '.join(sorted(known))}")
     try:
         config = row_config("base", base=base)
     except TypeError as e:
@@ -430,14 +455,16 @@ def _command(argv) -> None:
     if args.command == "list":
         base = row_config("base")
         for row, (group, _) in ROWS.items():
-            print(f"{row:13s} {group:5s} {describe(row_config(row), base) if row != 'base' else describe(base)}")
+            print(f"{row:13s} {group:5s} "
+                  f"{describe(row_config(row), base) if row != 'base' else describe(base)}")
     elif args.command == "table":
         folder = pathlib.Path(args.out)
         if not folder.is_dir():
             raise UsageError(f"--out {folder}: no such folder; give the folder that `{PROG} run --out` wrote")
         runs = load_results(folder)
         if not runs:
-            raise UsageError(f"--out {folder}: no run results (*.json) in it; run `{PROG} run --out {folder}` first")
+            raise UsageError(f"--out {folder}: no run results (*.json) in it; run `{PROG} run --out "
+                             f"{folder}` first")
         print(markdown_table(runs))
     else:
         check_device(args.device)

@@ -29,5 +29,6 @@ class PositionwiseFeedForward(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         ### BEGIN SOLUTION
-        return self.w_2(self.dropout(torch.relu(self.w_1(x))))  # (B, L, d_model) -> (B, L, d_ff) -> (B, L, d_model)
+        # (B, L, d_model) -> (B, L, d_ff) -> (B, L, d_model)
+        return self.w_2(self.dropout(torch.relu(self.w_1(x))))
         ### END SOLUTION

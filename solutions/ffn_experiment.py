@@ -3,8 +3,9 @@
 Every position of a sequence holds a point (x1, x2) drawn from N(0, 1), on its own (8 positions, nothing to
 learn from the others), and the model must output x1 * x2 at every position. A one-layer model of width 16:
 a linear map in, multi-head attention with its residual and LayerNorm, then (or not) the position-wise
-feed-forward network with its own, and a linear map out, trained with Adam for a few hundred steps. The score is
-the fraction of the target's variance left unexplained on fresh points: 0 is perfect, 1 is no better than the mean.
+feed-forward network with its own, and a linear map out, trained with Adam for a few hundred steps. The score
+is the fraction of the target's variance left unexplained on fresh points: 0 is perfect, 1 is no better than
+the mean.
 
 It measures one small model on one function; it does not say how much the network matters at the paper's scale
 (most of a layer's parameters: lesson 06's count).
@@ -21,7 +22,8 @@ from .multi_head_attention import MultiHeadAttention
 
 
 class OneLayer(nn.Module):
-    """in (2 -> d_model), attention sublayer, feed-forward sublayer when `feed_forward` is given, out (d_model -> 1)."""
+    """in (2 -> d_model), attention sublayer, feed-forward sublayer when `feed_forward` is given,
+    out (d_model -> 1)."""
 
     def __init__(self, feed_forward: nn.Module | None, d_model: int = 16, norm_first: bool = False):
         super().__init__()
@@ -45,8 +47,8 @@ class OneLayer(nn.Module):
 
 def unexplained(feed_forward_class, with_ffn: bool, seed: int = 0, steps: int = 300, d_model: int = 16,
                 norm_first: bool = False) -> float:
-    """Train a OneLayer (with `feed_forward_class(d_model, 4 * d_model, dropout=0.0)` or none) to output x1 * x2,
-    and return the fraction of the target's variance it leaves unexplained on 4,000 fresh points."""
+    """Train a OneLayer (with `feed_forward_class(d_model, 4 * d_model, dropout=0.0)` or none) to output x1 *
+    x2, and return the fraction of the target's variance it leaves unexplained on 4,000 fresh points."""
     torch.manual_seed(seed)
     ffn = feed_forward_class(d_model, 4 * d_model, dropout=0.0) if with_ffn else None
     model = OneLayer(ffn, d_model, norm_first)

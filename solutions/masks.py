@@ -35,5 +35,6 @@ def target_mask(tgt_ids: torch.Tensor, pad_id: int = PAD) -> torch.Tensor:
     """
     ### BEGIN SOLUTION
     L = tgt_ids.size(1)
-    return padding_mask(tgt_ids, pad_id) & causal_mask(L, tgt_ids.device)  # (B,1,1,L) & (1,1,L,L) -> (B,1,L,L)
+    # (B,1,1,L) & (1,1,L,L) -> (B,1,L,L)
+    return padding_mask(tgt_ids, pad_id) & causal_mask(L, tgt_ids.device)
     ### END SOLUTION

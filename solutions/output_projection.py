@@ -27,8 +27,8 @@ class TransformerBase(nn.Module):
 
 
 class Transformer(TransformerBase):
-    """forward(src (B, Ls), tgt_in (B, Lt), src_mask (B,1,1,Ls), tgt_mask (B,1,Lt,Lt)) -> logits (B, Lt, V_tgt),
-    no softmax (the loss takes it). Given by TransformerBase: self._reset_parameters(d_model), the initialization.
+    """forward(src (B,Ls), tgt_in (B,Lt), src_mask (B,1,1,Ls), tgt_mask (B,1,Lt,Lt)) -> logits (B, Lt, V_tgt),
+    no softmax (the loss takes it). TransformerBase gives the initialization, self._reset_parameters(d_model).
     Example: m = Transformer(100, 100, d_model=32, n_heads=4, n_layers=2, d_ff=64)   (tie_weights=True, one V)
              m(torch.ones(2, 7).long(), torch.ones(2, 5).long(), None, None).shape -> (2, 5, 100)
              m.generator.weight is m.tgt_embed.embedding.weight is m.src_embed.embedding.weight -> True
@@ -61,7 +61,7 @@ class Transformer(TransformerBase):
         ### END SOLUTION
 
     def decode(self, tgt_in: torch.Tensor, memory: torch.Tensor, src_mask, tgt_mask) -> torch.Tensor:
-        """tgt_in (B, Lt), memory (B, Ls, d_model) -> decoder states (B, Lt, d_model), before the generator."""
+        """tgt_in (B, Lt), memory (B, Ls, d_model) -> states (B, Lt, d_model), before the generator."""
         ### BEGIN SOLUTION
         return self.decoder(self.positional(self.tgt_embed(tgt_in)), memory, src_mask, tgt_mask)
         ### END SOLUTION

@@ -38,7 +38,8 @@ class PositionalEncoding(nn.Module):
         super().__init__()
         ### BEGIN SOLUTION
         self.dropout = nn.Dropout(dropout)
-        self.register_buffer("pe", sinusoidal_encoding(max_len, d_model), persistent=False)  # (max_len, d_model)
+        # (max_len, d_model)
+        self.register_buffer("pe", sinusoidal_encoding(max_len, d_model), persistent=False)
         ### END SOLUTION
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -57,8 +58,9 @@ class LearnedPositionalEncoding(nn.Module):
 
     Not part of the contract and not a stub in any lesson: lesson 15 uses it through
     Config(positional="learned"). `embedding` is an nn.Embedding(max_len, d_model), so its weights copy to and
-    from PyTorch's own position embeddings. Initialized N(0, d_model^-0.5), like the token embeddings before their
-    sqrt(d_model) scale. Example: LearnedPositionalEncoding(4, max_len=10, dropout=0.0)(torch.zeros(1, 2, 4))[0]
+    from PyTorch's own position embeddings. Initialized N(0, d_model^-0.5), like the token embeddings before
+    their sqrt(d_model) scale.
+    Example: LearnedPositionalEncoding(4, max_len=10, dropout=0.0)(torch.zeros(1, 2, 4))[0]
     == embedding.weight[:2]
     """
 

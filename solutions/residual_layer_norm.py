@@ -27,7 +27,8 @@ class LayerNorm(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         ### BEGIN SOLUTION
         centered = x - x.mean(dim=-1, keepdim=True)             # (..., d_model): x - mu
-        var = (centered ** 2).mean(dim=-1, keepdim=True)        # (..., 1), biased (divides by d) like nn.LayerNorm
+        # (..., 1), biased (divides by d) like nn.LayerNorm
+        var = (centered ** 2).mean(dim=-1, keepdim=True)
         return self.weight * centered / torch.sqrt(var + self.eps) + self.bias
         ### END SOLUTION
 

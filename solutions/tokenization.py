@@ -178,7 +178,8 @@ def split_cached(tokenizer, text: str, split_word) -> list[str]:
     """Given, for BPETokenizer.tokenize: the subwords of every word of `text` (split at any whitespace),
     each distinct word split by split_word(word, tokenizer.merges) only once. The cache lives in the
     tokenizer's own __dict__ (never shared between tokenizers) and is emptied when its merges list is
-    replaced (retrained or loaded). Example: split_cached(tok, "low lower", apply_bpe) -> ["low</w>", "low", "er</w>"]
+    replaced (retrained or loaded).
+    Example: split_cached(tok, "low lower", apply_bpe) -> ["low</w>", "low", "er</w>"]
     """
     cache = tokenizer.__dict__.get("_cache")
     if cache is None or tokenizer.__dict__.get("_cached_merges") is not tokenizer.merges:  # new or retrained

@@ -7,8 +7,9 @@ A source is 3 to 8 random symbols (token ids 4 to 13 of a 14-token vocabulary wh
 specials); the target is the same sequence (copy) or the sequence reversed.
 
 While a grader runs a notebook (nbgrader's autograde and validate, and `python -m autograder grade`, set the
-environment variable NBGRADER_EXECUTION), a training demonstration runs `GRADED_STEPS` steps only (`demo_steps`):
-no graded cell depends on what it learns, and the full runs cost a submission minutes on a CPU.
+environment variable NBGRADER_EXECUTION), a training demonstration runs `GRADED_STEPS` steps only
+(`demo_steps`): no graded cell depends on what it learns, and the full runs cost a submission minutes on a
+CPU.
 """
 from __future__ import annotations
 
@@ -24,12 +25,15 @@ from .training import make_batch, make_optimizer
 
 V = 14          # the 4 special tokens, then the symbols 4..13
 D_MODEL = 64    # the small model of lesson 12: 4 heads, 1 + 1 layers, d_ff 128, no dropout
-GRADED_STEPS = 20  # a demonstration's steps under a grader: enough to run every line of the loop, 2 s on a CPU
+# a demonstration's steps under a grader: enough to run every line of the loop, 2 s on a CPU
+GRADED_STEPS = 20
 
 
 def demo_steps(steps: int) -> int:
-    """`steps`, or at most GRADED_STEPS while a grader runs the notebook (NBGRADER_EXECUTION is set, as nbgrader
-    and the grade command set it). Example: demo_steps(600) -> 600 in JupyterLab, 20 under nbgrader autograde."""
+    """`steps`, or at most GRADED_STEPS while a grader runs the notebook (NBGRADER_EXECUTION is set, as
+    nbgrader
+    and the grade command set it).
+    Example: demo_steps(600) -> 600 in JupyterLab, 20 under nbgrader autograde."""
     return min(steps, GRADED_STEPS) if os.environ.get("NBGRADER_EXECUTION") else steps
 
 
@@ -70,8 +74,8 @@ def train(task, steps: int, batch_size: int = 64, seed: int = 0, make_batch=make
           make_optimizer=make_optimizer, progress=None):
     """The loop of lesson 12: a fresh small Transformer trained to map each source s to task(s), with fresh
     data at every step, the warmup schedule (warmup_steps=100, factor=0.5) and no label smoothing.
-    Returns (model in eval mode, the loss of every step, the learning rate of every step). Under a grader, `steps`
-    is cut to GRADED_STEPS (demo_steps)."""
+    Returns (model in eval mode, the loss of every step, the learning rate of every step). Under a grader,
+    `steps` is cut to GRADED_STEPS (demo_steps)."""
     steps = demo_steps(steps)
     torch.manual_seed(seed)
     rng = random.Random(seed)
@@ -102,10 +106,12 @@ def accuracy(model, task, n: int = 200, seed: int = 1234, make_batch=make_batch,
 
 
 def spikes(losses: list[float], window: int = 50, ratio: float = 10.0) -> list[int]:
-    """The steps (1, 2, ...) whose loss is more than `ratio` times the median loss of the `window` steps before.
+    """The steps (1, 2, ...) whose loss is more than `ratio` times the median loss of the `window` steps
+    before.
     Example: spikes([1.0] * 60 + [20.0]) -> [61]"""
     import statistics
-    return [k + 1 for k in range(window, len(losses)) if losses[k] > ratio * statistics.median(losses[k - window:k])]
+    return [k + 1 for k in range(window, len(losses)) if losses[k] > ratio
+            * statistics.median(losses[k - window:k])]
 
 
 def plot_training(losses: list[float], rates: list[float], title: str):

@@ -10,8 +10,9 @@ MULTI30K = pathlib.Path(os.environ.get("MULTI30K_MIRROR", ROOT.parent / "shared"
 
 
 def pytest_configure(config):
-    """At most 2 threads, shared among pytest-xdist's workers: 1 each on a 2-core machine. Not in pytest-xdist's
-    controller, which runs no test: importing PyTorch there delays every worker's start by a second or two."""
+    """At most 2 threads, shared among pytest-xdist's workers: 1 each on a 2-core machine. Not in
+    pytest-xdist's controller, which runs no test: importing PyTorch there delays every worker's start by a
+    second or two."""
     if getattr(config.option, "numprocesses", None) and "PYTEST_XDIST_WORKER" not in os.environ:
         return
     import torch
@@ -21,8 +22,9 @@ def pytest_configure(config):
 
 @pytest.fixture(scope="module")
 def one_thread():
-    """One PyTorch thread for a module's tests, restored after it: tiny models gain little from a second thread, two
-    threads slow down many times over when another process shares the cores, and one thread sums in one order."""
+    """One PyTorch thread for a module's tests, restored after it: tiny models gain little from a second
+    thread, two threads slow down many times over when another process shares the cores, and one thread sums
+    in one order."""
     import torch
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
@@ -37,10 +39,10 @@ def _seed():
 
 
 # ---------------------------------------------------------------- no silent skips in CI
-# Under CI (the environment variable CI=true, as .ci/run sets it) a skipped test fails the run, unless its skip
-# reason matches a pattern below. Each entry says why CI cannot run that test; "the tool is not installed" is
-# never a reason: .ci/run installs it. Empty today: CI installs repo2docker, Chromium and Playwright, and has
-# the Multi30k files in ../shared/data/multi30k, so in CI nothing skips.
+# Under CI (the environment variable CI=true, as .ci/run sets it) a skipped test fails the run, unless its
+# skip reason matches a pattern below. Each entry says why CI cannot run that test; "the tool is not
+# installed" is never a reason: .ci/run installs it. Empty today: CI installs repo2docker, Chromium and
+# Playwright, and has the Multi30k files in ../shared/data/multi30k, so in CI nothing skips.
 CI_ALLOWED_SKIPS = {
     # r"regular expression searched in the skip reason": "why CI cannot run the test",
 }
@@ -62,8 +64,9 @@ def allowed_in_ci(reason):
 
 
 def ci_skip_message(nodeid, reason):
-    return (f"{nodeid} skipped under CI=true: {reason!r}. CI runs every test: install what it needs in .ci/run, "
-            f"or, where CI cannot run it, add its reason to CI_ALLOWED_SKIPS in tests/conftest.py with why.")
+    return (f"{nodeid} skipped under CI=true: {reason!r}. CI runs every test: install what it needs in "
+            ".ci/run, or, where CI cannot run it, add its reason to CI_ALLOWED_SKIPS in tests/conftest.py "
+            "with why.")
 
 
 class _CISkipRepr:
@@ -84,7 +87,8 @@ class _CISkipRepr:
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
-    """A test skipped in setup (skipif, a fixture) or in its body: under CI, unless allowed, it fails instead."""
+    """A test skipped in setup (skipif, a fixture) or in its body: under CI, unless allowed, it fails
+    instead."""
     outcome = yield
     report = outcome.get_result()
     if report.skipped and not hasattr(report, "wasxfail") and running_in_ci():

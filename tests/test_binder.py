@@ -39,8 +39,8 @@ def test_binder_post_build_installs_the_course():
 @pytest.mark.skipif(shutil.which("repo2docker") is None,
                     reason="repo2docker is not installed (pip install -r requirements-ci.txt)")
 def test_repo2docker_renders_a_build_plan_from_binder(tmp_path):
-    proc = subprocess.run(["repo2docker", "--no-build", "--debug", "--user-id", "1000", "--user-name", "jovyan",
-                           str(ROOT)], capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(["repo2docker", "--no-build", "--debug", "--user-id", "1000", "--user-name",
+                           "jovyan", str(ROOT)], capture_output=True, text=True, timeout=120)
     plan = proc.stdout
     assert proc.returncode == 0, proc.stderr[-2000:]
     install = plan.index('pip install --no-cache-dir -r "binder/requirements.txt"')
@@ -55,17 +55,20 @@ def test_first_code_cell_makes_the_course_importable(path):
     nb = nbformat.read(str(path), as_version=4)
     first = next(c for c in nb.cells if c.cell_type == "code")
     assert first.source == SETUP_SOURCE
-    assert f"colab.research.google.com/github/{COURSE_REPO}/blob/main/lessons/{path.name}" in nb.cells[0].source
+    assert (f"colab.research.google.com/github/{COURSE_REPO}/blob/main/lessons/{path.name}"
+            in nb.cells[0].source)
 
 
 def test_setup_cell_is_silent_where_the_course_is_installed():
-    proc = subprocess.run(["python", "-c", SETUP_SOURCE], capture_output=True, text=True, cwd=ROOT / "lessons")
+    proc = subprocess.run(["python", "-c", SETUP_SOURCE], capture_output=True, text=True,
+                          cwd=ROOT / "lessons")
     assert proc.returncode == 0 and proc.stdout == "" and proc.stderr == ""
 
 
 def test_setup_cell_says_how_to_install_where_the_course_is_missing(tmp_path):
-    """A kernel whose Python lacks the course (JupyterLab started from another environment), in a folder with no
-    course above it: the setup cell stops with the fix, naming that Python, not with a bare import error later."""
+    """A kernel whose Python lacks the course (JupyterLab started from another environment), in a folder with
+    no course above it: the setup cell stops with the fix, naming that Python, not with a bare import error
+    later."""
     proc = subprocess.run([sys.executable, "-S", "-c", SETUP_SOURCE], capture_output=True, text=True,
                           cwd=tmp_path)  # -S: no site-packages, so no installed course
     assert proc.returncode == 1, proc
@@ -76,7 +79,8 @@ def test_setup_cell_says_how_to_install_where_the_course_is_missing(tmp_path):
 
 def test_readme_badges_point_at_lessons_that_exist():
     readme = (ROOT / "README.md").read_text()
-    links = re.findall(rf"colab\.research\.google\.com/github/{COURSE_REPO}/blob/main/(lessons/[\w.]+)", readme)
+    links = re.findall(rf"colab\.research\.google\.com/github/{COURSE_REPO}/blob/main/(lessons/[\w.]+)",
+                       readme)
     assert len(links) >= 13
     missing = [link for link in links if not (ROOT / link).exists()]
     assert not missing, missing

@@ -1,9 +1,9 @@
-"""A learner's path in a real browser: JupyterLab serves lesson 03, headless Chromium runs all its cells, and a
-check's output (the failing checks of the released stubs, then the points) appears in the page.
+"""A learner's path in a real browser: JupyterLab serves lesson 03, headless Chromium runs all its cells, and
+a check's output (the failing checks of the released stubs, then the points) appears in the page.
 
 Needs Debian's Chromium (apt-get install chromium: /usr/bin/chromium) and Playwright for Python
-(pip install -r requirements-ci.txt; its own browser download, `playwright install`, is never used); skips without
-them, except under CI=true, where .ci/run installs both and a skip fails the run (tests/conftest.py).
+(pip install -r requirements-ci.txt; its own browser download, `playwright install`, is never used); skips
+without them, except under CI=true, where .ci/run installs both and a skip fails the run (tests/conftest.py).
 The screenshot goes to $BROWSER_SCREENSHOT when set, else to pytest's tmp dir; the test prints its path.
 """
 import hashlib
@@ -30,7 +30,8 @@ CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic"
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 # Time limits, generous for a loaded machine; together (with the clean-up) about three minutes at most.
 SERVER_START_S = 45     # JupyterLab up and answering
-BROWSER_S = 120         # all the browser's work: open the notebook, run all cells (kernel start, `import torch`), look
+# all the browser's work: open the notebook, run all cells (kernel start, `import torch`), look
+BROWSER_S = 120
 ACTION_S = 20           # one click
 
 pytestmark = pytest.mark.skipif(not os.access(CHROMIUM, os.X_OK),
@@ -164,11 +165,13 @@ def test_lesson03_runs_in_jupyterlab_and_shows_check_output(jupyterlab, tmp_path
             notebook.wait_for(state="visible", timeout=left_ms())
             page.locator(".jp-Notebook .jp-Cell").first.wait_for(state="visible", timeout=left_ms())
             # The kernel connected and idle, as a learner waits for it: the cells show seconds before it (the
-            # status bar says "No Kernel | Initializing"; the toolbar's indicator already says idle), and Run All
-            # then runs nothing (two runs in three failed so on a loaded 2-core machine).
-            page.locator(".jp-StatusBar-TextItem", has_text=re.compile(r"\(ipykernel\) \| Idle")).first.wait_for(
+            # status bar says "No Kernel | Initializing"; the toolbar's indicator already says idle), and Run
+            # All then runs nothing (two runs in three failed so on a loaded 2-core machine).
+            page.locator(".jp-StatusBar-TextItem",
+                         has_text=re.compile(r"\(ipykernel\) \| Idle")).first.wait_for(
                 state="visible", timeout=left_ms())
-            page.locator(".jp-Notebook .jp-Cell").first.click()   # the notebook has focus, as after a learner's click
+            # the notebook has focus, as after a learner's click
+            page.locator(".jp-Notebook .jp-Cell").first.click()
 
             # Run > Run All Cells, from the menu bar as a learner would
             page.locator(".lm-MenuBar-item").filter(has_text=re.compile(r"^\s*Run\s*$")).click()
@@ -179,8 +182,9 @@ def test_lesson03_runs_in_jupyterlab_and_shows_check_output(jupyterlab, tmp_path
             output.wait_for(state="attached", timeout=left_ms())
             output.scroll_into_view_if_needed()
             output.wait_for(state="visible")
-            # textContent, not innerText: JupyterLab skips the rendering of cells off screen (CSS content-visibility),
-            # and the innerText of a cell not yet rendered again after the scroll is empty
+            # textContent, not innerText: JupyterLab skips the rendering of cells off screen (CSS
+            # content-visibility), and the innerText of a cell not yet rendered again after the scroll is
+            # empty
             text = output.text_content()
             assert "not implemented yet" in text, text
             assert "✗ equals torch.softmax along the last dimension, gradients too [0/1]" in text, text
@@ -195,7 +199,8 @@ def test_lesson03_runs_in_jupyterlab_and_shows_check_output(jupyterlab, tmp_path
                     # Run All stops at the first cell that raises: its traceback is usually the whole story
                     # (e.g. "No module named 'autograder'" when the course is not installed for the kernel).
                     page.keyboard.press("Escape")
-                    page.keyboard.press("Control+Home")     # back to the top: cells off screen are not rendered
+                    # back to the top: cells off screen are not rendered
+                    page.keyboard.press("Control+Home")
                     page.locator(".jp-Notebook .jp-Cell").first.click(timeout=5_000)
                     page.locator(".jp-OutputArea-output").first.wait_for(state="attached", timeout=5_000)
                     errors = [t for t in page.locator(".jp-OutputArea-output").all_inner_texts()

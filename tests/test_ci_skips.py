@@ -1,6 +1,6 @@
-"""CI runs every test it can: under CI=true, tests/conftest.py turns a skip into a failure that names the test and
-its reason, unless the reason is on CI_ALLOWED_SKIPS. Each case runs pytest on a tiny test file in a temporary
-folder, with this suite's conftest hooks and an allow-list of its own."""
+"""CI runs every test it can: under CI=true, tests/conftest.py turns a skip into a failure that names the test
+and its reason, unless the reason is on CI_ALLOWED_SKIPS. Each case runs pytest on a tiny test file in a
+temporary folder, with this suite's conftest hooks and an allow-list of its own."""
 import os
 import re
 import subprocess
@@ -74,8 +74,9 @@ def run_tiny(tmp_path, ci, files):
     (tmp_path / "conftest.py").write_text(TINY_CONFTEST)
     for name, source in files.items():
         (tmp_path / name).write_text(source)
-    # not a worker of this run's pytest-xdist (pytest-benchmark, seeing a worker's variables, warns on stderr), and
-    # none of the installed plugins (nbval, xdist, ...: seconds of imports per run), only pytest and the hooks
+    # not a worker of this run's pytest-xdist (pytest-benchmark, seeing a worker's variables, warns on
+    # stderr), and none of the installed plugins (nbval, xdist, ...: seconds of imports per run), only pytest
+    # and the hooks
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST")}
     env.update(PYTHONPATH=str(ROOT), PYTEST_DISABLE_PLUGIN_AUTOLOAD="1")
     env.pop("CI", None)
@@ -86,14 +87,16 @@ def run_tiny(tmp_path, ci, files):
     return proc.returncode, proc.stdout + proc.stderr
 
 
-EVERYTHING = {"test_widget.py": WIDGET_TESTS, "test_allowed.py": ALLOWED_TESTS, "test_module_skip.py": MODULE_SKIP}
+EVERYTHING = {"test_widget.py": WIDGET_TESTS, "test_allowed.py": ALLOWED_TESTS,
+              "test_module_skip.py": MODULE_SKIP}
 
 
 def test_under_ci_a_skip_fails_and_names_the_test_and_its_reason(tmp_path):
     code, out = run_tiny(tmp_path, "true", EVERYTHING)
     assert code == 1, out
     for nodeid, reason in DISALLOWED.items():
-        assert f"{nodeid} skipped under CI=true: {reason!r}" in out, f"{nodeid} is not named as a failure:\n{out}"
+        assert f"{nodeid} skipped under CI=true: {reason!r}" in out, \
+            f"{nodeid} is not named as a failure:\n{out}"
     assert "CI_ALLOWED_SKIPS in tests/conftest.py" in out, out
     named = "\n".join(line for line in out.splitlines() if "skipped under CI" in line)
     assert "test_gpu" not in named and "test_known_bug" not in named, named
@@ -139,16 +142,17 @@ def test_each_worker_s_children_share_the_cores():
     worker = {"PYTEST_XDIST_WORKER_COUNT": "2"}
     for environ, cores, threads in [(worker, 2, ("1", "1")), (worker, 16, ("8", "8")),
                                     ({"PYTEST_XDIST_WORKER_COUNT": "4"}, 2, ("1", "1")),
-                                    (dict(worker, OMP_NUM_THREADS="3"), 2, ("3", "1")), ({}, 2, (None, None))]:
+                                    (dict(worker, OMP_NUM_THREADS="3"), 2, ("3", "1")),
+                                    ({}, 2, (None, None))]:
         environ = dict(environ)
         root.share_the_cores(environ, cores)
         assert (environ.get("OMP_NUM_THREADS"), environ.get("MKL_NUM_THREADS")) == threads, (environ, cores)
 
 
 def test_the_longest_files_start_first_and_the_rest_keep_their_order():
-    """The root conftest.py's schedule for pytest-xdist (--no-loadscope-reorder in pyproject.toml): the work units
-    of LONGEST_FIRST (files, or units of UNITS, which must exist), in its order, then every other test in collection
-    order; one worker more than cores."""
+    """The root conftest.py's schedule for pytest-xdist (--no-loadscope-reorder in pyproject.toml): the work
+    units of LONGEST_FIRST (files, or units of UNITS, which must exist), in its order, then every other test
+    in collection order; one worker more than cores."""
     from types import SimpleNamespace
     root = root_conftest()
     def known(unit):  # a file, or "file (unit)" for a unit of root.UNITS

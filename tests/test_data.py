@@ -12,8 +12,14 @@ import threading
 import pytest
 
 from solutions import data
-from solutions.data import (DataDownloadError, MULTI30K_SHA256, load_data, load_multi30k, load_synthetic,
-                            synthetic_corpus)
+from solutions.data import (
+    MULTI30K_SHA256,
+    DataDownloadError,
+    load_data,
+    load_multi30k,
+    load_synthetic,
+    synthetic_corpus,
+)
 
 from .conftest import MULTI30K
 

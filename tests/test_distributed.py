@@ -37,7 +37,8 @@ def data():
 
 
 def first_batches(config, data, n):
-    """The first n batches of epoch 1, as train() orders them: batch_by_tokens, then one shuffle by Random(seed)."""
+    """The first n batches of epoch 1, as train() orders them: batch_by_tokens, then one shuffle by
+    Random(seed)."""
     lengths = [max(len(s), len(t) + 1) for s, t in data.train]
     batches = solutions.batch_by_tokens(lengths, config.max_tokens)
     random.Random(config.seed).shuffle(batches)
@@ -62,8 +63,10 @@ def assert_same(weights: dict, grads: dict, reference):
     """Weights and the last step's gradients equal to 1e-6, each named when it differs."""
     for name, p in reference.named_parameters():
         w, g = weights[name].detach(), grads[name]
-        assert torch.allclose(w, p.detach(), atol=1e-6, rtol=0), f"weights {name}: max diff {(w - p).abs().max()}"
-        assert torch.allclose(g, p.grad, atol=1e-6, rtol=0), f"gradient {name}: max diff {(g - p.grad).abs().max()}"
+        assert torch.allclose(w, p.detach(), atol=1e-6,
+                              rtol=0), f"weights {name}: max diff {(w - p).abs().max()}"
+        assert torch.allclose(g, p.grad, atol=1e-6,
+                              rtol=0), f"gradient {name}: max diff {(g - p.grad).abs().max()}"
 
 
 def parameters_and_grads(model) -> tuple[dict, dict]:
@@ -104,7 +107,8 @@ def _worker(rank, world, port, data, out):
         weights, grads = parameters_and_grads(model)
         result = {"state": {k: v.detach() for k, v in weights.items()}, "grads": grads, "history": history}
         # a short run that learns: dropout and clipping on, as in the lesson
-        learn = dataclasses.replace(EXACT, dropout=0.1, clip_norm=1.0, lr_peak=3e-3, warmup_steps=10, max_steps=60)
+        learn = dataclasses.replace(EXACT, dropout=0.1, clip_norm=1.0, lr_peak=3e-3, warmup_steps=10,
+                                    max_steps=60)
         _, result["learn"] = train(learn, data, progress=False)
         # a learner's own classes (lesson 14's impl=...): DDP wraps whatever module build_model returns
         mine, _ = train(dataclasses.replace(EXACT, max_steps=2), data, progress=False,
@@ -140,8 +144,8 @@ def test_rank_share_splits_each_step():
 
 
 def test_a_resumed_run_equals_one_never_stopped(data, tmp_path):
-    """Stopped at step s = 5 (mid-epoch: 17 batches, 2 a step, make 8 steps an epoch) and resumed to step 2s = 10,
-    across the end of epoch 1;
+    """Stopped at step s = 5 (mid-epoch: 17 batches, 2 a step, make 8 steps an epoch) and resumed to step 2s =
+    10, across the end of epoch 1;
     dropout on, so the random states must come back too."""
     config = dataclasses.replace(EXACT, dropout=0.1, accumulate=2, clip_norm=1.0, warmup_steps=10)
     whole_model, whole = train(dataclasses.replace(config, max_steps=10), data, progress=False)
@@ -185,13 +189,17 @@ def test_paper_sizes_on_the_command_line():
     from solutions.translate import departures, paper_config
     fp32 = {"precision": "fp32"}  # "auto" adds a "number format" row on a CPU with bf16 units
     rows = {what: why for what, _, _, why in departures(paper_config("cpu", "big", **fp32), "wmt14-en-de")}
-    assert list(rows) == ["model size", "warmup and peak rate", "dropout, label smoothing", "training time", "BLEU"]
+    assert list(rows) == ["model size", "warmup and peak rate", "dropout, label smoothing", "training time",
+                          "BLEU"]
     assert "big model" in rows["model size"] and "big model" in rows["dropout, label smoothing"]
-    assert [what for what, *_ in departures(paper_config("cpu", **fp32), "wmt14")] == ["data", "training time", "BLEU"]
+    assert [what for what, *_ in departures(paper_config("cpu", **fp32), "wmt14")] == ["data",
+                                                                                       "training time",
+                                                                                       "BLEU"]
 
 
 def test_torchrun_trains_checkpoints_and_resumes(tmp_path):
-    """The command itself under torchrun: 2 gloo processes, stopped at step 4 by --steps, resumed to step 6."""
+    """The command itself under torchrun: 2 gloo processes, stopped at step 4 by --steps, resumed to step
+    6."""
     import json
     import subprocess
     import sys
@@ -200,10 +208,12 @@ def test_torchrun_trains_checkpoints_and_resumes(tmp_path):
 
     def run(*flags):
         cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
-               str(_free_port()), "-m", "solutions.translate", "train", "--data", "synthetic", "--synthetic-train",
-               "300", "--d-model", "32", "--n-heads", "2", "--n-layers", "1", "--d-ff", "64", "--bpe-merges", "100",
-               "--max-tokens", "300", "--max-test", "5", "--beam-size", "2", "--device", "cpu", "--threads", "1",
-               "--quiet", "--out", str(tmp_path / "run"), *flags]
+               str(_free_port()), "-m", "solutions.translate", "train", "--data", "synthetic",
+               "--synthetic-train",
+               "300", "--d-model", "32", "--n-heads", "2", "--n-layers", "1", "--d-ff", "64", "--bpe-merges",
+               "100",
+               "--max-tokens", "300", "--max-test", "5", "--beam-size", "2", "--device", "cpu", "--threads",
+               "1", "--quiet", "--out", str(tmp_path / "run"), *flags]
         result = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
         assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
         return result.stdout, json.loads((tmp_path / "run" / "results.json").read_text())

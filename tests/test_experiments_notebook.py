@@ -1,6 +1,7 @@
 """Lesson 15 (the paper's Table 3 at small scale) runs top to bottom as released, offline, in under 5 minutes:
-it reads the recorded runs, draws the table and a figure per group, and trains one row live. What its prose says
-about its own output is true of that run (the pattern of tests/test_lesson_claims.py: quote, expression, test)."""
+it reads the recorded runs, draws the table and a figure per group, and trains one row live. What its prose
+says about its own output is true of that run (the pattern of tests/test_lesson_claims.py: quote, expression,
+test)."""
 import json
 import os
 import pathlib
@@ -21,7 +22,8 @@ MARK = "LESSON-CLAIMS-JSON:"
 CLAIMS = [
     ("Every run trains for the same **number of steps**, not minutes",
      "sorted({r['steps'] for r in runs})", lambda v: len(v) == 1),
-    ("Each number is the mean over seeds", "sorted({len(s['seeds']) for s in summary.values()})", lambda v: v == [2]),
+    ("Each number is the mean over seeds", "sorted({len(s['seeds']) for s in summary.values()})",
+     lambda v: v == [2]),
     ("**BLEU** is sacreBLEU on the 1,000 test sentences, greedy decoding",
      "sorted({r['test_sentences'] for r in runs})", lambda v: v == [1000]),
     ("Here the base's 4 heads become 1, 2 and 8 ($d_k$ 128, 64, 16 against 32)",
@@ -29,9 +31,10 @@ CLAIMS = [
      "'A-h-double'))]",
      lambda v: v == [[4, 32], [1, 128], [2, 64], [8, 16]]),
     ("Every recorded run also kept a snapshot every 6 steps and averaged the last 5 (steps 276 to 300",
-     "sorted({(r['config']['snapshot_steps'], r['config']['average_last'], r['averaged_snapshots'], r['steps']) "
-     "for r in runs})", lambda v: v == [[6, 5, 5, 300]]),
-    ("The validation perplexity of both was measured on every run; the base's two seeds were also decoded both ways",
+     "sorted({(r['config']['snapshot_steps'], r['config']['average_last'], r['averaged_snapshots'], "
+     "r['steps']) for r in runs})", lambda v: v == [[6, 5, 5, 300]]),
+    ("The validation perplexity of both was measured on every run; the base's two seeds were also decoded "
+     "both ways",
      "[all('val_ppl_averaged' in r for r in runs), len(base_runs)]", lambda v: v == [True, 2]),
     ("on a one-layer model of width 64 and the synthetic corpus",
      "[live['base']['config']['n_layers'], live['base']['config']['d_model'], live['base']['data']]",
@@ -60,11 +63,13 @@ def test_parameters_cell_and_no_outputs():
 
 
 def test_cells_are_short_enough_to_read():
-    """tests/test_lessons.py's rule for the other lessons: no markdown cell over 250 words, no code cell over 30
-    lines."""
+    """tests/test_lessons.py's rule for the other lessons: no markdown cell over 250 words, no code cell over
+    30 lines."""
     nb = nbformat.read(str(NOTEBOOK), as_version=4)
-    assert not [i for i, c in enumerate(nb.cells) if c.cell_type == "markdown" and len(c.source.split()) > 250]
-    assert not [i for i, c in enumerate(nb.cells) if c.cell_type == "code" and len(c.source.splitlines()) > 30]
+    assert not [i for i, c in enumerate(nb.cells) if c.cell_type == "markdown" and len(c.source.split())
+                > 250]
+    assert not [i for i, c in enumerate(nb.cells) if c.cell_type == "code" and len(c.source.splitlines())
+                > 30]
 
 
 def test_every_claim_is_quoted_from_the_lesson():
@@ -75,7 +80,8 @@ def test_every_claim_is_quoted_from_the_lesson():
 
 @pytest.fixture(scope="module")
 def executed(tmp_path_factory):
-    """The lesson as released, run by papermill in an empty folder, with a last cell that evaluates the claims."""
+    """The lesson as released, run by papermill in an empty folder, with a last cell that evaluates the
+    claims."""
     pytest.importorskip("papermill")
     folder = tmp_path_factory.mktemp("lesson15")
     nb = nbformat.read(str(NOTEBOOK), as_version=4)
@@ -85,7 +91,8 @@ def executed(tmp_path_factory):
              "        return {'value': eval(expr, globals())}\n"
              "    except Exception as e:  # noqa: BLE001\n"
              "        return {'error': repr(e)}\n"
-             f"print({MARK!r} + _json.dumps([_value(e) for e in {[e for _, e, _ in CLAIMS]!r}], default=str))")
+             f"print({MARK!r} + _json.dumps([_value(e) for e in {[e for _, e, _ in CLAIMS]!r}], "
+             "default=str))")
     nb.cells.append(nbformat.v4.new_code_cell(probe))
     source = folder / "lesson.ipynb"
     nbformat.write(nb, str(source))
@@ -96,13 +103,15 @@ def executed(tmp_path_factory):
                           capture_output=True, text=True, timeout=900, env=env)
     seconds = time.time() - t0
     assert proc.returncode == 0, proc.stderr[-3000:]
-    outputs = [o for c in nbformat.read(str(folder / "out.ipynb"), as_version=4).cells if c.cell_type == "code"
+    outputs = [o for c in nbformat.read(str(folder / "out.ipynb"), as_version=4).cells if c.cell_type
+               == "code"
                for o in c.outputs]
     text = "".join(o.get("text", "") for o in outputs if o.output_type == "stream")
     values = json.loads(text.split(MARK)[1].splitlines()[0])
     return {"text": text.split(MARK)[0], "values": values, "seconds": seconds, "folder": folder,
             "figures": sum(1 for o in outputs if o.output_type == "display_data" and "image/png" in o.data),
-            "shown": "".join(o.data.get("text/markdown", "") for o in outputs if o.output_type == "display_data")}
+            "shown": "".join(o.data.get("text/markdown", "") for o in outputs if o.output_type
+                             == "display_data")}
 
 
 def test_lesson_runs_as_released_in_under_five_minutes(executed):
@@ -121,7 +130,8 @@ def test_lesson_runs_as_released_in_under_five_minutes(executed):
     assert live == ["D-ls0.seed0.json", "base.seed0.json"]
     recorded = json.loads(next(RECORDED.glob("base.seed0.json")).read_text())
     fresh = json.loads((executed["folder"] / "runs" / "table3_live" / "base.seed0.json").read_text())
-    assert set(recorded) - {"bleu_averaged"} <= set(fresh)  # the same fields (the second decode: recorded base only)
+    # the same fields (the second decode: recorded base only)
+    assert set(recorded) - {"bleu_averaged"} <= set(fresh)
 
 
 @pytest.mark.parametrize("index", range(len(CLAIMS)), ids=[q[:40] for q, _, _ in CLAIMS])

@@ -6,10 +6,27 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from solutions import (PAD, Decoder, Encoder, EncoderLayer, LayerNorm, MultiHeadAttention, PositionalEncoding,
-                       PositionwiseFeedForward, SublayerConnection, TokenEmbedding, Transformer, causal_mask,
-                       merge_heads, padding_mask, scaled_dot_product_attention, sinusoidal_encoding, softmax,
-                       split_heads, target_mask)
+from solutions import (
+    PAD,
+    Decoder,
+    Encoder,
+    EncoderLayer,
+    LayerNorm,
+    MultiHeadAttention,
+    PositionalEncoding,
+    PositionwiseFeedForward,
+    SublayerConnection,
+    TokenEmbedding,
+    Transformer,
+    causal_mask,
+    merge_heads,
+    padding_mask,
+    scaled_dot_product_attention,
+    sinusoidal_encoding,
+    softmax,
+    split_heads,
+    target_mask,
+)
 
 TOL = 1e-4
 
@@ -104,7 +121,8 @@ def test_multi_head_attention_equals_torch_with_padding_mask():
 # ---------------------------------------------------------------- stage 05
 def test_masks():
     ids = torch.tensor([[5, 6, PAD], [7, PAD, PAD]])
-    assert padding_mask(ids).shape == (2, 1, 1, 3) and padding_mask(ids)[1, 0, 0].tolist() == [True, False, False]
+    assert padding_mask(ids).shape == (2, 1, 1, 3) and padding_mask(ids)[1, 0, 0].tolist() == [True, False,
+                                                                                               False]
     assert causal_mask(3)[0, 0].tolist() == [[True, False, False], [True, True, False], [True, True, True]]
     tm = target_mask(ids)
     assert tm.shape == (2, 1, 3, 3)
@@ -172,7 +190,8 @@ def test_layers_are_distinct():
 @pytest.mark.parametrize("norm_first", [False, True])
 def test_transformer_equals_nn_transformer(norm_first):
     d, h, ff, n, V = 32, 4, 64, 2, 50
-    ours = Transformer(V, V, d_model=d, n_heads=h, n_layers=n, d_ff=ff, dropout=0.0, norm_first=norm_first).eval()
+    ours = Transformer(V, V, d_model=d, n_heads=h, n_layers=n, d_ff=ff, dropout=0.0,
+                       norm_first=norm_first).eval()
     ref = nn.Transformer(d, h, n, n, ff, dropout=0.0, batch_first=True, norm_first=norm_first).eval()
     randomize_norms(ref)
     if not norm_first:  # nn.Transformer always adds a final norm; the post-norm paper model has none
@@ -197,14 +216,16 @@ def test_transformer_equals_nn_transformer(norm_first):
     expected = ours.generator(out)
     real = tgt != PAD
     diff = maxdiff(logits[real], expected[real])
-    assert diff < TOL, f"Transformer (norm_first={norm_first}) vs nn.Transformer: max diff {diff:.2e} at real positions"
+    assert diff < TOL, \
+        f"Transformer (norm_first={norm_first}) vs nn.Transformer: max diff {diff:.2e} at real positions"
 
 
 def test_weight_tying_and_scaling():
     m = Transformer(40, 40, d_model=16, n_heads=2, n_layers=1, d_ff=32)
     assert m.generator.weight is m.tgt_embed.embedding.weight is m.src_embed.embedding.weight
     m2 = Transformer(40, 30, d_model=16, n_heads=2, n_layers=1, d_ff=32)
-    assert m2.generator.weight is m2.tgt_embed.embedding.weight and m2.src_embed.embedding.weight.shape[0] == 40
+    assert m2.generator.weight is m2.tgt_embed.embedding.weight \
+        and m2.src_embed.embedding.weight.shape[0] == 40
     untied = Transformer(40, 40, d_model=16, n_heads=2, n_layers=1, d_ff=32, tie_weights=False)
     n_tied, n_untied = (sum(p.numel() for p in x.parameters()) for x in (m, untied))
     assert n_untied - n_tied == 2 * 40 * 16, (n_tied, n_untied)

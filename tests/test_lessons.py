@@ -49,14 +49,16 @@ def test_stubs_keep_the_solution_signature_and_docstring(path):
         ref = defs(solution_source(MODULES[path.stem], cell.metadata["course"]["names"]))
         assert stub.keys() == ref.keys()
         for name, (args, doc, _) in stub.items():
-            assert (args, doc) == ref[name][:2], f"{name}: the stub's signature or docstring drifted from solutions/"
+            assert (args, doc) == ref[name][:2], \
+                f"{name}: the stub's signature or docstring drifted from solutions/"
         assert "raise NotImplementedError()" in cell.source and "### BEGIN SOLUTION" not in cell.source
 
 
 @pytest.mark.parametrize("path", LESSONS, ids=IDS)
 def test_graded_cells_are_worth_max_points_and_cover_the_stubs(path):
     nb = nbformat.read(str(path), as_version=4)
-    graded = {c.metadata["nbgrader"]["grade_id"]: c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade")}
+    graded = {c.metadata["nbgrader"]["grade_id"]: c for c in nb.cells
+              if c.metadata.get("nbgrader", {}).get("grade")}
     for grade_id, cell in graded.items():
         name = grade_id.removeprefix("check_")
         assert cell.source.strip() == f"check({name})"
@@ -78,7 +80,8 @@ def test_committed_without_outputs(path):
 
 
 def test_clear_solutions_is_nbgrader_s():
-    src = "def f(x):\n    \"\"\"doc\"\"\"\n    y = 1\n    ### BEGIN SOLUTION\n    return x\n    ### END SOLUTION\n"
+    src = ("def f(x):\n    \"\"\"doc\"\"\"\n    y = 1\n"
+           "    ### BEGIN SOLUTION\n    return x\n    ### END SOLUTION\n")
     assert clear_solutions(src) == \
         "def f(x):\n    \"\"\"doc\"\"\"\n    y = 1\n    # YOUR CODE HERE\n    raise NotImplementedError()\n"
     assert "### END SOLUTION" in solution_source("attention", ["softmax"])
@@ -86,8 +89,9 @@ def test_clear_solutions_is_nbgrader_s():
 
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory):
-    """{("released" or "solved", stem): report} of every lesson as a learner gets it and as solved, graded by one
-    batch of the grade command, two notebooks at a time (each in its own kernel, as an instructor's batch)."""
+    """{("released" or "solved", stem): report} of every lesson as a learner gets it and as solved, graded by
+    one batch of the grade command, two notebooks at a time (each in its own kernel, as an instructor's
+    batch)."""
     folder = tmp_path_factory.mktemp("lessons")
     paths = {}
     for path in LESSONS:
@@ -116,15 +120,17 @@ def test_solved_lesson_gets_full_points(graded, stem):
 
 
 # Lessons whose cells have been cut to size (issue 16): all of them.
-SHORT_CELLS = ["01_tokenization", "02_positional_encoding", "03_attention", "04_multi_head_attention", "05_masks",
-               "06_feed_forward", "07_residual_layer_norm", "08_encoder", "09_decoder", "10_output_projection",
-               "11_label_smoothing", "12_training", "13_decoding", "14_translate",
+SHORT_CELLS = ["01_tokenization", "02_positional_encoding", "03_attention", "04_multi_head_attention",
+               "05_masks",
+               "06_feed_forward", "07_residual_layer_norm", "08_encoder", "09_decoder",
+               "10_output_projection", "11_label_smoothing", "12_training", "13_decoding", "14_translate",
                "15_experiments"]
 
 
 @pytest.mark.parametrize("stem", SHORT_CELLS)
 def test_cells_are_short_enough_to_read(stem):
-    """No markdown cell over 250 words; no code cell over 30 lines, the stubs (generated from solutions/) included."""
+    """No markdown cell over 250 words; no code cell over 30 lines, the stubs (generated from solutions/)
+    included."""
     nb = nbformat.read(str(next(p for p in lesson_paths(graded_only=False) if p.stem == stem)), as_version=4)
     long_text = [(i, len(c.source.split())) for i, c in enumerate(nb.cells)
                  if c.cell_type == "markdown" and len(c.source.split()) > 250]
@@ -135,13 +141,14 @@ def test_cells_are_short_enough_to_read(stem):
 
 
 # ------------------------------------------------------------------ worked examples in the stubs' docstrings
-# (object, setup, [(words of its docstring, a Python check of what those words say)]): a docstring example that
-# stops being true, or is reworded, fails here (issue 37).
+# (object, setup, [(words of its docstring, a Python check of what those words say)]): a docstring
+# example that stops being true, or is reworded, fails here (issue 37).
 DOCSTRING_EXAMPLES = [
     ("PositionwiseFeedForward", """
 ffn = solutions.PositionwiseFeedForward(2, 3, dropout=0.0)
 with torch.no_grad():
-    ffn.w_1.weight.copy_(torch.tensor([[1., 0.], [0., 1.], [1., 1.]])); ffn.w_1.bias.copy_(torch.tensor([0., 0., -1.]))
+    ffn.w_1.weight.copy_(torch.tensor([[1., 0.], [0., 1.], [1., 1.]]))
+    ffn.w_1.bias.copy_(torch.tensor([0., 0., -1.]))
     ffn.w_2.weight.copy_(torch.tensor([[1., 1., 1.], [0., 0., 1.]])); ffn.w_2.bias.zero_()
 x = torch.tensor([1., -2.])
 """, [("w_1(x) = [1, -2, -2], relu -> [1, 0, 0], w_2 -> [1, 0]",
@@ -153,7 +160,8 @@ layer = solutions.DecoderLayer(8, 2, 16, dropout=0.0)
 out = layer(torch.randn(1, 5, 8), torch.randn(1, 7, 8), None, solutions.causal_mask(5))
 """, [("layer(torch.randn(1, 5, 8), torch.randn(1, 7, 8), None, causal_mask(5)).shape -> (1, 5, 8)",
        "out.shape == (1, 5, 8)"),
-      ("layer.cross_attn.attn_weights.shape -> (1, 2, 5, 7)", "layer.cross_attn.attn_weights.shape == (1, 2, 5, 7)"),
+      ("layer.cross_attn.attn_weights.shape -> (1, 2, 5, 7)",
+       "layer.cross_attn.attn_weights.shape == (1, 2, 5, 7)"),
       ("layer.self_attn.attn_weights[0, :, 0, 1:].sum().item() -> 0.0",
        "layer.self_attn.attn_weights[0, :, 0, 1:].sum().item() == 0.0")]),
     ("Transformer", """
@@ -175,7 +183,8 @@ def test_the_worked_examples_in_the_docstrings_are_true(name, setup, examples):
     namespace = {"torch": torch, "solutions": solutions}
     exec(setup, namespace)
     for words, holds in examples:
-        assert " ".join(words.split()) in doc, f"{name}'s docstring no longer says {words!r}: update this test"
+        assert " ".join(words.split()) in doc, \
+            f"{name}'s docstring no longer says {words!r}: update this test"
         assert eval(holds, namespace), f"{name}'s docstring says {words!r}, but {holds} is False"
 
 
@@ -191,8 +200,9 @@ def _catches_not_implemented(node) -> bool:
 
 @pytest.mark.parametrize("path", LESSONS, ids=IDS)
 def test_every_demonstration_cell_goes_on_when_the_learners_code_fails(path):
-    """A cell that runs the learner's code for a figure or a printout, and catches NotImplementedError for a stub,
-    sits inside `with demonstration():` (autograder/demo.py), so that any other error is reported, not raised."""
+    """A cell that runs the learner's code for a figure or a printout, and catches NotImplementedError for a
+    stub, sits inside `with demonstration():` (autograder/demo.py), so that any other error is reported, not
+    raised."""
     nb = nbformat.read(str(path), as_version=4)
     bare = []
     for i, cell in enumerate(nb.cells):
@@ -200,7 +210,8 @@ def test_every_demonstration_cell_goes_on_when_the_learners_code_fails(path):
             continue
         for node in ast.parse(cell.source).body:
             wrapped = isinstance(node, ast.With) and any(
-                isinstance(item.context_expr, ast.Call) and getattr(item.context_expr.func, "id", "") == "demonstration"
+                isinstance(item.context_expr, ast.Call) and getattr(item.context_expr.func, "id", "")
+                == "demonstration"
                 for item in node.items)
             if _catches_not_implemented(node) and not wrapped and not isinstance(node, ast.FunctionDef):
                 bare.append(i)
@@ -208,9 +219,9 @@ def test_every_demonstration_cell_goes_on_when_the_learners_code_fails(path):
 
 
 def test_a_wrong_padding_mask_is_reported_and_lesson_05_goes_on(tmp_path):
-    """Issue 38: a padding_mask that returns (B, 1, L) (one singleton dimension forgotten) made two of lesson 05's
-    demonstration cells crash with IndexError. Now each says what failed and what the cell had computed, and the
-    lesson runs to its end."""
+    """Issue 38: a padding_mask that returns (B, 1, L) (one singleton dimension forgotten) made two of lesson
+    05's demonstration cells crash with IndexError. Now each says what failed and what the cell had computed,
+    and the lesson runs to its end."""
     from nbclient import NotebookClient
 
     from autograder.notebooks import ROOT, solved
@@ -218,10 +229,11 @@ def test_a_wrong_padding_mask_is_reported_and_lesson_05_goes_on(tmp_path):
     at = next(i for i, c in enumerate(nb.cells)
               if c.metadata.get("nbgrader", {}).get("grade_id") == "check_padding_mask")
     nb.cells.insert(at + 1, nbformat.v4.new_code_cell(
-        "def padding_mask(ids, pad_id=PAD):\n    return (ids != pad_id)[:, None, :]   # (B, 1, L): a dimension "
-        "forgotten"))
+        "def padding_mask(ids, pad_id=PAD):\n    return (ids != pad_id)[:, None, :]   # (B, 1, L): a "
+        "dimension forgotten"))
     nb.cells.insert(0, nbformat.v4.new_code_cell(f"import sys; sys.path.insert(0, {str(ROOT)!r})"))
-    NotebookClient(nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
+    NotebookClient(nb, timeout=300, kernel_name="python3",
+                   resources={"metadata": {"path": str(tmp_path)}}).execute()
     printed = {i: "".join(o.get("text", "") for o in c.get("outputs", []) if o.output_type == "stream")
                for i, c in enumerate(nb.cells) if c.cell_type == "code"}
     stopped = [text for text in printed.values() if "This demonstration stopped" in text]

@@ -38,7 +38,8 @@ def test_merges_equal_subword_nmt_on_built_corpus():
 
 def test_ties_go_to_the_greatest_pair_and_counts_are_weighted():
     # (b,a) and (a,b) are both seen twice: max((2, ('a','b')), (2, ('b','a'))) picks ('b', 'a')
-    assert learn_bpe(["ab ba", "ba ab"], 1)[0] == subword_nmt_merges(["ab ba", "ba ab"], 1)[0] == ("b", "a</w>")
+    assert learn_bpe(["ab ba", "ba ab"], 1)[0] == subword_nmt_merges(["ab ba", "ba ab"], 1)[0] == ("b",
+                                                                                                   "a</w>")
     # "xy" once in the vocabulary but 3 times in the text beats "zw" twice: counts are weighted
     assert learn_bpe(["xy xy xy zw zw"], 1) == [("x", "y</w>")]
 
@@ -46,7 +47,8 @@ def test_ties_go_to_the_greatest_pair_and_counts_are_weighted():
 def test_apply_bpe_equals_subword_nmt_segmentation():
     lines = built_corpus()
     merges = learn_bpe(lines, 60)
-    words = sorted({w for line in lines for w in line.split()}) + ["lowest", "unseen", "q", "aaaaaaa", "Ωμέγα"]
+    words = sorted({w for line in lines for w in line.split()}) + ["lowest", "unseen", "q", "aaaaaaa",
+                                                                   "Ωμέγα"]
     theirs = subword_nmt_segmenter(merges)
     wrong = [(w, apply_bpe(w, merges), theirs(w)) for w in words if apply_bpe(w, merges) != theirs(w)]
     assert not wrong, f"{len(wrong)} of {len(words)} words segmented differently, e.g. {wrong[:3]}"

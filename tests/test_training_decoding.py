@@ -5,14 +5,29 @@ import math
 import random
 
 import pytest
-from sacrebleu.metrics import BLEU
 import torch
 import torch.nn.functional as F
+from sacrebleu.metrics import BLEU
 from torch import nn
 
-from solutions import (BOS, EOS, PAD, Transformer, batch_by_tokens, beam_search, causal_mask, corpus_bleu,
-                       greedy_decode, label_smoothed_loss, length_penalty, make_batch, make_optimizer, noam_lr,
-                       padding_mask, shift_right)
+from solutions import (
+    BOS,
+    EOS,
+    PAD,
+    Transformer,
+    batch_by_tokens,
+    beam_search,
+    causal_mask,
+    corpus_bleu,
+    greedy_decode,
+    label_smoothed_loss,
+    length_penalty,
+    make_batch,
+    make_optimizer,
+    noam_lr,
+    padding_mask,
+    shift_right,
+)
 
 
 # ---------------------------------------------------------------- stage 11
@@ -24,8 +39,10 @@ def test_label_smoothed_loss_equals_cross_entropy(eps):
     target[0, 4:] = PAD
     target[2, 1:] = PAD
     ours = label_smoothed_loss(logits, target, eps)
-    ref = F.cross_entropy(logits.view(-1, V), target.view(-1), label_smoothing=eps * V / (V - 1), ignore_index=PAD)
-    assert abs(ours.item() - ref.item()) < 1e-5, f"eps={eps}: {ours.item():.6f} vs F.cross_entropy {ref.item():.6f}"
+    ref = F.cross_entropy(logits.view(-1, V), target.view(-1), label_smoothing=eps * V / (V - 1),
+                          ignore_index=PAD)
+    assert abs(ours.item()
+               - ref.item()) < 1e-5, f"eps={eps}: {ours.item():.6f} vs F.cross_entropy {ref.item():.6f}"
 
 
 def test_label_smoothed_loss_edge_cases():
@@ -79,7 +96,8 @@ def test_noam_lr_and_optimizer():
 
 # ---------------------------------------------------------------- stage 13
 class TableModel(nn.Module):
-    """A fixed random next-token distribution for each prefix (a hash of it): no learning, an exact search space."""
+    """A fixed random next-token distribution for each prefix (a hash of it): no learning, an exact search
+    space."""
 
     def __init__(self, vocab=5, seed=0):
         super().__init__()

@@ -10,10 +10,28 @@ import torch
 
 import solutions
 from solutions.data import load_synthetic
-from solutions.translate import (PAPER_BASE, Config, attention_maps, average_states, bleu_scores, build_model,
-                                 config_for, cpu_has_bf16, decoding_args, departures, evaluate_bleu, load_checkpoint,
-                                 paper_config, prepare_data, save_checkpoint, set_attention_dropout, train, translate,
-                                 translate_batch, validation_loss)
+from solutions.translate import (
+    PAPER_BASE,
+    Config,
+    attention_maps,
+    average_states,
+    bleu_scores,
+    build_model,
+    config_for,
+    cpu_has_bf16,
+    decoding_args,
+    departures,
+    evaluate_bleu,
+    load_checkpoint,
+    paper_config,
+    prepare_data,
+    save_checkpoint,
+    set_attention_dropout,
+    train,
+    translate,
+    translate_batch,
+    validation_loss,
+)
 
 from .conftest import ROOT
 
@@ -51,7 +69,8 @@ def test_prepare_data_shares_one_vocabulary():
     data = prepare_data(TINY, splits, progress=False)
     assert len(data.train) == 200 and len(data.val) == 10
     src, tgt = data.train[0]
-    assert data.tokenizer.decode(src) == splits["train"][0][0] and data.tokenizer.decode(tgt) == splits["train"][1][0]
+    assert data.tokenizer.decode(src) == splits["train"][0][0] \
+        and data.tokenizer.decode(tgt) == splits["train"][1][0]
 
 
 def test_training_lowers_the_validation_loss(trained):
@@ -73,7 +92,8 @@ def test_checkpoint_reloads_the_same_model(trained, tmp_path):
     data, _, model, history = trained
     save_checkpoint(tmp_path / "model.pt", model, data.tokenizer, TINY, history)
     again, tokenizer, config = load_checkpoint(tmp_path / "model.pt")
-    assert config == TINY and tokenizer.itos == data.tokenizer.itos and tokenizer.merges == data.tokenizer.merges
+    assert config == TINY and tokenizer.itos == data.tokenizer.itos \
+        and tokenizer.merges == data.tokenizer.merges
     assert again.generator.weight is again.tgt_embed.embedding.weight  # still tied after loading
     batch = solutions.make_batch([s for s, _ in data.val[:8]], [t for _, t in data.val[:8]])
     with torch.no_grad():
@@ -116,15 +136,20 @@ def test_departures_name_every_difference_from_the_paper():
     setting changes (so "to train the paper's exact model" is true of what it says)."""
     default = [what for what, *_ in departures(config_for("cpu"))]
     bf16 = ["number format"] if cpu_has_bf16() else []  # "auto": bf16 autocast on a CPU with bf16 units
-    assert default == ["layer normalization", "gradient clipping", "model size", "batch size", "warmup and peak rate",
-                       "BPE vocabulary", "maximum output length", "checkpoint averaging", "dropout, label smoothing",
-                       "beam search", "data", "training time", *bf16, "BLEU"]
+    assert default == ["layer normalization", "gradient clipping", "model size", "batch size",
+                       "warmup and peak rate",
+                       "BPE vocabulary", "maximum output length", "checkpoint averaging",
+                       "dropout, label smoothing", "beam search", "data", "training time", *bf16, "BLEU"]
     assert [what for what, *_ in departures(paper_config("cpu"))] == ["data", "training time", *bf16, "BLEU"]
-    assert [what for what, *_ in departures(paper_config("cpu", precision="fp32"))] == ["data", "training time", "BLEU"]
-    assert [what for what, *_ in departures(paper_config("cuda"))] == ["data", "training time", "number format", "BLEU"]
+    assert [what for what, *_ in departures(paper_config("cpu", precision="fp32"))] == ["data",
+                                                                                        "training time",
+                                                                                        "BLEU"]
+    assert [what for what, *_ in departures(paper_config("cuda"))] == ["data", "training time",
+                                                                       "number format", "BLEU"]
     paper = paper_config("cpu")
     # equation 3 with factor 1: the peak is d_model^-0.5 * warmup^-0.5
-    assert paper.noam_factor == pytest.approx(1.0) and PAPER_BASE["lr_peak"] == pytest.approx(6.99e-4, rel=1e-3)
+    assert paper.noam_factor == pytest.approx(1.0) and PAPER_BASE["lr_peak"] == pytest.approx(6.99e-4,
+                                                                                              rel=1e-3)
     assert decoding_args(paper)["max_output"] == (1.0, 50)  # input length + 50
     why = {what: reason for what, _, _, reason in departures(config_for("cpu"))}
     assert "31.2 against 20.8" in why["layer normalization"]  # benchmarks/translate_cpu.md: 31.16 and 20.79
@@ -136,10 +161,12 @@ def test_departures_name_every_difference_from_the_paper():
 
 
 def test_bleu_scores_put_corpus_bleu_beside_sacrebleu():
-    hyps, refs = ["A dog runs in the park.", "Two men laugh."], ["A dog runs in a park.", "Two men are laughing."]
+    hyps, refs = ["A dog runs in the park.", "Two men laugh."], ["A dog runs in a park.",
+                                                                 "Two men are laughing."]
     s = bleu_scores(hyps, refs)
     assert s["corpus_bleu"] == pytest.approx(s["sacrebleu"]) and s["note"] == "the same number"
-    # no 4-gram in common: sacreBLEU smooths, corpus_bleu (no smoothing, as Papineni et al.) gives 0, and says why
+    # no 4-gram in common: sacreBLEU smooths, corpus_bleu (no smoothing, as Papineni et al.) gives 0, and says
+    # why
     s = bleu_scores(["a dog runs in the park"], ["a dog sleeps in the garden"])  # 3- and 4-grams: none match
     assert s["corpus_bleu"] == 0.0 < s["sacrebleu"] and "smooths" in s["note"]
     wrong = types.SimpleNamespace(corpus_bleu=lambda h, r, max_n=4: 50.0)
@@ -151,8 +178,10 @@ def test_checkpoint_averaging_and_attention_dropout():
     avg = average_states([{"w": torch.tensor([0.0, 2.0]), "n": torch.tensor(1)},
                           {"w": torch.tensor([2.0, 4.0]), "n": torch.tensor(2)}])
     assert torch.equal(avg["w"], torch.tensor([1.0, 3.0])) and avg["n"] == 2
-    config = Config(d_model=32, n_heads=4, n_layers=1, d_ff=64, bpe_merges=60, max_tokens=400, warmup_steps=10,
-                    max_steps=6, average_last=3, snapshot_minutes=0.0, attention_dropout=0.0)  # a snapshot each step
+    config = Config(d_model=32, n_heads=4, n_layers=1, d_ff=64, bpe_merges=60, max_tokens=400,
+                    warmup_steps=10,
+                    # a snapshot each step
+                    max_steps=6, average_last=3, snapshot_minutes=0.0, attention_dropout=0.0)
     data = prepare_data(config, load_synthetic(150, 10, 10), progress=False)
     model = build_model(config, data.tokenizer.vocab_size)
     rates = [m.dropout.p for m in model.modules() if isinstance(m, solutions.MultiHeadAttention)]
@@ -165,7 +194,8 @@ def test_checkpoint_averaging_and_attention_dropout():
 
 def test_attention_maps_cover_every_layer_and_head(trained):
     data, _, model, _ = trained
-    maps = attention_maps(model, data.tokenizer, data.text["test"][0][0], impl=solutions, **decoding_args(TINY))
+    maps = attention_maps(model, data.tokenizer, data.text["test"][0][0], impl=solutions,
+                          **decoding_args(TINY))
     Ls, Lt = len(maps["source"]), len(maps["target"])
     assert maps["target"][0] == "<bos>" and Lt == len(data.tokenizer.encode(maps["translation"])) + 1
     assert maps["encoder self-attention"].shape == (TINY.n_layers, TINY.n_heads, Ls, Ls)
@@ -176,22 +206,25 @@ def test_attention_maps_cover_every_layer_and_head(trained):
 
 
 def test_command_line(tmp_path):
-    cmd = [sys.executable, "-m", "solutions.translate", "train", "--data", "synthetic", "--synthetic-train", "300",
-           "--minutes", "0.05", "--d-model", "32", "--n-heads", "2", "--n-layers", "1", "--d-ff", "64",
+    cmd = [sys.executable, "-m", "solutions.translate", "train", "--data", "synthetic", "--synthetic-train",
+           "300", "--minutes", "0.05", "--d-model", "32", "--n-heads", "2", "--n-layers", "1", "--d-ff", "64",
            "--bpe-merges", "100", "--max-test", "20", "--device", "cpu", "--threads", "1", "--quiet",
            "--out", str(tmp_path / "run")]
     result = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr[-2000:]
     assert "test BLEU" in result.stdout and "peak memory" in result.stdout
     results = json.loads((tmp_path / "run" / "results.json").read_text())
-    assert 0 <= results["greedy_bleu"] <= 100 and 0 <= results["beam_bleu"] <= 100 and results["data"] == "synthetic"
+    assert 0 <= results["greedy_bleu"] <= 100 and 0 <= results["beam_bleu"] <= 100 \
+        and results["data"] == "synthetic"
     assert (tmp_path / "run" / "model.pt").is_file()
-    # the round trip: `translate` with the saved model.pt (weights, config and tokenizer in one file) gives, line for
-    # line, the greedy translations that `train` wrote of the same 20 test sentences, and --bleu their sacreBLEU
+    # the round trip: `translate` with the saved model.pt (weights, config and tokenizer in one file) gives,
+    # line for line, the greedy translations that `train` wrote of the same 20 test sentences, and --bleu
+    # their sacreBLEU
     de, en = (lines[:20] for lines in load_synthetic(300, 500, 500)["test"])
     (tmp_path / "test.de").write_text("\n".join(de) + "\n")
     (tmp_path / "test.en").write_text("\n".join(en) + "\n")
-    cmd = [sys.executable, "-m", "solutions.translate", "translate", "--model", str(tmp_path / "run" / "model.pt"),
+    cmd = [sys.executable, "-m", "solutions.translate", "translate", "--model",
+           str(tmp_path / "run" / "model.pt"),
            "--input", str(tmp_path / "test.de"), "--beam-size", "1", "--bleu", str(tmp_path / "test.en")]
     result = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr[-2000:]
@@ -202,10 +235,10 @@ def test_command_line(tmp_path):
 
 
 def test_precision_bf16_autocast_on_the_cpu(monkeypatch):
-    """precision="bf16" runs the forward pass in bfloat16 on a CPU (the logits come out bf16) and trains about as
-    well per step as float32; "auto" is bf16 on a CPU with bf16 units and float32 on one without; fp16 needs a
-    GPU; compile=True hands the model to torch.compile (recorded here, not compiled: that needs a C++ compiler
-    and minutes)."""
+    """precision="bf16" runs the forward pass in bfloat16 on a CPU (the logits come out bf16) and trains about
+    as well per step as float32; "auto" is bf16 on a CPU with bf16 units and float32 on one without; fp16
+    needs a GPU; compile=True hands the model to torch.compile (recorded here, not compiled: that needs a C++
+    compiler and minutes)."""
     from solutions.translate import _autocast, cpu_has_bf16
     from solutions.translate import precision as precision_module  # resolved_precision asks it there
     assert isinstance(cpu_has_bf16(), bool)
@@ -229,7 +262,8 @@ def test_precision_bf16_autocast_on_the_cpu(monkeypatch):
     compiled = []
     monkeypatch.setattr(torch, "compile", lambda module, **kw: compiled.append(module) or module)
     for precision in ("fp32", "bf16"):
-        config = Config(**{**TINY.__dict__, "precision": precision, "max_epochs": 2, "compile": precision == "bf16"})
+        config = Config(**{**TINY.__dict__, "precision": precision, "max_epochs": 2,
+                           "compile": precision == "bf16"})
         model = build_model(config, data.tokenizer.vocab_size)
         model.generator.register_forward_hook(lambda m, i, out, p=precision: dtypes.append((p, out.dtype)))
         _, history = train(config, data, model=model, progress=False)
@@ -244,19 +278,21 @@ def test_precision_bf16_autocast_on_the_cpu(monkeypatch):
 
 
 def test_the_dropout_departure_states_the_fixed_step_records():
-    """"without dropout the same 1,535 steps reached a lower validation loss after every epoch and 1.2 more BLEU":
-    the two recorded runs at row c's step count and batches (benchmarks/translate_cpu.md), dropout 0.1 and 0."""
+    """"without dropout the same 1,535 steps reached a lower validation loss after every epoch and 1.2 more
+    BLEU": the two recorded runs at row c's step count and batches (benchmarks/translate_cpu.md), dropout 0.1
+    and 0."""
     import pathlib
     import re
     results = pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / "results"
     with_, without = (json.loads((results / f"translate_cpu_{name}_steps1535.seed0.json").read_text())
                       for name in ("warmup500", "dropout0"))
     why = {what: reason for what, _, _, reason in departures(config_for("cpu"))}["dropout, label smoothing"]
-    said = re.search(r"the same ([\d,]+) steps reached a lower validation loss after every epoch and ([\d.]+) more "
-                     r"BLEU \(greedy, seed 0\)", why)
+    said = re.search(r"the same ([\d,]+) steps reached a lower validation loss after every epoch and "
+                     r"([\d.]+) more BLEU \(greedy, seed 0\)", why)
     assert said, why
     assert with_["steps"] == without["steps"] == int(said[1].replace(",", ""))
-    assert (with_["config"]["dropout"], without["config"]["dropout"], without["config"]["attention_dropout"]) == \
+    assert (with_["config"]["dropout"], without["config"]["dropout"],
+            without["config"]["attention_dropout"]) == \
         (0.1, 0, 0)
     same = [{k: v for k, v in run["config"].items() if "dropout" not in k and k != "minutes"}
             for run in (with_, without)]
@@ -266,8 +302,9 @@ def test_the_dropout_departure_states_the_fixed_step_records():
 
 
 
-# ------------------------------------------------------------------------------------ issue 38: the command lines
-def test_translate_command_reads_arguments_files_and_stdin_and_scores_with_sacrebleu(trained, tmp_path, capsys,
+# -------------------------------------------------------------------------------- issue 38: the command lines
+def test_translate_command_reads_arguments_files_and_stdin_and_scores_with_sacrebleu(trained, tmp_path,
+                                                                                     capsys,
                                                                                       monkeypatch):
     """`translate` prints one translation a line, the same as translate_batch with the model's own decoding
     settings (beam 4, the config's alpha) or greedy with --beam-size 1; a blank line stays blank; --bleu puts
@@ -287,7 +324,8 @@ def test_translate_command_reads_arguments_files_and_stdin_and_scores_with_sacre
     assert beam != greedy  # else the two modes below would not be told apart
     model_pt = str(tmp_path / "model.pt")
 
-    main(["translate", "--model", model_pt, "--input", str(tmp_path / "de.txt"), "--bleu", str(tmp_path / "en.txt")])
+    main(["translate", "--model", model_pt, "--input", str(tmp_path / "de.txt"), "--bleu",
+          str(tmp_path / "en.txt")])
     out, err = capsys.readouterr()
     lines = out.splitlines()
     assert lines == beam[:5] + [""] + beam[5:]
@@ -313,8 +351,8 @@ def _one_line_error(capsys, call, *argv) -> str:
 
 @pytest.fixture(scope="module")
 def files(tmp_path_factory):
-    """A checkpoint.pt (trained 2 steps, d_model 32), the model.pt of the same run, a corrupt file and a truncated
-    checkpoint."""
+    """A checkpoint.pt (trained 2 steps, d_model 32), the model.pt of the same run, a corrupt file and a
+    truncated checkpoint."""
     folder = tmp_path_factory.mktemp("files")
     config = Config(d_model=32, n_heads=2, n_layers=1, d_ff=64, bpe_merges=100, max_tokens=400, max_steps=2,
                     average_last=0, precision="fp32")
@@ -328,36 +366,44 @@ def files(tmp_path_factory):
     return folder
 
 
-TRAIN_SMALL = ["--data", "synthetic", "--synthetic-train", "300", "--d-model", "32", "--n-heads", "2", "--n-layers",
-               "1", "--d-ff", "64", "--bpe-merges", "100", "--max-tokens", "400", "--quiet"]
+TRAIN_SMALL = ["--data", "synthetic", "--synthetic-train", "300", "--d-model", "32", "--n-heads", "2",
+               "--n-layers", "1", "--d-ff", "64", "--bpe-merges", "100", "--max-tokens", "400", "--quiet"]
 
 
 @pytest.mark.parametrize("argv, said", [
-    (["train", "--norm-first", "maybe"], "argument --norm-first: expected true or false (or yes/no, 1/0), got 'maybe'"),
+    (["train", "--norm-first", "maybe"],
+     "argument --norm-first: expected true or false (or yes/no, 1/0), got 'maybe'"),
     (["train", "--minutes", "-1"], "argument --minutes: must be > 0, got -1"),
     (["train", "--dropout", "1.5"], "argument --dropout: must be < 1, got 1.5"),
     (["train", "--d-model", "wide"], "argument --d-model: expected an integer, got 'wide'"),
     (["train", "--device", "tpu"], "argument --device: expected cpu or cuda"),
     (["train", "--positional", "rotary"], "argument --positional: invalid choice: 'rotary'"),
-    (["train", "--resume", "{files}/corrupt.pt"], "corrupt.pt is corrupt or not a file that torch.save wrote"),
+    (["train", "--resume", "{files}/corrupt.pt"],
+     "corrupt.pt is corrupt or not a file that torch.save wrote"),
     (["train", "--resume", "{files}/truncated.pt"], "truncated.pt is truncated or damaged"),
-    (["train", "--resume", "{files}/model.pt"], "model.pt is a model file (save_checkpoint's model.pt): it holds no "
+    (["train", "--resume", "{files}/model.pt"],
+     "model.pt is a model file (save_checkpoint's model.pt): it holds no "
                                                 "optimizer"),
-    (["train", "--resume", "{files}/missing.pt"], "--resume {files}/missing.pt: no such file; give the checkpoint.pt"),
+    (["train", "--resume", "{files}/missing.pt"],
+     "--resume {files}/missing.pt: no such file; give the checkpoint.pt"),
     (["train", "--resume", "{files}/checkpoint.pt", "--d-model", "64", *TRAIN_SMALL[:4]],
      "cannot resume: the checkpoint was trained with other settings: d_model 32 (now 64)"),
     (["train", "--data", "{files}/no-such-folder"], "Multi30k file"),
     (["train", "--d-model", "100", "--n-heads", "8"], "d_model 100 is not a multiple of n_heads 8"),
     (["train", "--out", "{files}/model.pt", *TRAIN_SMALL], "--out {files}/model.pt: a file, not a folder"),
-    (["translate", "--model", "{files}/other.pt", "Hallo"], "other.pt is a PyTorch file but not a checkpoint of this "
+    (["translate", "--model", "{files}/other.pt", "Hallo"],
+     "other.pt is a PyTorch file but not a checkpoint of this "
                                                             "course"),
     (["translate", "--model", "{files}/missing.pt", "Hallo"], "--model {files}/missing.pt: no such file"),
-    (["translate", "--model", "{files}/model.pt", "--input", "{files}/none.txt"], "--input {files}/none.txt: no such "
+    (["translate", "--model", "{files}/model.pt", "--input", "{files}/none.txt"],
+     "--input {files}/none.txt: no such "
                                                                                   "file"),
-    (["translate", "--model", "{files}/model.pt", "--bleu", "{files}/model.pt", "Hallo"], "--bleu {files}/model.pt: "
+    (["translate", "--model", "{files}/model.pt", "--bleu", "{files}/model.pt", "Hallo"],
+     "--bleu {files}/model.pt: "
                                                                                           "not UTF-8 text"),
     (["translate", "--model", "{files}/model.pt", "--input", "{files}/model.pt", "Hallo"], "not both"),
-    (["translate", "--model", "{files}/model.pt", "--beam-size", "0", "Hallo"], "argument --beam-size: must be >= 1"),
+    (["translate", "--model", "{files}/model.pt", "--beam-size", "0", "Hallo"],
+     "argument --beam-size: must be >= 1"),
     (["translate", "Hallo"], "the following arguments are required: --model"),
 ])
 def test_each_bad_input_is_one_line_and_exit_status_2(files, capsys, argv, said):
@@ -368,11 +414,13 @@ def test_each_bad_input_is_one_line_and_exit_status_2(files, capsys, argv, said)
 
 
 def test_a_device_without_a_gpu_is_one_line(capsys, monkeypatch):
-    """--device cuda where PyTorch sees no GPU (as here, or made so): one line, not the assert inside PyTorch."""
+    """--device cuda where PyTorch sees no GPU (as here, or made so): one line, not the assert inside
+    PyTorch."""
     from solutions import experiments
     from solutions.translate import main
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    for call, argv in ((main, ["train", "--device", "cuda"]), (main, ["translate", "--model", "x.pt", "--device",
+    for call, argv in ((main, ["train", "--device", "cuda"]),
+                       (main, ["translate", "--model", "x.pt", "--device",
                                                                       "cuda", "Hallo"]),
                        (experiments.main, ["run", "--device", "cuda"])):
         err = _one_line_error(capsys, call, *argv)
@@ -380,19 +428,22 @@ def test_a_device_without_a_gpu_is_one_line(capsys, monkeypatch):
 
 
 def test_a_bad_input_in_a_real_process_is_one_line_without_traceback(tmp_path):
-    """The same through the interpreter: exit status 2, one line on stderr (warnings included), no traceback."""
+    """The same through the interpreter: exit status 2, one line on stderr (warnings included), no
+    traceback."""
     (tmp_path / "corrupt.pt").write_bytes(b"\x80\x04garbage")
     result = subprocess.run([sys.executable, "-m", "solutions.translate", "train", "--resume",
-                             str(tmp_path / "corrupt.pt")], cwd=ROOT, capture_output=True, text=True, timeout=120)
-    assert result.returncode == 2 and result.stderr.count("\n") == 1 and "Traceback" not in result.stderr, result.stderr
+                             str(tmp_path / "corrupt.pt")], cwd=ROOT, capture_output=True, text=True,
+                             timeout=120)
+    assert result.returncode == 2 and result.stderr.count("\n") == 1 \
+        and "Traceback" not in result.stderr, result.stderr
     assert "corrupt" in result.stderr and "weights_only set to False" not in result.stderr
 
 
 @pytest.mark.parametrize("device", ["cpu", "cuda"])
 def test_help_states_the_defaults_of_config_for_the_device(device, monkeypatch):
-    """Every Config flag of `train --help` ends with "(default: V)", V the value of config_for(device) (the CPU and
-    the GPU configs differ in 12 fields: a help text from the Config class would fail here); with --size, the
-    paper's."""
+    """Every Config flag of `train --help` ends with "(default: V)", V the value of config_for(device) (the
+    CPU and the GPU configs differ in 12 fields: a help text from the Config class would fail here); with
+    --size, the paper's."""
     import dataclasses
 
     from solutions.cli import flag_name, help_defaults
@@ -404,7 +455,8 @@ def test_help_states_the_defaults_of_config_for_the_device(device, monkeypatch):
         train_parser = parser._subparsers._group_actions[0].choices["train"]
         stated = help_defaults(train_parser.format_help())
         fields = [f.name for f in dataclasses.fields(config) if f.name != "device"]
-        assert {flag_name(f) for f in fields} <= set(stated), sorted({flag_name(f) for f in fields} - set(stated))
+        assert {flag_name(f) for f in fields} <= set(stated), sorted({flag_name(f) for f in fields}
+                                                                     - set(stated))
         wrong = {f: (stated[flag_name(f)], getattr(config, f)) for f in fields
                  if stated[flag_name(f)] != repr(getattr(config, f))}
         assert not wrong, wrong
@@ -418,7 +470,8 @@ def test_help_states_the_defaults_of_config_for_the_device(device, monkeypatch):
 
 
 def test_help_states_each_experiments_default(monkeypatch):
-    """`experiments run --help` ends each option's help with the value the parser takes when it is not given."""
+    """`experiments run --help` ends each option's help with the value the parser takes when it is not
+    given."""
     from solutions import experiments
     from solutions.cli import help_defaults
     monkeypatch.setenv("COLUMNS", "100")
@@ -428,7 +481,8 @@ def test_help_states_each_experiments_default(monkeypatch):
     for action in run._actions:
         if action.option_strings and action.dest != "help":
             flag = action.option_strings[-1]
-            default = action.default if not isinstance(action.default, list) else " ".join(map(str, action.default))
+            default = action.default if not isinstance(action.default,
+                                                       list) else " ".join(map(str, action.default))
             expected = str(default).lower() if isinstance(default, bool) else str(default)
             assert stated.get(flag) == expected, (flag, stated.get(flag), expected)
     assert "300 steps" in parser.format_help() and f"all {len(experiments.ROWS)} rows" in parser.format_help()
@@ -458,10 +512,11 @@ def test_booleans_are_strict():
             boolean(bad)
 
 
-# ------------------------------------------------------------------------------------ issues 37 and 38: what it says
+# ----------------------------------------------------------------------------- issues 37 and 38: what it says
 def _recorded(name):
     import pathlib
-    return json.loads((pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / "results" / name).read_text())
+    return json.loads((pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / "results"
+                       / name).read_text())
 
 
 def test_recorded_cpu_figures_are_the_recorded_runs():
@@ -486,8 +541,8 @@ def test_recorded_cpu_figures_are_the_recorded_runs():
 
 
 def test_the_warmup_departure_states_the_recorded_step_counts():
-    """Lesson 14's departures table said "a 15-minute run of about 1,500 steps"; the default's two recorded runs
-    made 2,051 and 2,093."""
+    """Lesson 14's departures table said "a 15-minute run of about 1,500 steps"; the default's two recorded
+    runs made 2,051 and 2,093."""
     why = {what: reason for what, _, _, reason in departures(config_for("cpu"))}["warmup and peak rate"]
     steps = [_recorded(f"translate_cpu_default.seed{s}.json")["steps"] for s in (0, 1)]
     assert f"15-minute runs made {steps[0]:,} and {steps[1]:,} steps on 2 cores (two seeds)" in why, why
@@ -500,9 +555,11 @@ def test_units_are_singular_for_one():
     """"1 minutes apart" in the departures table, "training budget: 1 minutes" in lesson 14."""
     from solutions.translate import budget_text, lesson_config, plural
     rows = {what: here for what, _, here, _ in departures(config_for("cpu"))}
-    assert rows["checkpoint averaging"] == ("the average of the last 5 snapshots, 1 minute apart, kept only when it "
-                                            "validates better than the last weights")  # train's rule (issue 37)
-    assert "2 minutes apart" in dict((w, h) for w, _, h, _ in departures(config_for("cpu", snapshot_minutes=2.0))
+    assert rows["checkpoint averaging"] == ("the average of the last 5 snapshots, 1 minute apart, kept only "
+                                            # train's rule (issue 37)
+                                            "when it validates better than the last weights")
+    assert "2 minutes apart" in dict((w, h)
+                                     for w, _, h, _ in departures(config_for("cpu", snapshot_minutes=2.0))
                                       )["checkpoint averaging"]
     assert [plural(1, "minute"), plural(1.0, "minute"), plural(0.5, "minute"), plural(2051, "step")] == [
         "1 minute", "1 minute", "0.5 minutes", "2,051 steps"]
@@ -512,16 +569,18 @@ def test_units_are_singular_for_one():
     assert lesson_config("cpu").minutes == 15 and lesson_config("cuda").minutes == 10
     assert budget_text(lesson_config("cpu", minutes=0.1)) == "training budget: 0.1 minutes"
     tiny = lesson_config("cpu", "tiny", 0.1, average_last=3, snapshot_minutes=0.01, dropout=0.1)
-    assert (tiny.d_model, tiny.average_last, tiny.snapshot_minutes, tiny.attention_dropout) == (64, 3, 0.01, 0.1)
+    assert (tiny.d_model, tiny.average_last, tiny.snapshot_minutes, tiny.attention_dropout) == (64, 3, 0.01,
+                                                                                                0.1)
     with pytest.raises(ValueError, match="SIZE"):
         lesson_config("cpu", "huge")
 
 
 def test_a_far_slower_machine_is_told_what_it_means_for_bleu(monkeypatch, capsys):
-    """The recorded CPU model at a third of the recorded speed: the note gives the tokens/s, the steps 15 minutes
-    make here against the recorded 2,051 and 2,093, the BLEU they reached, and the minutes their steps take here;
-    at 80% of the speed, or for another model, nothing. Then train() says it while it trains."""
-    from solutions.translate import RECORDED_CPU, loop, slow_machine_note  # train's loop looks them up in loop
+    """The recorded CPU model at a third of the recorded speed: the note gives the tokens/s, the steps 15
+    minutes make here against the recorded 2,051 and 2,093, the BLEU they reached, and the minutes their steps
+    take here; at 80% of the speed, or for another model, nothing. Then train() says it while it trains."""
+    # train's loop looks them up in loop
+    from solutions.translate import RECORDED_CPU, loop, slow_machine_note
     recorded = sum(RECORDED_CPU["tokens_per_s"]) / 2                     # 3,198 target tokens/s
     note = slow_machine_note(config_for("cpu"), recorded / 3, 15)
     # a third of the speed: 2,072 x 1/3 = 691 steps in 15 minutes; their steps take 45 minutes here
@@ -530,7 +589,8 @@ def test_a_far_slower_machine_is_told_what_it_means_for_bleu(monkeypatch, capsys
     assert "expect less than their 35.4 and 35.9 greedy" in note and "about 45 minutes here" in note, note
     assert slow_machine_note(config_for("cpu"), 0.8 * recorded, 15) is None
     assert slow_machine_note(config_for("cpu", d_model=128), 100, 15) is None  # not the recorded model
-    assert slow_machine_note(config_for("cpu", seed=3, minutes=1), 100, 1) is not None  # seed, budget: same model
+    # seed, budget: same model
+    assert slow_machine_note(config_for("cpu", seed=3, minutes=1), 100, 1) is not None
     monkeypatch.setattr(loop, "SPEED_CHECK", (3, 0.0))
     monkeypatch.setattr(loop, "_speed_fields", lambda config: {})  # TINY stands for the recorded model
     monkeypatch.setitem(RECORDED_CPU, "tokens_per_s", (1e9, 1e9))
@@ -545,11 +605,11 @@ def dataclasses_replace(config, **changes):
 
 
 def test_the_average_replaces_the_last_weights_only_when_it_validates_better(monkeypatch, capsys):
-    """train() ends on the average of the snapshots when its validation loss is lower than the last weights', else
-    on the last weights, and says which (an average made worse on purpose here must not be kept)."""
+    """train() ends on the average of the snapshots when its validation loss is lower than the last weights',
+    else on the last weights, and says which (an average made worse on purpose here must not be kept)."""
     from solutions.translate import loop  # where train's loop looks average_states up
-    config = Config(d_model=32, n_heads=4, n_layers=1, d_ff=64, bpe_merges=60, max_tokens=400, warmup_steps=10,
-                    max_steps=8, average_last=3, snapshot_steps=2)
+    config = Config(d_model=32, n_heads=4, n_layers=1, d_ff=64, bpe_merges=60, max_tokens=400,
+                    warmup_steps=10, max_steps=8, average_last=3, snapshot_steps=2)
     data = prepare_data(config, load_synthetic(150, 10, 10), progress=False)
     model, history = train(config, data, progress=True)
     said = capsys.readouterr().out
@@ -558,8 +618,10 @@ def test_the_average_replaces_the_last_weights_only_when_it_validates_better(mon
     kept = history["averaged_state"] if better else history["last_state"]
     assert all(torch.equal(v, kept[k]) for k, v in model.state_dict().items())
     assert f"kept the {'average' if better else 'last weights'}" in said, said
-    torch.manual_seed(0)  # an "average" of large random weights: confidently wrong, far worse than the last weights
-    monkeypatch.setattr(loop, "average_states", lambda states: {k: 5 * torch.randn_like(v) if v.is_floating_point()
+    # an "average" of large random weights: confidently wrong, far worse than the last weights
+    torch.manual_seed(0)
+    monkeypatch.setattr(loop, "average_states",
+                        lambda states: {k: 5 * torch.randn_like(v) if v.is_floating_point()
                                                                      else v for k, v in states[-1].items()})
     model, history = train(config, data, progress=True)
     assert history["kept"] == "last" and history["val_loss_averaged"] > history["val_loss"][-1]
@@ -580,7 +642,8 @@ def test_decoding_the_test_set_is_bounded_by_the_budget(trained):
     assert everything["greedy"]["hypotheses"] == translate_batch(model, data.tokenizer, de, "greedy",
                                                                  **decoding_args(TINY))
     bounded = score_test(model, data.tokenizer, de, en, TINY, seconds=0.0, progress=False, probe=16)
-    assert bounded["sentences"] == 16 and bounded["of"] == 60 and "scored the first 16 of 60" in bounded["note"]
+    assert bounded["sentences"] == 16 and bounded["of"] == 60 \
+        and "scored the first 16 of 60" in bounded["note"]
     for method in ("greedy", "beam"):
         hyps = bounded[method]["hypotheses"]
         assert len(hyps) == 16 and bounded[method]["bleu"] == sacrebleu.corpus_bleu(hyps, [en[:16]]).score

@@ -20,7 +20,8 @@ SGML_SRC = """<srcset setid="newstest2014" srclang="any">
 </doc>
 </srcset>
 """
-SGML_REF = SGML_SRC.replace("Gutach: Noch mehr Sicherheit für Fußgänger", "Gutach: Increased safety for pedestrians") \
+SGML_REF = SGML_SRC.replace("Gutach: Noch mehr Sicherheit für Fußgänger",
+                            "Gutach: Increased safety for pedestrians") \
     .replace(" Sie stehen  keine 100 Meter voneinander entfernt ", "They are not even 100 metres apart")
 
 
@@ -32,7 +33,8 @@ def make_fixture(folder) -> dict[str, str]:
             "training/europarl-v7.de-en.en": "Resumption of the session\nPlease rise.\n",
             "training/europarl-v7.fr-en.fr": "Reprise de la session\n"},  # other pairs are left alone
         "training-parallel-commoncrawl.zip": {  # no folder; a line separator inside a line is not a new line
-            "commoncrawl.de-en.de": "Ein Satz\u2028mit Trenner\r\n", "commoncrawl.de-en.en": "A sentence\r\n"},
+            "commoncrawl.de-en.de": "Ein Satz\u2028mit Trenner\r\n",
+            "commoncrawl.de-en.en": "A sentence\r\n"},
         "training-parallel-nc-v9.zip": {
             "training/news-commentary-v9.de-en.de": "Gold für 10.000 Dollar?\n",
             "training/news-commentary-v9.de-en.en": "$10,000 Gold?\n"},
@@ -63,8 +65,10 @@ def test_reads_the_fixture_in_both_directions(tmp_path):
     # newstest2014 in SGML: the text of each <seg>, spaces collapsed as sacreBLEU reads it
     assert splits["test"] == (["Gutach: Noch mehr Sicherheit für Fußgänger",
                                "Sie stehen keine 100 Meter voneinander entfernt"],
-                              ["Gutach: Increased safety for pedestrians", "They are not even 100 metres apart"])
-    paper = load_wmt14(str(tmp_path), direction="en-de", checksums=sums)  # the paper's direction: English first
+                              ["Gutach: Increased safety for pedestrians",
+                               "They are not even 100 metres apart"])
+    # the paper's direction: English first
+    paper = load_wmt14(str(tmp_path), direction="en-de", checksums=sums)
     assert paper["test"] == splits["test"][::-1] and paper["train"] == splits["train"][::-1]
 
 
@@ -74,7 +78,8 @@ def test_a_wrong_checksum_is_refused_naming_the_file(tmp_path):
     with pytest.raises(DataDownloadError, match=r"training-parallel-europarl-v7\.zip: checksum mismatch"):
         load_wmt14(str(tmp_path))
     (tmp_path / "dev.zip").write_bytes((tmp_path / "dev.zip").read_bytes() + b"!")  # a damaged copy
-    with pytest.raises(DataDownloadError, match=r"WMT 2014 file dev\.zip: checksum mismatch .*expected sha256 "
+    with pytest.raises(DataDownloadError,
+                       match=r"WMT 2014 file dev\.zip: checksum mismatch .*expected sha256 "
                                                 + sums["dev.zip"]):
         load_wmt14(str(tmp_path), checksums=sums)
 
@@ -96,7 +101,8 @@ def test_a_mirror_fills_the_cache_once(tmp_path):
     with serve(folder=fixture) as (url, requests):
         splits = load_wmt14(url, cache_dir=cache, checksums=sums, retries=0)
         assert sorted(p.name for p in cache.iterdir()) == sorted(WMT14_SOURCES) and len(requests) == 4
-        assert load_wmt14(url, cache_dir=cache, checksums=sums) == splits and len(requests) == 4  # from the cache
+        # from the cache
+        assert load_wmt14(url, cache_dir=cache, checksums=sums) == splits and len(requests) == 4
         (cache / "dev.zip").write_bytes(b"damaged")  # a bad cached copy is fetched again
         assert fetch_wmt14("dev.zip", url, cache, sums).read_bytes() == (fixture / "dev.zip").read_bytes()
         assert len(requests) == 5

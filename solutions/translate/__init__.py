@@ -37,21 +37,66 @@ from __future__ import annotations
 from solutions.cli import UsageError
 from solutions.data import load_data
 from solutions.tokenization import UNK, BPETokenizer
-from solutions.translate.checkpoints import (CHECKPOINT_KEYS, RESUME_MAY_CHANGE, CheckpointError, average_checkpoints,
-                                             average_states, check_resume, load_checkpoint, read_checkpoint,
-                                             save_checkpoint)
-from solutions.translate.commands import (PROG, build_parser, config_from_args, default_config, main, peak_memory_mb,
-                                          run_training, run_translate)
-from solutions.translate.config import (CONFIG_RULES, LR_PAPER_BASE, PAPER_BASE, PAPER_BIG, PAPER_SIZES,
-                                        TINY_LESSON, Config, budget_text, config_for, config_problems,
-                                        lesson_config, paper_config, plural)
+from solutions.translate.checkpoints import (
+    CHECKPOINT_KEYS,
+    RESUME_MAY_CHANGE,
+    CheckpointError,
+    average_checkpoints,
+    average_states,
+    check_resume,
+    load_checkpoint,
+    read_checkpoint,
+    save_checkpoint,
+)
+from solutions.translate.commands import (
+    PROG,
+    build_parser,
+    config_from_args,
+    default_config,
+    main,
+    peak_memory_mb,
+    run_training,
+    run_translate,
+)
+from solutions.translate.config import (
+    CONFIG_RULES,
+    LR_PAPER_BASE,
+    PAPER_BASE,
+    PAPER_BIG,
+    PAPER_SIZES,
+    TINY_LESSON,
+    Config,
+    budget_text,
+    config_for,
+    config_problems,
+    lesson_config,
+    paper_config,
+    plural,
+)
 from solutions.translate.data import PreparedData, prepare_data
-from solutions.translate.inference import (bleu_scores, decoding_args, evaluate_bleu, score_test, translate,
-                                           translate_batch)
-from solutions.translate.loop import (SLOW_FRACTION, SPEED_CHECK, TrainState, slow_machine_note, train,
-                                      validation_loss)
-from solutions.translate.model import (LEARNED_MAX_LEN, build_model, make_schedule, set_attention_dropout,
-                                       set_key_size)
+from solutions.translate.inference import (
+    bleu_scores,
+    decoding_args,
+    evaluate_bleu,
+    score_test,
+    translate,
+    translate_batch,
+)
+from solutions.translate.loop import (
+    SLOW_FRACTION,
+    SPEED_CHECK,
+    TrainState,
+    slow_machine_note,
+    train,
+    validation_loss,
+)
+from solutions.translate.model import (
+    LEARNED_MAX_LEN,
+    build_model,
+    make_schedule,
+    set_attention_dropout,
+    set_key_size,
+)
 from solutions.translate.paper import RECORDED_CPU, departures, departures_markdown
 from solutions.translate.plots import attention_maps, pieces, plot_attention
 from solutions.translate.precision import _autocast, cpu_has_bf16, resolved_precision
@@ -71,5 +116,6 @@ __all__ = [
     "LEARNED_MAX_LEN", "build_model", "make_schedule", "set_attention_dropout", "set_key_size",
     "RECORDED_CPU", "departures", "departures_markdown",
     "attention_maps", "pieces", "plot_attention",
-    "_autocast", "cpu_has_bf16", "resolved_precision",  # _autocast: tests/test_translate.py tests it from here
+    # _autocast: tests/test_translate.py tests it from here
+    "_autocast", "cpu_has_bf16", "resolved_precision",
 ]

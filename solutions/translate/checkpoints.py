@@ -17,10 +17,9 @@ from solutions.translate.config import Config
 from solutions.translate.implementation import _use
 from solutions.translate.model import build_model
 
-
 #: Config fields a resumed run may change: they stop or score the run, but do not change its steps
-RESUME_MAY_CHANGE = {"compile", "minutes", "max_steps", "max_epochs", "device", "eval_batch_tokens", "beam_size",
-                     "alpha", "max_output_ratio", "max_output_extra"}
+RESUME_MAY_CHANGE = {"compile", "minutes", "max_steps", "max_epochs", "device", "eval_batch_tokens",
+                     "beam_size", "alpha", "max_output_ratio", "max_output_extra"}
 
 
 def check_resume(config: Config, state: dict) -> None:
@@ -86,15 +85,18 @@ class CheckpointError(UsageError):
     """A file that is not a checkpoint of this course (or not the kind asked for), said in one line."""
 
 
-#: What each kind of file holds: save_checkpoint's model.pt, and train's checkpoint.pt (which holds a model.pt's too)
+#: What each kind of file holds: save_checkpoint's model.pt, and train's checkpoint.pt (which holds a
+#: model.pt's too)
 CHECKPOINT_KEYS = {"model": ("config", "tokenizer", "model"),
-                   "resume": ("config", "tokenizer", "model", "optimizer", "scheduler", "position", "step", "rng")}
+                   "resume": ("config", "tokenizer", "model", "optimizer", "scheduler", "position", "step",
+                              "rng")}
 
 
 def read_checkpoint(path, kind: str = "model", map_location="cpu", label: str = "") -> dict:
-    """torch.load(path, weights_only=True) (tensors and plain containers only: a file of unknown origin runs no
-    code), checked to be a checkpoint of this course of `kind`: "model" (save_checkpoint's model.pt, or a
-    checkpoint.pt) or "resume" (train's checkpoint.pt). Anything else raises CheckpointError saying what the file
+    """torch.load(path, weights_only=True) (tensors and plain containers only: a file of unknown origin runs
+    no code), checked to be a checkpoint of this course of `kind`: "model" (save_checkpoint's model.pt, or a
+    checkpoint.pt) or "resume" (train's checkpoint.pt). Anything else raises CheckpointError saying what the
+    file
     is and what to give instead. Example: read_checkpoint("runs/x/model.pt", "resume") -> CheckpointError("...
     a model file (save_checkpoint's model.pt): it holds no optimizer or data position to resume from; ...")"""
     import pickle
@@ -107,18 +109,20 @@ def read_checkpoint(path, kind: str = "model", map_location="cpu", label: str = 
     if not path.exists():
         raise CheckpointError(f"{name}: no such file; {written}")
     if path.is_dir():
-        raise CheckpointError(f"{name} is a folder; give the file in it (model.pt, or checkpoint.pt to resume)")
+        raise CheckpointError(f"{name} is a folder; give the file in it (model.pt, or checkpoint.pt to "
+                              "resume)")
     try:
-        with warnings.catch_warnings():  # PyTorch's own warnings about the pickle protocol: the error says enough
+        # PyTorch's own warnings about the pickle protocol: the error says enough
+        with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             saved = torch.load(path, map_location=map_location, weights_only=True)
     except (pickle.UnpicklingError, zipfile.BadZipFile, EOFError, UnicodeDecodeError, ValueError) as e:
         if "Unsupported global" in str(e):
-            raise CheckpointError(f"{name} holds Python objects beyond tensors and plain data (not loaded: loading "
-                                  f"them could run its code); it is not a checkpoint of this course; "
+            raise CheckpointError(f"{name} holds Python objects beyond tensors and plain data (not loaded: "
+                                  f"loading them could run its code); it is not a checkpoint of this course; "
                                   f"{written}") from None
-        raise CheckpointError(f"{name} is corrupt or not a file that torch.save wrote (nothing in it could be read "
-                              f"as tensors and plain data); {written}") from None
+        raise CheckpointError(f"{name} is corrupt or not a file that torch.save wrote (nothing in it could "
+                              f"be read as tensors and plain data); {written}") from None
     except RuntimeError as e:  # PyTorch's reader: a zip archive cut short or damaged
         text = str(e)
         what = ("truncated or damaged (PyTorch could not read its archive)" if "zip" in text.lower()
@@ -126,8 +130,8 @@ def read_checkpoint(path, kind: str = "model", map_location="cpu", label: str = 
         raise CheckpointError(f"{name} is {what}: copy it again, or {written}") from None
     if not isinstance(saved, dict) or not all(k in saved for k in CHECKPOINT_KEYS["model"]):
         keys = sorted(saved)[:6] if isinstance(saved, dict) else type(saved).__name__
-        raise CheckpointError(f"{name} is a PyTorch file but not a checkpoint of this course (it holds {keys}, "
-                              f"not config, tokenizer and model); {written}")
+        raise CheckpointError(f"{name} is a PyTorch file but not a checkpoint of this course (it holds "
+                              f"{keys}, not config, tokenizer and model); {written}")
     missing = [k for k in CHECKPOINT_KEYS[kind] if k not in saved]
     if missing:
         raise CheckpointError(f"{name} is a model file (save_checkpoint's model.pt): it holds no "
@@ -135,27 +139,32 @@ def read_checkpoint(path, kind: str = "model", map_location="cpu", label: str = 
     return saved
 
 
-def save_checkpoint(path, model, tokenizer: BPETokenizer, config: Config, history: dict | None = None) -> None:
+def save_checkpoint(path, model, tokenizer: BPETokenizer, config: Config,
+                    history: dict | None = None) -> None:
     """One file with the config, the tokenizer (what its save() writes) and the weights."""
     path = pathlib.Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     torch.save({"config": dataclasses.asdict(config),
                 "tokenizer": {"saved": _tokenizer_text(tokenizer)},
                 "model": {k: v.detach().cpu() for k, v in model.state_dict().items()},
-                "history": {k: v for k, v in (history or {}).items() if k not in ("last_state", "averaged_state")}},
+                "history": {k: v for k, v in (history or {}).items()
+                            if k not in ("last_state", "averaged_state")}},
                path)
 
 
 def load_checkpoint(path, device: str = "cpu", impl=solutions):
     """(model in eval mode on `device`, tokenizer, config) from save_checkpoint's file, both built with impl's
-    classes; a GPU checkpoint loads on a CPU. Example: model, tokenizer, config = load_checkpoint("runs/x/model.pt")"""
+    classes; a GPU checkpoint loads on a CPU.
+    Example: model, tokenizer, config = load_checkpoint("runs/x/model.pt")"""
     return _from_saved(read_checkpoint(path, "model", map_location=device), device, impl)
 
 
 def _from_saved(saved: dict, device: str = "cpu", impl=solutions):
     """load_checkpoint's (model, tokenizer, config) from what read_checkpoint gave."""
-    known = {f.name for f in dataclasses.fields(Config)}  # a checkpoint from before a field was added loads too
-    config = dataclasses.replace(Config(**{k: v for k, v in saved["config"].items() if k in known}), device=str(device))
+    # a checkpoint from before a field was added loads too
+    known = {f.name for f in dataclasses.fields(Config)}
+    config = dataclasses.replace(Config(**{k: v for k, v in saved["config"].items() if k in known}),
+                                 device=str(device))
     if "saved" in saved["tokenizer"]:
         tokenizer = _tokenizer_from_text(saved["tokenizer"]["saved"], impl)
     else:  # the older format: the reference tokenizer's merges and vocabulary

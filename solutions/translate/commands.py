@@ -14,10 +14,25 @@ import torch
 
 from solutions.cli import UsageError, number
 from solutions.data import load_data
-from solutions.translate.checkpoints import (_cpu_state, _from_saved, _tokenizer_from_text, _tokenizer_text,
-                                             check_resume, read_checkpoint, save_checkpoint)
-from solutions.translate.config import (CONFIG_RULES, PAPER_BASE, PAPER_SIZES, Config, budget_text,
-                                        config_for, config_problems, paper_config)
+from solutions.translate.checkpoints import (
+    _cpu_state,
+    _from_saved,
+    _tokenizer_from_text,
+    _tokenizer_text,
+    check_resume,
+    read_checkpoint,
+    save_checkpoint,
+)
+from solutions.translate.config import (
+    CONFIG_RULES,
+    PAPER_BASE,
+    PAPER_SIZES,
+    Config,
+    budget_text,
+    config_for,
+    config_problems,
+    paper_config,
+)
 from solutions.translate.data import prepare_data
 from solutions.translate.inference import decoding_args, evaluate_bleu, score_test, translate_batch
 from solutions.translate.loop import train
@@ -50,11 +65,14 @@ def run_training(args) -> dict:
 def default_config(device: str, size: str | None = None, world: int = 1, **overrides) -> Config:
     """The Config a `train` command starts from before its flags: the paper's with --size (its 25,000 tokens a
     step shared by the processes x accumulate, a week's budget so that the step budget stops first), else
-    config_for(device). Example: default_config("cpu").dropout -> 0.0; default_config("cpu", "base").max_tokens
+    config_for(device).
+    Example: default_config("cpu").dropout -> 0.0; default_config("cpu", "base").max_tokens
     -> 25000"""
     if size:
-        overrides.setdefault("max_tokens", PAPER_BASE["max_tokens"] // (world * overrides.get("accumulate", 1)))
-        overrides.setdefault("minutes", 7 * 24 * 60.0)  # a week: the step budget (100,000 or 300,000) stops first
+        overrides.setdefault("max_tokens",
+                             PAPER_BASE["max_tokens"] // (world * overrides.get("accumulate", 1)))
+        # a week: the step budget (100,000 or 300,000) stops first
+        overrides.setdefault("minutes", 7 * 24 * 60.0)
         return paper_config(device, size, **overrides)
     return config_for(device, **overrides)
 
@@ -62,8 +80,10 @@ def default_config(device: str, size: str | None = None, world: int = 1, **overr
 def config_from_args(args, world: int = 1, device: str = "cpu", resume: dict | None = None) -> Config:
     """The Config of a `train` command: the checkpoint's own with --resume (a change that alters the steps is
     refused by train()), the paper's with --size, else config_for(device); any Config flag given overrides it.
-    With --size and no --max-tokens, the paper's 25,000 tokens per step are shared by the processes x accumulate.
-    Example: config_from_args(build_parser().parse_args(["train", "--size", "base", "--accumulate", "2"]), world=4)
+    With --size and no --max-tokens, the paper's 25,000 tokens per step are shared by the processes x
+    accumulate.
+    Example: config_from_args(build_parser().parse_args(["train", "--size", "base", "--accumulate", "2"]),
+                              world=4)
              -> d_model 512, warmup 4000, max_steps 100000, max_tokens 3125 (8 batches of 3,125 a step)"""
     overrides = {f.name: getattr(args, f.name) for f in dataclasses.fields(Config)
                  if f.name != "device" and getattr(args, f.name, None) is not None}
@@ -96,7 +116,8 @@ def _run_training(args, rank: int, world: int, device: str) -> dict:
 
 def _training_config(args, world: int, device: str):
     """(config, the --resume checkpoint or None, the --out folder), each refused in one line when wrong."""
-    resume = read_checkpoint(args.resume, "resume", map_location=device, label="--resume") if args.resume else None
+    resume = read_checkpoint(args.resume, "resume", map_location=device,
+                             label="--resume") if args.resume else None
     config = config_from_args(args, world, device, resume)
     problems = config_problems(config)
     if problems:
@@ -118,7 +139,8 @@ def _training_data(args, config: Config, resume, rank: int, world: int, say):
     if rank == 0 and world > 1:
         torch.distributed.barrier()
     say(f"data: {name}, " + ", ".join(f"{k} {len(v[0])}" for k, v in splits.items()), flush=True)
-    say(f"config: {config}" + (f"\n{world} processes (torchrun), {world * config.accumulate} batches of at most "
+    say(f"config: {config}"
+        + (f"\n{world} processes (torchrun), {world * config.accumulate} batches of at most "
                                f"{config.max_tokens} tokens per step" if world > 1 else ""), flush=True)
     say(budget_text(config), flush=True)
     tokenizer = _tokenizer_from_text(resume["tokenizer"]["saved"]) if resume is not None else None
@@ -139,17 +161,20 @@ def _score_and_write(args, config: Config, model, data, history: dict, test, out
     test_de, test_en = test
     if args.max_test:
         test_de, test_en = test_de[:args.max_test], test_en[:args.max_test]
-    # decoding within the training's own time (--decode-seconds): a one-minute run is not followed by minutes of
-    # decoding an undertrained model to the length limit
+    # decoding within the training's own time (--decode-seconds): a one-minute run is not followed by minutes
+    # of decoding an undertrained model to the length limit
     budget = history["seconds"] if args.decode_seconds is None else (args.decode_seconds or None)
-    scored = score_test(model, data.tokenizer, test_de, test_en, config, seconds=budget, progress=not args.quiet)
+    scored = score_test(model, data.tokenizer, test_de, test_en, config, seconds=budget,
+                        progress=not args.quiet)
     results = {"config": dataclasses.asdict(config), "processes": world, "epochs": history["epochs"],
                "steps": history["steps"], "train_seconds": history["seconds"],
                "target_tokens_per_s": history["mean_tokens_per_s"], "val_loss": history["val_loss"],
                "test_sentences": scored["sentences"], "test_sentences_available": len(test_de)}
     for method in ("greedy", "beam"):
-        results[f"{method}_bleu"], results[f"{method}_seconds"] = scored[method]["bleu"], scored[method]["seconds"]
-        (out / f"test.{method}.en").write_text("\n".join(scored[method]["hypotheses"]) + "\n", encoding="utf-8")
+        results[f"{method}_bleu"], results[f"{method}_seconds"] = (scored[method]["bleu"],
+                                                                   scored[method]["seconds"])
+        (out / f"test.{method}.en").write_text("\n".join(scored[method]["hypotheses"]) + "\n",
+                                               encoding="utf-8")
     if "last_state" in history:  # averaged: the weights not kept too, to measure what the average gave
         results["kept"] = history["kept"]
         results["val_loss_averaged"] = history["val_loss_averaged"]
@@ -157,7 +182,8 @@ def _score_and_write(args, config: Config, model, data, history: dict, test, out
         kept = _cpu_state(model)
         model.load_state_dict(history[other])
         src = test_de[:scored["sentences"]]
-        results["greedy_bleu_last_alone" if other == "last_state" else "greedy_bleu_averaged"] = evaluate_bleu(
+        results["greedy_bleu_last_alone" if other == "last_state"
+                else "greedy_bleu_averaged"] = evaluate_bleu(
             model, data.tokenizer, src, scored["references"], "greedy", **decoding_args(config))
         model.load_state_dict(kept)
     return results, scored["note"]
@@ -166,19 +192,21 @@ def _score_and_write(args, config: Config, model, data, history: dict, test, out
 def _print_results(name: str, config: Config, history: dict, results: dict, note: str, world: int,
                    out: pathlib.Path) -> None:
     """The run's summary on stdout: steps and speed, test BLEU, what the average gave, memory and the file."""
-    print(f"\ndata {name}: {history['epochs']:.2f} epochs, {history['steps']} steps in {history['seconds']:.0f} s, "
-          f"{history['mean_tokens_per_s']:.0f} target tokens/s" + (f" ({world} processes)" if world > 1 else ""))
-    print(f"test BLEU (sacreBLEU, {results['test_sentences']} sentences): greedy {results['greedy_bleu']:.2f} "
-          f"({results['greedy_seconds']:.0f} s), beam {config.beam_size} {results['beam_bleu']:.2f} "
-          f"({results['beam_seconds']:.0f} s)")
+    print(f"\ndata {name}: {history['epochs']:.2f} epochs, {history['steps']} steps in "
+          f"{history['seconds']:.0f} s, {history['mean_tokens_per_s']:.0f} target tokens/s"
+          + (f" ({world} processes)" if world > 1 else ""))
+    print(f"test BLEU (sacreBLEU, {results['test_sentences']} sentences): greedy "
+          f"{results['greedy_bleu']:.2f} ({results['greedy_seconds']:.0f} s), beam {config.beam_size} "
+          f"{results['beam_bleu']:.2f} ({results['beam_seconds']:.0f} s)")
     if note:
         print(note + " (--decode-seconds 0: no limit)")
     if "greedy_bleu_last_alone" in results:
-        print(f"the average of the last {history['averaged']} snapshots against the last weights alone: greedy "
-              f"{results['greedy_bleu']:.2f} against {results['greedy_bleu_last_alone']:.2f}")
+        print(f"the average of the last {history['averaged']} snapshots against the last weights alone: "
+              f"greedy {results['greedy_bleu']:.2f} against {results['greedy_bleu_last_alone']:.2f}")
     elif "greedy_bleu_averaged" in results:
-        print(f"the last weights (kept: they validate better) against the average of the last {history['averaged']} "
-              f"snapshots: greedy {results['greedy_bleu']:.2f} against {results['greedy_bleu_averaged']:.2f}")
+        print("the last weights (kept: they validate better) against the average of the last "
+              f"{history['averaged']} snapshots: greedy {results['greedy_bleu']:.2f} against "
+              f"{results['greedy_bleu_averaged']:.2f}")
     print(f"peak memory {results['peak_memory_mb']:.0f} MB; checkpoint {out / 'model.pt'}")
 
 
@@ -197,10 +225,10 @@ def _read_lines(path: str, what: str) -> list[str]:
 
 
 def run_translate(args) -> list[str]:
-    """The `translate` command: the sentences (arguments, --input FILE, or standard input) translated by the model
-    that `train` saved (OUT/model.pt holds the weights, the config and the tokenizer), one line each on stdout.
-    A blank line stays blank. --bleu REFERENCES: sacreBLEU's score of them on stderr, so that stdout stays one
-    translation a line (`> out.en` keeps only translations)."""
+    """The `translate` command: the sentences (arguments, --input FILE, or standard input) translated by the
+    model that `train` saved (OUT/model.pt holds the weights, the config and the tokenizer), one line each on
+    stdout. A blank line stays blank. --bleu REFERENCES: sacreBLEU's score of them on stderr, so that stdout
+    stays one translation a line (`> out.en` keeps only translations)."""
     from solutions.cli import check_device
 
     check_device(args.device)
@@ -212,15 +240,17 @@ def run_translate(args) -> list[str]:
     elif args.input:
         lines = _read_lines(args.input, "--input")
     elif sys.stdin is None or sys.stdin.isatty():
-        raise UsageError("no sentences to translate: give them as arguments, with --input FILE, or on standard "
-                         "input (echo 'Ein Hund läuft.' | python -m solutions.translate translate --model ...)")
+        raise UsageError("no sentences to translate: give them as arguments, with --input FILE, or on "
+                         "standard input (echo 'Ein Hund läuft.' | python -m solutions.translate translate "
+                         "--model ...)")
     else:
         lines = sys.stdin.read().splitlines()
     references = _read_lines(args.bleu, "--bleu") if args.bleu else None
     if references is not None and len(references) != len(lines):
         raise UsageError(f"--bleu {args.bleu}: {len(references)} reference lines for {len(lines)} sentences; "
                          "give one reference a sentence, in the same order")
-    model, tokenizer, config = _from_saved(read_checkpoint(args.model, "model", device, label="--model"), device)
+    model, tokenizer, config = _from_saved(read_checkpoint(args.model, "model", device, label="--model"),
+                                           device)
     beam_size = config.beam_size if args.beam_size is None else args.beam_size
     alpha = config.alpha if args.alpha is None else args.alpha
     method = "greedy" if beam_size == 1 else "beam"
@@ -245,9 +275,10 @@ PROG = "python -m solutions.translate"
 
 
 def build_parser(argv=None) -> argparse.ArgumentParser:
-    """The command line: `train` and its flags (one per Config field, its default that of the config the run will
-    use: config_for(--device), or paper_config with --size), and `translate`. argv: the arguments the parser will
-    read (their --device, --size and --accumulate choose the defaults that --help states); None: sys.argv."""
+    """The command line: `train` and its flags (one per Config field, its default that of the config the run
+    will use: config_for(--device), or paper_config with --size), and `translate`. argv: the arguments the
+    parser will read (their --device, --size and --accumulate choose the defaults that --help states); None:
+    sys.argv."""
     from solutions.cli import Parser, device_name, pre_parse
 
     early = pre_parse(argv, "--device", "--size", "--accumulate")
@@ -257,7 +288,8 @@ def build_parser(argv=None) -> argparse.ArgumentParser:
     except argparse.ArgumentTypeError:  # none given, or one the parser will refuse
         device = "cuda" if torch.cuda.is_available() else "cpu"
     size = early.get("size") if early.get("size") in PAPER_SIZES else None
-    accumulate = int(early["accumulate"]) if early.get("accumulate", "").isdigit() and int(early["accumulate"]) else 1
+    accumulate = int(early["accumulate"]) if early.get("accumulate",
+                                                       "").isdigit() and int(early["accumulate"]) else 1
     defaults = default_config(device, size, **({"accumulate": accumulate} if accumulate != 1 else {}))
     source = (f"paper_config({device!r}, {size!r}), max_tokens {defaults.max_tokens} (25,000 / accumulate), "
               "minutes a week" if size else f"config_for({device!r})")
@@ -283,27 +315,28 @@ def _add_train_command(commands, device: str, defaults: Config, source: str) -> 
     p.add_argument("--out", default="runs/translate",
                    help="folder for model.pt, results.json, test translations (default: runs/translate)")
     p.add_argument("--device", type=device_name, default=None,
-                   help=f"cpu, cuda or cuda:N; picks config_for(device) (default: {device}: cuda when there is one)")
+                   help=f"cpu, cuda or cuda:N; picks config_for(device) (default: {device}: cuda when there "
+                        "is one)")
     p.add_argument("--size", choices=sorted(PAPER_SIZES), default=None,
                    help="the paper's base or big model with its optimizer, warmup 4000 and step budget "
-                        "(paper_config); max_tokens defaults to 25,000 / (processes x accumulate) (default: none, "
-                        "the device's own model)")
+                        "(paper_config); max_tokens defaults to 25,000 / (processes x accumulate) (default: "
+                        "none, the device's own model)")
     p.add_argument("--checkpoint-every", type=number(int, 0), default=0, metavar="N",
-                   help="write OUT/checkpoint.pt every N steps and when the run stops (0: none), for --resume "
-                        "(default: 0)")
+                   help="write OUT/checkpoint.pt every N steps and when the run stops (0: none), for "
+                        "--resume (default: 0)")
     p.add_argument("--resume", default=None, metavar="CHECKPOINT",
-                   help="continue from a checkpoint.pt (its settings; --minutes, --steps, --max-epochs may change) "
-                        "(default: none)")
+                   help="continue from a checkpoint.pt (its settings; --minutes, --steps, --max-epochs may "
+                        "change) (default: none)")
     p.add_argument("--synthetic-train", type=number(int, 1), default=20000, metavar="N",
                    help="training pairs of the synthetic corpus (default: 20000)")
     p.add_argument("--max-test", type=number(int, 0), default=0, metavar="N",
                    help="score only the first N test sentences (0: all) (default: 0)")
     p.add_argument("--decode-seconds", type=number(float, 0), default=None, metavar="S",
-                   help="decode the test split (greedy and beam) within about S seconds: the first sentences that "
-                        "fit, said when not all (0: no limit) (default: the training's own time)")
+                   help="decode the test split (greedy and beam) within about S seconds: the first sentences "
+                        "that fit, said when not all (0: no limit) (default: the training's own time)")
     p.add_argument("--threads", type=number(int, 0), default=0, metavar="N",
-                   help="CPU threads for PyTorch (0: its default, one per core; 1 is faster on a busy machine) "
-                        "(default: 0)")
+                   help="CPU threads for PyTorch (0: its default, one per core; 1 is faster on a busy "
+                        "machine) (default: 0)")
     p.add_argument("--quiet", action="store_true", help="no progress bar (default: false)")
     add_config_flags(p, defaults, CONFIG_RULES, skip=("device",), aliases={"max_steps": ["--steps"]},
                      source=source)
@@ -314,9 +347,10 @@ def _add_translate_command(commands, device: str) -> None:
     from solutions.cli import device_name
 
     t = commands.add_parser("translate", help="translate with a trained model.pt, one line a sentence",
-                            description="Translate sentences (arguments, --input FILE, or standard input) with the "
-                                        "model that train saved, one translation a line on stdout.")
-    t.add_argument("sentences", nargs="*", metavar="SENTENCE", help="sentences to translate, one argument each")
+                            description="Translate sentences (arguments, --input FILE, or standard input) "
+                                        "with the model that train saved, one translation a line on stdout.")
+    t.add_argument("sentences", nargs="*", metavar="SENTENCE",
+                   help="sentences to translate, one argument each")
     t.add_argument("--model", required=True, metavar="MODEL_PT",
                    help="OUT/model.pt (or OUT/checkpoint.pt) written by train: weights, config and tokenizer")
     t.add_argument("--input", metavar="FILE", help="a file of sentences, one a line ('-': standard input)")
@@ -326,8 +360,8 @@ def _add_translate_command(commands, device: str) -> None:
                    help="beam search's length penalty (default: the model's config: 1.0 for the CPU model, "
                         "0.6 for the GPU's)")
     t.add_argument("--bleu", metavar="REFERENCE_FILE",
-                   help="score the translations against these references (one a line) with sacreBLEU; the score "
-                        "line goes to stderr, so that stdout stays one translation a line")
+                   help="score the translations against these references (one a line) with sacreBLEU; the "
+                        "score line goes to stderr, so that stdout stays one translation a line")
     t.add_argument("--device", type=device_name, default=None,
                    help=f"cpu, cuda or cuda:N (default: {device}: cuda when there is one)")
     t.add_argument("--batch-tokens", type=number(int, 1), default=None, metavar="N",

@@ -48,7 +48,8 @@ class Config:
     # decoding
     beam_size: int = 4          # the paper's beam
     alpha: float = 0.6          # the paper's length penalty
-    max_output_ratio: float = 1.5   # at most ratio * source length + max_output_extra tokens out (the paper: 1.0)
+    max_output_ratio: float = 1.5   # at most ratio * source length + max_output_extra tokens out
+                                    # (the paper: 1.0)
     max_output_extra: int = 10      # the tokens added to that limit (the paper: 50)
     eval_batch_tokens: int = 6000  # source tokens per decoding batch: big batches decode fastest
     # run
@@ -103,7 +104,8 @@ CONFIG_RULES = {
 
 def config_problems(config: Config) -> list[str]:
     """What makes `config` unable to run, one sentence each (what and what to do); [] when it can.
-    Example: config_problems(Config(d_model=100, n_heads=8)) -> ["d_model 100 is not a multiple of n_heads 8: ..."]"""
+    Example: config_problems(Config(d_model=100, n_heads=8))
+             -> ["d_model 100 is not a multiple of n_heads 8: ..."]"""
     import argparse as _argparse
 
     c, problems = config, []
@@ -133,18 +135,21 @@ def config_problems(config: Config) -> list[str]:
 
 
 def plural(n: float, unit: str) -> str:
-    """n and its unit, singular for exactly 1. Example: plural(1, "minute") -> "1 minute"; plural(0.5, "minute")
+    """n and its unit, singular for exactly 1.
+    Example: plural(1, "minute") -> "1 minute"; plural(0.5, "minute")
     -> "0.5 minutes"; plural(2051, "step") -> "2,051 steps" """
     text = f"{n:,}" if isinstance(n, int) else f"{n:,g}"
     return f"{text} {unit}" + ("" if n == 1 else "s")
 
 
-LR_PAPER_BASE = (512 * 4000) ** -0.5  # the paper's peak rate for the base model: d_model^-0.5 * warmup^-0.5 = 7.0e-4
+# the paper's peak rate for the base model: d_model^-0.5 * warmup^-0.5 = 7.0e-4
+LR_PAPER_BASE = (512 * 4000) ** -0.5
 
 #: Config fields for the paper's base model and its training (sections 5.1-5.4, 6.1). What no field can
 #: change stays different (see `departures`): the data, the hardware and hours, how BLEU is measured.
 PAPER_BASE = dict(d_model=512, n_heads=8, n_layers=6, d_ff=2048, dropout=0.1, attention_dropout=0.0,
-                  norm_first=False, label_smoothing=0.1, bpe_merges=37000, max_tokens=25000, lr_peak=LR_PAPER_BASE,
+                  norm_first=False, label_smoothing=0.1, bpe_merges=37000, max_tokens=25000,
+                  lr_peak=LR_PAPER_BASE,
                   warmup_steps=4000, clip_norm=0.0, max_steps=100000, max_epochs=1_000_000, average_last=5,
                   snapshot_minutes=10.0, beam_size=4, alpha=0.6, max_output_ratio=1.0, max_output_extra=50)
 
@@ -158,8 +163,9 @@ PAPER_SIZES = {"base": PAPER_BASE, "big": PAPER_BIG}
 
 def paper_config(device: str | torch.device | None = None, size: str = "base", **overrides) -> Config:
     """The paper's base (or big) model and training settings on `device`, as far as a Config can hold them.
-    Example: paper_config("cpu").n_layers -> 6; departures(paper_config("cpu", precision="fp32")) -> data, training
-             time, BLEU (and "number format" where precision "auto" means bf16);
+    Example: paper_config("cpu").n_layers -> 6;
+             departures(paper_config("cpu", precision="fp32")) -> data, training time, BLEU (and "number
+             format" where precision "auto" means bf16);
              paper_config("cuda", "big").d_model -> 1024"""
     if size not in PAPER_SIZES:
         raise ValueError(f"size must be one of {sorted(PAPER_SIZES)}, got {size!r}")
@@ -167,11 +173,12 @@ def paper_config(device: str | torch.device | None = None, size: str = "base", *
 
 
 #: lesson 14's SIZE = "tiny": small enough to train in a minute on a CPU, only for a first look or a test run
-TINY_LESSON = dict(d_model=64, n_heads=4, n_layers=1, d_ff=128, bpe_merges=500, max_tokens=1000, warmup_steps=100,
-                   lr_peak=2e-3)
+TINY_LESSON = dict(d_model=64, n_heads=4, n_layers=1, d_ff=128, bpe_merges=500, max_tokens=1000,
+                   warmup_steps=100, lr_peak=2e-3)
 
 
-def lesson_config(device: str, size: str = "auto", minutes: float | None = None, average_last: int | None = None,
+def lesson_config(device: str, size: str = "auto", minutes: float | None = None,
+                  average_last: int | None = None,
                   snapshot_minutes: float | None = None, dropout: float | None = None) -> Config:
     """Lesson 14's settings as one Config, its time budget included (config.minutes), so that what the lesson
     prints and what it trains are the same: size "auto" (config_for(device)), "tiny" (TINY_LESSON) or "paper"

@@ -1,4 +1,5 @@
-"""Translating with a trained model (greedy or beam, in batches of similar lengths) and scoring it with BLEU."""
+"""Translating with a trained model (greedy or beam, in batches of similar lengths) and scoring it with
+BLEU."""
 from __future__ import annotations
 
 import math
@@ -17,13 +18,15 @@ from solutions.translate.precision import _autocast
 
 def _max_len(source_length: int, max_output=(1.5, 10)) -> int:
     """Most tokens to generate: ratio * source length + extra (Config.max_output_ratio, max_output_extra).
-    Example: 10 -> 25 (captions: a translation is rarely 1.5 times longer than its source); the paper's (1.0, 50): 60"""
+    Example: 10 -> 25 (captions: a translation is rarely 1.5 times longer than its source);
+             the paper's (1.0, 50): 60"""
     ratio, extra = max_output
     return int(ratio * source_length) + extra
 
 
 def decoding_args(config: Config) -> dict:
-    """The decoding settings of a Config, as keyword arguments of translate_batch / evaluate_bleu / translate."""
+    """The decoding settings of a Config, as keyword arguments of translate_batch / evaluate_bleu /
+    translate."""
     return dict(beam_size=config.beam_size, alpha=config.alpha, batch_tokens=config.eval_batch_tokens,
                 max_output=(config.max_output_ratio, config.max_output_extra))
 
@@ -39,7 +42,8 @@ def _decode_ids(model, ids: list[list[int]], method: str, beam_size: int, alpha:
             hyps = _use(impl, "greedy_decode")(model, batch.src, batch.src_mask, max_len)
         else:
             hyps = _use(impl, "beam_search")(model, batch.src, batch.src_mask, max_len, beam_size, alpha)
-    return [hyp[:_max_len(len(s), max_output)] for s, hyp in zip(ids, hyps)]  # each source's own limit, as if alone
+    # each source's own limit, as if alone
+    return [hyp[:_max_len(len(s), max_output)] for s, hyp in zip(ids, hyps)]
 
 
 @torch.no_grad()
@@ -70,14 +74,16 @@ def translate_batch(model, tokenizer: BPETokenizer, sentences: list[str], method
     return out
 
 
-def translate(model, tokenizer: BPETokenizer, sentence: str, method: str = "beam", impl=solutions, **kw) -> str:
+def translate(model, tokenizer: BPETokenizer, sentence: str, method: str = "beam", impl=solutions,
+              **kw) -> str:
     """One sentence. Example: translate(model, tok, "Ein Mann schläft.") -> "A man is sleeping." """
     return translate_batch(model, tokenizer, [sentence], method, impl=impl, **kw)[0]
 
 
 def evaluate_bleu(model, tokenizer: BPETokenizer, src_lines: list[str], ref_lines: list[str],
                   method: str = "greedy", beam_size: int = 4, alpha: float = 0.6, batch_tokens: int = 6000,
-                  impl=solutions, return_hypotheses: bool = False, max_output=(1.5, 10), progress: bool = False):
+                  impl=solutions, return_hypotheses: bool = False, max_output=(1.5, 10),
+                  progress: bool = False):
     """sacreBLEU (cased, 13a tokenization, on detokenized text) of the model's translations of src_lines
     against ref_lines, in 0..100; with return_hypotheses, (bleu, translations).
 
@@ -85,22 +91,22 @@ def evaluate_bleu(model, tokenizer: BPETokenizer, src_lines: list[str], ref_line
     """
     if len(src_lines) != len(ref_lines):
         raise ValueError(f"{len(src_lines)} source lines but {len(ref_lines)} references")
-    hyps = translate_batch(model, tokenizer, src_lines, method, beam_size, alpha, batch_tokens, impl, max_output,
-                           progress)
+    hyps = translate_batch(model, tokenizer, src_lines, method, beam_size, alpha, batch_tokens, impl,
+                           max_output, progress)
     bleu = sacrebleu.corpus_bleu(hyps, [ref_lines]).score
     return (bleu, hyps) if return_hypotheses else bleu
 
 
 def score_test(model, tokenizer, src_lines: list[str], ref_lines: list[str], config: Config,
-               seconds: float | None = None, methods=("greedy", "beam"), impl=solutions, progress: bool = True,
-               probe: int = 32) -> dict:
-    """Decode the test set with each of `methods` and score it with sacreBLEU, all methods together within about
-    `seconds` (None: no bound; the course passes the training's own time, so that a one-minute run is not
-    followed by minutes of decoding: an undertrained model decodes every sentence to the length limit).
+               seconds: float | None = None, methods=("greedy", "beam"), impl=solutions,
+               progress: bool = True, probe: int = 32) -> dict:
+    """Decode the test set with each of `methods` and score it with sacreBLEU, all methods together within
+    about `seconds` (None: no bound; the course passes the training's own time, so that a one-minute run is
+    not followed by minutes of decoding: an undertrained model decodes every sentence to the length limit).
 
-    The first `probe` sentences are decoded by every method and timed, then chunks of the next ones that the time
-    left fits at the last chunk's speed; when not all fit `seconds`, only the first n are scored, and "note" says so
-    with an estimate of what all would take. Returns {"sentences": n,
+    The first `probe` sentences are decoded by every method and timed, then chunks of the next ones that the
+    time left fits at the last chunk's speed; when not all fit `seconds`, only the first n are scored, and
+    "note" says so with an estimate of what all would take. Returns {"sentences": n,
     "of": len(src_lines), "estimate_seconds": the time all would take, "references": the n references,
     "note": a sentence or "", method: {"bleu", "hypotheses", "seconds"} for each method}.
     Example: score_test(model, tok, test_de, test_en, config, seconds=60)["greedy"]["bleu"] -> 2.1"""
@@ -113,7 +119,8 @@ def score_test(model, tokenizer, src_lines: list[str], ref_lines: list[str], con
     def decode(lines):
         for m in methods:
             t0 = time.time()
-            out[m]["hypotheses"] += translate_batch(model, tokenizer, lines, m, impl=impl, progress=progress, **args)
+            out[m]["hypotheses"] += translate_batch(model, tokenizer, lines, m, impl=impl, progress=progress,
+                                                    **args)
             out[m]["seconds"] += time.time() - t0
 
     def spent():
@@ -140,9 +147,10 @@ def score_test(model, tokenizer, src_lines: list[str], ref_lines: list[str], con
         out[m]["bleu"] = sacrebleu.corpus_bleu(out[m]["hypotheses"], [refs]).score
     note = ""
     if n < total:
-        note = (f"scored the first {n:,} of {total:,} test sentences: all of them would take about {estimate:.0f} s "
-                f"of decoding ({' and '.join(methods)}) at this speed, longer than the {seconds:.0f} s of training; "
-                "a longer training decodes faster (it stops at <eos>) and scores them all")
+        note = (f"scored the first {n:,} of {total:,} test sentences: all of them would take about "
+                f"{estimate:.0f} s of decoding ({' and '.join(methods)}) at this speed, longer than the "
+                f"{seconds:.0f} s of training; a longer training decodes faster (it stops at <eos>) and "
+                "scores them all")
     out.update(sentences=n, of=total, estimate_seconds=estimate if estimate is not None else spent(),
                references=refs, note=note)
     return out
@@ -155,7 +163,8 @@ def bleu_scores(hypotheses: list[str], references: list[str], impl=solutions) ->
 
     They are the same number unless some n-gram order has no match at all: sacreBLEU then smooths
     (its default, "exp") where the contract's corpus_bleu, like Papineni et al., gives 0.
-    Example: bleu_scores(["A dog runs ."], ["A dog runs ."]) -> {"sacrebleu": 100.0, "corpus_bleu": 100.0, ...}
+    Example: bleu_scores(["A dog runs ."], ["A dog runs ."])
+             -> {"sacrebleu": 100.0, "corpus_bleu": 100.0, ...}
     """
     from sacrebleu.tokenizers.tokenizer_13a import Tokenizer13a
 
@@ -175,8 +184,8 @@ def bleu_scores(hypotheses: list[str], references: list[str], impl=solutions) ->
     if same(own, standard):
         note = "the same number"
     elif same(own, plain):
-        note = ("sacreBLEU smooths an n-gram order with no match at all (its default, 'exp'); corpus_bleu gives 0 "
-                f"then, as Papineni et al. do: without smoothing sacreBLEU gives {plain:.2f} too")
+        note = ("sacreBLEU smooths an n-gram order with no match at all (its default, 'exp'); corpus_bleu "
+                f"gives 0 then, as Papineni et al. do: without smoothing sacreBLEU gives {plain:.2f} too")
     else:
         note = (f"corpus_bleu differs from sacreBLEU without smoothing on the same tokens ({plain:.2f}): "
                 "check the clipping of n-gram counts, the brevity penalty and max_n")

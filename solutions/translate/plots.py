@@ -4,9 +4,9 @@ from __future__ import annotations
 import torch
 
 import solutions
+from solutions.tokenization import UNK
 from solutions.translate.implementation import _use
 from solutions.translate.inference import _decode_ids
-from solutions.tokenization import UNK
 
 
 def pieces(tokenizer, ids: list[int]) -> list[str]:
@@ -31,11 +31,13 @@ def attention_maps(model, tokenizer, sentence: str, method: str = "beam", impl=s
     beam_size, alpha = decoding.get("beam_size", 4), decoding.get("alpha", 0.6)
     src_ids = tokenizer.encode(sentence) or [UNK]
     model.eval()
-    tgt_ids = _decode_ids(model, [src_ids], method, beam_size, alpha, decoding.get("max_output", (1.5, 10)), impl)[0]
+    tgt_ids = _decode_ids(model, [src_ids], method, beam_size, alpha, decoding.get("max_output", (1.5, 10)),
+                          impl)[0]
     device = next(model.parameters()).device
     src = torch.tensor([src_ids], device=device)                            # (1, Ls)
     tgt_in = torch.tensor([[solutions.BOS] + tgt_ids], device=device)      # (1, Lt)
-    model(src, tgt_in, _use(impl, "padding_mask")(src), _use(impl, "target_mask")(tgt_in))  # fills attn_weights
+    # fills attn_weights
+    model(src, tgt_in, _use(impl, "padding_mask")(src), _use(impl, "target_mask")(tgt_in))
 
     def stack(attns):  # each (1, h, Lq, Lk) -> (N, h, Lq, Lk)
         return torch.stack([a.attn_weights[0].float().cpu() for a in attns])
@@ -56,8 +58,8 @@ def plot_attention(maps: dict, kind: str, size: float = 1.8):
     n_layers, n_heads = weights.shape[:2]
     queries = maps["source"] if kind.startswith("encoder") else maps["target"]
     keys = maps["target"] if kind.startswith("decoder") else maps["source"]
-    fig, axes = plt.subplots(n_layers, n_heads, figsize=(size * n_heads + 1, size * n_layers + 0.8), squeeze=False,
-                             layout="constrained")
+    fig, axes = plt.subplots(n_layers, n_heads, figsize=(size * n_heads + 1, size * n_layers + 0.8),
+                             squeeze=False, layout="constrained")
     for layer in range(n_layers):
         for head in range(n_heads):
             ax = axes[layer][head]

@@ -7,9 +7,10 @@ import torch
 
 
 def cpu_has_bf16() -> bool:
-    """Whether this CPU computes bfloat16 matrix products natively (AVX-512 BF16 or AMX tiles, as PyTorch's own
-    probes report them); without, bf16 autocast on the CPU emulates them and is slower than float32."""
-    probes = [getattr(torch.cpu, name, None) for name in ("_is_avx512_bf16_supported", "_is_amx_tile_supported")]
+    """Whether this CPU computes bfloat16 matrix products natively (AVX-512 BF16 or AMX tiles, as PyTorch's
+    own probes report them); without, bf16 autocast on the CPU emulates them and is slower than float32."""
+    probes = [getattr(torch.cpu, name, None)
+              for name in ("_is_avx512_bf16_supported", "_is_amx_tile_supported")]
     return any(probe() for probe in probes if probe is not None)
 
 
@@ -27,8 +28,9 @@ def resolved_precision(device: torch.device, precision: str = "auto") -> str:
 
 def _autocast(device: torch.device, precision: str = "auto"):
     """(autocast context, GradScaler or None) for `precision` (see Config.precision) on `device`.
-    Example: _autocast(torch.device("cpu"), "fp32") -> (nullcontext(), None); "bf16" -> (torch.autocast("cpu", bf16),
-             None); "auto" on a CPU -> "bf16" where cpu_has_bf16(), else "fp32" """
+    Example: _autocast(torch.device("cpu"), "fp32") -> (nullcontext(), None);
+             "bf16" -> (torch.autocast("cpu", bf16), None);
+             "auto" on a CPU -> "bf16" where cpu_has_bf16(), else "fp32" """
     precision = resolved_precision(device, precision)
     if precision == "fp32":
         return nullcontext(), None
