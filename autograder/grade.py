@@ -354,8 +354,8 @@ class _Batch:
             for server in (self.checkers, self.kernels):
                 if server:
                     forkserver.stop(server[0])
-            if not self.keep:  # no link followed, no recursion, never raises (jail.remove_tree)
-                from .jail import remove_tree
+            if not self.keep:  # no link followed, no recursion, never raises (folders.remove_tree)
+                from .folders import remove_tree
                 remove_tree(self.folder)
             for sig, handler in handlers.items():
                 signal.signal(sig, handler)

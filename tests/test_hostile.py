@@ -33,13 +33,13 @@ def sha(path):
     return hashlib.sha256(pathlib.Path(path).read_bytes()).hexdigest() if pathlib.Path(path).exists() else None
 
 
-GRADER = (b"autograder.checker", b"autograder.kernel")  # the checkers, their batch's process, the notebooks' runners
+GRADER = (b"autograder.checker", b"autograder.runner")  # the checkers, their batch's process, the notebooks' runners
 
 
 class Watch:
     """While a batch is graded: the peak memory (VmHWM, the most resident memory a process ever had) of each of the
     grader's own processes (this one, which runs the grade command; every process whose command line names
-    autograder.checker or autograder.kernel), sampled 5 times a second, and the most the file system of the
+    autograder.checker or autograder.runner), sampled 5 times a second, and the most the file system of the
     batch's folder ever held beyond what it held at the start."""
 
     def __init__(self, folder):
@@ -536,7 +536,7 @@ def test_the_grader_s_processes_stay_under_1_gb(batch):
     """The grade command, the checkers (and their batch's process) and the notebooks' runners, while the batch (a
     100 MB message to the checker, a 400 MB output, 1.5 GB of files) is graded: each under 1 GB at its peak."""
     peaks = batch.watch.peak
-    assert any("autograder.checker" in n for n in peaks) and any("autograder.kernel" in n for n in peaks), peaks
+    assert any("autograder.checker" in n for n in peaks) and any("autograder.runner" in n for n in peaks), peaks
     over = {n: kb >> 10 for n, kb in peaks.items() if kb >= 1 << 20}
     assert not over, f"over 1 GB (MB): {over}"
 
