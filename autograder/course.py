@@ -5,20 +5,21 @@ with the solutions between ### BEGIN SOLUTION / ### END SOLUTION and graded cell
 autograder.max_points. `nbgrader generate_assignment <lesson>` then reproduces lessons/<lesson>.ipynb.
 
 Each lesson is graded against the course as its students have it, not the instructor's whole reference:
-DIR/source/<lesson>/solutions/ is the stage-limited view of autograder/views.py (the lesson's stage and every later
-one are nbgrader's stubs), which `generate_assignment` releases beside the notebook and `autograde` copies beside
-each submission. nbgrader runs the kernel in the submission's folder, which IPython puts on sys.path before
-site-packages (where the course is installed) but after PYTHONPATH's folders; a kernel argument in nbgrader_config.py
-puts it first. So `from solutions.masks import padding_mask` in a graded cell imports the stub and earns nothing. A
-student's own `solutions` or `autograder` (a folder or a module handed in beside the notebook, which nbgrader
-copies too, and which a package folder `solutions/masks/` would let win over the copied `solutions/masks.py`) is
-removed, and the view written again, by `StageLimitedSolutions`, the first step of nbgrader's autograding
-(nbgrader_config.py). While nbgrader runs a notebook it sets NBGRADER_EXECUTION; the lessons' training demos read
-it (solutions/toy_tasks.py) and run short. nbgrader's feedback names each test cell in its list of graded cells
-(`check(padding_mask)`, where nbgrader writes "Test cell"): DIR/templates/course_feedback/.
+DIR/source/<lesson>/solutions/ is the stage-limited view of autograder/views.py (the lesson's stage and every
+later one are nbgrader's stubs), which `generate_assignment` releases beside the notebook and `autograde`
+copies beside each submission. nbgrader runs the kernel in the submission's folder, which IPython puts on
+sys.path before site-packages (where the course is installed) but after PYTHONPATH's folders; a kernel
+argument in nbgrader_config.py puts it first. So `from solutions.masks import padding_mask` in a graded cell
+imports the stub and earns nothing. A student's own `solutions` or `autograder` (a folder or a module handed
+in beside the notebook, which nbgrader copies too, and which a package folder `solutions/masks/` would let win
+over the copied `solutions/masks.py`) is removed, and the view written again, by `StageLimitedSolutions`, the
+first step of nbgrader's autograding (nbgrader_config.py). While nbgrader runs a notebook it sets
+NBGRADER_EXECUTION; the lessons' training demos read it (solutions/toy_tasks.py) and run short. nbgrader's
+feedback names each test cell in its list of graded cells (`check(padding_mask)`, where nbgrader writes "Test
+cell"): DIR/templates/course_feedback/.
 
-Not handled: anything else a notebook does in the instructor's account (nbgrader runs it with no jail; a notebook
-that redefines `check` is not stopped: see README, "Grade a batch unattended, safely").
+Not handled: anything else a notebook does in the instructor's account (nbgrader runs it with no jail; a
+notebook that redefines `check` is not stopped: see README, "Grade a batch unattended, safely").
 """
 from __future__ import annotations
 
@@ -107,9 +108,9 @@ except ImportError:  # without nbgrader the course can be built, not graded
 
 
 class StageLimitedSolutions(Preprocessor):
-    """nbgrader's first autograding step: in the folder where the submission runs (nbgrader's autograded copy),
-    remove what the student handed in as `solutions` or `autograder`, and write the stage-limited solutions/ of the
-    assignment's lesson (an assignment that is not a lesson hides every stage)."""
+    """nbgrader's first autograding step: in the folder where the submission runs (nbgrader's autograded
+    copy), remove what the student handed in as `solutions` or `autograder`, and write the stage-limited
+    solutions/ of the assignment's lesson (an assignment that is not a lesson hides every stage)."""
 
     def preprocess(self, nb, resources):
         folder = pathlib.Path(resources["metadata"]["path"])
@@ -128,11 +129,13 @@ def build_course(directory, lessons=None) -> pathlib.Path:
     root.mkdir(parents=True, exist_ok=True)
     config = root / "nbgrader_config.py"
     text = CONFIG.format(root=str(root), stub="\n".join(CODE_STUB), first=FOLDER_FIRST)
-    if config.exists() and config.read_text() != text:  # "edit freely": a rebuild keeps the instructor's edits
+    # "edit freely": a rebuild keeps the instructor's edits
+    if config.exists() and config.read_text() != text:
         print(f"kept your {config} (delete it to get the course's default)")
         if "StageLimitedSolutions" not in config.read_text():
-            print(f"warning: {config} does not run autograder.course.StageLimitedSolutions before a submission: a "
-                  "student's own solutions/ can win over the stage-limited one (delete the file to get it)")
+            print(f"warning: {config} does not run autograder.course.StageLimitedSolutions before a "
+                  "submission: a student's own solutions/ can win over the stage-limited one (delete the "
+                  "file to get it)")
     else:
         config.write_text(text)
     template = root / "templates" / "course_feedback"

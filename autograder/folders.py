@@ -1,7 +1,7 @@
 """One notebook's folders in the batch's folder, made before its kernel exists and removed after: the grade
-command's side (autograder/kernel.py, autograder/grade.py), never imported by the kernel's launcher or the kernel
-server. Removing follows no link and does not recurse (`remove_tree`), whatever the kernel left there. The threat
-model is in autograder/GRADING.md.
+command's side (autograder/kernel.py, autograder/grade.py), never imported by the kernel's launcher or the
+kernel server. Removing follows no link and does not recurse (`remove_tree`), whatever the kernel left there.
+The threat model is in autograder/GRADING.md.
 """
 from __future__ import annotations
 
@@ -13,18 +13,18 @@ import subprocess
 
 from .jail import NOBODY
 
-# what the kernel may write in all, with isolation: its working folder, HOME and connection folder are on a tmpfs of
-# this size (three files of 1 GB, each under FILE_SIZE, filled the grader's disk before)
+# what the kernel may write in all, with isolation: its working folder, HOME and connection folder are on a
+# tmpfs of this size (three files of 1 GB, each under FILE_SIZE, filled the grader's disk before)
 SCRATCH_MB = int(os.environ.get("AUTOGRADER_SCRATCH_MB", 512))
 
 
 def notebook_folders(tmp: pathlib.Path, isolated: bool) -> dict[str, pathlib.Path]:
-    """The folders of one notebook: `private` (the grade command's and the checker's, never shown to the kernel;
-    its `tmp` is the checker's temporary folder), `sock` (the checker's socket: shown to the kernel, read-only),
-    and, in `scratch` (with isolation a tmpfs of SCRATCH_MB, made before the kernel exists), the kernel's `work`,
-    `home` and `conn` (its connection folder), which are the kernel user's, and `sealed` (the grading user's, 0700: the
-    runner's links to the kernel's sockets, seal_socket). Nothing here is made, changed or removed through a path the
-    kernel can write while it runs."""
+    """The folders of one notebook: `private` (the grade command's and the checker's, never shown to the
+    kernel; its `tmp` is the checker's temporary folder), `sock` (the checker's socket: shown to the kernel,
+    read-only), and, in `scratch` (with isolation a tmpfs of SCRATCH_MB, made before the kernel exists), the
+    kernel's `work`, `home` and `conn` (its connection folder), which are the kernel user's, and `sealed` (the
+    grading user's, 0700: the runner's links to the kernel's sockets, seal_socket). Nothing here is made,
+    changed or removed through a path the kernel can write while it runs."""
     dirs = {name: tmp / name for name in ("private", "sock", "scratch")}
     for d in dirs.values():
         d.mkdir()
@@ -50,8 +50,8 @@ def notebook_folders(tmp: pathlib.Path, isolated: bool) -> dict[str, pathlib.Pat
 
 
 def remove_folders(tmp: pathlib.Path, problems: list) -> None:
-    """Remove one notebook's folders: the kernel's tmpfs detached, the rest removed without following a link or
-    recursing (remove_tree); what could not be removed is said in the notebook's problems, never raised."""
+    """Remove one notebook's folders: the kernel's tmpfs detached, the rest removed without following a link
+    or recursing (remove_tree); what could not be removed is said in the notebook's problems, never raised."""
     try:
         scratch = tmp / "scratch"
         if os.path.ismount(scratch):
@@ -64,10 +64,12 @@ def remove_folders(tmp: pathlib.Path, problems: list) -> None:
 
 
 def mount_scratch(path: str, size_mb: int) -> bool:
-    """A tmpfs of `size_mb` MB at the (new, empty, root's) folder `path`, for the kernel's writable folders: what the
-    kernel writes is bounded by it, and it goes with one unmount. False where it cannot be mounted (not root)."""
+    """A tmpfs of `size_mb` MB at the (new, empty, root's) folder `path`, for the kernel's writable folders:
+    what the kernel writes is bounded by it, and it goes with one unmount. False where it cannot be mounted
+    (not root)."""
     try:
-        subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={int(size_mb)}m,mode=0711,nosuid,nodev", "tmpfs", path],
+        subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={int(size_mb)}m,mode=0711,nosuid,nodev", "tmpfs",
+                        path],
                        check=True, capture_output=True)
         return True
     except (OSError, subprocess.CalledProcessError):
@@ -87,8 +89,8 @@ _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0
 
 
 def _open_dir(name: str, dir_fd: int) -> int:
-    """The folder `name` in dir_fd, never through a link; a folder this user may not read is made readable first
-    (not as root, who reads every folder) through the folder itself, never its name."""
+    """The folder `name` in dir_fd, never through a link; a folder this user may not read is made readable
+    first (not as root, who reads every folder) through the folder itself, never its name."""
     try:
         return os.open(name, _DIR, dir_fd=dir_fd)
     except PermissionError:
@@ -103,10 +105,10 @@ def _open_dir(name: str, dir_fd: int) -> int:
 
 
 def remove_tree(path) -> list[str]:
-    """Remove the folder `path` and everything in it, whatever its depth and whatever links it holds: no link is
-    followed, nothing recursive (a folder's subfolders are moved up into `path` and emptied there, so that two
-    folders are open at a time), a mount found inside is detached (as root). Returns what could not be removed
-    (never raises: one notebook's folder must not cost the batch its report)."""
+    """Remove the folder `path` and everything in it, whatever its depth and whatever links it holds: no link
+    is followed, nothing recursive (a folder's subfolders are moved up into `path` and emptied there, so that
+    two folders are open at a time), a mount found inside is detached (as root). Returns what could not be
+    removed (never raises: one notebook's folder must not cost the batch its report)."""
     path = os.path.abspath(os.fspath(path))
     errors: list[str] = []
     try:
@@ -162,8 +164,9 @@ def remove_tree(path) -> list[str]:
 
 
 def _empty_folder(top: int, entry: str, dev: int, moved: list) -> None:
-    """Empty the folder `entry` of the open folder `top` (remove_tree's): a mount there detached first (as root),
-    its files removed, its folders moved up into `top` under new names (.removed-N, `moved` counting them)."""
+    """Empty the folder `entry` of the open folder `top` (remove_tree's): a mount there detached first (as
+    root), its files removed, its folders moved up into `top` under new names (.removed-N, `moved` counting
+    them)."""
     sub = _open_dir(entry, top)
     try:
         if os.fstat(sub).st_dev != dev:  # a mount: detached, then its (empty) folder removed

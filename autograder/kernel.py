@@ -2,12 +2,12 @@
 
 The notebook read by autograder/submission.py runs in a fresh kernel started by autograder.jail (its own
 namespaces, as `nobody`, on a read-only file system with its scratch and connection folders only, the lesson's
-own stage of `solutions` cleared), with a time limit per cell and per notebook. Each graded cell is replaced by
-a call to autograder/serve.py, which connects to the checker (autograder/checker.py), a process started before
-the kernel that holds the checks and never runs the notebook's code: it calls the learner's objects across the
-socket (autograder/remote.py) and keeps its verdicts in a file that only the grade command reads. Points come
-only from the checker's file: the outputs stored in the submission, what its cells print, and the points its
-metadata claims count for nothing. Afterwards every process the notebook started is killed.
+own stage of `solutions` cleared), with a time limit per cell and per notebook. Each graded cell is replaced
+by a call to autograder/serve.py, which connects to the checker (autograder/checker.py), a process started
+before the kernel that holds the checks and never runs the notebook's code: it calls the learner's objects
+across the socket (autograder/remote.py) and keeps its verdicts in a file that only the grade command reads.
+Points come only from the checker's file: the outputs stored in the submission, what its cells print, and the
+points its metadata claims count for nothing. Afterwards every process the notebook started is killed.
 
 The kernel is driven by a child process of its own (`python -m autograder.runner SPEC`, autograder/runner.py),
 which keeps the notebook's deadline and reports how the run ended.
@@ -61,13 +61,15 @@ def prepare(nb, expected, problems, socket_path: str) -> tuple[object, dict[str,
         nonce = secrets.token_hex(16)
         nonces[nonce] = names[gid][0]
         done.add(gid)
-        return nbformat.v4.new_code_cell(f"# the autograder grades {names[gid][0]} here, from outside this kernel\n"
+        return nbformat.v4.new_code_cell(f"# the autograder grades {names[gid][0]} here, from outside this "
+                                         "kernel\n"
                                          f"__import__('autograder.serve', fromlist=['grade']).grade("
                                          f"{names[gid][0]!r}, {nonce!r}, {socket_path!r})")
     for number, cell in enumerate(nb.cells, 1):
         gid = _grade_id(cell)
         is_check = bool(gid and (gid in names or (gid.startswith("check_") and
-                                                   cell.get("metadata", {}).get("nbgrader", {}).get("grade"))))
+                                                   cell.get("metadata", {}).get("nbgrader",
+                                                                                {}).get("grade"))))
         if is_check:
             if gid in names and gid not in done and cell.cell_type == "code":
                 if cell.source.strip() != f"check({names[gid][0]})":
@@ -95,12 +97,14 @@ def isolation() -> bool:
     with _ISOLATION_LOCK:
         if not _ISOLATION:
             from .jail import isolation_available
-            _ISOLATION.append(os.environ.get("AUTOGRADER_ISOLATION", "auto") != "off" and isolation_available())
+            _ISOLATION.append(os.environ.get("AUTOGRADER_ISOLATION", "auto") != "off"
+                              and isolation_available())
         return _ISOLATION[0]
 
 
 def keep_files() -> bool:
-    """Whether a notebook's and a batch's working files are kept, to debug the grader (AUTOGRADER_KEEP set)."""
+    """Whether a notebook's and a batch's working files are kept, to debug the grader (AUTOGRADER_KEEP
+    set)."""
     return bool(os.environ.get("AUTOGRADER_KEEP"))
 
 
@@ -129,9 +133,9 @@ class _Cancelled(Exception):
 
 
 class _CellRuns:
-    """How the submission's cells ran, to say truly why a graded name was not there: which cells define it (by their
-    text, read by autograder/submission.py, or as the lesson's answer cell of that name), what each raised (the
-    runner's "errors", by the prepared notebook's cell), how far the run got ("reached")."""
+    """How the submission's cells ran, to say truly why a graded name was not there: which cells define it (by
+    their text, read by autograder/submission.py, or as the lesson's answer cell of that name), what each
+    raised (the runner's "errors", by the prepared notebook's cell), how far the run got ("reached")."""
 
     def __init__(self, nb, prepared, origin: list, nonces: dict, status: RunStatus):
         self.origin = origin
@@ -171,8 +175,8 @@ class _CellRuns:
         """Why `name` was not defined when its graded cell ran, as far as the run shows."""
         defining = self.defining(name)
         if not defining:
-            return (f"no cell of the notebook defines it (no `def {name}`, `class {name}` or `{name} = ...`: renamed, "
-                    "or its cell deleted?)")
+            return (f"no cell of the notebook defines it (no `def {name}`, `class {name}` or `{name} = ...`: "
+                    "renamed, or its cell deleted?)")
         graded = self.graded_at.get(name)
         for number in defining:
             if number in self.errors:
@@ -184,18 +188,20 @@ class _CellRuns:
         index = self.number_to_index.get(number)
         if index is None or self.reached is None or index > self.reached:
             return f"cell {number}, which defines it, did not run" + (f" ({stopped})" if stopped else "")
-        return (f"cell {number} ran without an error but had not defined it when its graded cell ran (inside a "
-                "condition that was false, or deleted or renamed by a later cell?)")
+        return (f"cell {number} ran without an error but had not defined it when its graded cell ran (inside "
+                "a condition that was false, or deleted or renamed by a later cell?)")
 
     def notes(self, name: str) -> list[str]:
-        """A line for each cell that defines `name` and raised: what was graded is what the cells before left."""
+        """A line for each cell that defines `name` and raised: what was graded is what the cells before
+        left."""
         return [f"note: cell {n}, which defines {name}, {self.raised(self.errors[n])}"
                 for n in self.defining(name) if n in self.errors]
 
 
 class Cancel:
-    """A batch's stop (grade.py calls it on SIGINT or SIGTERM): once called, no notebook's run starts, and each run
-    under way is stopped (its runner gets SIGTERM: it stops the kernel and the checker, then reports)."""
+    """A batch's stop (grade.py calls it on SIGINT or SIGTERM): once called, no notebook's run starts, and
+    each run under way is stopped (its runner gets SIGTERM: it stops the kernel and the checker, then
+    reports)."""
 
     def __init__(self):
         self._lock = threading.Lock()
@@ -228,7 +234,8 @@ class Cancel:
 
 @dataclasses.dataclass
 class _Run:
-    """One notebook's run, as grade_notebook's steps fill it in: the options it was given, then what each step made."""
+    """One notebook's run, as grade_notebook's steps fill it in: the options it was given, then what each step
+    made."""
     timeout: float
     cell_timeout: float
     memory_gb: float
@@ -252,26 +259,28 @@ def grade_notebook(path: str | os.PathLike, timeout: float = NOTEBOOK_TIMEOUT, *
     return run_notebook(path, timeout, **options).to_json()
 
 
-def run_notebook(path: str | os.PathLike, timeout: float = NOTEBOOK_TIMEOUT, *, cell_timeout: float = CELL_TIMEOUT,
+def run_notebook(path: str | os.PathLike, timeout: float = NOTEBOOK_TIMEOUT, *,
+                 cell_timeout: float = CELL_TIMEOUT,
                  memory_gb: float = MEMORY_GB, threads: int | None = None, protected: list | None = None,
                  lesson: str | None = None, batch: str | os.PathLike | None = None,
                  checker_server: str | None = None, kernel_server: str | None = None,
                  cancel: Cancel | None = None, isolated: bool | None = None,
                  keep: bool | None = None) -> NotebookResult:
-    """Grade one notebook (records.NotebookResult). `lesson`: the assignment (else taken from the file's or folder's
-    name); `batch`: the folder of the batch's working files (a new one by default), which the kernel never sees;
-    `checker_server`: the socket of the batch's checker process (autograder.checker.serve), which forks this
-    notebook's checker (else one is started for it); `kernel_server`: the socket of the batch's kernel server
-    (autograder.jail.serve), which forks this notebook's kernel when it is isolated (else its launcher starts it);
-    `cancel`: the batch's stop (a run it stopped is reported with the error "stopped: the batch was interrupted");
-    `isolated`, `keep`: the batch's isolation() and keep_files(), decided once for it (else here).
+    """Grade one notebook (records.NotebookResult). `lesson`: the assignment (else taken from the file's or
+    folder's name); `batch`: the folder of the batch's working files (a new one by default), which the kernel
+    never sees; `checker_server`: the socket of the batch's checker process (autograder.checker.serve), which
+    forks this notebook's checker (else one is started for it); `kernel_server`: the socket of the batch's
+    kernel server (autograder.jail.serve), which forks this notebook's kernel when it is isolated (else its
+    launcher starts it); `cancel`: the batch's stop (a run it stopped is reported with the error "stopped: the
+    batch was interrupted"); `isolated`, `keep`: the batch's isolation() and keep_files(), decided once for it
+    (else here).
 
     The steps, in order: read (the submission), review (its cells, before they run), prepare (the notebook to
     run), views and specs (what each child reads), run (the runner, the kernel and the checker), collect (each
     graded cell's points from the checker's verdicts)."""
     isolated = isolation() if isolated is None else isolated
-    run = _Run(timeout, cell_timeout, memory_gb, threads or 1, list(protected or []), isolated, checker_server,
-               kernel_server, time.time())
+    run = _Run(timeout, cell_timeout, memory_gb, threads or 1, list(protected or []), isolated,
+               checker_server, kernel_server, time.time())
     result = NotebookResult(path=str(pathlib.Path(path)), isolated=run.isolated)
     nb, expected = _read(pathlib.Path(path), lesson, result)
     if result.error:
@@ -314,7 +323,8 @@ def _read(path: pathlib.Path, lesson: str | None, result: NotebookResult) -> tup
 
 
 def _review(nb, problems: list) -> None:
-    """Review: read before it runs, what reaches below the library-shortcut watch is named for review (audit.py)."""
+    """Review: read before it runs, what reaches below the library-shortcut watch is named for review
+    (audit.py)."""
     try:
         from .audit import audit_notebook
         problems.extend(audit_notebook(nb))
@@ -325,8 +335,8 @@ def _review(nb, problems: list) -> None:
 def _run(nb, expected, result: NotebookResult, run: _Run, tmp: pathlib.Path, batch: pathlib.Path,
          cancel: Cancel | None) -> str | None:
     """Prepare, views, specs and run: the notebook's folders, the notebook to run, what its kernel sees of the
-    course, each child's spec; then the runner, started and waited for, its status and the checker's verdicts into
-    `run`. Returns the run's error (None when it ran to the end)."""
+    course, each child's spec; then the runner, started and waited for, its status and the checker's verdicts
+    into `run`. Returns the run's error (None when it ran to the end)."""
     dirs = notebook_folders(tmp, run.isolated)
     private = dirs["private"]
     socket_path = str(dirs["sock"] / "grader.sock")
@@ -342,8 +352,8 @@ def _run(nb, expected, result: NotebookResult, run: _Run, tmp: pathlib.Path, bat
 
 
 def _write_specs(run: _Run, dirs: dict, socket_path: str, views: dict, batch: pathlib.Path) -> None:
-    """The specs each child reads, in the notebook's private folder: the checker's, the kernel launcher's (jail),
-    the kernel's (Jupyter's kernelspec), the prepared notebook and the runner's."""
+    """The specs each child reads, in the notebook's private folder: the checker's, the kernel launcher's
+    (jail), the kernel's (Jupyter's kernelspec), the prepared notebook and the runner's."""
     from .jail import NOBODY, python_paths
     private, work, home, conn = dirs["private"], dirs["work"], dirs["home"], dirs["conn"]
     memory = int(run.memory_gb * (1 << 30)) if run.memory_gb else None
@@ -371,12 +381,13 @@ def _write_specs(run: _Run, dirs: dict, socket_path: str, views: dict, batch: pa
 
 
 def _run_runner(run: _Run, private: pathlib.Path, cancel: Cancel | None) -> tuple[bool, str]:
-    """The runner (`python -m autograder.runner SPEC`) started and waited for: (whether it had to be stopped, the
-    end of its stderr). The runner keeps the deadline itself; this is the fallback for one that cannot."""
-    env = dict(os.environ, JUPYTER_PATH=str(private), AUTOGRADER_TOKEN=run.token, PYTHONPATH=course_pythonpath())
+    """The runner (`python -m autograder.runner SPEC`) started and waited for: (whether it had to be stopped,
+    the end of its stderr). The runner keeps the deadline itself; this is the fallback for one that cannot."""
+    env = dict(os.environ, JUPYTER_PATH=str(private), AUTOGRADER_TOKEN=run.token,
+               PYTHONPATH=course_pythonpath())
     runner = ([sys.executable, "-m", "autograder.runner", str(private / "spec.json")],)
-    options = dict(stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True, text=True, env=env,
-                   cwd=str(private))
+    options = dict(stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True, text=True,
+                   env=env, cwd=str(private))
     proc = cancel.start(*runner, **options) if cancel is not None else subprocess.Popen(*runner, **options)
     if proc is None:
         raise _Cancelled()
@@ -407,7 +418,8 @@ def _read_status(path: pathlib.Path, err: str) -> RunStatus:
     try:
         return RunStatus.from_json(json.loads(path.read_text()))
     except (OSError, ValueError, TypeError, AttributeError):
-        return RunStatus(error=f"the grader's runner failed: {(err.strip().splitlines() or ['no report'])[-1][:300]}",
+        return RunStatus(error="the grader's runner failed: "
+                               f"{(err.strip().splitlines() or ['no report'])[-1][:300]}",
                          ending=Ending.NO_START.value)
 
 
@@ -424,8 +436,8 @@ def _run_error(run: _Run, stopped: bool, log_path: pathlib.Path) -> str | None:
         else ""
     ending = Ending(status.ending or Ending.NO_START.value)
     if ending is Ending.DEAD_KERNEL:
-        return (f"the kernel died{where} (the notebook's code exited, was killed, or crashed): the cells after it did "
-                "not run")
+        return (f"the kernel died{where} (the notebook's code exited, was killed, or crashed): the cells "
+                "after it did not run")
     if ending is Ending.NO_START:
         try:
             log = log_path.read_text(errors="replace").strip().splitlines()
@@ -443,8 +455,8 @@ def _interruptions(run: _Run) -> list[str]:
     for index in run.status.interrupted or []:
         number = run.origin[index] if isinstance(index, int) and 0 <= index < len(run.origin) else None
         if number:
-            out.append(f"cell {number} ran past the cell time limit ({run.cell_timeout:g} s) and was interrupted; "
-                       "the cells after it still ran")
+            out.append(f"cell {number} ran past the cell time limit ({run.cell_timeout:g} s) and was "
+                       "interrupted; the cells after it still ran")
     return out
 
 

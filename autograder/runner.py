@@ -1,11 +1,11 @@
 """The notebook's runner: `python -m autograder.runner SPEC`, one child process per notebook, started by
 autograder/kernel.py (`run_notebook`) with the spec it wrote (records.RunSpec).
 
-It starts the notebook's checker (autograder/checker.py), then executes the prepared notebook with nbclient in the
-jailed kernel (autograder/jail.py), over hard links of the kernel's ZeroMQ sockets that the kernel cannot replace
-(`seal_socket`), keeps the notebook's deadline, relays the checker's requests to interrupt the kernel, and writes
-how the run ended (records.RunStatus, outcomes.Ending) for the grade command. Outputs are dropped as they come.
-The threat model is in autograder/GRADING.md.
+It starts the notebook's checker (autograder/checker.py), then executes the prepared notebook with nbclient in
+the jailed kernel (autograder/jail.py), over hard links of the kernel's ZeroMQ sockets that the kernel cannot
+replace (`seal_socket`), keeps the notebook's deadline, relays the checker's requests to interrupt the kernel,
+and writes how the run ended (records.RunStatus, outcomes.Ending) for the grade command. Outputs are dropped
+as they come. The threat model is in autograder/GRADING.md.
 """
 from __future__ import annotations
 
@@ -20,9 +20,9 @@ import time
 
 if __name__ == "__main__":
     # This process validates notebooks and never an IRI: without this, importing nbformat imports jsonschema's
-    # optional IRI checker, rfc3987_syntax, which builds its grammar at import time (1.4 s of this process's start
-    # here; jsonschema issue #1428). jsonschema skips that format checker when the import fails, which a None in
-    # sys.modules makes it do.
+    # optional IRI checker, rfc3987_syntax, which builds its grammar at import time (1.4 s of this process's
+    # start here; jsonschema issue #1428). jsonschema skips that format checker when the import fails, which a
+    # None in sys.modules makes it do.
     sys.modules.setdefault("rfc3987_syntax", None)
 
 import nbformat
@@ -31,17 +31,18 @@ from .outcomes import Ending
 from .records import RunSpec, RunStatus
 
 RUNNER_MEMORY = 1536 << 20  # the address space of the process that talks to the kernel (nbclient), RLIMIT_AS
-OUTPUT_MESSAGE = 32 << 20  # the largest message the runner takes from the kernel: a larger one is dropped unread
+# the largest message the runner takes from the kernel: a larger one is dropped unread
+OUTPUT_MESSAGE = 32 << 20
 KERNEL_NAME = "autograder-jail"
 
 
 def _execute(spec_path: str) -> None:
     """Child process: start the checker, then execute the prepared notebook with the jailed kernel; write its
-    status (records.RunStatus). Outputs are dropped as they come (nothing is read from them); a message from the
-    kernel over OUTPUT_MESSAGE is dropped by ZeroMQ before it is read, and this process's address space is
+    status (records.RunStatus). Outputs are dropped as they come (nothing is read from them); a message from
+    the kernel over OUTPUT_MESSAGE is dropped by ZeroMQ before it is read, and this process's address space is
     RUNNER_MEMORY (soft: the processes it starts set their own). The checker asks it to interrupt the kernel
-    ("interrupt" on the checker's connection or output): it signals the kernel's launcher that it started, never a
-    pid from elsewhere."""
+    ("interrupt" on the checker's connection or output): it signals the kernel's launcher that it started,
+    never a pid from elsewhere."""
     runner = _Runner(RunSpec.read(spec_path))
     client_class = _client_class(runner)
     spec = runner.spec
@@ -50,8 +51,8 @@ def _execute(spec_path: str) -> None:
     try:
         _start_checker(runner, log)
         nb = nbformat.read(spec.prepared, as_version=4)
-        # each cell may run until its own limit or the notebook's, whichever comes first: at the notebook's the
-        # kernel is interrupted, and the next cell does not start
+        # each cell may run until its own limit or the notebook's, whichever comes first: at the notebook's
+        # the kernel is interrupted, and the next cell does not start
         runner.client = client_class(
             nb, timeout_func=lambda cell: max(1.0, min(spec.cell_timeout, spec.deadline - time.time())),
             allow_errors=True, interrupt_on_timeout=True, kernel_name=KERNEL_NAME, startup_timeout=120,
@@ -76,7 +77,8 @@ class _Stop(BaseException):
 
 
 class _Runner:
-    """The runner's state: its spec, the status it reports, why it stopped, its kernel client and its checker."""
+    """The runner's state: its spec, the status it reports, why it stopped, its kernel client and its
+    checker."""
 
     def __init__(self, spec: RunSpec):
         self.spec, self.status = spec, RunStatus()
@@ -100,7 +102,8 @@ class _Runner:
         return process is not None and process.poll() is not None
 
     def relay(self, readline) -> None:
-        """The checker's requests to interrupt the kernel (a check past its time limit), passed to the client."""
+        """The checker's requests to interrupt the kernel (a check past its time limit), passed to the
+        client."""
         try:
             for line in iter(readline, b""):
                 if line.strip() in (b"interrupt", "interrupt") and self.client is not None:
@@ -120,8 +123,9 @@ class _Runner:
 
 
 def _client_class(runner: _Runner):
-    """nbclient's NotebookClient as the runner drives it: over the sealed Unix sockets (seal_socket), messages over
-    OUTPUT_MESSAGE dropped, the deadline kept before each cell, errors kept for the report, interruptions noted."""
+    """nbclient's NotebookClient as the runner drives it: over the sealed Unix sockets (seal_socket), messages
+    over OUTPUT_MESSAGE dropped, the deadline kept before each cell, errors kept for the report, interruptions
+    noted."""
     from nbclient import NotebookClient
     manager_class, client_factory = _sealed_classes(runner)
     spec, status = runner.spec, runner.status
@@ -147,7 +151,8 @@ def _client_class(runner: _Runner):
             return await super().async_execute_cell(cell, cell_index, *args, **kwargs)
 
         def output(self, outs, msg, display_id, cell_index):
-            if msg.get("msg_type") == "error" and len(status.errors) < 200:  # what the cell raised, for the report
+            # what the cell raised, for the report
+            if msg.get("msg_type") == "error" and len(status.errors) < 200:
                 status.errors.setdefault(str(cell_index), _error_of(msg.get("content")))
             return None
 
@@ -158,10 +163,11 @@ def _client_class(runner: _Runner):
 
 
 def _sealed_classes(runner: _Runner) -> tuple[type, type]:
-    """(kernel manager, kernel client) classes whose ZeroMQ endpoints are the hard links in the runner's `sealed`
-    folder (on the kernel's tmpfs, the runner's own) of the sockets the kernel bound in its connection folder, never
-    those names (seal_socket); the client's context drops a message over OUTPUT_MESSAGE unread. The runner's address
-    space is limited to RUNNER_MEMORY once the libraries are imported."""
+    """(kernel manager, kernel client) classes whose ZeroMQ endpoints are the hard links in the runner's
+    `sealed` folder (on the kernel's tmpfs, the runner's own) of the sockets the kernel bound in its
+    connection folder, never those names (seal_socket); the client's context drops a message over
+    OUTPUT_MESSAGE unread. The runner's address space is limited to RUNNER_MEMORY once the libraries are
+    imported."""
     import zmq
     import zmq.asyncio
     from jupyter_client.asynchronous import AsyncKernelClient
@@ -192,14 +198,15 @@ def _sealed_classes(runner: _Runner) -> tuple[type, type]:
         def _context_default(self):
             self._created_context = True
             context = zmq.asyncio.Context()
-            context.setsockopt(zmq.MAXMSGSIZE, OUTPUT_MESSAGE)  # every socket to the kernel: larger ones dropped
+            # every socket to the kernel: larger ones dropped
+            context.setsockopt(zmq.MAXMSGSIZE, OUTPUT_MESSAGE)
             return context
     return Manager, BoundedClient
 
 
 def _interrupt_kernel(provisioner) -> None:
-    """SIGINT to the kernel's process group, as jupyter_client's interrupt does, while its launcher (this process's
-    child, not yet reaped: its pid and group cannot be another's) runs."""
+    """SIGINT to the kernel's process group, as jupyter_client's interrupt does, while its launcher (this
+    process's child, not yet reaped: its pid and group cannot be another's) runs."""
     process, pgid = getattr(provisioner, "process", None), getattr(provisioner, "pgid", None)
     if process is None or process.poll() is not None:
         return
@@ -210,8 +217,8 @@ def _interrupt_kernel(provisioner) -> None:
 
 
 def _start_checker(runner: _Runner, log) -> None:
-    """The notebook's checker: forked by the batch's checker process (autograder.checker.serve) where there is one,
-    else started here; its requests to interrupt the kernel relayed (runner.relay)."""
+    """The notebook's checker: forked by the batch's checker process (autograder.checker.serve) where there is
+    one, else started here; its requests to interrupt the kernel relayed (runner.relay)."""
     spec = runner.spec
     if spec.checker_server:
         from .checker import connect
@@ -236,8 +243,9 @@ def _start_checker(runner: _Runner, log) -> None:
 
 
 def _end_checker(runner: _Runner) -> None:
-    """The checker killed: the one started here, or the forked one (it exits when its connection closes; killed
-    now, to be sure, by its pidfd, which names that process and never another that reuses its number)."""
+    """The checker killed: the one started here, or the forked one (it exits when its connection closes;
+    killed now, to be sure, by its pidfd, which names that process and never another that reuses its
+    number)."""
     if runner.checker is not None:
         runner.checker.kill()
         runner.checker.wait()
@@ -256,8 +264,8 @@ def _ending(e: BaseException, status: RunStatus) -> Ending:
     from nbclient.exceptions import DeadKernelError
     if status.stopped:
         return Ending.STOPPED
-    # jupyter_client says a kernel that died while starting with a plain RuntimeError ("Kernel died before replying
-    # to kernel_info"): the library's own words, the one message read here
+    # jupyter_client says a kernel that died while starting with a plain RuntimeError ("Kernel died before
+    # replying to kernel_info"): the library's own words, the one message read here
     if isinstance(e, DeadKernelError) or (isinstance(e, RuntimeError) and "died" in status.error.lower()):
         return Ending.DEAD_KERNEL
     if status.cell is None:
@@ -268,13 +276,14 @@ def _ending(e: BaseException, status: RunStatus) -> Ending:
 
 
 def seal_socket(source: str, sealed: str, gone=lambda: False, timeout: float = 120.0) -> str:
-    """The path the runner connects to for the kernel's socket `source` (in the kernel's connection folder, which the
-    kernel can write): a hard link to it in `sealed`, the runner's own folder (the grading user's, 0700, never shown to
-    the kernel) on the same file system, made the first time, once the kernel has bound it. ZeroMQ connects again by
-    this path after a drop: it names the socket's inode, whatever the kernel puts at `source` later (a link to a host
-    socket, another file, nothing). The link is made without following a link at `source` (linkat without
-    AT_SYMLINK_FOLLOW), can only name a file of the kernel's own file system (its tmpfs: what it holds the kernel
-    made), and must be a socket, or the run stops. Waits for `source` up to `timeout` seconds, or until gone()."""
+    """The path the runner connects to for the kernel's socket `source` (in the kernel's connection folder,
+    which the kernel can write): a hard link to it in `sealed`, the runner's own folder (the grading user's,
+    0700, never shown to the kernel) on the same file system, made the first time, once the kernel has bound
+    it. ZeroMQ connects again by this path after a drop: it names the socket's inode, whatever the kernel puts
+    at `source` later (a link to a host socket, another file, nothing). The link is made without following a
+    link at `source` (linkat without AT_SYMLINK_FOLLOW), can only name a file of the kernel's own file system
+    (its tmpfs: what it holds the kernel made), and must be a socket, or the run stops. Waits for `source` up
+    to `timeout` seconds, or until gone()."""
     import stat
     target = os.path.join(sealed, os.path.basename(source))
     if not os.path.lexists(target):
@@ -292,9 +301,9 @@ def seal_socket(source: str, sealed: str, gone=lambda: False, timeout: float = 1
 
 
 def _error_of(content) -> dict:
-    """{"ename", "evalue", "line"} of an error a cell raised, from the kernel's message (the notebook's side: read as
-    plain text, one line each, cut short). "line": the cell's line that raised (a SyntaxError's own, else the
-    traceback's innermost line of the cell), or None."""
+    """{"ename", "evalue", "line"} of an error a cell raised, from the kernel's message (the notebook's side:
+    read as plain text, one line each, cut short). "line": the cell's line that raised (a SyntaxError's own,
+    else the traceback's innermost line of the cell), or None."""
     import re
     content = content if isinstance(content, dict) else {}
     def plain(value, n: int) -> str:  # without colours, on one line
@@ -308,7 +317,8 @@ def _error_of(content) -> dict:
             evalue, line = evalue[:m.start()], int(m.group(1))
     else:
         frames = [plain(t, 2000) for t in content.get("traceback") or [] if isinstance(t, str)][:50]
-        cell = [t for t in frames if t.startswith("Cell In[")]  # IPython's "Cell In[3], line 2": the cell's frame
+        # IPython's "Cell In[3], line 2": the cell's frame
+        cell = [t for t in frames if t.startswith("Cell In[")]
         m = re.match(r"Cell In\[\d*\], line (\d+)", cell[0]) if cell else None
         line = int(m.group(1)) if m else None
     return {"ename": ename, "evalue": evalue, "line": line}

@@ -63,7 +63,8 @@ def _function_watch(by_name: dict[str, list[Forbidden]], used: list[str]):
 
 
 def _library_own(rules: list[Forbidden], obj, used: list[str]) -> None:
-    """Record the rules whose library class or function the graded object is (a subclass, or the function itself)."""
+    """Record the rules whose library class or function the graded object is (a subclass, or the function
+    itself)."""
     for rule in rules:
         if isinstance(obj, type):
             if any(issubclass(obj, _resolve(path)) for path in rule.classes):
