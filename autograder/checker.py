@@ -263,6 +263,7 @@ def serve(control: str) -> None:
     grade command ended). It never runs a check itself: every checker starts from the state of these
     imports."""
     import torch  # noqa: F401  (what the fork saves each checker: PyTorch, the checks, the channel)
+
     from . import core, remote  # noqa: F401
     from .checks import _util  # noqa: F401
     from .forkserver import serve_forks

@@ -11,13 +11,22 @@ import threading
 import warnings
 from typing import Callable
 
-from .registry import (DEFAULT_TIMEOUT, FORBIDDEN, REGISTRY, Check, CheckFailure, CheckPassed, CheckTimeout,  # noqa: F401
-                       Forbidden, forbid, register)
-from .explain import (_describe_exception, _exception_line, _frame_kind, _site, failing_line,  # noqa: F401
-                      failing_site)
-from .shortcuts import _watched, watching  # noqa: F401
-from .outcomes import Outcome, Verdict, check_line
 from . import checks  # noqa: F401,E402  (fills the registry: imported once, here)
+from .explain import _describe_exception, _exception_line, _frame_kind, _site, failing_line, failing_site  # noqa: F401
+from .outcomes import Outcome, Verdict, check_line
+from .registry import (  # noqa: F401
+    DEFAULT_TIMEOUT,
+    FORBIDDEN,
+    REGISTRY,
+    Check,
+    CheckFailure,
+    CheckPassed,
+    CheckTimeout,
+    Forbidden,
+    forbid,
+    register,
+)
+from .shortcuts import _watched, watching  # noqa: F401
 
 
 def max_points(name: str) -> float:

@@ -27,10 +27,19 @@ import threading
 import time
 
 from . import forkserver
+from .kernel import (
+    CANCELLED,
+    CELL_TIMEOUT,
+    MEMORY_GB,
+    NOTEBOOK_TIMEOUT,
+    Cancel,
+    grade_notebook,
+    isolation,
+    keep_files,
+    run_notebook,
+)
 from .outcomes import failed_title
 from .records import NotebookResult
-from .kernel import (CANCELLED, CELL_TIMEOUT, MEMORY_GB, NOTEBOOK_TIMEOUT, Cancel, grade_notebook, isolation,
-                     keep_files, run_notebook)
 from .submission import course_pythonpath, lesson_of, lessons, read_submission
 
 __all__ = ["grade", "grade_notebook", "isolation", "labels", "lesson_of", "merge", "read_submission",

@@ -298,8 +298,9 @@ def _check(result: int, what: str) -> None:
 def serve(control: str) -> None:
     """The batch's kernel server: import what every kernel imports, print "ready", then fork a _bridge for
     each connection to `control`, until its standard input closes (the grade command ended)."""
-    import torch  # noqa: F401  (what the fork saves each kernel)
     import ipykernel.kernelapp  # noqa: F401
+    import torch  # noqa: F401  (what the fork saves each kernel)
+
     from autograder.forkserver import serve_forks
     course = [m for m in sys.modules if m.split(".")[0] in ("solutions", "tests") or
               m.startswith("autograder.") and m not in ("autograder.jail", "autograder.forkserver")]

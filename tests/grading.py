@@ -170,6 +170,7 @@ def edit(reference, *changes: tuple[str, str], name: str | None = None):
     learner's and whose lines it can show. Example: edit(solutions.softmax, ("dim=dim, keepdim=True)\n    e",
     "dim=-1, ..."))"""
     import __future__
+
     import inspect
     import linecache
     import sys

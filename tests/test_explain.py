@@ -8,9 +8,18 @@ import pytest
 import torch
 
 from autograder import explain
-from autograder.explain import (_describe_exception, _entry_call, _exception_line, _frame_kind,
-                                _last_item_of_batch,
-                                _plain_shapes, _remote_where, _shapes_hint, failing_line, failing_site)
+from autograder.explain import (
+    _describe_exception,
+    _entry_call,
+    _exception_line,
+    _frame_kind,
+    _last_item_of_batch,
+    _plain_shapes,
+    _remote_where,
+    _shapes_hint,
+    failing_line,
+    failing_site,
+)
 
 # where a kernel's cell runs (any folder)
 KERNEL_CELL = "/tmp/autograder-x/home/tmp/ipykernel_1/2928958320.py"

@@ -8,8 +8,8 @@ import io
 import json
 import os
 import pathlib
-import socket
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -21,8 +21,16 @@ import nbformat
 import pytest
 
 from autograder.grade import grade, grade_notebook, isolation, read_submission
-from tests.submissions.corpus import (FULL, PORT, RUNNER_LISTENER, cases, harm_cases, other_lessons,
-                                      second_red_team, write)
+from tests.submissions.corpus import (
+    FULL,
+    PORT,
+    RUNNER_LISTENER,
+    cases,
+    harm_cases,
+    other_lessons,
+    second_red_team,
+    write,
+)
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 CASES = {c.name: c for c in cases()}
@@ -312,8 +320,8 @@ def test_isolated_kernels_see_a_read_only_course(tmp_path):
     """With isolation, a notebook cannot write the course's files (the write fails in the cell)."""
     if not isolation():
         pytest.skip("no namespaces here")
-    from tests.submissions.corpus import LESSON, _insert, _lean
     from autograder.notebooks import solved
+    from tests.submissions.corpus import LESSON, _insert, _lean
     target = ROOT / "solutions" / "attention.py"
     before = sha(target)
     nb = _insert(_lean(solved(LESSON)), "softmax", f"open({str(target)!r}, 'a').write('# damaged')")

@@ -12,8 +12,18 @@ import torch
 import solutions
 from autograder.learner import collect, contract_names, find_lessons
 from solutions.data import load_synthetic
-from solutions.translate import (Config, bleu_scores, build_model, decoding_args, load_checkpoint,
-                                 prepare_data, save_checkpoint, train, translate_batch, validation_loss)
+from solutions.translate import (
+    Config,
+    bleu_scores,
+    build_model,
+    decoding_args,
+    load_checkpoint,
+    prepare_data,
+    save_checkpoint,
+    train,
+    translate_batch,
+    validation_loss,
+)
 from tests.submissions import independent
 
 from .conftest import ROOT

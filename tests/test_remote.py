@@ -182,8 +182,8 @@ def test_the_checker_builds_only_the_tensor_classes_it_sent(pair):
     """A tensor tagged by the kernel as a class of the checks is a plain tensor on the checker's side, unless
     the check sent a tensor of that class in the same call (stage 05's ids "on another device", handed
     back)."""
-    from autograder.checks.stage05_masks import _Elsewhere
     import autograder.remote as remote
+    from autograder.checks.stage05_masks import _Elsewhere
     grader, ns = pair
     ns["cpu_mask"] = lambda size, device=None: torch.ones(size, size, dtype=torch.bool).tril()
     ns["same"] = lambda ids: ids + 0
@@ -209,6 +209,7 @@ def test_a_model_the_check_builds_is_the_checker_s(pair):
     called), the kernel gets PyTorch's modules with the checker's values, and copy.deepcopy gives the
     checker's own copy."""
     import copy
+
     from autograder.checks import _util
     grader, ns = pair
 
@@ -261,6 +262,7 @@ def test_a_folder_for_the_learner_s_code_is_made_by_the_kernel(pair, tmp_path, m
     The library's tempfile.TemporaryDirectory stays the library's in the checker (in its own folder: a check
     that writes a file itself never writes where the kernel named)."""
     import tempfile
+
     from autograder import checker
     from autograder.checks import _util
     grader, ns = pair
