@@ -312,8 +312,8 @@ def _entry_call(e: BaseException) -> str:
         text = _argument_text(value)
         if text is not None:
             parts.append(f"{name} {text}" if _shape_of(value) is not None else f"{name}={text}")
-    owner = type(frame.f_locals["self"]).__name__ + "." if "self" in code.co_varnames[:1] and "self" in frame.f_locals \
-        else ""
+    owner = (type(frame.f_locals["self"]).__name__ + "."
+             if "self" in code.co_varnames[:1] and "self" in frame.f_locals else "")
     return f"{owner}{code.co_name}({', '.join(parts)})" if parts else ""
 
 
@@ -329,7 +329,8 @@ def _remote_call(e: BaseException) -> str:
     tb = e.__traceback__
     while tb is not None:
         code = tb.tb_frame.f_code
-        if code.co_name == "__call__" and code.co_filename.replace("\\", "/").endswith("autograder/remote_proxies.py"):
+        if code.co_name == "__call__" and \
+                code.co_filename.replace("\\", "/").endswith("autograder/remote_proxies.py"):
             break
         tb = tb.tb_next
     if tb is None:

@@ -57,8 +57,9 @@ def _hash_files(paths) -> dict[str, str]:
     skip = {".git", "__pycache__", ".pytest_cache", ".ipynb_checkpoints"}
     for top in paths:
         top = pathlib.Path(top)
-        files = [top] if top.is_file() else [p for p in top.rglob("*") if p.is_file()
-                                             and not skip & set(p.relative_to(top).parts)] if top.is_dir() else []
+        files = [top] if top.is_file() else [
+            p for p in top.rglob("*") if p.is_file() and not skip & set(p.relative_to(top).parts)
+        ] if top.is_dir() else []
         for p in files:
             try:
                 out[str(p)] = hashlib.sha256(p.read_bytes()).hexdigest()
@@ -172,7 +173,8 @@ def load_report(path) -> dict | None:
     try:
         report = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError, UnicodeDecodeError) as e:
-        raise ReportError(f"{path} is not a grade report ({type(e).__name__}): give --json another file") from None
+        raise ReportError(f"{path} is not a grade report ({type(e).__name__}): "
+                          "give --json another file") from None
     if not isinstance(report, dict) or not isinstance(report.get("notebooks"), list) or \
             not all(isinstance(n, dict) and isinstance(n.get("path"), str) for n in report["notebooks"]):
         raise ReportError(f"{path} is not a grade report (no \"notebooks\" list of graded paths): give "

@@ -134,7 +134,8 @@ def python_paths() -> list[str]:
 def isolation_available() -> bool:
     """Whether the kernels can be jailed here: root, unshare and setpriv, and a probe that starts this
     Python as `nobody` inside the namespaces with the file system arranged as for a kernel (about 1 s)."""
-    if not hasattr(os, "geteuid") or os.geteuid() != 0 or not shutil.which("unshare") or not shutil.which("setpriv"):
+    if not hasattr(os, "geteuid") or os.geteuid() != 0 or not shutil.which("unshare") or \
+            not shutil.which("setpriv"):
         return False
     import tempfile
     root = tempfile.mkdtemp(prefix="autograder-probe-")
@@ -277,8 +278,8 @@ def _inside(cfg, argv, forked: bool = False) -> None:
 # would (_drop_privileges, verified from /proc/self/status) and runs the kernel. The launcher forwards signals
 # to it and exits with it; when the launcher dies, the kernel is killed. Without the server, or where it
 # cannot be reached, the launcher starts the kernel itself, as above.
-CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC, CLONE_NEWPID, CLONE_NEWNET = 0x20000, 0x4000000, 0x8000000, 0x20000000, \
-    0x40000000
+CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC, CLONE_NEWPID, CLONE_NEWNET = (
+    0x20000, 0x4000000, 0x8000000, 0x20000000, 0x40000000)
 MS_REC, MS_PRIVATE = 0x4000, 0x40000
 PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS, PR_CAP_AMBIENT = 1, 4, 24, 38, 47
 FORWARDED = ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2")

@@ -168,7 +168,8 @@ class _CellRuns:
         line = f" at line {error['line']}" if isinstance(error.get("line"), int) else ""
         what = f"{error.get('ename') or 'an error'}" + (f": {error['evalue']}" if error.get("evalue") else "")
         if error.get("ename") in ("SyntaxError", "IndentationError", "TabError"):
-            return f"has a {error['ename']}{line} ({error.get('evalue') or 'invalid syntax'}), so none of it ran"
+            return (f"has a {error['ename']}{line} ({error.get('evalue') or 'invalid syntax'}), "
+                    "so none of it ran")
         return f"raised {what}{line}"
 
     def why_undefined(self, name: str, stopped: str | None) -> str:
@@ -432,8 +433,8 @@ def _run_error(run: _Run, stopped: bool, log_path: pathlib.Path) -> str | None:
         return None
     cell = status.cell
     number = run.origin[cell] if isinstance(cell, int) and 0 <= cell < len(run.origin) else None
-    where = f" while running the notebook's cell {number}" if number else " while grading" if isinstance(cell, int) \
-        else ""
+    where = (f" while running the notebook's cell {number}" if number else
+             " while grading" if isinstance(cell, int) else "")
     ending = Ending(status.ending or Ending.NO_START.value)
     if ending is Ending.DEAD_KERNEL:
         return (f"the kernel died{where} (the notebook's code exited, was killed, or crashed): the cells "

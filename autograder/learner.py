@@ -90,7 +90,8 @@ class Implementation(types.SimpleNamespace):
         """Which of the learner's names ran, and which did not (nothing here called them)."""
         mine, ran = self.mine, self.ran()
         if not mine:
-            return "none of your code was used (no name of yours earned full points): the reference ran everything"
+            return ("none of your code was used (no name of yours earned full points): "
+                    "the reference ran everything")
         idle = [n for n in mine if n not in ran]
         lines = [f"your code that ran: {len(ran)} of your {len(mine)} names"
                  + (f" ({', '.join(ran)})" if ran else "")]

@@ -76,7 +76,8 @@ class Channel:
         try:
             header = json.loads(raw)
         except (ValueError, RecursionError) as e:
-            raise ChannelError(f"a message that is not JSON, or nested too deep: {type(e).__name__}") from None
+            raise ChannelError("a message that is not JSON, or nested too deep: "
+                               f"{type(e).__name__}") from None
         del raw
         if not isinstance(header, dict):
             raise ChannelError("a message that is not a JSON object")

@@ -111,7 +111,8 @@ def _open_regular(path: pathlib.Path) -> tuple[bytes | None, str | None]:
         if st.st_nlink > 1:
             return None, "not graded: the submission is a hard link shared with another file"
         if st.st_size > MAX_NOTEBOOK_BYTES:
-            return None, f"not graded: the file is {st.st_size >> 20} MB, more than {MAX_NOTEBOOK_BYTES >> 20} MB"
+            return None, (f"not graded: the file is {st.st_size >> 20} MB, "
+                          f"more than {MAX_NOTEBOOK_BYTES >> 20} MB")
         chunks, total = [], 0
         while True:
             chunk = os.read(fd, 1 << 20)

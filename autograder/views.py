@@ -164,7 +164,8 @@ def autograder_view(lesson: str | None, dest: pathlib.Path, *, reduce_from: int 
             continue
         target = dest / rel
         target.parent.mkdir(parents=True, exist_ok=True)
-        text = texts[src.stem] if rel.parts[0] == "checks" and src.stem in texts else src.read_text(encoding="utf-8")
+        text = (texts[src.stem] if rel.parts[0] == "checks" and src.stem in texts
+                else src.read_text(encoding="utf-8"))
         target.write_text(text, encoding="utf-8")
     if fixtures:
         for src in (HERE / "fixtures").glob("*.json"):

@@ -182,7 +182,8 @@ def test_the_exception_line_puts_it_together():
     text = _exception_line(e)
     assert text.startswith("your code raised RuntimeError: The size of tensor a (3) must match the size of "
                            "tensor b (4) at non-singleton dimension 1 (in add, line ")
-    assert ", with a (2, 3), b (2, 4); the call was add(a (2, 3), b (2, 4)). Likely: 3 is a's size at dim 1" in text
+    assert (", with a (2, 3), b (2, 4); the call was add(a (2, 3), b (2, 4)). "
+            "Likely: 3 is a's size at dim 1") in text
     assert _exception_line(raised(divide, 3)).endswith("`return y / 0`); the call was divide(x=3)")
 
 

@@ -121,7 +121,8 @@ def test_sigint_keeps_what_was_graded_and_exits_with_one_line(klass):
     assert stopped["rc"] == 128 + signal.SIGINT, stopped
     assert "Traceback" not in stopped["err"], stopped["err"]
     last = stopped["err"].strip().splitlines()[-1]
-    assert last.startswith("interrupted (SIGINT): 1 of 3 notebooks graded in this run, kept in report.json"), last
+    assert last.startswith("interrupted (SIGINT): 1 of 3 notebooks graded in this run, "
+                           "kept in report.json"), last
     assert list(stopped["report"]) == [NOTEBOOKS[0]], stopped["report"].keys()
     alice = stopped["report"][NOTEBOOKS[0]]
     assert alice["points"] == FULL and alice["student"] == "alice" and len(alice["sha256"]) == 64
@@ -160,7 +161,8 @@ def test_the_reasons_are_true(klass):
     assert said["check_causal_mask"].startswith("✗ causal_mask is not defined: cell 5, which defines it, has "
                                                 "a SyntaxError at line 2"), said
     assert "run the cell that defines it" not in "\n".join(said.values())
-    assert said["check_target_mask"].startswith("not run: the kernel died while running the notebook's cell 8"), said
+    assert said["check_target_mask"].startswith(
+        "not run: the kernel died while running the notebook's cell 8"), said
     assert any(p.startswith("imports the graded stage's answer from solutions (cell 7: "
                             "solutions.masks.target_mask)")
                for p in carol["problems"]), carol["problems"]
@@ -168,7 +170,8 @@ def test_the_reasons_are_true(klass):
     bob = resumed["report"][NOTEBOOKS[1]]
     assert bob["points"] == 7.0, bob
     target = next(c["message"] for c in bob["cells"] if c["grade_id"] == "check_target_mask")
-    assert "your code raised IndexError: tuple index out of range (in target_mask, line 2: `L = tgt_ids.shape[2]`)" \
+    assert ("your code raised IndexError: tuple index out of range "
+            "(in target_mask, line 2: `L = tgt_ids.shape[2]`)") \
         in target and "the call was target_mask(tgt_ids (2, 5))" in target, target
 
 

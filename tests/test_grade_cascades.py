@@ -78,9 +78,11 @@ def test_target_mask_beside_a_wrong_causal_mask_keeps_its_points(graded):
 def test_a_padding_mask_missing_a_dimension_pays_its_shape_point_only(graded):
     cells = graded["short"]
     pad = cells["check_padding_mask"]
-    assert pad["points"] == pad["max_points"] - 1 and "one singleton dimension is missing" in pad["message"], pad
+    assert (pad["points"] == pad["max_points"] - 1
+            and "one singleton dimension is missing" in pad["message"]), pad
     target = cells["check_target_mask"]
-    assert _full(target) and "fix padding_mask" in target["message"] and "shape (2, 1, 5)" in target["message"], target
+    assert (_full(target) and "fix padding_mask" in target["message"]
+            and "shape (2, 1, 5)" in target["message"]), target
 
 
 def test_a_correct_decoder_beside_a_wrong_decoder_layer_keeps_its_points(graded):

@@ -38,7 +38,8 @@ SLEEPER = b"4242.4242"  # what hostile_forks_sleepers' children run: sleep 4242.
 
 
 def sha(path):
-    return hashlib.sha256(pathlib.Path(path).read_bytes()).hexdigest() if pathlib.Path(path).exists() else None
+    return (hashlib.sha256(pathlib.Path(path).read_bytes()).hexdigest() if pathlib.Path(path).exists()
+            else None)
 
 
 # the checkers, their batch's process, the notebooks' runners
@@ -436,7 +437,7 @@ def race(parse, seconds=1.5):
     [t.start() for t in threads]; [t.join() for t in threads]
     return errors
 print(json.dumps([race(ast.parse), race(views.parse)]))
-"""
+"""  # noqa: E501  (a script run as written)
 
 
 def test_the_views_parse_one_thread_at_a_time():
@@ -523,7 +524,8 @@ def test_no_link_in_the_connection_folder_decides_where_the_runner_connects(batc
     for name in swapped:
         r = assert_graded_as_expected(batch, name)
         assert r["error"] is None and r["points"] == FULL, r
-    assert batch.heard == [], f"the runner connected to the listener outside the jail {len(batch.heard)} times"
+    assert batch.heard == [], ("the runner connected to the listener outside the jail "
+                               f"{len(batch.heard)} times")
     for honest in ("honest_solved", "honest_released"):
         assert batch.by_name[honest]["error"] is None, batch.by_name[honest]
     assert batch.by_name["honest_solved"]["points"] == FULL

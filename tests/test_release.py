@@ -56,7 +56,8 @@ def test_the_release_holds_the_lessons_up_to_05_pointing_at_the_class(release):
     # the graded stage and the later ones are nbgrader's stubs; the earlier ones are the reference, unchanged
     masks = (release / "solutions" / "masks.py").read_text()
     assert masks.count("raise NotImplementedError()") == 3 and "### BEGIN SOLUTION" not in masks
-    assert (release / "solutions" / "attention.py").read_text() == (ROOT / "solutions" / "attention.py").read_text()
+    assert (release / "solutions" / "attention.py").read_text() == \
+        (ROOT / "solutions" / "attention.py").read_text()
     # the checks of stages whose lessons are not released are reduced: stage 13's reference beam search is not
     # there
     assert "_ref_beam" in (ROOT / "autograder" / "checks" / "stage13_decoding.py").read_text()
@@ -131,7 +132,8 @@ def test_it_installs_with_the_readmes_commands_and_its_lessons_run(release, tmp_
     proc = subprocess.run([python, "-m", "pytest", "-q", "-n", "0"], cwd=release, env=env,
                           capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-5000:] + proc.stderr[-2000:]
-    assert " passed" in proc.stdout and "failed" not in proc.stdout and "error" not in proc.stdout.split("\n")[-2]
+    assert (" passed" in proc.stdout and "failed" not in proc.stdout
+            and "error" not in proc.stdout.split("\n")[-2])
 
 
 def test_the_graded_stages_check_works_in_the_release(release):
@@ -179,7 +181,8 @@ def test_the_command_refuses_what_it_cannot_release(tmp_path):
         return subprocess.run([sys.executable, "-m", "autograder", "release", *args], capture_output=True,
                               text=True, cwd=ROOT)
     proc = run("5_masks", "--out", str(tmp_path / "a"))
-    assert proc.returncode == 2 and "is not a lesson" in proc.stderr and "05_masks, 06_feed_forward" in proc.stderr
+    assert (proc.returncode == 2 and "is not a lesson" in proc.stderr
+            and "05_masks, 06_feed_forward" in proc.stderr)
     proc = run(LESSON, "--out", str(tmp_path / "a"), "--repo", "not a repo")
     assert proc.returncode == 2 and "OWNER/NAME" in proc.stderr
     (tmp_path / "b").mkdir()
@@ -225,7 +228,8 @@ def test_the_open_lessons_demonstrations_that_need_its_stubs_are_skipped_and_say
            "lessons/12_training.ipynb"]
     proc = subprocess.run(cmd, cwd=out, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:]
-    assert "needs a function of the open assignment, a stub in this release (NotImplementedError)" in proc.stdout
+    assert ("needs a function of the open assignment, a stub in this release (NotImplementedError)"
+            in proc.stdout)
     assert " skipped" in proc.stdout and "failed" not in proc.stdout
     path = out / "lessons" / "12_training.ipynb"
     nb = json.loads(path.read_text())

@@ -204,7 +204,7 @@ pythons = {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_p
 def python(path):
     real = os.path.realpath(path)
     return any(real == p or p.startswith(real.rstrip(os.sep) + os.sep) or real.startswith(p + os.sep) for p in pythons)
-"""
+"""  # noqa: E501  (a submission's code, graded as written)
 
 CLASSMATES = PYTHONS + r"""import glob, os, autograder
 found = []
@@ -236,7 +236,7 @@ for conn in glob.glob(os.path.join(os.path.dirname(notebook), '*', '*', 'conn', 
 print('found', found)
 if found:   # what it could reach costs it its own points, so that the test sees it
     def softmax(x, dim=-1):
-        return x"""
+        return x"""  # noqa: E501  (a submission's code, graded as written)
 
 PORT = 47231  # tests/test_hostile.py listens there on the loopback while the batch runs
 
@@ -264,7 +264,7 @@ leak = shared_memory.SharedMemory(name='autograder_leak', create=True, size=4096
 print('done', done, 'uid', os.getuid())
 if done or os.getuid() == 0:
     def softmax(x, dim=-1):
-        return x""" % PORT
+        return x""" % PORT  # noqa: E501  (a submission's code, graded as written)
 
 
 COMPILER_STACK = r"""import torch._dynamo
@@ -307,7 +307,7 @@ facts = {
 print(facts)
 if not all(facts.values()):
     def softmax(x, dim=-1):
-        return x"""
+        return x"""  # noqa: E501  (a submission's code, graded as written)
 
 
 def cases() -> list[Case]:
@@ -340,7 +340,8 @@ def cases() -> list[Case]:
                           "warnings.warn('a warning at definition')\nprint('to stderr', file=sys.stderr)\n\n"
                           + SOFTMAX_OK.replace("    shifted", "    print('stderr inside', file=sys.stderr)\n"
                                                             "    warnings.warn('inside')\n"
-                                                            "    logging.getLogger('mine').warning('logged')\n"
+                                                            "    logging.getLogger('mine')"
+                                                            ".warning('logged')\n"
                                                             "    collections.namedtuple('Pair', 'a b')\n"
                                                             "    try:\n        1 / 0\n"
                                                             "    except ZeroDivisionError:\n"
@@ -388,7 +389,8 @@ def cases() -> list[Case]:
     many.cells = [nbformat.v4.new_code_cell("") for _ in range(3000)]
     add("broken_too_many_cells", many, 0.0, "more than 2000", error=True, max_points=FULL)
     empty_cell = '{"cell_type": "code", "execution_count": null, "metadata": {}, "outputs": [], "source": ""}'
-    huge = '{"cells": [' + ",".join([empty_cell] * 260_000) + '], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}'
+    huge = ('{"cells": [' + ",".join([empty_cell] * 260_000) +
+            '], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}')
     add("broken_huge_file", huge, 0.0, "more than 20 MB", error=True, max_points=FULL)
     other = solved(LESSONS / "04_multi_head_attention.ipynb")
     add("broken_another_lessons_notebook", other, 0.0, "lesson 04_multi_head_attention's", max_points=FULL)
@@ -449,7 +451,8 @@ def cases() -> list[Case]:
     add("forge_patches_torch", torch_patched, 2.0, "NaN", hostile=True)
     frames = _set_solution(own, "softmax", "import sys\n\ndef softmax(x, dim=-1):\n"
                            "    f = sys._getframe(0)\n    while f is not None:\n"
-                           "        f.f_globals.pop('expect_close', None)\n        f = f.f_back\n    return x")
+                           "        f.f_globals.pop('expect_close', None)\n"
+                           "        f = f.f_back\n    return x")
     add("forge_walks_the_frames", frames, ATTENTION, hostile=True)
     gcwalk = _insert(own, "softmax",
                      "import gc\nfound = [o for o in gc.get_objects() if isinstance(o, dict) and "
@@ -680,7 +683,7 @@ def drop_connections():  # every connected Unix socket of this process, shut: it
 for _ in range(3):
     time.sleep(0.5)
     drop_connections()
-time.sleep(1)"""
+time.sleep(1)"""  # noqa: E501  (a submission's code, graded as written)
 
 # pid recycling: helpers forked from the kernel fork and reap children as fast as they can (throttled a
 # little, to spare the classmates' CPU) while a check or a cell runs past its time limit, so that a pid taken
@@ -743,7 +746,7 @@ def _call_now(self, fields, grad=True):
         raise RuntimeError(f'the checker answered {max(answered.values())} backward requests for one call')
     return original(self, fields, grad)
 
-remote.Endpoint._call_now = _call_now"""
+remote.Endpoint._call_now = _call_now"""  # noqa: E501  (a submission's code, graded as written)
 
 # three files of 1 GB each (each under the 1 GB file-size limit), written 16 MB at a time: the kernel's
 # folders are a tmpfs of 512 MB, so at most that is written; the answer is spoiled if more got through
@@ -871,7 +874,7 @@ CPU_CAUSAL_MASK = ("def causal_mask(size, device=None):\n"
 MAXIMIZE = '''def make_optimizer(model, d_model, warmup_steps=4000, factor=1.0):
     optimizer = torch.optim.Adam(model.parameters(), lr=1.0, betas=(0.9, 0.98), eps=1e-9, maximize=True)
     return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: noam_lr(s + 1, d_model, warmup_steps,
-                                                                                       factor))'''
+                                                                                       factor))'''  # noqa: E501  (a submission's code, graded as written)
 REBINDS_FACTORY = r"""import torch
 import autograder.checks.stage12_training as checks
 
