@@ -113,7 +113,8 @@ def test_importing_the_graded_stages_answer_earns_nothing(tmp_path):
                     lesson],
                    check=True, capture_output=True)
     nbgrader(tmp_path, "generate_assignment", lesson, "--force")
-    assert (tmp_path / "release" / lesson / "solutions" / "masks.py").read_text().count("NotImplementedError") == 3
+    masks = tmp_path / "release" / lesson / "solutions" / "masks.py"
+    assert masks.read_text().count("NotImplementedError") == 3
     probe = nbformat.v4.new_code_cell("import os, solutions\nprint(os.environ.get('NBGRADER_EXECUTION'), "
                                       "solutions.__file__)")
     honest = solved(LESSONS / f"{lesson}.ipynb")
