@@ -13,7 +13,7 @@ if __name__ == "__main__":
     # The command validates notebooks (nbformat), never an IRI: without this, importing nbformat imports
     # jsonschema's optional IRI checker, rfc3987_syntax, which builds its grammar at import (1.7 s of every
     # command here; jsonschema issue #1428), and jsonschema skips that format checker when the import fails.
-    # As in kernel.py.
+    # As in runner.py.
     sys.modules.setdefault("rfc3987_syntax", None)
 
 

@@ -209,7 +209,7 @@ def python(path):
 CLASSMATES = PYTHONS + r"""import glob, os, autograder
 found = []
 course = os.path.dirname(os.path.dirname(os.path.realpath(autograder.__file__)))  # shown to every kernel
-# its notebook's folder in the batch's: NOTEBOOK/scratch/work (autograder/kernel.py); NOTEBOOK/sock, its checker's
+# its notebook's folder in the batch's: NOTEBOOK/scratch/work (autograder/folders.py); NOTEBOOK/sock, its checker's
 # socket, is shown to it read-only
 notebook = os.path.dirname(os.path.dirname(os.getcwd()))
 for pattern in ('/tmp/*', '/tmp/*/*', '/tmp/*/*/*', '/var/tmp/*', '/dev/shm/*',
