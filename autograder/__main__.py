@@ -10,9 +10,10 @@ import os
 import sys
 
 if __name__ == "__main__":
-    # The command validates notebooks (nbformat), never an IRI: without this, importing nbformat imports jsonschema's
-    # optional IRI checker, rfc3987_syntax, which builds its grammar at import (1.7 s of every command here;
-    # jsonschema issue #1428), and jsonschema skips that format checker when the import fails. As in kernel.py.
+    # The command validates notebooks (nbformat), never an IRI: without this, importing nbformat imports
+    # jsonschema's optional IRI checker, rfc3987_syntax, which builds its grammar at import (1.7 s of every
+    # command here; jsonschema issue #1428), and jsonschema skips that format checker when the import fails.
+    # As in runner.py.
     sys.modules.setdefault("rfc3987_syntax", None)
 
 
@@ -35,14 +36,18 @@ def _parser() -> argparse.ArgumentParser:
                    help="notebooks graded at the same time (default: one per CPU core, at most 4)")
     g.add_argument("--memory", type=float, default=None,
                    help="GB of address space for each kernel (default 4, or $AUTOGRADER_MEMORY_GB)")
-    g.add_argument("--lesson", help="the lesson every notebook is graded as, e.g. 03_attention (default: each "
+    g.add_argument("--lesson",
+                   help="the lesson every notebook is graded as, e.g. 03_attention (default: each "
                    "notebook's file or folder name)")
-    g.add_argument("--csv", help="also write one row per student (nbgrader's submitted/STUDENT/LESSON/, else the "
+    g.add_argument("--csv",
+                   help="also write one row per student (nbgrader's submitted/STUDENT/LESSON/, else the "
                    "file's name) with one column per graded cell and the total")
-    g.add_argument("--shard", metavar="K/N", help="grade only share K of N (K from 0 to N-1), chosen by a hash of "
+    g.add_argument("--shard", metavar="K/N",
+                   help="grade only share K of N (K from 0 to N-1), chosen by a hash of "
                    "each path as given: N machines given the same notebooks grade each once (see merge)")
     g.add_argument("--regrade", action="store_true", help="grade again the notebooks that the --json report "
-                   "already holds with the same file (default: they are kept, and the batch goes on from there)")
+                   "already holds with the same file (default: they are kept, and the batch goes on from "
+                   "there)")
     m = sub.add_parser("merge", help="merge the reports of a batch's shards (--shard K/N) into one")
     m.add_argument("reports", nargs="+", metavar="REPORT.json")
     m.add_argument("--json", required=True, help="the merged report")
@@ -54,18 +59,24 @@ def _parser() -> argparse.ArgumentParser:
     course.add_argument("--lessons", nargs="*", help="lesson stems (default: all)")
     rel = sub.add_parser("release", help="build (or update) a class's release of the lessons up to LESSON, "
                          "without the answers of LESSON's stage and the later ones")
-    rel.add_argument("lesson", help="the assignment now open, e.g. 05_masks (14_translate or 15_experiments: every "
+    rel.add_argument("lesson",
+                     help="the assignment now open, e.g. 05_masks (14_translate or 15_experiments: every "
                      "stage, after 13's deadline)")
-    rel.add_argument("--out", required=True, help="the release's folder (new, empty, or an earlier release's)")
-    rel.add_argument("--repo", default=None, help="OWNER/NAME of the class's GitHub repository, where Binder, "
-                     "Colab and the Colab set-up cell find the release (default: the repository of the release already "
-                     "in --out, else the course's own, transformer-course/transformer-course)")
-    rel.add_argument("--force", action="store_true", help="release an earlier lesson over a later one's release")
+    rel.add_argument("--out", required=True,
+                     help="the release's folder (new, empty, or an earlier release's)")
+    rel.add_argument("--repo", default=None,
+                     help="OWNER/NAME of the class's GitHub repository, where Binder, "
+                     "Colab and the Colab set-up cell find the release (default: the repository of the "
+                     "release already in --out, else the course's own, "
+                     "transformer-course/transformer-course)")
+    rel.add_argument("--force", action="store_true",
+                     help="release an earlier lesson over a later one's release")
     return parser
 
 
 def _grade(args) -> int:
-    """grade: the notebooks, each in a fresh kernel; 0 when every one of this shard was graded without an error."""
+    """grade: the notebooks, each in a fresh kernel; 0 when every one of this shard was graded without an
+    error."""
     from .grade import MEMORY_GB, Interrupted, ReportError, grade, shard_of
     from .submission import lessons
     stems = [stem for stem, _, _ in lessons()]

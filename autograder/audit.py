@@ -1,22 +1,26 @@
-"""What the grade command cannot prevent, it flags: each code cell of a submission is read before it runs (parsed
-with `ast`, never executed), and a cell that reaches below the kernel's library-shortcut watch is named in the
-report's problems, with its line, for the instructor to review (autograder/GRADING.md, "Not protected").
+"""What the grade command cannot prevent, it flags: each code cell of a submission is read before it runs
+(parsed with `ast`, never executed), and a cell that reaches below the kernel's library-shortcut watch is
+named in the report's problems, with its line, for the instructor to review (autograder/GRADING.md, "Not
+protected").
 
-The watch (core.forbid) runs in the kernel, around each call of the learner's code: a TorchFunctionMode and wrappers
-of the forbidden classes. A determined student can go below it, and the library's answer then earns what it earns;
-what is named here is how:
+The watch (core.forbid) runs in the kernel, around each call of the learner's code: a TorchFunctionMode and
+wrappers of the forbidden classes. A determined student can go below it, and the library's answer then earns
+what it earns; what is named here is how:
 
-* PyTorch's layers under the Python API: `torch._C` (DisableTorchFunction, the function-mode stack), `torch.ops`
+* PyTorch's layers under the Python API: `torch._C` (DisableTorchFunction, the function-mode stack),
+`torch.ops`
   (`torch.ops.aten.*` overloads), `torch._ops`, `torch._refs`, `torch._prims`, `torch._decomp`;
 * a library softmax in disguise: `softmin` (softmax(x) is softmin(-x));
-* code swapped at run time: an assignment to (or setattr of) `__code__`, `types.CodeType`, `types.FunctionType`;
-* names built at run time: getattr/setattr/delattr on torch (or on what a call returned) with a name that is not a
-  literal, `__import__`, `importlib.import_module` (importlib.util.find_spec, which every lesson's setup cell uses,
-  is not flagged), `eval`/`exec`/`compile`, `sys.modules[...]`, `vars(...)[...]`, `globals()[...]` and
+* code swapped at run time: an assignment to (or setattr of) `__code__`, `types.CodeType`,
+`types.FunctionType`;
+* names built at run time: getattr/setattr/delattr on torch (or on what a call returned) with a name that is
+not a
+  literal, `__import__`, `importlib.import_module` (importlib.util.find_spec, which every lesson's setup cell
+  uses, is not flagged), `eval`/`exec`/`compile`, `sys.modules[...]`, `vars(...)[...]`, `globals()[...]` and
   `__dict__[...]` with a computed key.
 
-An honest lesson never trips it (tests/test_audit.py reads every solved lesson). `audit(source)` gives the findings of
-one cell, `audit_notebook(nb)` the report's lines for a notebook.
+An honest lesson never trips it (tests/test_audit.py reads every solved lesson). `audit(source)` gives the
+findings of one cell, `audit_notebook(nb)` the report's lines for a notebook.
 """
 from __future__ import annotations
 
@@ -29,8 +33,10 @@ NAMES = {"softmin": "a library softmax in disguise (softmax(x) is softmin(-x))",
          "DisableTorchFunction": "switches off the watch (torch._C.DisableTorchFunction)",
          "DisableTorchFunctionSubclass": "switches off the watch (torch._C.DisableTorchFunctionSubclass)",
          "_disabled_torch_function_impl": "switches off the watch",
-         "_pop_mode": "takes the watch's mode off the stack", "_pop_torch_function_stack": "takes the watch's mode "
-         "off the stack", "CodeType": "builds code objects at run time", "__code__": "swaps a function's code"}
+         "_pop_mode": "takes the watch's mode off the stack",
+         "_pop_torch_function_stack": "takes the watch's mode "
+         "off the stack", "CodeType": "builds code objects at run time",
+         "__code__": "swaps a function's code"}
 DYNAMIC_CALLS = {"__import__": "imports a module named at run time", "eval": "runs code built at run time",
                  "exec": "runs code built at run time", "compile": "compiles code built at run time"}
 NAME_ATTRS = ("getattr", "setattr", "delattr")
@@ -79,7 +85,8 @@ class _Reader(ast.NodeVisitor):
             if self.low_level(a.name):
                 self.flag(node, f"imports {a.name}")
             if a.name == "importlib" or a.name.startswith("importlib."):
-                pass  # importlib.util.find_spec is the lessons' own; import_module is flagged where it is called
+                # importlib.util.find_spec is the lessons' own; import_module is flagged where it is called
+                pass
             if a.asname:
                 self.aliases[a.asname] = a.name
             else:
@@ -116,7 +123,8 @@ class _Reader(ast.NodeVisitor):
 
     def visit_Name(self, node):
         full = self.aliases.get(node.id)
-        if full and self.low_level(full) and not isinstance(getattr(node, "_parent_attr", None), ast.Attribute):
+        if full and self.low_level(full) and not isinstance(getattr(node, "_parent_attr", None),
+                                                            ast.Attribute):
             self.flag(node, f"uses {full} (as {node.id})")
         elif node.id in NAMES:
             self.flag(node, f"uses {node.id}: {NAMES[node.id]}")
@@ -128,8 +136,10 @@ class _Reader(ast.NodeVisitor):
         if isinstance(fn, ast.Name) and fn.id in NAME_ATTRS and len(node.args) >= 2:
             name, target = node.args[1], node.args[0]
             of = self.dotted(target) if isinstance(target, (ast.Attribute, ast.Name)) else None
-            # a computed name on a module (torch, or what a call gave): self's layers made in a loop are not flagged
-            on_module = isinstance(target, ast.Call) or bool(of and (of == "torch" or of.startswith("torch.") or
+            # a computed name on a module (torch, or what a call gave): self's layers made in a loop are not
+            # flagged
+            on_module = isinstance(target, ast.Call) or bool(of and (of == "torch" or of.startswith("torch.")
+                                                                     or
                                                                      of in ("sys", "builtins", "importlib")))
             if not (isinstance(name, ast.Constant) and isinstance(name.value, str)):
                 if on_module:
@@ -142,7 +152,8 @@ class _Reader(ast.NodeVisitor):
         target = node.value
         computed = not (isinstance(node.slice, ast.Constant))
         name = self.dotted(target) if isinstance(target, (ast.Attribute, ast.Name)) else None
-        if computed and (name == "sys.modules" or (isinstance(target, ast.Attribute) and target.attr == "__dict__")
+        if computed and (name == "sys.modules"
+                         or (isinstance(target, ast.Attribute) and target.attr == "__dict__")
                          or (isinstance(target, ast.Call) and isinstance(target.func, ast.Name)
                              and target.func.id in ("vars", "globals"))):
             self.flag(node, "looks a name up at run time (a computed key)")
@@ -164,8 +175,8 @@ class _Reader(ast.NodeVisitor):
 
 
 def audit(source: str, aliases: dict | None = None) -> list[tuple[int, str]]:
-    """[(line, what)] for one cell's source, in line order (one finding per line). `aliases`: the module names the
-    earlier cells bound (updated with this cell's imports)."""
+    """[(line, what)] for one cell's source, in line order (one finding per line). `aliases`: the module names
+    the earlier cells bound (updated with this cell's imports)."""
     tree = _parse(source)
     if tree is None:
         return []

@@ -3,17 +3,17 @@ notebook, started before the notebook's kernel and never running any of the note
 
 It listens on a Unix socket in the kernel's connection folder, prints "listening", and imports the checks.
 Each graded cell of the notebook (autograder/serve.py) connects and names its cell; the checker grades the
-contract name that the lesson gives that cell (never a name the notebook chooses), with the learner's
-object reached through autograder/remote.py, and appends the verdict to its results file, which only the
-grade command reads. A check that runs past its time limit has the kernel interrupted (it asks the process that
-started it, the notebook's runner, which signals the kernel it launched: never a pid taken from the socket) and
-the name's other checks are skipped.
+contract name that the lesson gives that cell (never a name the notebook chooses), with the learner's object
+reached through autograder/remote.py, and appends the verdict to its results file, which only the grade
+command reads. A check that runs past its time limit has the kernel interrupted (it asks the process that
+started it, the notebook's runner, which signals the kernel it launched: never a pid taken from the socket)
+and the name's other checks are skipped.
 
 It never touches a path the kernel can write or name: its socket is in a folder the kernel may only read, its
-temporary files go to a folder of its own (CONFIG's "tmp"; tempfile.TemporaryDirectory is the library's, there), and a
-folder a check hands to the learner's code (a tokenizer's save and load: _util.learner_folder, asked for by the check)
-is made by the kernel, in the kernel's own temporary folder, at the checker's request (remote.Endpoint, "tempdir"); the
-checker only passes its name back.
+temporary files go to a folder of its own (CONFIG's "tmp"; tempfile.TemporaryDirectory is the library's,
+there), and a folder a check hands to the learner's code (a tokenizer's save and load: _util.learner_folder,
+asked for by the check) is made by the kernel, in the kernel's own temporary folder, at the checker's request
+(remote.Endpoint, "tempdir"); the checker only passes its name back.
 
 CONFIG (JSON, records.CheckerSpec): {"socket", "results", "cells": {cell nonce: name}, "uid": the kernel's uid
 or null, "threads", "memory", "tmp"}. Each verdict is a line of the results file (records.NameVerdict).
@@ -42,7 +42,8 @@ HELLO_TIMEOUT = 20.0
 
 
 def _peer(conn) -> tuple[int, int]:
-    pid, uid, _ = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))
+    pid, uid, _ = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
+                                                      struct.calcsize("3i")))
     return pid, uid
 
 
@@ -75,7 +76,8 @@ class Grader:
         os.fsync(self.results.fileno())
 
     def handle(self, conn) -> None:
-        """Grade the graded cell that `conn` names: its contract name's checks, the verdict recorded and sent."""
+        """Grade the graded cell that `conn` names: its contract name's checks, the verdict recorded and
+        sent."""
         _, uid = _peer(conn)
         if self.spec.uid is not None and uid != self.spec.uid:
             conn.close()
@@ -106,7 +108,8 @@ class Grader:
         ep = Endpoint(conn, trusted=True)
         ep.passthrough = (self.core.CheckTimeout,)
         _util.BUILD_ELSEWHERE = ep.build
-        # an earlier graded name of the lesson, by the name a check chose (_util.learners_own): a mistake paid once
+        # an earlier graded name of the lesson, by the name a check chose (_util.learners_own): a mistake paid
+        # once
         _util.LOOKUP_ELSEWHERE = lambda graded: ep.request("resolve", name=graded)
         _util.FOLDER_ELSEWHERE = lambda: _kernel_folder(ep)
         return ep
@@ -126,7 +129,8 @@ class Grader:
             return
         broken: list = []
         try:
-            _, earned, total, lines = core.run_named(name, obj, run=lambda c, o: self._check(ep, c, o, broken))
+            _, earned, total, lines = core.run_named(name, obj, run=lambda c,
+                                                     o: self._check(ep, c, o, broken))
         except BaseException as e:  # noqa: BLE001  (a bug of the grader's: the name earns nothing, said so)
             result.error = f"the grader failed: {type(e).__name__}: {str(e)[:200]}"
         else:
@@ -134,13 +138,14 @@ class Grader:
         result.seconds = round(time.time() - start, 2)
 
     def _check(self, ep, check, obj, broken: list) -> Verdict:
-        """One check, run across to the kernel with its shortcuts watched there. `broken`: why the name's later
-        checks are skipped (the kernel stopped answering, or a check ran out of time), once known."""
+        """One check, run across to the kernel with its shortcuts watched there. `broken`: why the name's
+        later checks are skipped (the kernel stopped answering, or a check ran out of time), once known."""
         from .remote import ChannelError
         core = self.core
         if broken:
             return lost(check, f"skipped: {broken[0]}", Outcome.SKIPPED)
-        saved = core.FORBIDDEN.pop(check.name, None)  # the shortcuts are watched where the learner's code runs
+        # the shortcuts are watched where the learner's code runs
+        saved = core.FORBIDDEN.pop(check.name, None)
         try:
             core._run_limited(lambda: ep.request("watch", name=check.name), 20)
             verdict = core.run_check(check, obj, lost=(ChannelError,))
@@ -182,15 +187,15 @@ class Grader:
 
 
 def lost(check, note: str, outcome: Outcome = Outcome.LOST) -> Verdict:
-    """The verdict of a check that earned nothing because the kernel stopped answering (or, SKIPPED, an earlier
-    check of the name lost it or ran out of time)."""
+    """The verdict of a check that earned nothing because the kernel stopped answering (or, SKIPPED, an
+    earlier check of the name lost it or ran out of time)."""
     return Verdict(0.0, check_line(check.title, check.points, False, note), outcome)
 
 
 def _kernel_folder(ep) -> str:
-    """A new folder for a path a check hands to the learner's code (_util.learner_folder): made by the kernel in its
-    own temporary folder (the kernel's code must write there); the checker only hands the name on, and never opens,
-    makes, changes or removes anything there. Removed with the kernel's folders."""
+    """A new folder for a path a check hands to the learner's code (_util.learner_folder): made by the kernel
+    in its own temporary folder (the kernel's code must write there); the checker only hands the name on, and
+    never opens, makes, changes or removes anything there. Removed with the kernel's folders."""
     name = ep.request("tempdir")
     if not isinstance(name, str) or not name.startswith("/") or "\0" in name or len(name) > 400:
         raise RuntimeError("the kernel did not make a temporary folder")
@@ -198,9 +203,9 @@ def _kernel_folder(ep) -> str:
 
 
 def _own_temp(folder) -> None:
-    """The checker's temporary files go to `folder`, its own (the kernel cannot see it): tempfile's, the library's
-    TemporaryDirectory included, and torch's compilers'. A folder a check hands to the learner's code is asked for
-    explicitly (_util.learner_folder) and is the kernel's."""
+    """The checker's temporary files go to `folder`, its own (the kernel cannot see it): tempfile's, the
+    library's TemporaryDirectory included, and torch's compilers'. A folder a check hands to the learner's
+    code is asked for explicitly (_util.learner_folder) and is the kernel's."""
     import tempfile
     if folder:
         tempfile.tempdir = folder
@@ -209,8 +214,8 @@ def _own_temp(folder) -> None:
 
 
 def main(cfg_path: str, ready=None, interrupt=None) -> None:
-    """Grade the notebook of CONFIG: listen, then call ready() (by default print "listening"), serve its cells.
-    interrupt(): how to ask the runner to interrupt the kernel (by default print "interrupt")."""
+    """Grade the notebook of CONFIG: listen, then call ready() (by default print "listening"), serve its
+    cells. interrupt(): how to ask the runner to interrupt the kernel (by default print "interrupt")."""
     spec = CheckerSpec.read(cfg_path)
     try:
         soft, hard = resource.getrlimit(resource.RLIMIT_AS)
@@ -219,9 +224,9 @@ def main(cfg_path: str, ready=None, interrupt=None) -> None:
     except (ValueError, OSError):
         pass
     _INTERRUPT[:] = [interrupt or (lambda: print("interrupt", flush=True))]
-    # listening first: the kernel starts meanwhile, and a graded cell that comes early waits in the backlog. The
-    # socket's folder is the grade command's (the kernel may only read it): no link in it, and the socket is made
-    # connectable by the umask, not by a chmod of its path
+    # listening first: the kernel starts meanwhile, and a graded cell that comes early waits in the backlog.
+    # The socket's folder is the grade command's (the kernel may only read it): no link in it, and the socket
+    # is made connectable by the umask, not by a chmod of its path
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     if os.path.lexists(spec.socket):  # left by a forked checker whose request failed: this one replaces it
         os.unlink(spec.socket)
@@ -250,13 +255,15 @@ def main(cfg_path: str, ready=None, interrupt=None) -> None:
 
 # --------------------------------------------------------------------------- one process, many checkers
 def serve(control: str) -> None:
-    """`python -m autograder.checker --serve SOCKET`, started by the grade command for a batch: import what every
-    checker needs, print "ready", then for each connection to SOCKET fork a checker. The connection carries
-    one request, {"config": CONFIG path, "log": file for the checker's stderr}, and the answer "listening PID";
-    the checker lives as long as its requester keeps the connection open (it exits when the connection
-    closes, whatever ended the requester). This process exits when its standard input closes (the grade
-    command ended). It never runs a check itself: every checker starts from the state of these imports."""
+    """`python -m autograder.checker --serve SOCKET`, started by the grade command for a batch: import what
+    every checker needs, print "ready", then for each connection to SOCKET fork a checker. The connection
+    carries one request, {"config": CONFIG path, "log": file for the checker's stderr}, and the answer
+    "listening PID"; the checker lives as long as its requester keeps the connection open (it exits when the
+    connection closes, whatever ended the requester). This process exits when its standard input closes (the
+    grade command ended). It never runs a check itself: every checker starts from the state of these
+    imports."""
     import torch  # noqa: F401  (what the fork saves each checker: PyTorch, the checks, the channel)
+
     from . import core, remote  # noqa: F401
     from .checks import _util  # noqa: F401
     from .forkserver import serve_forks
@@ -264,7 +271,8 @@ def serve(control: str) -> None:
 
 
 def _forked(conn) -> None:
-    """A checker forked by serve(): read the request, send "listening PID", grade until the connection closes."""
+    """A checker forked by serve(): read the request, send "listening PID", grade until the connection
+    closes."""
     conn.settimeout(30)
     request = b""
     while not request.endswith(b"\n") and len(request) < 65536:
@@ -294,7 +302,8 @@ def _forked(conn) -> None:
 
 
 def connect(control: str, config: str, log: str, timeout: float = 60.0) -> tuple[socket.socket, int]:
-    """Ask serve() at `control` for a checker of CONFIG: (the connection to keep open while it grades, its pid)."""
+    """Ask serve() at `control` for a checker of CONFIG: (the connection to keep open while it grades, its
+    pid)."""
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     conn.settimeout(timeout)
     conn.connect(control)

@@ -11,13 +11,22 @@ import threading
 import warnings
 from typing import Callable
 
-from .registry import (DEFAULT_TIMEOUT, FORBIDDEN, REGISTRY, Check, CheckFailure, CheckPassed, CheckTimeout,  # noqa: F401
-                       Forbidden, forbid, register)
-from .explain import (_describe_exception, _exception_line, _frame_kind, _site, failing_line,  # noqa: F401
-                      failing_site)
-from .shortcuts import _watched, watching  # noqa: F401
-from .outcomes import Outcome, Verdict, check_line
 from . import checks  # noqa: F401,E402  (fills the registry: imported once, here)
+from .explain import _describe_exception, _exception_line, _frame_kind, _site, failing_line, failing_site  # noqa: F401
+from .outcomes import Outcome, Verdict, check_line
+from .registry import (  # noqa: F401
+    DEFAULT_TIMEOUT,
+    FORBIDDEN,
+    REGISTRY,
+    Check,
+    CheckFailure,
+    CheckPassed,
+    CheckTimeout,
+    Forbidden,
+    forbid,
+    register,
+)
+from .shortcuts import _watched, watching  # noqa: F401
 
 
 def max_points(name: str) -> float:
@@ -88,9 +97,9 @@ def _run_limited(fn: Callable, seconds: float):
 
 def run_check(c: Check, obj, lost: tuple = ()) -> Verdict:
     """(points, one line of report) for one check, and how it ended (a Verdict); never raises for anything the
-    learner's code does. When the stage forbids a library shortcut (see `forbid`) and the learner's code used it
-    during this check, the check earns nothing, whatever its verdict. `lost`: the exceptions that mean the kernel
-    stopped answering (the grade command's channel errors)."""
+    learner's code does. When the stage forbids a library shortcut (see `forbid`) and the learner's code used
+    it during this check, the check earns nothing, whatever its verdict. `lost`: the exceptions that mean the
+    kernel stopped answering (the grade command's channel errors)."""
     used: list[str] = []
     rules = FORBIDDEN.get(c.name)
     try:
@@ -112,16 +121,16 @@ def run_check(c: Check, obj, lost: tuple = ()) -> Verdict:
 
 
 def _failure(c: Check, e: BaseException, lost: tuple) -> tuple[str, Outcome] | None:
-    """(the note, the outcome) of a check that raised `e`; None for the learner's KeyboardInterrupt (raised on).
-    The outcome is LOST when `e`, or the error it was raised from or while handling, is one of `lost`."""
+    """(the note, the outcome) of a check that raised `e`; None for the learner's KeyboardInterrupt (raised
+    on). The outcome is LOST when `e`, or the error it was raised from or while handling, is one of `lost`."""
     outcome = Outcome.LOST if lost and _raised_from(e, lost) else Outcome.FAILED
     if isinstance(e, CheckFailure):
         return str(e), outcome
     if isinstance(e, NotImplementedError):
         return "not implemented yet", outcome
     if isinstance(e, CheckTimeout):
-        return (f"took longer than {c.timeout:g} s. Likely: an endless loop (a while loop whose condition never "
-                "changes), or work repeated far more than needed"), Outcome.TIMEOUT
+        return (f"took longer than {c.timeout:g} s. Likely: an endless loop (a while loop whose condition "
+                "never changes), or work repeated far more than needed"), Outcome.TIMEOUT
     if isinstance(e, RecursionError):
         return "endless recursion. Likely: the function calls itself", outcome
     if isinstance(e, MemoryError):
@@ -165,8 +174,10 @@ def run_named(name: str, obj, run: Callable | None = None) -> tuple[str | None, 
     run = run or run_check
     total, earned, lines, timed_out = 0.0, 0.0, [], False
     for c in REGISTRY[name]:
-        if timed_out:  # the code hangs: do not make the learner (or nbgrader's cell timeout) wait for each check
-            points, line = 0.0, check_line(c.title, c.points, False, "skipped, an earlier check ran out of time")
+        # the code hangs: do not make the learner (or nbgrader's cell timeout) wait for each check
+        if timed_out:
+            points, line = 0.0, check_line(c.title, c.points, False,
+                                           "skipped, an earlier check ran out of time")
         else:
             verdict = run(c, obj)
             points, line = verdict
@@ -184,8 +195,8 @@ def check(obj, verbose: bool = True) -> float:
     if name is None:
         known = ", ".join(sorted(REGISTRY))
         shown = getattr(obj, "__name__", None)
-        print(f"✗ no checks for {shown if isinstance(shown, str) else type(obj).__name__!r}: pass the function or "
-              f"class itself, e.g. check(softmax). Known names: {known}")
+        print(f"✗ no checks for {shown if isinstance(shown, str) else type(obj).__name__!r}: pass the "
+              f"function or class itself, e.g. check(softmax). Known names: {known}")
         return 0.0
     for line in lines:
         print(line)

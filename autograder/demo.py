@@ -6,8 +6,8 @@ A demonstration cell runs the learner's functions to draw or print something; it
 wrong shape that makes the drawing index past its end, say) is caught here, and the cell prints
 
     This demonstration stopped at line 9 of this cell: IndexError: too many indices for tensor of dimension 2
-    What the cell had computed: pad = tensor of shape (3, 6), torch.bool; causal = tensor of shape (1, 1, 6, 6) ...
-    The checks above say what is wrong; the next cells go on.
+    What the cell had computed: pad = tensor of shape (3, 6), torch.bool; causal = tensor of shape (1, 1, 6,
+    6) ... The checks above say what is wrong; the next cells go on.
 
 Example: with demonstration():
              try:
@@ -51,8 +51,8 @@ def describe(value) -> str | None:
 
 
 class demonstration:
-    """Context manager for a demonstration cell: any Exception inside it is reported in three lines and swallowed,
-    so that the cells after it run. See the module's docstring."""
+    """Context manager for a demonstration cell: any Exception inside it is reported in three lines and
+    swallowed, so that the cells after it run. See the module's docstring."""
 
     def __init__(self):
         self.scope, self.filename, self.before, self.figures = {}, "", {}, set()
@@ -75,7 +75,8 @@ class demonstration:
             tb = tb.tb_next
         if isinstance(error, NotImplementedError):
             print("This demonstration needs a function above that is not written yet (NotImplementedError"
-                  + (f" at line {line} of this cell" if line else "") + "): complete it and run this cell again.")
+                  + (f" at line {line} of this cell" if line else "")
+                  + "): complete it and run this cell again.")
         else:
             where = f" at line {line} of this cell" if line else ""
             print(f"This demonstration stopped{where}: {type(error).__name__}: {error}")

@@ -60,8 +60,8 @@ def _called_by_learner(frame) -> bool:
 
 
 def _describe_exception(e: BaseException) -> str:
-    """`TypeError: ... (in your_function, line 12: `the line`)`: the innermost frame of the learner's code (not the
-    autograder's, not a library's), with its line as written."""
+    """`TypeError: ... (in your_function, line 12: `the line`)`: the innermost frame of the learner's code
+    (not the autograder's, not a library's), with its line as written."""
     frames = _learner_frames(e)
     msg = str(e).strip().splitlines()[0] if str(e).strip() else ""
     where = ""
@@ -75,8 +75,9 @@ def _describe_exception(e: BaseException) -> str:
 
 
 def _remote_where(e: BaseException) -> str:
-    """The same `(in f, line n: `line`)` for an error raised in the notebook's kernel and rebuilt here by the grade
-    command's channel, from the frames it sent along (remote_frames: file, line number, function, line)."""
+    """The same `(in f, line n: `line`)` for an error raised in the notebook's kernel and rebuilt here by the
+    grade command's channel, from the frames it sent along (remote_frames: file, line number, function,
+    line)."""
     frames = _remote_learner_frames(e)
     if not frames:
         return ""
@@ -87,16 +88,16 @@ def _remote_where(e: BaseException) -> str:
 
 
 def _remote_learner_frames(e: BaseException) -> list:
-    """The frames of the learner's code among those that the notebook's kernel sent with an error (file, line number,
-    function, line), outermost first. By where the file is, as _frame_kind says: the kernel's cells live in a folder
-    whose name may hold any word ("/tmp/autograder-x/home/tmp/ipykernel_1/2928958320.py")."""
+    """The frames of the learner's code among those that the notebook's kernel sent with an error (file, line
+    number, function, line), outermost first. By where the file is, as _frame_kind says: the kernel's cells
+    live in a folder whose name may hold any word ("/tmp/autograder-x/home/tmp/ipykernel_1/2928958320.py")."""
     return [f for f in getattr(e, "remote_frames", None) or [] if isinstance(f, tuple) and len(f) >= 3
             and _frame_kind(str(f[0])) == "learner"]
 
 
 def _learner_frames(e: BaseException) -> list:
-    """(frame, line number) of each traceback entry in the learner's code, outermost first (none for an error rebuilt
-    from the notebook's kernel: its frames are there, see _remote_where)."""
+    """(frame, line number) of each traceback entry in the learner's code, outermost first (none for an error
+    rebuilt from the notebook's kernel: its frames are there, see _remote_where)."""
     if getattr(e, "remote_frames", None):
         return []
     out, tb = [], e.__traceback__
@@ -139,11 +140,11 @@ def _names_in(line: str) -> list[str]:
 
 
 def failing_site(e: BaseException) -> dict | None:
-    """The learner's innermost frame of an exception, as plain data: {"file", "line" (its number), "text" (the line as
-    written), "shapes": {name: shape} of the tensors named on that line, "last": {name: shape} of the tensors that its
-    function indexes as name[-1]}; None when no frame of the learner's code raised. A Likely is made from it
-    (_shapes_hint); the notebook's kernel makes it there and sends it along with the error (serve.py), since the
-    frame's locals stay on that side of the channel."""
+    """The learner's innermost frame of an exception, as plain data: {"file", "line" (its number), "text" (the
+    line as written), "shapes": {name: shape} of the tensors named on that line, "last": {name: shape} of the
+    tensors that its function indexes as name[-1]}; None when no frame of the learner's code raised. A Likely
+    is made from it (_shapes_hint); the notebook's kernel makes it there and sends it along with the error
+    (serve.py), since the frame's locals stay on that side of the channel."""
     import inspect
     import re
     frames = _learner_frames(e)
@@ -177,8 +178,9 @@ def _plain_shapes(value) -> dict:
 
 
 def _site(e: BaseException) -> dict | None:
-    """failing_site of an error raised here, or the one the notebook's kernel sent with an error rebuilt by the grade
-    command's channel (used only when it names the same frame as the frames sent along: file and line number)."""
+    """failing_site of an error raised here, or the one the notebook's kernel sent with an error rebuilt by
+    the grade command's channel (used only when it names the same frame as the frames sent along: file and
+    line number)."""
     if not getattr(e, "remote_frames", None):
         return failing_site(e)
     site = getattr(e, "remote_site", None)
@@ -187,13 +189,14 @@ def _site(e: BaseException) -> dict | None:
             or str(site.get("line")) != str(frames[-1][1]):
         return None
     text = str(frames[-1][3]).strip() if len(frames[-1]) > 3 else ""
-    return {"text": text if len(text) <= 120 else text[:117] + "...", "shapes": _plain_shapes(site.get("shapes")),
+    return {"text": text if len(text) <= 120 else text[:117] + "...",
+            "shapes": _plain_shapes(site.get("shapes")),
             "last": _plain_shapes(site.get("last"))}
 
 
 def failing_line(e: BaseException) -> str:
-    """The learner's line that raised `e` as written ("" when unknown), here or in the notebook's kernel: what a
-    check reads before it names a cause, so that the cause it names is the one on that line."""
+    """The learner's line that raised `e` as written ("" when unknown), here or in the notebook's kernel: what
+    a check reads before it names a cause, so that the cause it names is the one on that line."""
     site = _site(e)
     return site["text"] if site else ""
 
@@ -229,25 +232,28 @@ def _shapes_hint(e: BaseException) -> tuple[str, str | None]:
     (a, da), (b, db) = owners[0][0], owners[1][0]
     if len(owners[0]) > 1 or len(owners[1]) > 1:
         return described, None
-    return described, (f"{sizes[0]} is {a}'s size at dim {da} and {sizes[1]} is {b}'s size at dim {db}: on this line "
-                       f"the one stands where the other was needed (a sum or a mean without keepdim=True, an index, a "
+    return described, (f"{sizes[0]} is {a}'s size at dim {da} and {sizes[1]} is {b}'s size at dim {db}: on "
+                       "this line the one stands where the other was needed (a sum or a mean without "
+                       "keepdim=True, an index, a "
                        "transpose or a view that took the wrong dimension)")
 
 
 def _last_item_of_batch(last: dict, sizes) -> str | None:
-    """`x[-1]` in the function, for a local tensor x of 3 or more dims whose batch (dim 0) has one of the sizes that the
-    error says do not match: the last sentence of the batch was taken where the last position was meant (x[:, -1]),
-    and the batch size is what went missing. `last`: {name: shape} of the names indexed as name[-1]."""
+    """`x[-1]` in the function, for a local tensor x of 3 or more dims whose batch (dim 0) has one of the
+    sizes that the error says do not match: the last sentence of the batch was taken where the last position
+    was meant (x[:, -1]), and the batch size is what went missing. `last`: {name: shape} of the names indexed
+    as name[-1]."""
     for name, shape in last.items():
         if len(shape) >= 3 and shape[0] in sizes and shape[0] != shape[1]:
-            return (f"{name}[-1] takes the last item of the batch ({name} is {shape}, dim 0 the batch of {shape[0]}), "
-                    f"where the last position was meant: {name}[:, -1] keeps one row per sentence")
+            return (f"{name}[-1] takes the last item of the batch ({name} is {shape}, dim 0 the batch of "
+                    f"{shape[0]}), where the last position was meant: {name}[:, -1] keeps one row per "
+                    "sentence")
     return None
 
 
 def _argument_text(value) -> str | None:
-    """An argument as a message shows it: a tensor by its shape, a number, a bool or None as it is, a list or tuple by
-    its length (None for anything else)."""
+    """An argument as a message shows it: a tensor by its shape, a number, a bool or None as it is, a list or
+    tuple by its length (None for anything else)."""
     shape = _shape_of(value)
     if shape is not None:
         return str(shape)
@@ -259,9 +265,9 @@ def _argument_text(value) -> str | None:
 
 
 def _given_arguments(e: BaseException, frame) -> dict:
-    """{parameter: value} as the learner's outermost frame was entered, when a module's __call__ (torch's _call_impl)
-    entered it: its args and kwargs still hold what the check passed, where the frame's own locals may have been
-    reassigned since (x = x - x.mean(-1))."""
+    """{parameter: value} as the learner's outermost frame was entered, when a module's __call__ (torch's
+    _call_impl) entered it: its args and kwargs still hold what the check passed, where the frame's own locals
+    may have been reassigned since (x = x - x.mean(-1))."""
     tb, caller = e.__traceback__, None
     while tb is not None and tb.tb_frame is not frame:
         caller, tb = tb.tb_frame, tb.tb_next
@@ -278,10 +284,10 @@ def _given_arguments(e: BaseException, frame) -> dict:
 
 
 def _entry_call(e: BaseException) -> str:
-    """`name(arg (shape), n=3, ...)`: the learner's function or method that the check called, with the arguments it
-    was given (an argument the function reassigns is shown as it was given when a module's call shows that, else left
-    out: its value now is not the one it was given). For an error raised in the notebook's kernel, the call as the
-    check made it, from the checker's side (_remote_call)."""
+    """`name(arg (shape), n=3, ...)`: the learner's function or method that the check called, with the
+    arguments it was given (an argument the function reassigns is shown as it was given when a module's call
+    shows that, else left out: its value now is not the one it was given). For an error raised in the
+    notebook's kernel, the call as the check made it, from the checker's side (_remote_call)."""
     import dis
     frames = _learner_frames(e)
     if not frames:
@@ -306,23 +312,25 @@ def _entry_call(e: BaseException) -> str:
         text = _argument_text(value)
         if text is not None:
             parts.append(f"{name} {text}" if _shape_of(value) is not None else f"{name}={text}")
-    owner = type(frame.f_locals["self"]).__name__ + "." if "self" in code.co_varnames[:1] and "self" in frame.f_locals \
-        else ""
+    owner = (type(frame.f_locals["self"]).__name__ + "."
+             if "self" in code.co_varnames[:1] and "self" in frame.f_locals else "")
     return f"{owner}{code.co_name}({', '.join(parts)})" if parts else ""
 
 
 def _remote_call(e: BaseException) -> str:
-    """For an error raised in the notebook's kernel: the call the check made, from the checker's side of the channel
-    (the outermost call of a proxy in the traceback, whose args and kwargs are the check's own values), named after
-    the learner's function that it entered (the kernel's first frame of the learner's code). Positional arguments
-    are named after that function's parameters, as the kernel sent them (_entry_params), else given alone."""
+    """For an error raised in the notebook's kernel: the call the check made, from the checker's side of the
+    channel (the outermost call of a proxy in the traceback, whose args and kwargs are the check's own
+    values), named after the learner's function that it entered (the kernel's first frame of the learner's
+    code). Positional arguments are named after that function's parameters, as the kernel sent them
+    (_entry_params), else given alone."""
     frames = _remote_learner_frames(e)
     if not frames:
         return ""
     tb = e.__traceback__
     while tb is not None:
         code = tb.tb_frame.f_code
-        if code.co_name == "__call__" and code.co_filename.replace("\\", "/").endswith("autograder/remote_proxies.py"):
+        if code.co_name == "__call__" and \
+                code.co_filename.replace("\\", "/").endswith("autograder/remote_proxies.py"):
             break
         tb = tb.tb_next
     if tb is None:
@@ -334,7 +342,8 @@ def _remote_call(e: BaseException) -> str:
     import types
     params = _entry_params(e, frames[0][2])
     named = list(zip(params, args)) if len(args) <= len(params) else [(None, v) for v in args]
-    parts = [(f"{k} {_shape_of(v)}" if _shape_of(v) is not None else f"{k}={_argument_text(v) or '...'}") if k else
+    parts = [(f"{k} {_shape_of(v)}" if _shape_of(v) is not None else f"{k}={_argument_text(v) or '...'}") if k
+             else
              _argument_text(v) or getattr(getattr(v, "__class__", None), "__name__", "?") for k, v in named]
     parts += [f"{k} {_shape_of(v)}" if _shape_of(v) is not None else f"{k}={_argument_text(v) or '...'}"
               for k, v in kwargs.items()]
@@ -348,9 +357,9 @@ def _remote_call(e: BaseException) -> str:
 
 
 def _entry_params(e: BaseException, name: str) -> list[str]:
-    """The names of the positional parameters of the learner's function that the check's call entered (self left
-    out), as the notebook's kernel sent them with an error (site "entry"): [] unless they are names and the function
-    is the one the frames say (`name`)."""
+    """The names of the positional parameters of the learner's function that the check's call entered (self
+    left out), as the notebook's kernel sent them with an error (site "entry"): [] unless they are names and
+    the function is the one the frames say (`name`)."""
     site = getattr(e, "remote_site", None)
     entry = site.get("entry") if isinstance(site, dict) else None
     if not isinstance(entry, dict) or entry.get("name") != name or not isinstance(entry.get("params"), list):
@@ -362,8 +371,9 @@ def _entry_params(e: BaseException, name: str) -> list[str]:
 
 
 def _exception_line(e: BaseException) -> str:
-    """What run_check says about an exception raised in the learner's code: the error, the learner's own line that
-    raised, the shapes of the tensors on it, and, when the sizes in the error point at them, which dimensions met."""
+    """What run_check says about an exception raised in the learner's code: the error, the learner's own line
+    that raised, the shapes of the tensors on it, and, when the sizes in the error point at them, which
+    dimensions met."""
     text = f"your code raised {_describe_exception(e)}"
     try:
         shapes, hint = _shapes_hint(e)

@@ -1,10 +1,10 @@
 """A process that forks a child of its own for each connection to its Unix socket, until its standard input
 closes: the batch's checker process (autograder/checker.py, `serve`) and the batch's kernel server
-(autograder/jail.py, `serve`) are two, each started for a batch by the grade command (autograder/grade.py) with
-`start` below.
+(autograder/jail.py, `serve`) are two, each started for a batch by the grade command (autograder/grade.py)
+with `start` below.
 
-The standard library only: the kernel server imports this module, and nothing of the course's answers or checks
-may be in that process (autograder/GRADING.md).
+The standard library only: the kernel server imports this module, and nothing of the course's answers or
+checks may be in that process (autograder/GRADING.md).
 """
 from __future__ import annotations
 
@@ -17,9 +17,10 @@ import sys
 
 
 def serve_forks(control: str, child, name: str) -> None:
-    """Listen on the Unix socket `control` (mode 0600, its owner's only), print "ready", then for each connection
-    fork a process that runs child(connection) and exits (70, with `name` and the error on its stderr, if it
-    raised). The forks are reaped by the kernel, never waited for. Exits when standard input closes."""
+    """Listen on the Unix socket `control` (mode 0600, its owner's only), print "ready", then for each
+    connection fork a process that runs child(connection) and exits (70, with `name` and the error on its
+    stderr, if it raised). The forks are reaped by the kernel, never waited for. Exits when standard input
+    closes."""
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     server.bind(control)
@@ -48,8 +49,8 @@ def serve_forks(control: str, child, name: str) -> None:
 
 
 def start(argv: list, control: str, env: dict, cwd: str):
-    """Start a server (`argv` ends up in serve_forks on `control`) and wait for its "ready": (process, control), or
-    None where it does not start. stop() ends it."""
+    """Start a server (`argv` ends up in serve_forks on `control`) and wait for its "ready": (process,
+    control), or None where it does not start. stop() ends it."""
     try:
         proc = subprocess.Popen(argv, cwd=cwd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                 stderr=subprocess.DEVNULL, text=True, env=env)

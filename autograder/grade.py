@@ -1,13 +1,15 @@
-"""`python -m autograder grade NOTEBOOK... [--json FILE] [--csv FILE] [--jobs N] [--timeout S] [--cell-timeout S]
-[--memory GB] [--lesson STEM] [--shard K/N] [--regrade]`: grade notebooks, each in a fresh kernel, and report the
-points of every graded cell. A broken, slow or hostile notebook costs only its own grade, with the reason in the
-report. What this protects and what it does not is in autograder/GRADING.md. A batch can be stopped (SIGINT,
-SIGTERM) and gone on with, graded in shards on several machines, and merged (`python -m autograder merge`).
+"""`python -m autograder grade NOTEBOOK... [--json FILE] [--csv FILE] [--jobs N] [--timeout S] [--cell-timeout
+S] [--memory GB] [--lesson STEM] [--shard K/N] [--regrade]`: grade notebooks, each in a fresh kernel, and
+report the points of every graded cell. A broken, slow or hostile notebook costs only its own grade, with the
+reason in the report. What this protects and what it does not is in autograder/GRADING.md. A batch can be
+stopped (SIGINT, SIGTERM) and gone on with, graded in shards on several machines, and merged (`python -m
+autograder merge`).
 
 In three layers, each its own module:
 1. autograder/submission.py reads a submission without running anything (`read_submission`).
 2. autograder/kernel.py runs one notebook in a jailed kernel beside the checker (`grade_notebook`).
-3. This module grades a batch, `jobs` at a time, and reports: the course's files and the submissions are hashed
+3. This module grades a batch, `jobs` at a time, and reports: the course's files and the submissions are
+hashed
    before and after each notebook; a change is reported in the report's "tampering" (and, when the kernels are
    not isolated, on the notebook, which then earns nothing).
 """
@@ -25,13 +27,23 @@ import threading
 import time
 
 from . import forkserver
+from .kernel import (
+    CANCELLED,
+    CELL_TIMEOUT,
+    MEMORY_GB,
+    NOTEBOOK_TIMEOUT,
+    Cancel,
+    grade_notebook,
+    isolation,
+    keep_files,
+    run_notebook,
+)
 from .outcomes import failed_title
 from .records import NotebookResult
-from .kernel import (CANCELLED, CELL_TIMEOUT, MEMORY_GB, NOTEBOOK_TIMEOUT, Cancel, grade_notebook, isolation,
-                     keep_files, run_notebook)
 from .submission import course_pythonpath, lesson_of, lessons, read_submission
 
-__all__ = ["grade", "grade_notebook", "isolation", "labels", "lesson_of", "merge", "read_submission", "shard_of",
+__all__ = ["grade", "grade_notebook", "isolation", "labels", "lesson_of", "merge", "read_submission",
+           "shard_of",
            "student_of", "Interrupted", "ReportError", "CELL_TIMEOUT", "MEMORY_GB", "NOTEBOOK_TIMEOUT"]
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 UNSAFE = ("the kernels are not isolated on this machine (not root, or no util-linux unshare/setpriv, or the "
@@ -45,8 +57,9 @@ def _hash_files(paths) -> dict[str, str]:
     skip = {".git", "__pycache__", ".pytest_cache", ".ipynb_checkpoints"}
     for top in paths:
         top = pathlib.Path(top)
-        files = [top] if top.is_file() else [p for p in top.rglob("*") if p.is_file()
-                                             and not skip & set(p.relative_to(top).parts)] if top.is_dir() else []
+        files = [top] if top.is_file() else [
+            p for p in top.rglob("*") if p.is_file() and not skip & set(p.relative_to(top).parts)
+        ] if top.is_dir() else []
         for p in files:
             try:
                 out[str(p)] = hashlib.sha256(p.read_bytes()).hexdigest()
@@ -70,9 +83,9 @@ def _checker_server(batch: str):
 
 def _kernel_server(batch: str, threads: int):
     """The batch's kernel server (autograder.jail.serve), which forks each isolated kernel from a process that
-    imported PyTorch and ipykernel once: (process, its socket), or None where it does not start (each kernel is
-    then started by its own launcher). Its environment is the variables a kernel keeps, nothing else: the kernels
-    inherit its memory, and the grade command's environment may hold secrets."""
+    imported PyTorch and ipykernel once: (process, its socket), or None where it does not start (each kernel
+    is then started by its own launcher). Its environment is the variables a kernel keeps, nothing else: the
+    kernels inherit its memory, and the grade command's environment may hold secrets."""
     from .jail import KEPT_ENV
     control = os.path.join(batch, "kernels.sock")
     home = os.path.join(batch, "server-home")
@@ -95,12 +108,13 @@ def labels(paths) -> list[str]:
 
 
 class ReportError(ValueError):
-    """--json names a file that is not a grade report (it is never overwritten), or merge was given reports that
-    disagree: one line, for the command line."""
+    """--json names a file that is not a grade report (it is never overwritten), or merge was given reports
+    that disagree: one line, for the command line."""
 
 
 class Interrupted(Exception):
-    """The batch was stopped by SIGINT or SIGTERM: `signum`, and `line`, what was kept (for the command line)."""
+    """The batch was stopped by SIGINT or SIGTERM: `signum`, and `line`, what was kept (for the command
+    line)."""
 
     def __init__(self, signum: int, line: str):
         super().__init__(line)
@@ -108,15 +122,16 @@ class Interrupted(Exception):
 
 
 def shard_of(path, count: int) -> int:
-    """Which of `count` shares a notebook is graded in: from the sha256 of its path as given (normalized), so the
-    same on every machine given the same paths, whatever their order, and unchanged when others are added."""
+    """Which of `count` shares a notebook is graded in: from the sha256 of its path as given (normalized), so
+    the same on every machine given the same paths, whatever their order, and unchanged when others are
+    added."""
     key = os.path.normpath(str(path)).encode("utf-8", "surrogateescape")
     return int.from_bytes(hashlib.sha256(key).digest()[:8], "big") % count
 
 
 def student_of(path) -> str:
-    """The student a submission is: nbgrader's submitted/<student>/<lesson>/<notebook>.ipynb, else the file's name
-    (without .ipynb)."""
+    """The student a submission is: nbgrader's submitted/<student>/<lesson>/<notebook>.ipynb, else the file's
+    name (without .ipynb)."""
     parts = pathlib.PurePath(str(path)).parts
     if len(parts) >= 4 and parts[-4] == "submitted":
         return parts[-3]
@@ -124,15 +139,16 @@ def student_of(path) -> str:
 
 
 def _sha256(path) -> str | None:
-    """The submission's sha256, read as the grader reads it (a regular file of its own, not too large), or None."""
+    """The submission's sha256, read as the grader reads it (a regular file of its own, not too large), or
+    None."""
     from .submission import _open_regular
     data, error = _open_regular(pathlib.Path(path))
     return None if error else hashlib.sha256(data).hexdigest()
 
 
 def _write_atomically(path, text: str) -> None:
-    """`text` into `path` by a new file renamed over it: a reader (or a batch stopped now) sees the old whole file
-    or the new one, never a part."""
+    """`text` into `path` by a new file renamed over it: a reader (or a batch stopped now) sees the old whole
+    file or the new one, never a part."""
     path = pathlib.Path(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=str(path.parent.resolve()))
     try:
@@ -157,11 +173,12 @@ def load_report(path) -> dict | None:
     try:
         report = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError, UnicodeDecodeError) as e:
-        raise ReportError(f"{path} is not a grade report ({type(e).__name__}): give --json another file") from None
+        raise ReportError(f"{path} is not a grade report ({type(e).__name__}): "
+                          "give --json another file") from None
     if not isinstance(report, dict) or not isinstance(report.get("notebooks"), list) or \
             not all(isinstance(n, dict) and isinstance(n.get("path"), str) for n in report["notebooks"]):
-        raise ReportError(f"{path} is not a grade report (no \"notebooks\" list of graded paths): give --json "
-                          "another file")
+        raise ReportError(f"{path} is not a grade report (no \"notebooks\" list of graded paths): give "
+                          "--json another file")
     return report
 
 
@@ -173,7 +190,8 @@ def _columns(report) -> list[str]:
 
 
 def _students(report) -> list[str]:
-    """Each notebook's row name: its student, or, where two notebooks of one lesson would share a row, its path."""
+    """Each notebook's row name: its student, or, where two notebooks of one lesson would share a row, its
+    path."""
     ids = [n.get("student") or student_of(n["path"]) for n in report["notebooks"]]
     seen: dict = {}
     for i, n in enumerate(report["notebooks"]):
@@ -219,8 +237,8 @@ def _failed_checks(n) -> list[str]:
 
 
 def summary_text(report) -> str:
-    """A screen of the class: per lesson, the notebooks, the mean and median, how the scores spread (by tenths of
-    the most), those not graded (an error), and the checks failed most often."""
+    """A screen of the class: per lesson, the notebooks, the mean and median, how the scores spread (by tenths
+    of the most), those not graded (an error), and the checks failed most often."""
     import collections
     import statistics
     lines = []
@@ -236,8 +254,9 @@ def summary_text(report) -> str:
         spread = "  ".join(f"{b * 10}-{b * 10 + 9}%: {bins[b]}" if b < 10 else f"100%: {bins[b]}"
                            for b in range(11) if bins[b])
         errors = sum(1 for n in group if n.get("error"))
-        lines.append(f"{lesson}: {len(group)} notebook{'s' if len(group) != 1 else ''}, mean {mean:.3g} / {top:g} "
-                     f"({100 * share(mean):.0f}%), median {median:g}" + (f", {errors} with an error" if errors else ""))
+        lines.append(f"{lesson}: {len(group)} notebook{'s' if len(group) != 1 else ''}, mean {mean:.3g} / "
+                     f"{top:g} ({100 * share(mean):.0f}%), median "
+                     f"{median:g}" + (f", {errors} with an error" if errors else ""))
         lines.append(f"  scores: {spread}")
         failed = collections.Counter(f for n in group for f in dict.fromkeys(_failed_checks(n)))
         for check, count in failed.most_common(5 if len(by_lesson) <= 2 else 2):
@@ -259,18 +278,19 @@ def grade(paths, json_path=None, timeout: float = NOTEBOOK_TIMEOUT, stream=sys.s
     {"notebooks": [...], "isolation", "safe", "tampering": [...]}. `lesson`: the assignment every notebook is
     graded as (else each one's file or folder name says).
 
-    For a batch left running: `progress` (stderr by default) gets a line as each notebook finishes (k of N, the
-    time so far and an estimate of what is left); the report is rewritten (atomically) at json_path and csv_path
-    as each one finishes. SIGINT or SIGTERM stops the batch: the runs under way are stopped and not recorded, what
-    finished stays in the report, and Interrupted is raised. A report already at json_path is gone on from: a
-    notebook whose path and sha256 are in it is not graded again (unless `regrade`), its other notebooks are kept.
-    `shard` (K, N): only the notebooks that shard_of puts in share K of N.
+    For a batch left running: `progress` (stderr by default) gets a line as each notebook finishes (k of N,
+    the time so far and an estimate of what is left); the report is rewritten (atomically) at json_path and
+    csv_path as each one finishes. SIGINT or SIGTERM stops the batch: the runs under way are stopped and not
+    recorded, what finished stays in the report, and Interrupted is raised. A report already at json_path is
+    gone on from: a notebook whose path and sha256 are in it is not graded again (unless `regrade`), its other
+    notebooks are kept. `shard` (K, N): only the notebooks that shard_of puts in share K of N.
 
-    The batch's steps, in order (each a method of _Batch): read, prepare, run (each notebook: kernel.run_notebook's
-    read, review, prepare, views, specs, run and collect), collect."""
+    The batch's steps, in order (each a method of _Batch): read, prepare, run (each notebook:
+    kernel.run_notebook's read, review, prepare, views, specs, run and collect), collect."""
     batch = _Batch(json_path=json_path, csv_path=csv_path, stream=stream,
                    progress=sys.stderr if progress is None else progress, lesson=lesson, regrade=regrade,
-                   options=dict(timeout=timeout, cell_timeout=cell_timeout, memory_gb=memory_gb, lesson=lesson))
+                   options=dict(timeout=timeout, cell_timeout=cell_timeout, memory_gb=memory_gb,
+                                lesson=lesson))
     batch.read(paths, shard, jobs)
     batch.prepare()
     batch.run()
@@ -302,11 +322,12 @@ class _Batch:
         self.previous = load_report(self.json_path) if self.json_path else None
         self.jobs = max(1, int(jobs or 1))
         self.threads = max(1, (os.cpu_count() or 1) // self.jobs)
-        self.isolated, self.keep = isolation(), keep_files()  # decided once for the batch, passed to each notebook
+        # decided once for the batch, passed to each notebook
+        self.isolated, self.keep = isolation(), keep_files()
 
     def prepare(self) -> None:
-        """Prepare: the report's header, the notebooks kept from the previous report and those to grade, and the
-        hashes of the files that no notebook may change."""
+        """Prepare: the report's header, the notebooks kept from the previous report and those to grade, and
+        the hashes of the files that no notebook may change."""
         isolated, previous, paths = self.isolated, self.previous, self.paths
         report = {"notebooks": [], "isolation": isolated, "safe": isolated, "tampering": []}
         if previous is not None:
@@ -332,8 +353,8 @@ class _Batch:
         self.width = max([32] + [len(n) for n in self.label.values()])
 
     def run(self) -> None:
-        """Run: every notebook to grade, `jobs` at a time, in the batch's folder, beside its checker and kernel
-        servers; stopped by SIGINT or SIGTERM."""
+        """Run: every notebook to grade, `jobs` at a time, in the batch's folder, beside its checker and
+        kernel servers; stopped by SIGINT or SIGTERM."""
         handlers = {}
         if threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGINT, signal.SIGTERM):
@@ -342,11 +363,13 @@ class _Batch:
         self.start = time.time()
         try:
             if self.kept:
-                print(f"{len(self.kept)} of {len(self.paths)} notebooks kept from {self.json_path} (graded before, "
-                      f"the file unchanged); grading {len(self.todo)}", file=self.progress, flush=True)
+                print(f"{len(self.kept)} of {len(self.paths)} notebooks kept from {self.json_path} (graded "
+                      "before, the file unchanged); grading "
+                      f"{len(self.todo)}", file=self.progress, flush=True)
             many = len(self.todo) > 1
             self.checkers = _checker_server(self.folder) if many and not self.stopped else None
-            self.kernels = _kernel_server(self.folder, self.threads) if many and self.isolated and not self.stopped \
+            self.kernels = _kernel_server(self.folder,
+                                          self.threads) if many and self.isolated and not self.stopped \
                 and os.environ.get("AUTOGRADER_KERNEL_SERVER", "on") != "off" else None
             self.publish()
             self._pool()
@@ -354,8 +377,8 @@ class _Batch:
             for server in (self.checkers, self.kernels):
                 if server:
                     forkserver.stop(server[0])
-            if not self.keep:  # no link followed, no recursion, never raises (jail.remove_tree)
-                from .jail import remove_tree
+            if not self.keep:  # no link followed, no recursion, never raises (folders.remove_tree)
+                from .folders import remove_tree
                 remove_tree(self.folder)
             for sig, handler in handlers.items():
                 signal.signal(sig, handler)
@@ -396,7 +419,8 @@ class _Batch:
 
     def one(self, p: str) -> NotebookResult:
         """Grade notebook `p` (in a worker thread), then look for changes to the protected files."""
-        r = run_notebook(p, **self.options, threads=self.threads, protected=[q for q in self.protected if q.is_dir()],
+        r = run_notebook(p, **self.options, threads=self.threads,
+                         protected=[q for q in self.protected if q.is_dir()],
                          batch=self.folder, checker_server=self.checkers and self.checkers[1],
                          kernel_server=self.kernels and self.kernels[1], cancel=self.cancel,
                          isolated=self.isolated, keep=self.keep)
@@ -412,21 +436,23 @@ class _Batch:
         return r
 
     def _tampered(self, p: str, r: NotebookResult, changed: list) -> None:
-        """Report files changed while `p` ran: with isolation someone else did it; without, the notebook (or one
-        graded beside it) may have, and it earns nothing."""
+        """Report files changed while `p` ran: with isolation someone else did it; without, the notebook (or
+        one graded beside it) may have, and it earns nothing."""
         shown = ", ".join(os.path.relpath(c, ROOT) if c.startswith(str(ROOT)) else c for c in changed[:5])
         if r.isolated:  # read-only for the kernel: someone else changed them
-            self.report["tampering"].append({"path": p, "files": changed, "by": "not a notebook: the files are "
+            self.report["tampering"].append({"path": p, "files": changed,
+                                             "by": "not a notebook: the files are "
                                              "read-only for the kernels, something else changed them"})
             return
-        note = (f"files outside the notebook's folder changed while it ran (it, or one graded at the same time, "
-                f"wrote there): {shown}")
+        note = ("files outside the notebook's folder changed while it ran (it, or one graded at the same "
+                f"time, wrote there): {shown}")
         r.problems.append(note)
         r.error = r.error or "tampering: " + note
         r.points = 0.0
         for c in r.cells:
             c.points = 0.0
-        self.report["tampering"].append({"path": p, "files": changed, "by": "this notebook, or one graded at the "
+        self.report["tampering"].append({"path": p, "files": changed,
+                                         "by": "this notebook, or one graded at the "
                                          "same time"})
 
     def publish(self) -> None:
@@ -440,7 +466,8 @@ class _Batch:
     def show_ready(self) -> None:
         """On screen in the order given, each notebook as soon as it and those before it are done."""
         paths, shown = self.paths, self.shown
-        while len(shown) < len(paths) and (paths[len(shown)] in self.kept or paths[len(shown)] in self.graded_now):
+        while len(shown) < len(paths) and (paths[len(shown)] in self.kept or paths[len(shown)]
+                                           in self.graded_now):
             p = paths[len(shown)]
             shown.append(p)
             self._show(self.entries[p], p, len(shown))
@@ -471,18 +498,18 @@ class _Batch:
             where = f"kept in {self.json_path}: run the same command to go on" if self.json_path else \
                 "nothing kept (no --json file)"
             raise Interrupted(self.stopped[0], f"interrupted ({signal.Signals(self.stopped[0]).name}): "
-                                               f"{len(self.graded_now)} of {len(self.todo)} notebooks graded in "
-                                               f"this run, {where}")
+                                               f"{len(self.graded_now)} of {len(self.todo)} notebooks graded "
+                                               f"in this run, {where}")
         if summary and self.report["notebooks"]:
             print("\n" + summary_text(self.report), file=self.stream)
         return self.report
 
 
 def merge(reports, json_path=None, csv_path=None) -> tuple[dict, list[str]]:
-    """One report from the reports of a batch's shards (or of any batches): (the report, what is missing). A notebook
-    in several reports must have the same file (sha256) and the same result in each (ReportError if not). What is
-    missing, when the reports say their shard: a shard with no report, the notebooks of a shard not graded (its batch
-    was stopped)."""
+    """One report from the reports of a batch's shards (or of any batches): (the report, what is missing). A
+    notebook in several reports must have the same file (sha256) and the same result in each (ReportError if
+    not). What is missing, when the reports say their shard: a shard with no report, the notebooks of a shard
+    not graded (its batch was stopped)."""
     loaded = []
     for path in reports:
         report = load_report(path)
@@ -511,8 +538,8 @@ def merge(reports, json_path=None, csv_path=None) -> tuple[dict, list[str]]:
     shards = [(path, r["shard"]) for path, r in loaded if isinstance(r.get("shard"), dict)]
     counts = {s.get("count") for _, s in shards}
     if len(counts) > 1:
-        raise ReportError(f"the reports are shards of different counts ({', '.join(map(str, sorted(counts)))}): "
-                          "merge the shards of one batch")
+        raise ReportError("the reports are shards of different counts "
+                          f"({', '.join(map(str, sorted(counts)))}): merge the shards of one batch")
     if shards:
         count = counts.pop()
         have = {s.get("index") for _, s in shards}
@@ -523,8 +550,9 @@ def merge(reports, json_path=None, csv_path=None) -> tuple[dict, list[str]]:
         for path, s in shards:
             left = [p for p in s.get("assigned") or [] if p not in entries]
             if left:
-                missing.append(f"{len(left)} notebook{'s' if len(left) > 1 else ''} of shard {s.get('index')}/{count} "
-                               f"not graded ({path}: its batch was stopped?): {', '.join(left[:3])}"
+                missing.append(f"{len(left)} notebook{'s' if len(left) > 1 else ''} of shard "
+                               f"{s.get('index')}/{count} not graded ({path}: its batch was stopped?): "
+                               f"{', '.join(left[:3])}"
                                + (", ..." if len(left) > 3 else ""))
         merged["missing"] = missing
     if json_path:

@@ -19,22 +19,20 @@ kernel also runs:
   graded lesson's own stage and the later ones have their solutions cleared and their checks reduced to
   what the kernel's side needs, so that no answer can be borrowed from them.
 
-In a batch, the kernels are forked by the batch's kernel server (`python -m autograder.jail --serve SOCKET`, below)
-instead, into the same jail.
+In a batch, the kernels are forked by the batch's kernel server (`python -m autograder.jail --serve SOCKET`,
+below) instead, into the same jail.
 
 Nothing here limits the number of processes or threads, or the CPU time (the grade command's time limits do).
 The threat model is in autograder/GRADING.md.
 """
 from __future__ import annotations
 
-import errno
 import json
 import os
 import resource
 import select
 import shutil
 import signal
-import stat
 import subprocess
 import sys
 import sysconfig
@@ -58,8 +56,9 @@ KEPT_ENV = ("PATH", "LANG", "LANGUAGE", "TZ", "TERM", "PYTHONPATH", "PYTHONHASHS
 
 
 def _spec(cfg) -> JailSpec:
-    """The jail's spec (records.JailSpec) from its file's path or its JSON. records is imported here, never when
-    this module is: the kernel server holds nothing of autograder but this module and forkserver (serve)."""
+    """The jail's spec (records.JailSpec) from its file's path or its JSON. records is imported here, never
+    when this module is: the kernel server holds nothing of autograder but this module and forkserver
+    (serve)."""
     from .records import JailSpec
     if isinstance(cfg, JailSpec):
         return cfg
@@ -79,12 +78,14 @@ def kernel_env(cfg, parent=None) -> dict:
     env.update({
         "HOME": home, "TMPDIR": os.path.join(home, "tmp"),
         "XDG_CACHE_HOME": cache, "XDG_CONFIG_HOME": os.path.join(home, ".config"),
-        "IPYTHONDIR": os.path.join(home, ".ipython"), "MPLCONFIGDIR": os.path.join(home, ".config", "matplotlib"),
+        "IPYTHONDIR": os.path.join(home, ".ipython"),
+        "MPLCONFIGDIR": os.path.join(home, ".config", "matplotlib"),
         "MPLBACKEND": "agg", "TORCHINDUCTOR_CACHE_DIR": os.path.join(cache, "torchinductor"),
         "TRITON_CACHE_DIR": os.path.join(cache, "triton"), "PYTHONDONTWRITEBYTECODE": "1",
         "AUTOGRADER_TOKEN": cfg.token, "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads,
         "PYTHONNOUSERSITE": "1", "JUPYTER_RUNTIME_DIR": cfg.conn or home,
-        "NBGRADER_EXECUTION": "autograde",  # as under nbgrader autograde: the lessons' demonstrations run short
+        # as under nbgrader autograde: the lessons' demonstrations run short
+        "NBGRADER_EXECUTION": "autograde",
     })
     if cfg.isolate:
         env.update(USER="nobody", LOGNAME="nobody")
@@ -133,7 +134,8 @@ def python_paths() -> list[str]:
 def isolation_available() -> bool:
     """Whether the kernels can be jailed here: root, unshare and setpriv, and a probe that starts this
     Python as `nobody` inside the namespaces with the file system arranged as for a kernel (about 1 s)."""
-    if not hasattr(os, "geteuid") or os.geteuid() != 0 or not shutil.which("unshare") or not shutil.which("setpriv"):
+    if not hasattr(os, "geteuid") or os.geteuid() != 0 or not shutil.which("unshare") or \
+            not shutil.which("setpriv"):
         return False
     import tempfile
     root = tempfile.mkdtemp(prefix="autograder-probe-")
@@ -149,10 +151,13 @@ def isolation_available() -> bool:
         probe = ("import os, socket, sys, torch\n"
                  "assert os.getuid() == 65534, os.getuid()\n"
                  "assert not os.path.exists(sys.argv[1])\n"
-                 "try:\n    open('/etc/autograder-probe', 'w')\nexcept OSError:\n    pass\nelse:\n    sys.exit(3)\n"
-                 "try:\n    socket.create_connection(('127.0.0.1', 22), timeout=0.5)\nexcept OSError:\n    pass\n"
+                 "try:\n    open('/etc/autograder-probe', 'w')\nexcept OSError:\n    pass\nelse:\n"
+                 "    sys.exit(3)\n"
+                 "try:\n    socket.create_connection(('127.0.0.1', 22), timeout=0.5)\nexcept OSError:\n"
+                 "    pass\n"
                  "open(os.path.join(os.getcwd(), 'ok'), 'w').write('ok')\n")
-        out = subprocess.run([sys.executable, "-m", "autograder.jail", path, "--", sys.executable, "-c", probe,
+        out = subprocess.run([sys.executable, "-m", "autograder.jail", path, "--", sys.executable, "-c",
+                              probe,
                               os.path.join(root, "jail.json")], capture_output=True, timeout=120, cwd=course,
                              env=dict(os.environ, PYTHONPATH=course))
         if os.environ.get("AUTOGRADER_DEBUG"):
@@ -162,139 +167,6 @@ def isolation_available() -> bool:
         return False
     finally:
         shutil.rmtree(root, ignore_errors=True)
-
-
-# --------------------------------------------------------------------------- the kernel's folders, made and removed
-def mount_scratch(path: str, size_mb: int) -> bool:
-    """A tmpfs of `size_mb` MB at the (new, empty, root's) folder `path`, for the kernel's writable folders: what the
-    kernel writes is bounded by it, and it goes with one unmount. False where it cannot be mounted (not root)."""
-    try:
-        _mount("-t", "tmpfs", "-o", f"size={int(size_mb)}m,mode=0711,nosuid,nodev", "tmpfs", path)
-        return True
-    except (OSError, subprocess.CalledProcessError):
-        return False
-
-
-def unmount(path: str) -> bool:
-    """Detach the mount at `path` (lazily: it goes when the last process using it has gone)."""
-    try:
-        subprocess.run(["umount", "--lazy", path], check=True, capture_output=True, timeout=60)
-        return True
-    except (OSError, subprocess.SubprocessError):
-        return False
-
-
-_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
-
-
-def _open_dir(name: str, dir_fd: int) -> int:
-    """The folder `name` in dir_fd, never through a link; a folder this user may not read is made readable first
-    (not as root, who reads every folder) through the folder itself, never its name."""
-    try:
-        return os.open(name, _DIR, dir_fd=dir_fd)
-    except PermissionError:
-        handle = os.open(name, os.O_PATH | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), dir_fd=dir_fd)
-        try:
-            if not stat.S_ISDIR(os.fstat(handle).st_mode):
-                raise
-            os.chmod(f"/proc/self/fd/{handle}", 0o700)
-        finally:
-            os.close(handle)
-        return os.open(name, _DIR, dir_fd=dir_fd)
-
-
-def remove_tree(path) -> list[str]:
-    """Remove the folder `path` and everything in it, whatever its depth and whatever links it holds: no link is
-    followed, nothing recursive (a folder's subfolders are moved up into `path` and emptied there, so that two
-    folders are open at a time), a mount found inside is detached (as root). Returns what could not be removed
-    (never raises: one notebook's folder must not cost the batch its report)."""
-    path = os.path.abspath(os.fspath(path))
-    errors: list[str] = []
-    try:
-        st = os.lstat(path)
-    except FileNotFoundError:
-        return errors
-    except OSError as e:
-        return [f"{path}: {e}"]
-    try:
-        if not stat.S_ISDIR(st.st_mode):
-            os.unlink(path)
-            return errors
-        parent = os.open(os.path.dirname(path), _DIR)
-    except OSError as e:
-        return [f"{path}: {e}"]
-    name, top = os.path.basename(path), None
-    try:
-        top = _open_dir(name, parent)
-        here = os.fstat(top)
-        if (here.st_dev, here.st_ino) != (st.st_dev, st.st_ino):
-            raise OSError(f"{path} changed while it was removed")
-        moved = [0]  # the folders moved up into `path` so far (their new names: .removed-N)
-        while True:
-            removed = 0
-            with os.scandir(top) as entries:
-                batch = [(e.name, e.is_dir(follow_symlinks=False)) for _, e in zip(range(4096), entries)]
-            if not batch:
-                break
-            for entry, is_dir in batch:
-                try:
-                    if not is_dir:
-                        os.unlink(entry, dir_fd=top)
-                        removed += 1
-                        continue
-                    _empty_folder(top, entry, here.st_dev, moved)
-                    os.rmdir(entry, dir_fd=top)
-                    removed += 1
-                except OSError as e:
-                    if len(errors) < 20:
-                        errors.append(f"{os.path.join(path, entry)}: {e}")
-            if not removed:
-                break
-        os.close(top)
-        top = None
-        os.rmdir(name, dir_fd=parent)
-    except OSError as e:
-        errors.append(f"{path}: {e}")
-    finally:
-        if top is not None:
-            os.close(top)
-        os.close(parent)
-    return errors
-
-
-def _empty_folder(top: int, entry: str, dev: int, moved: list) -> None:
-    """Empty the folder `entry` of the open folder `top` (remove_tree's): a mount there detached first (as root),
-    its files removed, its folders moved up into `top` under new names (.removed-N, `moved` counting them)."""
-    sub = _open_dir(entry, top)
-    try:
-        if os.fstat(sub).st_dev != dev:  # a mount: detached, then its (empty) folder removed
-            os.close(sub)
-            sub = None
-            if os.geteuid() == 0:
-                unmount(f"/proc/self/fd/{top}/{entry}")
-            sub = _open_dir(entry, top)
-            if os.fstat(sub).st_dev != dev:
-                raise OSError(f"a mount that could not be detached: {entry}")
-        while True:  # emptied: files removed, folders moved up under new names
-            with os.scandir(sub) as inner:
-                children = [(c.name, c.is_dir(follow_symlinks=False)) for _, c in zip(range(4096), inner)]
-            if not children:
-                break
-            for child, child_is_dir in children:
-                if not child_is_dir:
-                    os.unlink(child, dir_fd=sub)
-                    continue
-                while True:
-                    moved[0] += 1
-                    try:
-                        os.rename(child, f".removed-{moved[0]}", src_dir_fd=sub, dst_dir_fd=top)
-                        break
-                    except OSError as e:
-                        if e.errno not in (errno.EEXIST, errno.ENOTEMPTY, errno.EISDIR, errno.ENOTDIR):
-                            raise
-    finally:
-        if sub is not None:
-            os.close(sub)
 
 
 def _mount_points() -> list[str]:
@@ -335,8 +207,8 @@ def _hidden_tops(cfg, shown: list[str]) -> list[str]:
 
 
 def _inside(cfg, argv, forked: bool = False) -> None:
-    """PID 1 of the new namespaces: arrange the file system, drop to nobody, become the kernel (`forked`: return
-    once the file system is arranged, still root, for _drop_privileges and _kernel)."""
+    """PID 1 of the new namespaces: arrange the file system, drop to nobody, become the kernel (`forked`:
+    return once the file system is arranged, still root, for _drop_privileges and _kernel)."""
     writable = [os.path.realpath(p) for p in cfg.writable]
     shown = sorted({os.path.realpath(p) for p in cfg.show} | set(writable), key=len)
     fds = {p: os.open(p, os.O_PATH | os.O_DIRECTORY) for p in shown if os.path.isdir(p)}
@@ -349,7 +221,8 @@ def _inside(cfg, argv, forked: bool = False) -> None:
         if any(_under(path, t) for t in tops):
             os.makedirs(path, exist_ok=True)
             _mount("--no-canonicalize", "--rbind", f"/proc/self/fd/{fd}", path, fds=(fd,))
-    for point, fd in views.items():  # the course's solutions/ and autograder/ as the graded lesson may see them
+    # the course's solutions/ and autograder/ as the graded lesson may see them
+    for point, fd in views.items():
         os.makedirs(point, exist_ok=True)
         _mount("--no-canonicalize", "--bind", f"/proc/self/fd/{fd}", point, fds=(fd,))
     for p in writable:
@@ -396,17 +269,17 @@ def _inside(cfg, argv, forked: bool = False) -> None:
 
 
 # --------------------------------------------------------------------------- a batch's kernels, forked
-# Starting a kernel costs about 3 CPU seconds of imports (PyTorch, ipykernel) before its first cell. In a batch, the
-# grade command starts `python -m autograder.jail --serve SOCKET` once (serve): a root process with an environment of
-# the kept variables only, which imports PyTorch and ipykernel, nothing of the course but this module, and then only
-# forks. Each kernel's launcher (main, with "server" in its config) hands it the config, the kernel's argv and its
-# own standard streams; the fork (_bridge) enters new namespaces, forks PID 1 (_forked_kernel), which arranges the
-# file system as _inside does, drops to nobody in-process as setpriv would (_drop_privileges, verified from
-# /proc/self/status) and runs the kernel. The launcher forwards signals to it and exits with it; when the launcher
-# dies, the kernel is killed. Without the server, or where it cannot be reached, the launcher starts the kernel
-# itself, as above.
-CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC, CLONE_NEWPID, CLONE_NEWNET = 0x20000, 0x4000000, 0x8000000, 0x20000000, \
-    0x40000000
+# Starting a kernel costs about 3 CPU seconds of imports (PyTorch, ipykernel) before its first cell. In a
+# batch, the grade command starts `python -m autograder.jail --serve SOCKET` once (serve): a root process with
+# an environment of the kept variables only, which imports PyTorch and ipykernel, nothing of the course but
+# this module, and then only forks. Each kernel's launcher (main, with "server" in its config) hands it the
+# config, the kernel's argv and its own standard streams; the fork (_bridge) enters new namespaces, forks PID
+# 1 (_forked_kernel), which arranges the file system as _inside does, drops to nobody in-process as setpriv
+# would (_drop_privileges, verified from /proc/self/status) and runs the kernel. The launcher forwards signals
+# to it and exits with it; when the launcher dies, the kernel is killed. Without the server, or where it
+# cannot be reached, the launcher starts the kernel itself, as above.
+CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC, CLONE_NEWPID, CLONE_NEWNET = (
+    0x20000, 0x4000000, 0x8000000, 0x20000000, 0x40000000)
 MS_REC, MS_PRIVATE = 0x4000, 0x40000
 PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS, PR_CAP_AMBIENT = 1, 4, 24, 38, 47
 FORWARDED = ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2")
@@ -424,10 +297,11 @@ def _check(result: int, what: str) -> None:
 
 
 def serve(control: str) -> None:
-    """The batch's kernel server: import what every kernel imports, print "ready", then fork a _bridge for each
-    connection to `control`, until its standard input closes (the grade command ended)."""
-    import torch  # noqa: F401  (what the fork saves each kernel)
+    """The batch's kernel server: import what every kernel imports, print "ready", then fork a _bridge for
+    each connection to `control`, until its standard input closes (the grade command ended)."""
     import ipykernel.kernelapp  # noqa: F401
+    import torch  # noqa: F401  (what the fork saves each kernel)
+
     from autograder.forkserver import serve_forks
     course = [m for m in sys.modules if m.split(".")[0] in ("solutions", "tests") or
               m.startswith("autograder.") and m not in ("autograder.jail", "autograder.forkserver")]
@@ -438,9 +312,10 @@ def serve(control: str) -> None:
 
 
 def _bridge(conn) -> None:
-    """Forked by serve() for one kernel: read {"config", "argv"} and the launcher's standard streams, enter new
-    mount, PID, network, IPC and UTS namespaces (as `unshare` does), fork the kernel as their PID 1, then pass
-    signals from the launcher to it and its exit status back; the kernel is killed when the launcher's end closes."""
+    """Forked by serve() for one kernel: read {"config", "argv"} and the launcher's standard streams, enter
+    new mount, PID, network, IPC and UTS namespaces (as `unshare` does), fork the kernel as their PID 1, then
+    pass signals from the launcher to it and its exit status back; the kernel is killed when the launcher's
+    end closes."""
     os.setsid()
     cfg, argv = _bridge_request(conn)
     libc = _libc()
@@ -449,7 +324,8 @@ def _bridge(conn) -> None:
     # namespaces' PID 1 (a `mount` process would be, and with it gone, no other could be forked)
     _check(libc.mount(None, b"/", None, MS_REC | MS_PRIVATE, None), "mount --make-rprivate /")
     alive, alive_w = os.pipe()  # the kernel sees end of file on `alive` once this process is gone
-    started, started_w = os.pipe()  # and writes to `started_w` once it is jailed, just before it becomes the kernel
+    # and writes to `started_w` once it is jailed, just before it becomes the kernel
+    started, started_w = os.pipe()
     pid = os.fork()
     if pid == 0:
         try:
@@ -486,11 +362,13 @@ def _bridge_request(conn) -> tuple[JailSpec, list[str]]:
 
 
 def _watch_kernel(conn, pid: int, started: int) -> None:
-    """Until the kernel `pid` exits (its status then sent to the launcher) or the launcher's end closes (the kernel
-    then killed): "running" to the launcher once the kernel is jailed, and the signals it forwards passed on."""
+    """Until the kernel `pid` exits (its status then sent to the launcher) or the launcher's end closes (the
+    kernel then killed): "running" to the launcher once the kernel is jailed, and the signals it forwards
+    passed on."""
     pending = [started]  # the pipe the kernel writes to once jailed, until it has been read
 
-    def tell_started():  # "running" to the launcher, once: before it, a failure lets the launcher start the kernel
+    # "running" to the launcher, once: before it, a failure lets the launcher start the kernel
+    def tell_started():
         if pending[0] is not None and select.select([pending[0]], [], [], 0)[0]:
             if os.read(pending[0], 1) == b"1":
                 conn.sendall(b"running\n")
@@ -525,15 +403,17 @@ def _watch_kernel(conn, pid: int, started: int) -> None:
         while b"\n" in buffer:
             line, buffer = buffer.split(b"\n", 1)
             word, _, number = line.decode().partition(" ")
-            if word == "signal" and number.isdigit() and int(number) in {int(getattr(signal, s)) for s in FORWARDED}:
+            if word == "signal" and number.isdigit() and int(number) in {int(getattr(signal, s)) for s
+                                                                         in FORWARDED}:
                 os.kill(pid, int(number))
 
 
 def _forked_kernel(cfg, argv, alive: int, started: int) -> None:
-    """PID 1 of the kernel's namespaces, forked by _bridge: /proc of its own, the file system as _inside arranges
-    it, nobody's credentials, then the kernel of argv ([python, -m, ipykernel_launcher, -f, CONNECTION FILE]).
-    It dies with the bridge (PR_SET_PDEATHSIG, set again after the change of credentials, which clears it; a
-    bridge already gone is seen on `alive`); it writes to `started` once jailed, before any of the kernel's code."""
+    """PID 1 of the kernel's namespaces, forked by _bridge: /proc of its own, the file system as _inside
+    arranges it, nobody's credentials, then the kernel of argv ([python, -m, ipykernel_launcher, -f,
+    CONNECTION FILE]). It dies with the bridge (PR_SET_PDEATHSIG, set again after the change of credentials,
+    which clears it; a bridge already gone is seen on `alive`); it writes to `started` once jailed, before any
+    of the kernel's code."""
     import select
     libc = _libc()
     _check(libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0), "prctl(PR_SET_PDEATHSIG)")
@@ -550,7 +430,8 @@ def _forked_kernel(cfg, argv, alive: int, started: int) -> None:
 
 def _drop_privileges(libc) -> None:
     """What `setpriv --reuid=nobody --regid=nobody --clear-groups --bounding-set=-all --inh-caps=-all
-    --no-new-privs` does, in this process; then /proc/self/status must show it, or the kernel does not start."""
+    --no-new-privs` does, in this process; then /proc/self/status must show it, or the kernel does not
+    start."""
     import ctypes
     for cap in range(64):  # the bounding set, while CAP_SETPCAP is still held (past the last one: EINVAL)
         libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0)
@@ -563,12 +444,13 @@ def _drop_privileges(libc) -> None:
         _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
 
     class Data(ctypes.Structure):
-        _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
+        _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32),
+                    ("inheritable", ctypes.c_uint32)]
 
     _check(libc.capset(ctypes.byref(Header(0x20080522, 0)), (Data * 2)()), "capset")  # the inheritable set
     _check(libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(PR_SET_NO_NEW_PRIVS)")
-    # changing credentials made this process undumpable (its /proc files root's, unreadable to itself); an exec, as
-    # setpriv's, would have made it dumpable again
+    # changing credentials made this process undumpable (its /proc files root's, unreadable to itself); an
+    # exec, as setpriv's, would have made it dumpable again
     _check(libc.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0), "prctl(PR_SET_DUMPABLE)")
     status = dict(line.split(":", 1) for line in open("/proc/self/status").read().splitlines() if ":" in line)
     ids = {key: status[key].split() for key in ("Uid", "Gid")}
@@ -579,13 +461,14 @@ def _drop_privileges(libc) -> None:
 
 
 def _kernel(cfg, argv) -> None:
-    """Become the kernel `python -m ipykernel_launcher -f CONNECTION FILE` would be, in this process: nothing of
-    the server's open files or modules of the course, sys.argv and sys.path as that command gives them."""
+    """Become the kernel `python -m ipykernel_launcher -f CONNECTION FILE` would be, in this process: nothing
+    of the server's open files or modules of the course, sys.argv and sys.path as that command gives them."""
     if argv[1:3] != ["-m", "ipykernel_launcher"]:
         raise RuntimeError(f"a kernel server runs ipykernel only, not {argv}")
     os.closerange(3, os.sysconf("SC_OPEN_MAX") if hasattr(os, "sysconf") else 65536)
     for name in [m for m in sys.modules if m == "autograder" or m.startswith("autograder.")]:
-        del sys.modules[name]  # imported again from the views mounted at the same paths, as the kernel imports them
+        # imported again from the views mounted at the same paths, as the kernel imports them
+        del sys.modules[name]
     import importlib.util
     sys.argv = [importlib.util.find_spec(argv[2]).origin, *argv[3:]]
     del sys.path[0]  # the server's working folder, which ipykernel_launcher takes out as well
@@ -602,13 +485,15 @@ def _kernel(cfg, argv) -> None:
 
 def _through_server(cfg, cfg_path: str, argv) -> None:
     """The kernel's launcher in a batch: have serve() at cfg.server fork the kernel, pass signals on to it and
-    exit as it does. Returns where the server cannot be reached (the launcher then starts the kernel itself)."""
+    exit as it does. Returns where the server cannot be reached (the launcher then starts the kernel
+    itself)."""
     import socket
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         conn.settimeout(30)
         conn.connect(cfg.server)
-        request = {"config": cfg_path, "argv": argv, "env": kernel_env(cfg)}  # from this launcher's environment
+        # from this launcher's environment
+        request = {"config": cfg_path, "argv": argv, "env": kernel_env(cfg)}
         socket.send_fds(conn, [json.dumps(request).encode()], [0, 1, 2])
         conn.settimeout(None)
     except (OSError, AttributeError) as e:  # AttributeError: no socket.send_fds (Python before 3.9)
@@ -643,8 +528,8 @@ def _through_server(cfg, cfg_path: str, argv) -> None:
             os._exit(int(ends[0]) % 256 if ends[0].lstrip("-").isdigit() else 70)
         if ends:
             break
-    # the server could not jail this kernel (the namespaces, the mounts or the drop to nobody failed before any of
-    # the kernel's code ran): this launcher starts it, as without a server
+    # the server could not jail this kernel (the namespaces, the mounts or the drop to nobody failed before
+    # any of the kernel's code ran): this launcher starts it, as without a server
     sys.stderr.write("autograder.jail: the kernel server could not start the kernel; starting it here\n")
     conn.close()
     for name in FORWARDED:
@@ -652,7 +537,8 @@ def _through_server(cfg, cfg_path: str, argv) -> None:
 
 
 def main(args) -> None:
-    try:  # the runner that starts this launcher keeps a smaller address space for itself (soft): not the kernel's
+    # the runner that starts this launcher keeps a smaller address space for itself (soft): not the kernel's
+    try:
         _, hard = resource.getrlimit(resource.RLIMIT_AS)
         resource.setrlimit(resource.RLIMIT_AS, (hard, hard))
     except (ValueError, OSError):
@@ -675,7 +561,8 @@ def main(args) -> None:
     _env(cfg)
     os.chdir(cfg.work)
     if cfg.isolate:
-        os.execvp("unshare", ["unshare", "--mount", "--pid", "--net", "--ipc", "--uts", "--fork", "--kill-child",
+        os.execvp("unshare", ["unshare", "--mount", "--pid", "--net", "--ipc", "--uts", "--fork",
+                              "--kill-child",
                               "--mount-proc", "--propagation", "private",
                               sys.executable, "-m", "autograder.jail", cfg_path, "--inside", "--", *rest])
     _limits(cfg)

@@ -64,8 +64,10 @@ class Implementation(types.SimpleNamespace):
                  notebooks: list | None = None):
         super().__init__(**objects)
         self.__dict__["_meta"] = (list(mine), dict(report), usage)
-        self.__dict__["rebuilt"] = dict(rebuilt or {})        # {reference name: [the learner's names inside it]}
-        self.__dict__["notebooks"] = list(notebooks or [])    # the lesson notebooks the names were collected from
+        # {reference name: [the learner's names inside it]}
+        self.__dict__["rebuilt"] = dict(rebuilt or {})
+        # the lesson notebooks the names were collected from
+        self.__dict__["notebooks"] = list(notebooks or [])
 
     @property
     def mine(self) -> list[str]:
@@ -88,12 +90,14 @@ class Implementation(types.SimpleNamespace):
         """Which of the learner's names ran, and which did not (nothing here called them)."""
         mine, ran = self.mine, self.ran()
         if not mine:
-            return "none of your code was used (no name of yours earned full points): the reference ran everything"
+            return ("none of your code was used (no name of yours earned full points): "
+                    "the reference ran everything")
         idle = [n for n in mine if n not in ran]
-        lines = [f"your code that ran: {len(ran)} of your {len(mine)} names" + (f" ({', '.join(ran)})" if ran else "")]
+        lines = [f"your code that ran: {len(ran)} of your {len(mine)} names"
+                 + (f" ({', '.join(ran)})" if ran else "")]
         if idle:
-            lines.append(f"yours, but never called in this run (your other code, or the notebook, did not need them): "
-                         f"{', '.join(idle)}")
+            lines.append("yours, but never called in this run (your other code, or the notebook, did not "
+                         f"need them): {', '.join(idle)}")
         if self.rebuilt:
             lines.append("the reference's " + "; ".join(f"{n}, built from your {', '.join(parts)}"
                                                         for n, parts in self.rebuilt.items()))
@@ -123,7 +127,8 @@ def _traced(obj, name: str, usage: set):
         for attr, value in list(vars(obj).items()):
             if isinstance(value, types.FunctionType):
                 setattr(obj, attr, wrap(value))
-            elif isinstance(value, (staticmethod, classmethod)) and isinstance(value.__func__, types.FunctionType):
+            elif isinstance(value, (staticmethod, classmethod)) and isinstance(value.__func__,
+                                                                               types.FunctionType):
                 setattr(obj, attr, type(value)(wrap(value.__func__)))
             elif isinstance(value, property) and isinstance(value.fget, types.FunctionType):
                 setattr(obj, attr, property(wrap(value.fget), value.fset, value.fdel, value.__doc__))
@@ -136,7 +141,8 @@ def _defined_in(obj, filename_prefix: str) -> bool:
         funcs = [v for v in vars(obj).values() if isinstance(v, types.FunctionType)]
     else:
         funcs = [obj]
-    return any(getattr(getattr(inspect.unwrap(f), "__code__", None), "co_filename", "").startswith(filename_prefix)
+    return any(getattr(getattr(inspect.unwrap(f), "__code__", None), "co_filename",
+                       "").startswith(filename_prefix)
                for f in funcs)  # unwrap: a function decorated with @torch.no_grad() is the learner's inside
 
 
@@ -152,8 +158,9 @@ def _global_names(fn) -> set[str]:
 
 
 class _Rebinder:
-    """Reference functions and classes rebuilt so that, where they read a contract name from their module, they get
-    `swap[name]` (the learner's object, or a reference one rebuilt in turn) instead of the reference's own."""
+    """Reference functions and classes rebuilt so that, where they read a contract name from their module,
+    they get `swap[name]` (the learner's object, or a reference one rebuilt in turn) instead of the
+    reference's own."""
 
     def __init__(self, swap: dict, fallback):
         self.swap, self.fallback, self.copies, self.used = swap, fallback, {}, set()
@@ -170,20 +177,22 @@ class _Rebinder:
         return self.copies[id(g)]
 
     def function(self, fn):
-        """fn itself when nothing in it reads a swapped name; else a copy reading the swapped objects (a decorator's
-        wrapper, e.g. @torch.no_grad(), is copied around its rebuilt inner function)."""
+        """fn itself when nothing in it reads a swapped name; else a copy reading the swapped objects (a
+        decorator's wrapper, e.g. @torch.no_grad(), is copied around its rebuilt inner function)."""
         if not isinstance(fn, types.FunctionType):
             return fn
         targets = self._targets(fn)
         cells = fn.__closure__ or ()
-        inner = [self.function(c.cell_contents) if _filled(c) and isinstance(c.cell_contents, types.FunctionType)
+        inner = [self.function(c.cell_contents) if _filled(c)
+                 and isinstance(c.cell_contents, types.FunctionType)
                  else None for c in cells]
         if not targets and all(i is None or i is c.cell_contents for i, c in zip(inner, cells)):
             return fn
         self.used |= targets.keys()
         closure = tuple(types.CellType(i) if i is not None and i is not c.cell_contents else c
                         for i, c in zip(inner, cells)) or None
-        copy = types.FunctionType(fn.__code__, self._globals(fn.__globals__), fn.__name__, fn.__defaults__, closure)
+        copy = types.FunctionType(fn.__code__, self._globals(fn.__globals__), fn.__name__, fn.__defaults__,
+                                  closure)
         copy.__kwdefaults__, copy.__qualname__, copy.__doc__ = fn.__kwdefaults__, fn.__qualname__, fn.__doc__
         copy.__module__, copy.__dict__ = fn.__module__, dict(fn.__dict__)
         if "__wrapped__" in copy.__dict__:
@@ -211,8 +220,8 @@ class _Rebinder:
                 changed[attr] = new
         if not changed:
             return obj
-        # a subclass: isinstance with the reference class still holds, and zero-argument super() in a copied method
-        # (its __class__ cell is the reference class) goes on to the reference class's own bases
+        # a subclass: isinstance with the reference class still holds, and zero-argument super() in a copied
+        # method (its __class__ cell is the reference class) goes on to the reference class's own bases
         return type(obj.__name__, (obj,), {"__module__": obj.__module__, "__qualname__": obj.__qualname__,
                                             "__doc__": obj.__doc__, **changed})
 
@@ -226,10 +235,10 @@ def _filled(cell) -> bool:
 
 
 def _with_learner_parts(chosen: dict, fallback, names: list[str], exclude=()) -> tuple[dict, dict]:
-    """({name: object} for every name, the learner's where chosen, else the fallback's rebuilt on the learner's parts
-    where it uses any; {rebuilt name: the learner's names inside it, directly or through another rebuilt one}).
-    Names in `exclude` stay the fallback's own, parts included (a reference BPETokenizer keeps the reference
-    learn_bpe)."""
+    """({name: object} for every name, the learner's where chosen, else the fallback's rebuilt on the
+    learner's parts where it uses any; {rebuilt name: the learner's names inside it, directly or through
+    another rebuilt one}). Names in `exclude` stay the fallback's own, parts included (a reference
+    BPETokenizer keeps the reference learn_bpe)."""
     swap, inside, rebuilt = dict(chosen), {n: [n] for n in chosen}, {}
     for name in names:
         if name in chosen or name in exclude or not hasattr(fallback, name):
@@ -239,14 +248,15 @@ def _with_learner_parts(chosen: dict, fallback, names: list[str], exclude=()) ->
         new = rebinder(ref)
         if new is not ref:
             swap[name] = new
-            inside[name] = list(dict.fromkeys(p for used in names if used in rebinder.used for p in inside[used]))
+            inside[name] = list(dict.fromkeys(p for used in names if used in rebinder.used for p
+                                              in inside[used]))
             rebuilt[name] = inside[name]
     return swap, rebuilt
 
 
 def _one_per_lesson(paths: list[pathlib.Path], log) -> list[pathlib.Path]:
-    """One notebook per lesson number: where a folder holds two (a Jupyter copy beside the lesson), the one saved
-    last, the lesson's own name first on a tie; collect says which and why."""
+    """One notebook per lesson number: where a folder holds two (a Jupyter copy beside the lesson), the one
+    saved last, the lesson's own name first on a tie; collect says which and why."""
     by_number: dict = {}
     for path in paths:
         by_number.setdefault(path.name[:2], []).append(path)
@@ -255,13 +265,15 @@ def _one_per_lesson(paths: list[pathlib.Path], log) -> list[pathlib.Path]:
         best = max(group, key=lambda p: (p.stat().st_mtime, "copy" not in p.stem.lower(), -len(p.name)))
         if len(group) > 1:
             others = ", ".join(p.name for p in group if p != best)
-            log(f"lesson {number}: {len(group)} notebooks; using {best.name}, the one saved last (not {others}): "
-                f"its code and its scores are the ones below. To use another, move the rest out of {best.parent}")
+            log(f"lesson {number}: {len(group)} notebooks; using {best.name}, the one saved last (not "
+                f"{others}): its code and its scores are the ones below. To use another, move the rest out "
+                f"of {best.parent}")
         kept.append(best)
     return kept
 
 
-def collect(lessons_dir="lessons", fallback=None, verify: bool = True, log=print, exclude=()) -> Implementation:
+def collect(lessons_dir="lessons", fallback=None, verify: bool = True, log=print,
+            exclude=()) -> Implementation:
     """The learner's implementation from the lessons in `lessons_dir`: every contract name that earns
     full points is theirs (with verify=False: every name their cells define), every other one is
     `fallback`'s (left out when fallback is None). Names in `exclude` stay the fallback's even where theirs
@@ -304,8 +316,8 @@ def _collect(lessons_dir, fallback, verify, log, exclude) -> Implementation:
         for cell in stubs:
             _run_stub_cell(cell, path, ns, names, chosen, report, fallback, exclude, verify)
     if not report:
-        log(f"no lesson notebooks with your code in {pathlib.Path(lessons_dir).resolve()}: put your completed "
-            "lessons (01_tokenization.ipynb ...) there, or pass their folder")
+        log(f"no lesson notebooks with your code in {pathlib.Path(lessons_dir).resolve()}: put your "
+            "completed lessons (01_tokenization.ipynb ...) there, or pass their folder")
     names = list(dict.fromkeys(order + names))
     for name in names:
         report.setdefault(name, "reference: not found in the lessons")
@@ -326,8 +338,8 @@ def _collect(lessons_dir, fallback, verify, log, exclude) -> Implementation:
 
 
 def _lesson_namespace(path, code, chosen, fallback, names, exclude, log) -> dict | None:
-    """The namespace a lesson's stub cells run in: its imports cell run, then the learner's earlier stages (and the
-    reference's built on them) in place of the reference's; None when the imports cell fails."""
+    """The namespace a lesson's stub cells run in: its imports cell run, then the learner's earlier stages
+    (and the reference's built on them) in place of the reference's; None when the imports cell fails."""
     ns: dict = {"__name__": f"learner_{path.stem}"}
     imports = next((c.source for c in code[1:] if "import" in c.source and not _stub_names(c)), "")
     with contextlib.redirect_stdout(io.StringIO()):
@@ -345,8 +357,8 @@ def _lesson_namespace(path, code, chosen, fallback, names, exclude, log) -> dict
 
 
 def _run_stub_cell(cell, path, ns, names, chosen, report, fallback, exclude, verify) -> None:
-    """Runs one of the lesson's stub cells in `ns` and takes each name it defines that passes (into `chosen`), saying
-    in `report` which is used, the learner's or the reference, and why."""
+    """Runs one of the lesson's stub cells in `ns` and takes each name it defines that passes (into `chosen`),
+    saying in `report` which is used, the learner's or the reference, and why."""
     try:
         with contextlib.redirect_stdout(io.StringIO()):
             exec(compile(cell.source, f"{path.name}: {' '.join(_stub_names(cell))}", "exec"), ns)
@@ -383,8 +395,8 @@ def _verdict(name, obj, path, ns, fallback, exclude, verify) -> str:
 
 
 def _rewire(chosen, spaces, fallback, names, exclude) -> tuple[dict, dict]:
-    """The reference's later stages rebuilt on the learner's finished (and now traced) parts, put in place in every
-    lesson's namespace: (swap, rebuilt) as _with_learner_parts gives them."""
+    """The reference's later stages rebuilt on the learner's finished (and now traced) parts, put in place in
+    every lesson's namespace: (swap, rebuilt) as _with_learner_parts gives them."""
     if fallback is not None:
         swap, rebuilt = _with_learner_parts(chosen, fallback, names, exclude)
     else:

@@ -44,7 +44,7 @@ if importlib.util.find_spec("autograder") is None:
         raise ModuleNotFoundError(f"this kernel's Python, {{sys.executable}}, cannot import the course: run "
                                   "`python -m pip install -r requirements.txt` in the course's folder with that "
                                   "Python, or open the lesson from the course's lessons/ folder; then restart the \
-kernel")'''
+kernel")'''  # noqa: E501  (the setup cell as the lessons hold it)
 
 
 # ------------------------------------------------------------------------------------------ sources

@@ -70,7 +70,7 @@ class JailSpec(Record):
 
 @dataclass
 class RunSpec(Record):
-    """spec.json, read by the runner (autograder/kernel.py's `_execute`): the prepared notebook, where to
+    """spec.json, read by the runner (autograder/runner.py's `_execute`): the prepared notebook, where to
     write its status, the kernel's working folder, the limits and deadline, the checker's spec and the folders
     of the run."""
     prepared: str

@@ -27,8 +27,8 @@ class CheckFailure(Exception):
 
 
 class CheckPassed(Exception):
-    """Raised by a check whose name is right given an earlier graded name that is wrong (a mistake is paid once):
-    the check keeps its points, and the note says which earlier name to fix."""
+    """Raised by a check whose name is right given an earlier graded name that is wrong (a mistake is paid
+    once): the check keeps its points, and the note says which earlier name to fix."""
 
 
 class CheckTimeout(Exception):

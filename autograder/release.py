@@ -1,12 +1,12 @@
 """A class release: `python -m autograder release LESSON --out DIR [--repo OWNER/NAME]`.
 
 DIR gets what a class's students get while LESSON is the open assignment: lessons/ up to and including LESSON,
-a `solutions/` in which LESSON's stage and every later stage are nbgrader's stubs (autograder/views.py, the view
-the grade command's kernels see), the autograder their `check` needs (LESSON's checks whole, so that a student can
-check their work before handing it in; the checks of later stages, whose lessons are not released, reduced as in
-the grade command's view), and README.md, requirements.txt, pyproject.toml, conftest.py and binder/ so that the
-README's two commands install it and validate its lessons. Binder's badge, the Colab badges and the Colab
-set-up cell point at OWNER/NAME, the class's repository.
+a `solutions/` in which LESSON's stage and every later stage are nbgrader's stubs (autograder/views.py, the
+view the grade command's kernels see), the autograder their `check` needs (LESSON's checks whole, so that a
+student can check their work before handing it in; the checks of later stages, whose lessons are not released,
+reduced as in the grade command's view), and README.md, requirements.txt, pyproject.toml, conftest.py and
+binder/ so that the README's two commands install it and validate its lessons. Binder's badge, the Colab
+badges and the Colab set-up cell point at OWNER/NAME, the class's repository.
 
 After a deadline, the same command with the next lesson and the same DIR updates it: the files of the previous
 release (listed in DIR/.course-release.json) are replaced, anything else in DIR (a .git, the instructor's own
@@ -14,8 +14,9 @@ files) is left alone. Lessons 14 and 15 have no stubs and use every stage: they 
 stage is, i.e. `release 14_translate` (or `15_experiments`) once 13's deadline has passed.
 
 Not handled: making or pushing a git repository (no .git is made; DIR is the instructor's to commit), handing
-the release to students (nbgrader's exchange, a learning platform, a git push), and hiding the graded stage's own
-checks: they hold what a self-check needs (see the comment "Why the graded stage's checks ship whole" below).
+the release to students (nbgrader's exchange, a learning platform, a git push), and hiding the graded stage's
+own checks: they hold what a self-check needs (see the comment "Why the graded stage's checks ship whole"
+below).
 """
 from __future__ import annotations
 
@@ -34,17 +35,18 @@ from .views import autograder_view, solutions_view, stage_of
 MANIFEST = ".course-release.json"
 REPO = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
-# Why the graded stage's checks ship whole (answer text or not?). A student's `check(fn)` in the
-# released lesson runs them, in the student's own process, so they must compute the expected answers there:
-# against PyTorch's own modules (stages 04, 07-11), formulas the lesson states (02, 05, 12's schedule), and for
-# stage 13 a reference beam search and greedy decoder written over a table of next-token scores, one source at a
-# time, with a flag per classic mistake, which is how the check names the mistake a wrong answer made. That one is
-# close to answer text; reduced, the self-check of lesson 13 could say neither "right" nor why not. It stays, and
-# the README's "Teach a class" says so; an instructor who wants stage 13's checks unseen grades lesson 13 with the
-# grade command only and releases it without them (not automated here). The checks of every later stage, whose
-# lessons are not in the release, are reduced to what a kernel needs (no references, no fixtures' makers). What
-# answer text the graded stage's checks hold is found as leaks() finds it, and listed (Release.kept_in_checks):
-# today, lesson 01's (a merge of adjacent symbols, as merge_pair does) and lesson 12's (noam_lr's formula).
+# Why the graded stage's checks ship whole (answer text or not?). A student's `check(fn)` in the released
+# lesson runs them, in the student's own process, so they must compute the expected answers there: against
+# PyTorch's own modules (stages 04, 07-11), formulas the lesson states (02, 05, 12's schedule), and for stage
+# 13 a reference beam search and greedy decoder written over a table of next-token scores, one source at a
+# time, with a flag per classic mistake, which is how the check names the mistake a wrong answer made. That
+# one is close to answer text; reduced, the self-check of lesson 13 could say neither "right" nor why not. It
+# stays, and the README's "Teach a class" says so; an instructor who wants stage 13's checks unseen grades
+# lesson 13 with the grade command only and releases it without them (not automated here). The checks of every
+# later stage, whose lessons are not in the release, are reduced to what a kernel needs (no references, no
+# fixtures' makers). What answer text the graded stage's checks hold is found as leaks() finds it, and listed
+# (Release.kept_in_checks): today, lesson 01's (a merge of adjacent symbols, as merge_pair does) and lesson
+# 12's (noam_lr's formula).
 
 
 class ReleaseError(ValueError):
@@ -57,13 +59,14 @@ def lesson_stems(graded_only: bool = False) -> list[str]:
 
 
 def released_lessons(lesson: str) -> list[pathlib.Path]:
-    """The lessons a release of `lesson` holds: 01 up to and including it (14 and 15 only as the lesson itself or
-    after it: they come with every stage)."""
+    """The lessons a release of `lesson` holds: 01 up to and including it (14 and 15 only as the lesson itself
+    or after it: they come with every stage)."""
     return [LESSONS / f"{s}.ipynb" for s in lesson_stems() if s <= lesson]
 
 
 def hidden_modules(lesson: str) -> list[str]:
-    """The solutions modules whose answers a release of `lesson` must not hold: its stage's and every later one's."""
+    """The solutions modules whose answers a release of `lesson` must not hold: its stage's and every later
+    one's."""
     stage = stage_of(lesson)
     return [module for stem, module in MODULES.items() if int(stem[:2]) >= stage]
 
@@ -96,16 +99,17 @@ def _normal(text: str) -> str:
 
 
 def answer_text(lesson: str, solutions: pathlib.Path = ROOT / "solutions") -> dict[str, list[str]]:
-    """{module: [normalized answer region, ...]} of the stages a release of `lesson` hides, read from the course's
-    own solutions/ (never from the bundle)."""
-    return {m: [_normal(r) for r in _regions((solutions / f"{m}.py").read_text(encoding="utf-8")) if _normal(r)]
+    """{module: [normalized answer region, ...]} of the stages a release of `lesson` hides, read from the
+    course's own solutions/ (never from the bundle)."""
+    return {m: [_normal(r) for r in _regions((solutions / f"{m}.py").read_text(encoding="utf-8"))
+                if _normal(r)]
             for m in hidden_modules(lesson)}
 
 
 def _shared_lines(lesson: str, solutions: pathlib.Path) -> set[str]:
-    """The code lines that the released solutions/ hold anyway (earlier stages, the helpers, the signatures and
-    docstrings of the hidden ones): such a line, in an answer too (`self.dropout = nn.Dropout(dropout)`), gives
-    nothing away."""
+    """The code lines that the released solutions/ hold anyway (earlier stages, the helpers, the signatures
+    and docstrings of the hidden ones): such a line, in an answer too (`self.dropout = nn.Dropout(dropout)`),
+    gives nothing away."""
     hidden = set(hidden_modules(lesson))
     lines = set()
     for path in solutions.rglob("*.py"):  # solutions/translate/ too
@@ -139,8 +143,8 @@ def leaks(directory, lesson: str, solutions: pathlib.Path = ROOT / "solutions", 
     """Where answer text of `lesson`'s stage or of a later one appears under `directory` (every file, .git
     included, but the relative paths in `exempt`), as 'path: module: what'. Counted: a whole answer (the code
     between a function's solution markers), or `window` of its lines in a row, compared stripped and without
-    comments, unless each of them is a line the released solutions/ hold anyway (see _shared_lines). A lesson's
-    prose that shows one line or two of an answer as a hint does not count; three in a row do."""
+    comments, unless each of them is a line the released solutions/ hold anyway (see _shared_lines). A
+    lesson's prose that shows one line or two of an answer as a hint does not count; three in a row do."""
     directory = pathlib.Path(directory)
     shared = _shared_lines(lesson, solutions)
     pieces = []  # (module, what, normalized text)
@@ -163,10 +167,12 @@ def leaks(directory, lesson: str, solutions: pathlib.Path = ROOT / "solutions", 
 
 # ------------------------------------------------------------------------------------------------ the files
 def _retarget(text: str, repo: str) -> str:
-    """The course's own GitHub repository, in Binder's, Colab's and pip's addresses, replaced by the class's."""
+    """The course's own GitHub repository, in Binder's, Colab's and pip's addresses, replaced by the
+    class's."""
     return text.replace(f"github.com/{COURSE_REPO}", f"github.com/{repo}") \
                .replace(f"/gh/{COURSE_REPO}/", f"/gh/{repo}/") \
-               .replace(f"colab.research.google.com/github/{COURSE_REPO}/", f"colab.research.google.com/github/{repo}/")
+               .replace(f"colab.research.google.com/github/{COURSE_REPO}/",
+                        f"colab.research.google.com/github/{repo}/")
 
 
 def _lesson_rows(lessons: list[str], repo: str) -> list[str]:
@@ -224,7 +230,7 @@ Under every function you write there is a check cell, `check(softmax)` for insta
 check (what it expected, what came back, the likely mistake), then your points. Your instructor grades the same
 checks, in a fresh kernel, against this release's `solutions/`: importing the graded stage's function from
 `solutions` instead of writing it earns nothing.
-"""
+"""  # noqa: E501  (the released file's text, as the class gets it)
 
 
 def _readme(lesson: str, lessons: list[str], repo: str) -> str:
@@ -232,8 +238,9 @@ def _readme(lesson: str, lessons: list[str], repo: str) -> str:
     if graded:
         open_line = (f"lesson {lesson[:2]} ({lesson[3:].replace('_', ' ')}) is the assignment now open; the "
                      "lessons before it are released with their reference solutions.")
-        hidden_line = (f"in this release the stage you are working on ({lesson[:2]}) and the later ones are stubs "
-                       "there (`raise NotImplementedError()`): their solutions come with later releases, after "
+        hidden_line = (f"in this release the stage you are working on ({lesson[:2]}) and the later ones are "
+                       "stubs there (`raise NotImplementedError()`): their solutions come with later "
+                       "releases, after "
                        "their deadlines.")
     else:
         open_line = "every stage is released, with its reference solution, and the two final lessons."
@@ -278,12 +285,12 @@ def pytest_runtest_makereport(item, call):
     else:
         return
     report.outcome, report.longrepr = "skipped", (str(item.path), None, f"{{cell}}: {{reason}}")
-'''
+'''  # noqa: E501  (the released file's text, as the class gets it)
 
 
 def _pyproject() -> str:
-    """The course's pyproject.toml with the tests the release has: its lessons (the kernels nbval starts run this
-    Python, whatever kernels the machine has installed)."""
+    """The course's pyproject.toml with the tests the release has: its lessons (the kernels nbval starts run
+    this Python, whatever kernels the machine has installed)."""
     text = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
     text = re.sub(r'(?m)^testpaths = .*$', 'testpaths = ["lessons"]', text)
     text = re.sub(r'(?m)^addopts = "(.*)"$',
@@ -313,8 +320,8 @@ def _previous(out: pathlib.Path) -> dict | None:
     if manifest.is_file():
         return json.loads(manifest.read_text(encoding="utf-8"))
     if out.exists() and any(out.iterdir()):
-        raise ReleaseError(f"{out} is not empty and holds no release (no {MANIFEST}): release into a new or empty "
-                           "folder, or into the folder of an earlier release")
+        raise ReleaseError(f"{out} is not empty and holds no release (no {MANIFEST}): release into a new or "
+                           "empty folder, or into the folder of an earlier release")
     return None
 
 
@@ -324,13 +331,14 @@ class Release:
     lesson: str
     repo: str
     files: list[str]            # relative to the release's folder: what the next release replaces
-    kept_in_checks: list[str]   # 'path: module: lines' of answer text the graded stage's checks hold (see above)
+    # 'path: module: lines' of answer text the graded stage's checks hold (see above)
+    kept_in_checks: list[str]
 
 
 def build_release(lesson: str, out, repo: str | None = None, force: bool = False) -> Release:
-    """Write (or update) the release of `lesson` in `out`, for the class's GitHub repository `repo` (default: the
-    previous release's in `out`, else the course's own). Raises ReleaseError with the reason
-    for a lesson, folder or repository it cannot release to, and when the result would hold answer text."""
+    """Write (or update) the release of `lesson` in `out`, for the class's GitHub repository `repo` (default:
+    the previous release's in `out`, else the course's own). Raises ReleaseError with the reason for a lesson,
+    folder or repository it cannot release to, and when the result would hold answer text."""
     check_lesson(lesson)
     out = pathlib.Path(out).resolve()
     if out == ROOT or out in ROOT.parents:
@@ -341,28 +349,33 @@ def build_release(lesson: str, out, repo: str | None = None, force: bool = False
         raise ReleaseError(f"--repo {repo!r}: expected OWNER/NAME, a GitHub repository (e.g. "
                            f"my-school/transformer-2027)")
     if previous and previous["lesson"] > lesson and not force:
-        raise ReleaseError(f"{out} holds the release of {previous['lesson']}: releasing {lesson} would take back "
-                           f"the lessons after it (their answers are already out); --force to do it anyway")
+        raise ReleaseError(f"{out} holds the release of {previous['lesson']}: releasing {lesson} would take "
+                           "back the lessons after it (their answers are already out); --force to do it "
+                           "anyway")
     lessons = [p.stem for p in released_lessons(lesson)]
     with tempfile.TemporaryDirectory(prefix="release-") as tmp:  # built whole, checked, then moved in
         stage = pathlib.Path(tmp) / "release"
         solutions_view(lesson, stage / "solutions")
         autograder_view(lesson, stage / "autograder", reduce_from=stage_of(lesson) + 1, fixtures=True)
-        notebooks = stage / "autograder" / "notebooks.py"  # the Colab set-up cell that `lessons --write` makes
+        # the Colab set-up cell that `lessons --write` makes
+        notebooks = stage / "autograder" / "notebooks.py"
         notebooks.write_text(notebooks.read_text(encoding="utf-8").replace(
             f'COURSE_REPO = "{COURSE_REPO}"', f'COURSE_REPO = "{repo}"'), encoding="utf-8")
         (stage / "lessons").mkdir()
         for stem in lessons:
-            (stage / "lessons" / f"{stem}.ipynb").write_text(_lesson(LESSONS / f"{stem}.ipynb", repo), encoding="utf-8")
+            (stage / "lessons" / f"{stem}.ipynb").write_text(_lesson(LESSONS / f"{stem}.ipynb", repo),
+                                                             encoding="utf-8")
         if "15_experiments" in lessons:  # the recorded runs lesson 15 reads
-            shutil.copytree(ROOT / "benchmarks" / "results" / "table3", stage / "benchmarks" / "results" / "table3")
+            shutil.copytree(ROOT / "benchmarks" / "results" / "table3",
+                            stage / "benchmarks" / "results" / "table3")
         (stage / "README.md").write_text(_readme(lesson, lessons, repo), encoding="utf-8")
         (stage / "pyproject.toml").write_text(_pyproject(), encoding="utf-8")
         open_lesson = f"lessons/{lesson}.ipynb" if lesson in MODULES else None
         (stage / "conftest.py").write_text(CONFTEST.format(open_lesson=open_lesson), encoding="utf-8")
         shutil.copyfile(ROOT / "requirements.txt", stage / "requirements.txt")
         shutil.copytree(ROOT / "binder", stage / "binder")
-        checks = [str(p.relative_to(stage)) for p in (stage / "autograder" / "checks").glob(f"stage{lesson[:2]}_*.py")]
+        checks = [str(p.relative_to(stage)) for p
+                  in (stage / "autograder" / "checks").glob(f"stage{lesson[:2]}_*.py")]
         found = leaks(stage, lesson, exempt=tuple(checks))
         if found:  # never reached while views.py clears what it should: a last guard, not the mechanism
             raise ReleaseError("the release would hold answer text: " + "; ".join(found[:5]))

@@ -22,11 +22,12 @@ tensors before any check looks at them. What the learner's side may do with the 
 model, a recording dropout, a LayerNorm put into the learner's module) is limited to calling them, their
 forward-like methods and reading their public attributes (`ALLOWED_METHODS`); tensors it reads are copies.
 
-The channel in parts, each read straight through: autograder/remote_wire.py (framing and the limits on a message),
-autograder/remote_codec.py (how a value crosses: plain data, tensors, handles), autograder/remote_proxies.py (the
-proxies of the other side's objects, the handles given out), autograder/remote_policy.py (what the kernel may ask of
-the grader, and what the grader makes of its answers: the allow-lists GRADING.md audits), and here the Endpoint:
-requests, calls across (with autograd), and the dispatch of the requests it serves.
+The channel in parts, each read straight through: autograder/remote_wire.py (framing and the limits on a
+message), autograder/remote_codec.py (how a value crosses: plain data, tensors, handles),
+autograder/remote_proxies.py (the proxies of the other side's objects, the handles given out),
+autograder/remote_policy.py (what the kernel may ask of the grader, and what the grader makes of its answers:
+the allow-lists GRADING.md audits), and here the Endpoint: requests, calls across (with autograd), and the
+dispatch of the requests it serves.
 """
 from __future__ import annotations
 
@@ -44,8 +45,10 @@ from .remote_policy import ALLOWED_METHODS, ALLOWED_PRIVATE, EXCEPTIONS, RemoteE
 from .remote_proxies import REMOTE_TENSOR_ATTRS, Handles, Remote, RemoteTensor, _materialize, _module_spec
 from .remote_wire import MAX_MESSAGE, TRUSTED_HEAD, TRUSTED_MESSAGE, TRUSTED_NODES, Channel, ChannelError
 
-__all__ = ["ALLOWED_METHODS", "ALLOWED_PRIVATE", "DTYPES", "EXCEPTIONS", "MAX_DEPTH", "MAX_MESSAGE", "MAX_NODES",
-           "REMOTE_TENSOR_ATTRS", "TRUSTED_HEAD", "TRUSTED_MESSAGE", "TRUSTED_NODES", "Channel", "ChannelError",
+__all__ = ["ALLOWED_METHODS", "ALLOWED_PRIVATE", "DTYPES", "EXCEPTIONS", "MAX_DEPTH", "MAX_MESSAGE",
+           "MAX_NODES",
+           "REMOTE_TENSOR_ATTRS", "TRUSTED_HEAD", "TRUSTED_MESSAGE", "TRUSTED_NODES", "Channel",
+           "ChannelError",
            "Endpoint", "Remote", "RemoteError", "RemoteTensor"]
 
 MAX_DEPTH = 64              # nested calls between the two sides
@@ -111,8 +114,10 @@ class Endpoint(Handles, Codec):
     def __init__(self, sock: socket.socket, trusted: bool, namespace: dict | None = None):
         self.channel = Channel.for_grader(sock) if trusted else Channel(sock)
         self.trusted = trusted
-        self.subclasses: tuple = ()                 # trusted side: the tensor classes of the call being answered
-        self.built: dict[int, object] = {}          # trusted side: handle -> the grader's own copy of what it built
+        # trusted side: the tensor classes of the call being answered
+        self.subclasses: tuple = ()
+        # trusted side: handle -> the grader's own copy of what it built
+        self.built: dict[int, object] = {}
         self.backwarded: set[int] = set()           # trusted side: records whose gradients were already given
         self.namespace = namespace if namespace is not None else {}
         self.ids = itertools.count(1)
@@ -126,7 +131,8 @@ class Endpoint(Handles, Codec):
         self.watch = None                           # learner's side: (enter, exit) around the learner's code
         self._dummy = torch.zeros((), requires_grad=True)
         self._synced = (None, None)                 # the random state both sides last agreed on
-        self.passthrough: tuple = ()                # exceptions of the grader's that are not answers (its time limit)
+        # exceptions of the grader's that are not answers (its time limit)
+        self.passthrough: tuple = ()
 
     @property
     def ch(self) -> Channel:
@@ -204,16 +210,19 @@ class Endpoint(Handles, Codec):
         if not msg.get("ok"):
             raise policy.rebuilt_exception(msg.get("exc"))
         value = self.decode(msg.get("v"), blobs, diff=diff)
-        mutated = [self.decode(m, blobs) for m in msg.get("mut") or []] if isinstance(msg.get("mut"), list) else []
+        mutated = [self.decode(m, blobs) for m in msg.get("mut") or []] if isinstance(msg.get("mut"),
+                                                                                      list) else []
         return value, diff, mutated, msg.get("record")
 
     def build(self, factory, args, kwargs):
-        """A check's object whose parameters the learner's code must own (a model handed to make_optimizer): built
-        here, by the grader's own factory, then made on the other side from its description (PyTorch's own module
-        classes and the values built here); copy.deepcopy of it gives the grader's own copy, as built."""
+        """A check's object whose parameters the learner's code must own (a model handed to make_optimizer):
+        built here, by the grader's own factory, then made on the other side from its description (PyTorch's
+        own module classes and the values built here); copy.deepcopy of it gives the grader's own copy, as
+        built."""
         local = factory(*args, **kwargs)
         blobs: list = []
-        header = {"k": "req", "id": next(self.ids), "op": "build", "spec": self.encode(_module_spec(local), blobs)}
+        header = {"k": "req", "id": next(self.ids), "op": "build", "spec": self.encode(_module_spec(local),
+                                                                                       blobs)}
         proxy = self._exchange(header, blobs)[0]
         if not isinstance(proxy, Remote):
             raise ChannelError("a built object that did not stay on the other side")
@@ -229,8 +238,8 @@ class Endpoint(Handles, Codec):
         return self._call(handle, name, args, kwargs)
 
     def _call(self, handle, method, args, kwargs):
-        """The call as it is sent (_call_now), inside _Bridge when gradients are enabled, so that autograd links its
-        outputs to its inputs."""
+        """The call as it is sent (_call_now), inside _Bridge when gradients are enabled, so that autograd
+        links its outputs to its inputs."""
         fields = {"h": handle, "method": method, "args": list(args), "kwargs": dict(kwargs)}
         if not torch.is_grad_enabled():
             value, _, _ = self._call_now(fields, grad=False)
@@ -245,7 +254,8 @@ class Endpoint(Handles, Codec):
         """(result, backward record or None, the outputs that need gradients)."""
         blobs: list = []
         diff: list = []
-        header = {"k": "req", "id": next(self.ids), "op": "call", "h": fields["h"], "method": fields["method"],
+        header = {"k": "req", "id": next(self.ids), "op": "call", "h": fields["h"],
+                  "method": fields["method"],
                   "grad": grad, "state": self._state(blobs)}
         header["state"]["grad"] = grad
         sent = []
@@ -253,14 +263,16 @@ class Endpoint(Handles, Codec):
         header["kwargs"] = self.encode(fields["kwargs"], blobs, diff if grad else None, export_callables=True)
         _tensors([fields["args"], fields["kwargs"]], sent)
         saved = self.subclasses
-        if self.trusted:  # the answer may be of a tensor class the check sent (stage 05's ids "on another device")
+        # the answer may be of a tensor class the check sent (stage 05's ids "on another device")
+        if self.trusted:
             self.subclasses = policy.answer_classes(sent)
         try:
             value, out_diff, mutated, record = self._exchange(header, blobs)
         finally:
             self.subclasses = saved
         for pair in mutated:  # arguments the callee changed in place: changed here too
-            if isinstance(pair, list) and len(pair) == 2 and type(pair[0]) is int and 0 <= pair[0] < len(sent) \
+            if isinstance(pair,
+                          list) and len(pair) == 2 and type(pair[0]) is int and 0 <= pair[0] < len(sent) \
                     and isinstance(pair[1], torch.Tensor):
                 with torch.no_grad():
                     sent[pair[0]].data = pair[1].to(sent[pair[0]].dtype)
@@ -269,7 +281,8 @@ class Endpoint(Handles, Codec):
 
     # ------------------------------------------------------------------ serving
     def serve(self, msg, blobs) -> None:
-        """Answer the other side's request `msg` by its `_op_` method; its error is answered as a description."""
+        """Answer the other side's request `msg` by its `_op_` method; its error is answered as a
+        description."""
         request_id, op = msg.get("id"), msg.get("op")
         reply: dict = {"k": "rep", "id": request_id}
         out: list = []
@@ -299,7 +312,8 @@ class Endpoint(Handles, Codec):
         self.channel.send(reply, out)
 
     def _describe(self, e) -> dict:
-        """An error as it crosses: its type's name, its message and the learner's frames (no grader's, no torch's)."""
+        """An error as it crosses: its type's name, its message and the learner's frames (no grader's, no
+        torch's)."""
         frames = []
         for f in traceback.extract_tb(e.__traceback__):
             name = f.filename.replace("\\", "/")
@@ -398,7 +412,8 @@ class Endpoint(Handles, Codec):
         return None
 
     def _callee(self, msg):
-        """What a call request calls: the object, or its method; on the grader's side only as the policy allows."""
+        """What a call request calls: the object, or its method; on the grader's side only as the policy
+        allows."""
         obj = self._target(msg)
         method = msg.get("method")
         if method is not None:
@@ -410,20 +425,23 @@ class Endpoint(Handles, Codec):
         return obj
 
     def _op_call(self, msg, blobs, reply, out):
-        """Call under the caller's random state, grad mode and default device; answer the result, the arguments
-        changed in place, a record for the gradients of the outputs, and this side's random state."""
+        """Call under the caller's random state, grad mode and default device; answer the result, the
+        arguments changed in place, a record for the gradients of the outputs, and this side's random
+        state."""
         fn = self._callee(msg)
         state = msg.get("state") if isinstance(msg.get("state"), dict) else {}
         self._set_state(state, blobs)
         leaves: list = []
         args = self.decode(msg.get("args"), blobs, leaves=leaves)
         kwargs = self.decode(msg.get("kwargs"), blobs, leaves=leaves)
-        if not isinstance(args, list) or not isinstance(kwargs, dict) or not all(isinstance(k, str) for k in kwargs):
+        if not isinstance(args, list) or not isinstance(kwargs, dict) or not all(isinstance(k, str) for k
+                                                                                 in kwargs):
             raise ChannelError("malformed call arguments")
         before = [_layout(t) for t in leaves]
         grad = bool(state.get("grad", True))
         device = state.get("device")
-        with torch.set_grad_enabled(grad), (torch.device(str(device)[:40]) if device else contextlib.nullcontext()):
+        with torch.set_grad_enabled(grad), (torch.device(str(device)[:40]) if device
+                                            else contextlib.nullcontext()):
             if self.watch is not None:
                 with self.watch():
                     result = fn(*args, **kwargs)
@@ -470,7 +488,8 @@ class Endpoint(Handles, Codec):
         for t in leaves:
             t.grad = None
         if pairs:
-            torch.autograd.backward([o for o, _ in pairs], [g.to(o.dtype) for o, g in pairs], retain_graph=True)
+            torch.autograd.backward([o for o, _ in pairs], [g.to(o.dtype) for o, g in pairs],
+                                    retain_graph=True)
         got = [t.grad for t in leaves]
         for t, s in zip(leaves, saved):
             t.grad = s
@@ -488,15 +507,16 @@ class Endpoint(Handles, Codec):
         return issubclass(sub, cls) if isinstance(cls, type) and isinstance(sub, type) else False
 
     def _op_build(self, msg, blobs, reply, out):
-        """A module the grader built (autograder.checks._util.learner_side), made on this side from its description:
-        PyTorch's own classes, the grader's values."""
+        """A module the grader built (autograder.checks._util.learner_side), made on this side from its
+        description: PyTorch's own classes, the grader's values."""
         module = _materialize(self.decode(msg.get("spec"), blobs))
         reply["v"] = self.encode(module, out, force_handle=True)
         return None
 
     def _op_tempdir(self, msg, blobs, reply, out):
-        """A new folder in this side's temporary folder, for a path a check hands to the learner's code (a tokenizer's
-        save and load): made here, by this side's user, so that the grader never touches a path this side can write."""
+        """A new folder in this side's temporary folder, for a path a check hands to the learner's code (a
+        tokenizer's save and load): made here, by this side's user, so that the grader never touches a path
+        this side can write."""
         import tempfile
         return tempfile.mkdtemp(prefix="check-")
 

@@ -1,8 +1,8 @@
-"""The codec: how a value crosses the channel. Plain data (None, bool, int, float, str, bytes, lists, tuples, dicts,
-sets, slices, torch.Size, dtypes, devices) as JSON, with a tag ({"$": ...}) where JSON has no such value; tensors as
-dtype, shape and raw bytes (a blob that follows the JSON); every other object as a handle, which the other side
-turns into a proxy (autograder/remote_proxies.py). Nothing is ever unpickled: decoding builds only these values, and
-refuses a message nested too deep or with too many values.
+"""The codec: how a value crosses the channel. Plain data (None, bool, int, float, str, bytes, lists, tuples,
+dicts, sets, slices, torch.Size, dtypes, devices) as JSON, with a tag ({"$": ...}) where JSON has no such
+value; tensors as dtype, shape and raw bytes (a blob that follows the JSON); every other object as a handle,
+which the other side turns into a proxy (autograder/remote_proxies.py). Nothing is ever unpickled: decoding
+builds only these values, and refuses a message nested too deep or with too many values.
 """
 from __future__ import annotations
 
@@ -24,15 +24,17 @@ class _Iterated(list):
 
 
 class Codec:
-    """Encoding and decoding, a part of autograder/remote.py's Endpoint: uses its `trusted`, its handles (export,
-    exports, proxies) and `subclasses`, the tensor classes of the call being answered."""
+    """Encoding and decoding, a part of autograder/remote.py's Endpoint: uses its `trusted`, its handles
+    (export, exports, proxies) and `subclasses`, the tensor classes of the call being answered."""
 
     # ------------------------------------------------------------------ encoding
-    def encode(self, value, blobs: list, diff: list | None = None, export_callables: bool = False, depth: int = 0,
+    def encode(self, value, blobs: list, diff: list | None = None, export_callables: bool = False,
+               depth: int = 0,
                force_handle: bool = False):
-        """The JSON of `value`; its tensors' bytes are appended to `blobs`. `diff`: collects the tensors that need
-        gradients (the outputs of a call the other side may ask the gradients of); `export_callables`: objects
-        handed out may be called by the other side; `force_handle`: a tensor crosses as a handle, not a copy."""
+        """The JSON of `value`; its tensors' bytes are appended to `blobs`. `diff`: collects the tensors that
+        need gradients (the outputs of a call the other side may ask the gradients of); `export_callables`:
+        objects handed out may be called by the other side; `force_handle`: a tensor crosses as a handle, not
+        a copy."""
         if depth > 40:
             raise ValueError("a value nested more than 40 levels deep cannot cross to the grader")
         kind = type(value)
@@ -43,7 +45,8 @@ class Codec:
         if kind is float:
             return {"$": "f", "v": repr(value)}
         if not force_handle and isinstance(value, torch.Tensor) and not isinstance(value, Remote) and (
-                self.trusted or not isinstance(value, torch.nn.Parameter)):  # the learner's parameters stay there
+                # the learner's parameters stay there
+                self.trusted or not isinstance(value, torch.nn.Parameter)):
             return self._enc_tensor(value, blobs, diff)
 
         def items(values, diff=diff, export_callables=export_callables):
@@ -54,7 +57,8 @@ class Codec:
             return {"$": "iter", "v": items(value)}
         if kind is tuple:
             return {"$": "tuple", "v": items(value)}
-        if kind is dict or (not self.trusted and isinstance(value, dict) and type(value).__module__ == "collections"):
+        if kind is dict or (not self.trusted and isinstance(value, dict)
+                            and type(value).__module__ == "collections"):
             return {"$": "dict", "k": items(value.keys(), None, False), "v": items(value.values())}
         if kind is slice:
             return {"$": "slice", "v": items((value.start, value.stop, value.step), None, False)}
@@ -88,7 +92,8 @@ class Codec:
                 return self.encode(float(value), blobs)
             if isinstance(value, str):
                 return str(value)
-            if type(value).__module__ == "numpy" and hasattr(value, "item") and getattr(value, "ndim", None) == 0:
+            if type(value).__module__ == "numpy" and hasattr(value, "item") and getattr(value, "ndim",
+                                                                                        None) == 0:
                 return self.encode(value.item(), blobs)
         if self.trusted:
             policy.check_handed_out(value)
@@ -96,8 +101,9 @@ class Codec:
         return {"$": "h", "h": handle, "i": self._info(value)}
 
     def _enc_tensor(self, tensor, blobs: list, diff: list | None):
-        """A tensor's node: dtype, shape and its bytes as a blob (none for a meta tensor), a class of the checks
-        by name, and whether it needs gradients. (Its name: tests/submissions/corpus.py's FORGED_TAG patches it.)"""
+        """A tensor's node: dtype, shape and its bytes as a blob (none for a meta tensor), a class of the
+        checks by name, and whether it needs gradients. (Its name: tests/submissions/corpus.py's FORGED_TAG
+        patches it.)"""
         node = {"$": "t", "dt": str(tensor.dtype).replace("torch.", ""), "s": [int(s) for s in tensor.shape]}
         if node["dt"] not in DTYPES:
             raise TypeError(f"a tensor of dtype {tensor.dtype} cannot cross")
@@ -129,9 +135,9 @@ class Codec:
     # ------------------------------------------------------------------ decoding
     def decode(self, node, blobs, count: list | None = None, depth: int = 0, leaves: list | None = None,
                diff: list | None = None):
-        """The value of `node`. `count`: the values decoded so far in this message; `leaves`: collects every tensor
-        (arguments of a call we serve, which become leaves that need gradients where the caller's did); `diff`:
-        collects the tensors of an answer that the other side marked as needing gradients."""
+        """The value of `node`. `count`: the values decoded so far in this message; `leaves`: collects every
+        tensor (arguments of a call we serve, which become leaves that need gradients where the caller's did);
+        `diff`: collects the tensors of an answer that the other side marked as needing gradients."""
         if count is None:
             count = [0]
         count[0] += 1
@@ -162,8 +168,8 @@ class Codec:
         return self._decode_scalar(tag, node, blobs)
 
     def _decode_container(self, tag, node, blobs, count, depth, leaves, diff):
-        """A tuple, iterator, dict, slice, set or frozenset; a dict's keys, a slice's bounds and a set's items are
-        never tensors that collect into `leaves` or `diff`."""
+        """A tuple, iterator, dict, slice, set or frozenset; a dict's keys, a slice's bounds and a set's items
+        are never tensors that collect into `leaves` or `diff`."""
         def item(x):
             return self.decode(x, blobs, count, depth + 1, leaves, diff)
 
@@ -185,7 +191,8 @@ class Codec:
         return set(parts) if tag == "set" else frozenset(parts)
 
     def _decode_scalar(self, tag, node, blobs):
-        """A tagged value that holds no other: a float, an int past JSON's, a size, dtype, device, Ellipsis, bytes."""
+        """A tagged value that holds no other: a float, an int past JSON's, a size, dtype, device, Ellipsis,
+        bytes."""
         if tag == "f":
             return float(str(node.get("v")))
         if tag == "int":
@@ -230,7 +237,8 @@ class Codec:
         return blobs[i]
 
     def _decode_tensor(self, node, blobs, grad: bool = True):
-        """A tensor from its node, its shape and byte count checked; a class of the checks only as the policy allows."""
+        """A tensor from its node, its shape and byte count checked; a class of the checks only as the policy
+        allows."""
         dtype = DTYPES.get(node.get("dt"))
         shape = node.get("s")
         if dtype is None or not isinstance(shape, list) or not all(type(s) is int and s >= 0 for s in shape) \
@@ -248,7 +256,8 @@ class Codec:
             size = torch.empty((), dtype=dtype).element_size()
             if len(raw) != n * size:
                 raise ChannelError(f"a tensor of shape {shape} and dtype {dtype} with {len(raw)} bytes")
-            tensor = torch.frombuffer(raw, dtype=dtype).reshape(shape) if n else torch.empty(shape, dtype=dtype)
+            tensor = torch.frombuffer(raw, dtype=dtype).reshape(shape) if n else torch.empty(shape,
+                                                                                             dtype=dtype)
         cls = policy.tensor_class(node.get("sub"), self.trusted, self.subclasses)
         if cls is not None:
             tensor = tensor.as_subclass(cls)

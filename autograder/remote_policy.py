@@ -1,14 +1,15 @@
-"""What the notebook's kernel may ask of the grader across the channel, and what the grader makes of its answers: the
-allow-lists that autograder/GRADING.md audits, and the checks that apply them.
+"""What the notebook's kernel may ask of the grader across the channel, and what the grader makes of its
+answers: the allow-lists that autograder/GRADING.md audits, and the checks that apply them.
 
-The grader's side (the trusted endpoint of autograder/remote.py) serves only the requests in SERVED; on its objects
-the kernel may call the object itself where the grader handed it out as callable, or a module, and the methods in
-ALLOWED_METHODS, and read public attributes and those in ALLOWED_PRIVATE; it gets no module and tensors only as
-copies. Of what the kernel answers, the grader rebuilds only builtin exceptions by name (EXCEPTIONS; any other is a
-RemoteError), a tensor of a class of the checks only where the check sent one of that class in the same call, and
-gives each call's gradients once, of its outputs' shapes. The kernel's side serves every request of the grader.
-The limits on a message's size are the wire's (autograder/remote_wire.py: TRUSTED_HEAD, TRUSTED_MESSAGE,
-TRUSTED_NODES), on its nesting and values the codec's (autograder/remote_codec.py).
+The grader's side (the trusted endpoint of autograder/remote.py) serves only the requests in SERVED; on its
+objects the kernel may call the object itself where the grader handed it out as callable, or a module, and the
+methods in ALLOWED_METHODS, and read public attributes and those in ALLOWED_PRIVATE; it gets no module and
+tensors only as copies. Of what the kernel answers, the grader rebuilds only builtin exceptions by name
+(EXCEPTIONS; any other is a RemoteError), a tensor of a class of the checks only where the check sent one of
+that class in the same call, and gives each call's gradients once, of its outputs' shapes. The kernel's side
+serves every request of the grader. The limits on a message's size are the wire's (autograder/remote_wire.py:
+TRUSTED_HEAD, TRUSTED_MESSAGE, TRUSTED_NODES), on its nesting and values the codec's
+(autograder/remote_codec.py).
 """
 from __future__ import annotations
 
@@ -20,16 +21,19 @@ import torch
 # the requests the grader's side serves (a tuple: the request's name is any JSON value the kernel sent)
 SERVED = ("call", "getattr", "backward", "len", "iter", "getitem", "repr", "value", "contains", "dir")
 # what the learner's side may call on the grader's objects, besides calling the object itself
-ALLOWED_METHODS = {"forward", "encode", "decode", "train", "eval", "parameters", "named_parameters", "buffers",
+ALLOWED_METHODS = {"forward", "encode", "decode", "train", "eval", "parameters", "named_parameters",
+                   "buffers",
                    "named_buffers", "modules", "named_modules", "children", "named_children", "state_dict",
                    "extra_repr", "size", "dim", "numel", "items", "keys", "values", "get"}
-# the private attributes of the grader's objects the learner's side may read (a module's parts, a function's name)
+# the private attributes of the grader's objects the learner's side may read (a module's parts, a function's
+# name)
 ALLOWED_PRIVATE = {"_parameters", "_buffers", "_modules", "_non_persistent_buffers_set", "__name__",
                    "__qualname__", "__module__", "__doc__"}
 # builtin exceptions rebuilt by name on the grader's side (anything else becomes RemoteError)
 EXCEPTIONS = {e.__name__: e for e in (
     ValueError, TypeError, RuntimeError, IndexError, KeyError, AttributeError, NotImplementedError, NameError,
-    ZeroDivisionError, AssertionError, RecursionError, MemoryError, OverflowError, ArithmeticError, LookupError,
+    ZeroDivisionError, AssertionError, RecursionError, MemoryError, OverflowError, ArithmeticError,
+    LookupError,
     FileNotFoundError, OSError, UnicodeError, UnicodeDecodeError, UnicodeEncodeError, ImportError,
     ModuleNotFoundError, UnboundLocalError, FloatingPointError, IsADirectoryError, PermissionError)}
 # the modules whose tensor classes may cross by name (stage 05's ids "on another device")
@@ -48,7 +52,8 @@ def check_request(op) -> None:
 
 
 def check_attribute(name: str) -> None:
-    """An attribute of the grader's objects the kernel may read or name: a public one, or one of ALLOWED_PRIVATE."""
+    """An attribute of the grader's objects the kernel may read or name: a public one, or one of
+    ALLOWED_PRIVATE."""
     if name.startswith("_") and name not in ALLOWED_PRIVATE:
         raise AttributeError(f"the grader's objects do not show {name!r}")
 
@@ -83,29 +88,33 @@ def shown(names: list) -> list:
 
 
 def check_backward(record, answered: set) -> None:
-    """A backward request for a call the grader answered: once per call (no pumping gradients into its modules)."""
+    """A backward request for a call the grader answered: once per call (no pumping gradients into its
+    modules)."""
     if record in answered:
         raise RuntimeError("the gradients of this call were already computed")
     answered.add(record)
 
 
 def check_gradients(pairs: list) -> None:
-    """(output, gradient) pairs of a backward request, on either side: each gradient of its output's shape, floating."""
-    if any(tuple(g.shape) != tuple(o.shape) or not (g.is_floating_point() or g.is_complex()) for o, g in pairs):
+    """(output, gradient) pairs of a backward request, on either side: each gradient of its output's shape,
+    floating."""
+    if any(tuple(g.shape) != tuple(o.shape) or not (g.is_floating_point() or g.is_complex()) for o, g
+           in pairs):
         raise ValueError("gradients that do not have their outputs' shapes")
 
 
-# ------------------------------------------------------------------ what the grader makes of the kernel's answers
+# ------------------------------------------------------------------ what the grader makes of the kernel's
+# answers
 def answer_classes(sent: list) -> tuple:
-    """The tensor classes a tensor of the answer to a call may be rebuilt as, on the grader's side: the checks' own
-    classes among the tensors `sent` in that call."""
+    """The tensor classes a tensor of the answer to a call may be rebuilt as, on the grader's side: the
+    checks' own classes among the tensors `sent` in that call."""
     return tuple({type(t) for t in sent if type(t) is not torch.Tensor and
                   (type(t).__module__ or "").startswith(CHECKS)})
 
 
 def tensor_class(sub, trusted: bool, allowed: tuple):
-    """The class a tensor tagged `sub` ([module, qualname]) is rebuilt as, or None for a plain tensor: on the grader's
-    side one of `allowed` (answer_classes), on the kernel's a class of the checks."""
+    """The class a tensor tagged `sub` ([module, qualname]) is rebuilt as, or None for a plain tensor: on the
+    grader's side one of `allowed` (answer_classes), on the kernel's a class of the checks."""
     if not (isinstance(sub, list) and len(sub) == 2):
         return None
     if trusted:  # only a class of the tensors this side sent in the call being answered
@@ -118,8 +127,9 @@ def tensor_class(sub, trusted: bool, allowed: tuple):
 
 
 def rebuilt_exception(exc) -> BaseException:
-    """The exception that the other side's description `exc` stands for: a builtin one by name (EXCEPTIONS), else a
-    RemoteError that names it; with its frames (remote_frames) and failing site (remote_site) as sent, cut short."""
+    """The exception that the other side's description `exc` stands for: a builtin one by name (EXCEPTIONS),
+    else a RemoteError that names it; with its frames (remote_frames) and failing site (remote_site) as sent,
+    cut short."""
     exc = exc if isinstance(exc, dict) else {}
     name, text = str(exc.get("type", "Exception"))[:100], str(exc.get("msg", ""))[:2000]
     cls = EXCEPTIONS.get(name)

@@ -1,9 +1,9 @@
-"""The proxies: how an object that stays on the other side of the channel is seen on this one. A handle (an int the
-other side gave out) becomes a Remote, which forwards attribute reads and writes, calls, len, iteration and indexing,
-and compares by identity; a tensor that must stay where it lives (a parameter of the learner's module) becomes a
-RemoteTensor, read as a copy and written in place. Also the handles this side gives out (Handles, a part of the
-Endpoint of autograder/remote.py), and the description of a module of PyTorch's own classes that is built again
-on the other side (_module_spec, _materialize).
+"""The proxies: how an object that stays on the other side of the channel is seen on this one. A handle (an
+int the other side gave out) becomes a Remote, which forwards attribute reads and writes, calls, len,
+iteration and indexing, and compares by identity; a tensor that must stay where it lives (a parameter of the
+learner's module) becomes a RemoteTensor, read as a copy and written in place. Also the handles this side
+gives out (Handles, a part of the Endpoint of autograder/remote.py), and the description of a module of
+PyTorch's own classes that is built again on the other side (_module_spec, _materialize).
 """
 from __future__ import annotations
 
@@ -34,7 +34,8 @@ def _local_class(info: dict):
             return builtin
     base = object
     for module, qualname in mro:
-        if isinstance(module, str) and (module == "torch" or module.startswith("torch.")) and "." not in qualname:
+        if isinstance(module, str) and (module == "torch"
+                                        or module.startswith("torch.")) and "." not in qualname:
             found = getattr(sys.modules.get(module), qualname, None)
             if isinstance(found, type):
                 base = found
@@ -44,7 +45,8 @@ def _local_class(info: dict):
     else:
         name = str(mro[0][1]).rsplit(".", 1)[-1] if mro else "object"
         cls = type(name if name.isidentifier() else "Remote", (base,) if base is not object else (), {
-            "__module__": str(mro[0][0]) if mro else "remote", "__doc__": "a proxy's class, never instantiated"})
+            "__module__": str(mro[0][0]) if mro else "remote",
+            "__doc__": "a proxy's class, never instantiated"})
     _FAKE_CLASSES[key] = cls
     return cls
 
@@ -64,7 +66,8 @@ class Remote:
         return _local_class(object.__getattribute__(self, "_info"))
 
     def __getattr__(self, name):
-        if name.startswith("__") and name.endswith("__") and name not in ("__name__", "__qualname__", "__module__",
+        if name.startswith("__") and name.endswith("__") and name not in ("__name__", "__qualname__",
+                                                                          "__module__",
                                                                           "__doc__", "__wrapped__"):
             raise AttributeError(name)
         return self._endpoint.request("getattr", h=self._handle, name=name)
@@ -130,8 +133,10 @@ class Remote:
     def __deepcopy__(self, memo):
         """copy.deepcopy of the learner's side's module: a local copy, for modules made of PyTorch's own
         classes (a check's reference copy of a model it built on that side)."""
-        endpoint, handle = object.__getattribute__(self, "_endpoint"), object.__getattribute__(self, "_handle")
-        if handle in endpoint.built:  # a module the grader built: its own copy, never a description from the other side
+        endpoint, handle = object.__getattribute__(self, "_endpoint"), object.__getattribute__(self,
+                                                                                               "_handle")
+        # a module the grader built: its own copy, never a description from the other side
+        if handle in endpoint.built:
             import copy
             return copy.deepcopy(endpoint.built[handle], memo)
         return _materialize(endpoint.request("spec", h=handle))
@@ -144,10 +149,12 @@ class Remote:
         return self._ask_of_class("issubclass", sub)
 
     def _ask_of_class(self, op: str, other) -> bool:
-        """isinstance or issubclass of the other side's `other` and this proxy's class, asked of the other side."""
+        """isinstance or issubclass of the other side's `other` and this proxy's class, asked of the other
+        side."""
         if not isinstance(other, Remote) or object.__getattribute__(other, "_endpoint") is not self._endpoint:
             return False
-        return self._endpoint.request(op, h=object.__getattribute__(other, "_handle"), cls=self._handle) is True
+        return self._endpoint.request(op, h=object.__getattribute__(other, "_handle"),
+                                      cls=self._handle) is True
 
 def _module_spec(m, depth=0):
     """The description of a module made of PyTorch's own classes that _materialize builds again."""
@@ -175,10 +182,12 @@ def _materialize(spec, depth=0):
     obj = cls.__new__(cls)
     torch.nn.Module.__init__(obj)
     for k, v in (spec.get("plain") or {}).items():
-        if isinstance(k, str) and not k.startswith("_") and isinstance(v, (int, float, bool, str, tuple, type(None))):
+        if isinstance(k, str) and not k.startswith("_") and isinstance(v, (int, float, bool, str, tuple,
+                                                                           type(None))):
             object.__setattr__(obj, k, v)
     for k, (t, rg) in (spec.get("params") or {}).items():
-        obj.register_parameter(str(k), None if t is None else torch.nn.Parameter(t.clone(), requires_grad=bool(rg)))
+        obj.register_parameter(str(k), None if t is None else torch.nn.Parameter(t.clone(),
+                                                                                 requires_grad=bool(rg)))
     for k, t in (spec.get("buffers") or {}).items():
         obj.register_buffer(str(k), None if t is None else t.clone())
     for k, child in (spec.get("children") or {}).items():
@@ -237,7 +246,8 @@ class RemoteTensor(Remote):
         if args and isinstance(args[0], RemoteTensor) and (module == "torch.nn.init" or (
                 name.endswith("_") and not name.startswith("_") and hasattr(torch.Tensor, name))):
             where = "init" if module == "torch.nn.init" else "method"
-            return args[0]._endpoint.request("torchfn", h=args[0]._handle, where=where, fn=name, args=list(args[1:]),
+            return args[0]._endpoint.request("torchfn", h=args[0]._handle, where=where, fn=name,
+                                             args=list(args[1:]),
                                        kwargs=kwargs)
         return func(*_unwrap(list(args)), **_unwrap(kwargs))
 
@@ -280,17 +290,19 @@ class RemoteTensor(Remote):
     __ne__ = _binary("__ne__")
 
 
-for _name in ("add", "radd", "sub", "rsub", "mul", "rmul", "truediv", "rtruediv", "floordiv", "rfloordiv", "mod",
-              "pow", "rpow", "matmul", "rmatmul", "lt", "le", "gt", "ge", "and", "or", "xor", "neg", "pos", "abs",
+for _name in ("add", "radd", "sub", "rsub", "mul", "rmul", "truediv", "rtruediv", "floordiv", "rfloordiv",
+              "mod",
+              "pow", "rpow", "matmul", "rmatmul", "lt", "le", "gt", "ge", "and", "or", "xor", "neg", "pos",
+              "abs",
               "invert"):
     setattr(RemoteTensor, f"__{_name}__", _binary(f"__{_name}__"))
 
 
 # ------------------------------------------------------------------------------------------- handles
 class Handles:
-    """The handles an Endpoint gives out (its objects the other side may use) and its proxies of the other side's:
-    a part of autograder/remote.py's Endpoint, whose __init__ makes the tables (exports, export_of, callable_ok,
-    proxies) and the ids and records used here."""
+    """The handles an Endpoint gives out (its objects the other side may use) and its proxies of the other
+    side's: a part of autograder/remote.py's Endpoint, whose __init__ makes the tables (exports, export_of,
+    callable_ok, proxies) and the ids and records used here."""
 
     def export(self, obj, callable_ok: bool = False) -> int:
         """The handle of our object `obj`, given out once; `callable_ok`: the other side may call it."""

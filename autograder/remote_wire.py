@@ -1,9 +1,10 @@
-"""The channel's wire: length-prefixed messages on a Unix socket, each a JSON header and raw blobs, and the limits on
-what one side reads of the other's. Nothing here builds a value from a message (autograder/remote_codec.py does).
+"""The channel's wire: length-prefixed messages on a Unix socket, each a JSON header and raw blobs, and the
+limits on what one side reads of the other's. Nothing here builds a value from a message
+(autograder/remote_codec.py does).
 
-A message is `<II` (the header's bytes, the number of blobs), the header's JSON, then each blob as `<Q` (its bytes)
-and its bytes. The grader's side reads a message's JSON and blobs only up to its limits, and counts the JSON's values
-in its raw bytes before it is decoded.
+A message is `<II` (the header's bytes, the number of blobs), the header's JSON, then each blob as `<Q` (its
+bytes) and its bytes. The grader's side reads a message's JSON and blobs only up to its limits, and counts the
+JSON's values in its raw bytes before it is decoded.
 """
 from __future__ import annotations
 
@@ -13,9 +14,10 @@ import struct
 
 MAX_MESSAGE = 256 << 20      # bytes in one message, blobs included (what the notebook's side accepts)
 MAX_BLOBS = 100_000          # blobs in one message
-# What the grader's side accepts from the notebook: a message's JSON and its blobs are read only up to these sizes,
-# and the JSON's values are counted in its raw bytes before it is decoded (a 256 MB message of empty lists built
-# whole took a checker to 1.7 GB). The largest message of an honest notebook across every check is under 1 MB.
+# What the grader's side accepts from the notebook: a message's JSON and its blobs are read only up to these
+# sizes, and the JSON's values are counted in its raw bytes before it is decoded (a 256 MB message of empty
+# lists built whole took a checker to 1.7 GB). The largest message of an honest notebook across every check is
+# under 1 MB.
 TRUSTED_HEAD = 4 << 20       # bytes of one message's JSON
 TRUSTED_MESSAGE = 64 << 20   # bytes of one message, blobs included
 TRUSTED_NODES = 200_000      # values in one message (counted as its JSON's brackets, braces and commas)
@@ -37,7 +39,8 @@ def _recv_exact(sock, n: int) -> bytearray:
 
 
 def count_values(raw: bytes) -> int:
-    """The values in a message's JSON, counted before anything is built: each value but the first follows a , [ or {."""
+    """The values in a message's JSON, counted before anything is built: each value but the first follows a ,
+    [ or {."""
     return raw.count(b",") + raw.count(b"[") + raw.count(b"{")
 
 
@@ -73,7 +76,8 @@ class Channel:
         try:
             header = json.loads(raw)
         except (ValueError, RecursionError) as e:
-            raise ChannelError(f"a message that is not JSON, or nested too deep: {type(e).__name__}") from None
+            raise ChannelError("a message that is not JSON, or nested too deep: "
+                               f"{type(e).__name__}") from None
         del raw
         if not isinstance(header, dict):
             raise ChannelError("a message that is not a JSON object")

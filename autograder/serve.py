@@ -32,8 +32,9 @@ class LearnerEndpoint(Endpoint):
         return None
 
     def _describe(self, e) -> dict:
-        """The error as remote.Endpoint sends it, with the learner's failing frame (core.failing_site: the shapes of
-        the tensors on its line), whose locals the grader cannot see from its side of the channel."""
+        """The error as remote.Endpoint sends it, with the learner's failing frame (core.failing_site: the
+        shapes of the tensors on its line), whose locals the grader cannot see from its side of the
+        channel."""
         out = super()._describe(e)
         try:
             site = core.failing_site(e)

@@ -5,8 +5,9 @@ file's bytes): a regular file (no symlink, no second hard link), at most MAX_NOT
 Jupyter notebook (nbformat 4, valid), at most MAX_CELLS cells; its outputs are dropped. Its lesson is the
 assignment's (--lesson, else the file's name, else its folder's name), not guessed from its contents; graded
 cells of another lesson are reported. The lesson says which graded cells there are and what each is worth (the
-checks' max_points). A graded cell that was deleted is graded at the end of the notebook, one that was copied is
-graded once, an edited one as if untouched (autograder/kernel.py's `prepare`); each is reported under "problems".
+checks' max_points). A graded cell that was deleted is graded at the end of the notebook, one that was copied
+is graded once, an edited one as if untouched (autograder/kernel.py's `prepare`); each is reported under
+"problems".
 """
 from __future__ import annotations
 
@@ -22,9 +23,9 @@ import threading
 
 if __name__ == "__main__":
     # This module's own child process (reading a notebook's bytes from stdin) validates notebooks and never an
-    # IRI: without this, importing nbformat imports jsonschema's optional IRI checker, rfc3987_syntax, which builds
-    # its grammar at import time (1.4 s of the child's start here; jsonschema issue #1428). jsonschema skips that
-    # format checker when the import fails, which a None in sys.modules makes it do.
+    # IRI: without this, importing nbformat imports jsonschema's optional IRI checker, rfc3987_syntax, which
+    # builds its grammar at import time (1.4 s of the child's start here; jsonschema issue #1428). jsonschema
+    # skips that format checker when the import fails, which a None in sys.modules makes it do.
     sys.modules.setdefault("rfc3987_syntax", None)
 
 import nbformat
@@ -43,7 +44,8 @@ def course_pythonpath() -> str:
 
 
 def graded_cells(nb) -> list:
-    return [c for c in nb.cells if c.cell_type == "code" and c.get("metadata", {}).get("nbgrader", {}).get("grade")]
+    return [c for c in nb.cells if c.cell_type == "code" and c.get("metadata", {}).get("nbgrader",
+                                                                                       {}).get("grade")]
 
 
 def _grade_id(cell) -> str | None:
@@ -86,10 +88,11 @@ def _max_points(name: str) -> float | None:
 
 
 def expected_cells(stem: str | None) -> list[tuple[str, str, float]]:
-    """The graded cells of lesson `stem`, in its order: (grade_id, contract name, most points); [] for no lesson.
-    The one place that says which cells a submission is graded on and what each is worth."""
+    """The graded cells of lesson `stem`, in its order: (grade_id, contract name, most points); [] for no
+    lesson. The one place that says which cells a submission is graded on and what each is worth."""
     found = {s: checks for s, _, checks in lessons()}
-    return [(gid, gid[len("check_"):], _max_points(gid[len("check_"):]) or 0.0) for gid in found.get(stem, [])]
+    return [(gid, gid[len("check_"):], _max_points(gid[len("check_"):]) or 0.0) for gid
+            in found.get(stem, [])]
 
 
 def _open_regular(path: pathlib.Path) -> tuple[bytes | None, str | None]:
@@ -108,7 +111,8 @@ def _open_regular(path: pathlib.Path) -> tuple[bytes | None, str | None]:
         if st.st_nlink > 1:
             return None, "not graded: the submission is a hard link shared with another file"
         if st.st_size > MAX_NOTEBOOK_BYTES:
-            return None, f"not graded: the file is {st.st_size >> 20} MB, more than {MAX_NOTEBOOK_BYTES >> 20} MB"
+            return None, (f"not graded: the file is {st.st_size >> 20} MB, "
+                          f"more than {MAX_NOTEBOOK_BYTES >> 20} MB")
         chunks, total = [], 0
         while True:
             chunk = os.read(fd, 1 << 20)
@@ -128,8 +132,8 @@ MAX_WORDS = 2000  # words of its strings
 
 
 def _without_magics(source: str) -> str:
-    """The cell's text with IPython's line magics and shell escapes (`%time`, `!pip`) made `pass`, so that Python's
-    parser reads the rest; a cell magic (`%%bash`) leaves nothing to read."""
+    """The cell's text with IPython's line magics and shell escapes (`%time`, `!pip`) made `pass`, so that
+    Python's parser reads the rest; a cell magic (`%%bash`) leaves nothing to read."""
     if source.lstrip().startswith("%%"):
         return ""
     lines = []
@@ -139,16 +143,18 @@ def _without_magics(source: str) -> str:
     return "\n".join(lines)
 
 
-_DEF = re.compile(r"^[ \t]*(?:async[ \t]+)?(?:def|class)[ \t]+([A-Za-z_]\w*)|^([A-Za-z_]\w*)[ \t]*(?::[^=\n]*)?=(?!=)",
+_DEF = re.compile(r"^[ \t]*(?:async[ \t]+)?(?:def|class)[ \t]+([A-Za-z_]\w*)|^([A-Za-z_]\w*)[ \t]*(?::[^=\n"
+                  r"]*)?=(?!=)",
                   re.M)
 
 
 def cell_facts(source: str) -> dict:
     """What the grade command needs to know of a code cell, read without running it (in the reading process):
-    "defines", the names it binds at its top level (def, class, assignment, import; read by the text's own lines
-    when it does not parse), and, where it mentions `solutions`, "solutions": the dotted names it reaches there
-    ("solutions.masks.padding_mask"; "solutions.*" for a star import) and "words": the words of its strings
-    (exec(open("../solutions/masks.py").read()), getattr(solutions, "padding_mask")). At most MAX_FACTS each."""
+    "defines", the names it binds at its top level (def, class, assignment, import; read by the text's own
+    lines when it does not parse), and, where it mentions `solutions`, "solutions": the dotted names it
+    reaches there ("solutions.masks.padding_mask"; "solutions.*" for a star import) and "words": the words of
+    its strings (exec(open("../solutions/masks.py").read()), getattr(solutions, "padding_mask")). At most
+    MAX_FACTS each."""
     import ast
     try:
         tree = ast.parse(_without_magics(source))
@@ -180,7 +186,8 @@ def _facts_by_lines(source: str) -> dict:
 
 
 def _top_level_names(tree) -> list[str]:
-    """The names a cell binds at its top level (inside if/for/while/with/try too, not inside a def or class)."""
+    """The names a cell binds at its top level (inside if/for/while/with/try too, not inside a def or
+    class)."""
     import ast
     defines: list = []
 
@@ -222,9 +229,11 @@ def _binds(node) -> set:
 
 
 def _solutions_reached(tree) -> tuple[dict, set]:
-    """({a dotted name reached in solutions: the names it was bound to, or used in}, the words of the strings)."""
+    """({a dotted name reached in solutions: the names it was bound to, or used in}, the words of the
+    strings)."""
     import ast
-    bound: dict[str, str] = {"solutions": "solutions"}  # a name bound to solutions or one of its parts -> which
+    # a name bound to solutions or one of its parts -> which
+    bound: dict[str, str] = {"solutions": "solutions"}
     found: dict[str, set] = {}
     words: set = set()
 
@@ -236,7 +245,8 @@ def _solutions_reached(tree) -> tuple[dict, set]:
                     bound[a.asname or "solutions"] = a.name if a.asname else "solutions"
             return
         if isinstance(node, ast.ImportFrom):
-            if node.module and not node.level and (node.module == "solutions" or node.module.startswith("solutions.")):
+            if node.module and not node.level and (node.module == "solutions"
+                                                   or node.module.startswith("solutions.")):
                 for a in node.names:
                     found.setdefault(f"{node.module}.{a.name}", set()).add(a.asname or a.name)
                     if a.name != "*":
@@ -275,14 +285,15 @@ def _solutions_reached(tree) -> tuple[dict, set]:
 
 
 def answer_imports(cells, stem: str | None, names) -> list[str]:
-    """Where a submission's code cells take lesson `stem`'s answer from `solutions`: "cell N: what" for each, from
-    the cells' facts (cell_facts). `names`: the contract names graded in that lesson. Taken: a graded name bound to
-    (or defined with) what solutions has under a graded name (from solutions.masks import padding_mask; padding_mask
-    = solutions.padding_mask; def softmax(x): return solutions.softmax(x); from solutions import *); anything of the
-    graded stage's module or under a graded name in a lesson's answer cell (the cell whose grade_id is the name);
-    a string naming solutions and the graded stage's module or a graded name (exec(open("../solutions/masks.py")
-    .read()), getattr(__import__("solutions"), "padding_mask")). Not taken: what the lessons themselves do with
-    solutions (the given names of the graded module, a demonstration that falls back on the course's answer)."""
+    """Where a submission's code cells take lesson `stem`'s answer from `solutions`: "cell N: what" for each,
+    from the cells' facts (cell_facts). `names`: the contract names graded in that lesson. Taken: a graded
+    name bound to (or defined with) what solutions has under a graded name (from solutions.masks import
+    padding_mask; padding_mask = solutions.padding_mask; def softmax(x): return solutions.softmax(x); from
+    solutions import *); anything of the graded stage's module or under a graded name in a lesson's answer
+    cell (the cell whose grade_id is the name); a string naming solutions and the graded stage's module or a
+    graded name (exec(open("../solutions/masks.py") .read()), getattr(__import__("solutions"),
+    "padding_mask")). Not taken: what the lessons themselves do with solutions (the given names of the graded
+    module, a demonstration that falls back on the course's answer)."""
     from .notebooks import MODULES
     from .views import stage_of
     if stem is None:
@@ -297,7 +308,8 @@ def answer_imports(cells, stem: str | None, names) -> list[str]:
         for entry in facts.get("solutions") or []:
             dotted, context = str(entry[0]), set(entry[1] or [])
             parts = set(dotted.split(".")[1:])
-            if "*" in parts or (parts & names and (context & names or answer_cell)) or (answer_cell and parts & module):
+            if "*" in parts or (parts & names and (context & names or answer_cell)) or (answer_cell
+                                                                                        and parts & module):
                 hits.append(dotted)
         hits = [d for d in hits if not any(h.startswith(d + ".") for h in hits)]  # the longest of each
         words = set(facts.get("words") or [])
@@ -334,8 +346,8 @@ def _parse(data: bytes) -> dict:
     for c in nb.cells:
         meta = c.get("metadata", {})
         nbg = meta.get("nbgrader") if isinstance(meta.get("nbgrader"), dict) else None
-        cells.append({"cell_type": c.cell_type, "source": c.source, "metadata": {"nbgrader": nbg} if nbg else {},
-                      **({"facts": cell_facts(c.source)} if c.cell_type == "code" else {})})
+        cells.append({"cell_type": c.cell_type, "source": c.source, "metadata": {"nbgrader": nbg} if nbg
+                      else {}, **({"facts": cell_facts(c.source)} if c.cell_type == "code" else {})})
     return {"cells": cells}
 
 
@@ -383,13 +395,15 @@ def read_submission(path, lesson: str | None = None) -> tuple[object, list, list
     parsed = _read_limited(data)
     del data
     if parsed.get("error") or not isinstance(parsed.get("cells"), list):
-        return None, [], problems, None, str(parsed.get("error") or "not graded: the notebook could not be read")
+        return None, [], problems, None, str(parsed.get("error")
+                                             or "not graded: the notebook could not be read")
     nb = nbformat.v4.new_notebook()
     for c in parsed["cells"]:
         cell = (nbformat.v4.new_code_cell if c.get("cell_type") == "code" else nbformat.v4.new_markdown_cell)(
             str(c.get("source", "")))
         cell.metadata = c.get("metadata") or {}
-        if isinstance(c.get("facts"), dict):  # the reader's, never the submission's own metadata (only nbgrader's)
+        # the reader's, never the submission's own metadata (only nbgrader's)
+        if isinstance(c.get("facts"), dict):
             cell.metadata["autograder"] = c["facts"]
         nb.cells.append(cell)
 
@@ -412,10 +426,11 @@ def read_submission(path, lesson: str | None = None) -> tuple[object, list, list
         return nb, [], problems, None, how
     if stem is None and by_content is not None:
         stem = by_content
-        problems.append(f"graded as lesson {stem}, recognised by its graded cells (no assignment given: use --lesson)")
+        problems.append(f"graded as lesson {stem}, recognised by its graded cells (no assignment given: use "
+                        "--lesson)")
     elif stem is not None and by_content is not None and by_content != stem:
-        problems.append(f"this notebook's graded cells are lesson {by_content}'s, but it is graded as lesson {stem} "
-                        f"({how}): another lesson's notebook under this lesson's name?")
+        problems.append(f"this notebook's graded cells are lesson {by_content}'s, but it is graded as lesson "
+                        f"{stem} ({how}): another lesson's notebook under this lesson's name?")
     expected = expected_cells(stem)
     if stem is not None:
         extra = [gid for gid in counts if gid.startswith("check_") and gid not in found[stem]]
@@ -425,8 +440,8 @@ def read_submission(path, lesson: str | None = None) -> tuple[object, list, list
         return nb, [], problems, None, "no graded cells of a course lesson in this notebook"
     borrowed = answer_imports(nb.cells, stem, [name for _, name, _ in expected])
     if borrowed:
-        problems.append(f"{ANSWER_IMPORT} ({'; '.join(borrowed[:3])}{'; ...' if len(borrowed) > 3 else ''}): the "
-                        "grader's solutions/ has that stage stubbed, so what it imports earns nothing")
+        problems.append(f"{ANSWER_IMPORT} ({'; '.join(borrowed[:3])}{'; ...' if len(borrowed) > 3 else ''}): "
+                        "the grader's solutions/ has that stage stubbed, so what it imports earns nothing")
     return nb, expected, problems, stem, None
 
 

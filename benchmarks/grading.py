@@ -59,78 +59,104 @@ def full_marks(what: str, points: float, top: float) -> None:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--jobs", type=int, default=0,
-                   help="notebooks graded at the same time by our command (0: its default, one per core up to 4)")
+                   help="notebooks graded at the same time by our command "
+                        "(0: its default, one per core up to 4)")
     p.add_argument("--lessons", nargs="*", help="lesson stems (default: all graded lessons)")
     p.add_argument("--skip-nbgrader", action="store_true")
     args = p.parse_args()
     lessons = [x for x in lesson_paths() if not args.lessons or x.stem in args.lessons]
-    rows = []
     with tempfile.TemporaryDirectory(prefix="grading-bench-") as tmp:
         tmp = pathlib.Path(tmp)
-        subs = tmp / "submissions"
-        subs.mkdir()
-        for path in lessons:
-            nbformat.write(solved(path), str(subs / path.name))
-        report = tmp / "report.json"
-        seconds, mb, proc = timed([sys.executable, "-m", "autograder", "grade", *sorted(map(str, subs.glob("*.ipynb"))),
-                                   "--json", str(report)]
-                                  + (["--jobs", str(args.jobs)] if args.jobs else []), ROOT)
-        if proc.returncode != 0:
-            sys.exit(f"autograder grade failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
-        r = json.loads(report.read_text())
-        for n in r["notebooks"]:
-            if "seconds" in n:
-                print(f"  ours {pathlib.Path(n['path']).stem}: {n['seconds']:.1f} s", flush=True)
-        points = sum(n["points"] for n in r["notebooks"])
-        top = sum(n["max_points"] for n in r["notebooks"])
-        full_marks("python -m autograder grade", points, top)
-        jobs = args.jobs or min(4, os.cpu_count() or 1)
-        rows.append((f"python -m autograder grade (--jobs {jobs})", seconds, points, top, mb))
-        print(f"ours: {seconds:.1f} s, {points:g}/{top:g} points, peak {mb:.0f} MB", flush=True)
-
+        rows = [ours(lessons, tmp, args.jobs)]
         if not args.skip_nbgrader:
-            course = tmp / "course"
-            subprocess.run([sys.executable, "-m", "autograder", "nbgrader-course", str(course), "--lessons",
-                            *[x.stem for x in lessons]], check=True, capture_output=True, cwd=ROOT)
-            for path in lessons:
-                subprocess.run([sys.executable, "-m", "nbgrader", "generate_assignment", path.stem, "--force"],
-                               check=True, capture_output=True, cwd=course)
-                folder = course / "submitted" / "student" / path.stem
-                folder.mkdir(parents=True)
-                nbformat.write(solved(path), str(folder / path.name))
-            def nbgrader_points() -> tuple[float, float]:
-                subprocess.run([sys.executable, "-m", "nbgrader", "export", "--to", "grades.csv"], check=True,
-                               capture_output=True, cwd=course)
-                grades = list(csv.DictReader(open(course / "grades.csv")))
-                return (sum(float(g["raw_score"] or 0) for g in grades),
-                        sum(float(g["max_score"] or 0) for g in grades))
+            course = nbgrader_course(lessons, tmp)
+            rows.append(nbgrader_per_lesson(lessons, course))
+            rows.append(nbgrader_at_once(lessons, course))
+    table(rows, lessons)
 
-            total_s, peak = 0.0, 0.0
-            for path in lessons:
-                s, m, proc = timed([sys.executable, "-m", "nbgrader", "autograde", path.stem, "--force"], course)
-                if proc.returncode != 0:
-                    sys.exit(f"nbgrader autograde {path.stem} failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
-                total_s, peak = total_s + s, max(peak, m)
-                print(f"  nbgrader autograde {path.stem}: {s:.1f} s", flush=True)
-            points, top = nbgrader_points()
-            full_marks("nbgrader autograde", points, top)
-            rows.append(("nbgrader autograde (one call per lesson)", total_s, points, top, peak))
-            print(f"nbgrader: {total_s:.1f} s, {points:g}/{top:g} points, peak {peak:.0f} MB", flush=True)
 
-            # the same submissions again, every lesson in one call; autograded/ is rebuilt (--force) and
-            # the database's earlier grades are replaced, so the points are this call's own
-            shutil.rmtree(course / "autograded")
-            s, m, proc = timed([sys.executable, "-m", "nbgrader", "autograde", "*", "--force"], course)
-            if proc.returncode != 0:
-                sys.exit(f"nbgrader autograde '*' failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
-            graded = len(list((course / "autograded").glob("*/*/*.ipynb")))
-            if graded != len(lessons):
-                sys.exit(f"nbgrader autograde '*' graded {graded} notebooks, expected {len(lessons)}")
-            points, top = nbgrader_points()
-            full_marks('nbgrader autograde "*"', points, top)
-            rows.append(('nbgrader autograde "*" (one call, all lessons)', s, points, top, m))
-            print(f"nbgrader, one call: {s:.1f} s, {points:g}/{top:g} points, peak {m:.0f} MB", flush=True)
+def ours(lessons: list, tmp: pathlib.Path, jobs: int) -> tuple:
+    """`python -m autograder grade` on the solved lessons, timed: the table's row."""
+    subs = tmp / "submissions"
+    subs.mkdir()
+    for path in lessons:
+        nbformat.write(solved(path), str(subs / path.name))
+    report = tmp / "report.json"
+    command = [sys.executable, "-m", "autograder", "grade", *sorted(map(str, subs.glob("*.ipynb"))),
+               "--json", str(report)]
+    seconds, mb, proc = timed(command + (["--jobs", str(jobs)] if jobs else []), ROOT)
+    if proc.returncode != 0:
+        sys.exit(f"autograder grade failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+    r = json.loads(report.read_text())
+    for n in r["notebooks"]:
+        if "seconds" in n:
+            print(f"  ours {pathlib.Path(n['path']).stem}: {n['seconds']:.1f} s", flush=True)
+    points = sum(n["points"] for n in r["notebooks"])
+    top = sum(n["max_points"] for n in r["notebooks"])
+    full_marks("python -m autograder grade", points, top)
+    jobs = jobs or min(4, os.cpu_count() or 1)
+    print(f"ours: {seconds:.1f} s, {points:g}/{top:g} points, peak {mb:.0f} MB", flush=True)
+    return (f"python -m autograder grade (--jobs {jobs})", seconds, points, top, mb)
 
+
+def nbgrader_course(lessons: list, tmp: pathlib.Path) -> pathlib.Path:
+    """The nbgrader course (`python -m autograder nbgrader-course`), each assignment generated and one
+    student's solved submissions in it (not timed)."""
+    course = tmp / "course"
+    subprocess.run([sys.executable, "-m", "autograder", "nbgrader-course", str(course), "--lessons",
+                    *[x.stem for x in lessons]], check=True, capture_output=True, cwd=ROOT)
+    for path in lessons:
+        subprocess.run([sys.executable, "-m", "nbgrader", "generate_assignment", path.stem, "--force"],
+                       check=True, capture_output=True, cwd=course)
+        folder = course / "submitted" / "student" / path.stem
+        folder.mkdir(parents=True)
+        nbformat.write(solved(path), str(folder / path.name))
+    return course
+
+
+def nbgrader_points(course: pathlib.Path) -> tuple[float, float]:
+    """(points, most points) of nbgrader's database, by `nbgrader export`."""
+    subprocess.run([sys.executable, "-m", "nbgrader", "export", "--to", "grades.csv"], check=True,
+                   capture_output=True, cwd=course)
+    grades = list(csv.DictReader(open(course / "grades.csv")))
+    return (sum(float(g["raw_score"] or 0) for g in grades),
+            sum(float(g["max_score"] or 0) for g in grades))
+
+
+def nbgrader_per_lesson(lessons: list, course: pathlib.Path) -> tuple:
+    """`nbgrader autograde` once per lesson, timed together: the table's row."""
+    total_s, peak = 0.0, 0.0
+    for path in lessons:
+        s, m, proc = timed([sys.executable, "-m", "nbgrader", "autograde", path.stem, "--force"], course)
+        if proc.returncode != 0:
+            sys.exit(f"nbgrader autograde {path.stem} failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
+        total_s, peak = total_s + s, max(peak, m)
+        print(f"  nbgrader autograde {path.stem}: {s:.1f} s", flush=True)
+    points, top = nbgrader_points(course)
+    full_marks("nbgrader autograde", points, top)
+    print(f"nbgrader: {total_s:.1f} s, {points:g}/{top:g} points, peak {peak:.0f} MB", flush=True)
+    return ("nbgrader autograde (one call per lesson)", total_s, points, top, peak)
+
+
+def nbgrader_at_once(lessons: list, course: pathlib.Path) -> tuple:
+    """The same submissions again, every lesson in one call (`nbgrader autograde "*"`): the table's row.
+    autograded/ is rebuilt (--force) and the database's earlier grades are replaced, so the points are this
+    call's own."""
+    shutil.rmtree(course / "autograded")
+    s, m, proc = timed([sys.executable, "-m", "nbgrader", "autograde", "*", "--force"], course)
+    if proc.returncode != 0:
+        sys.exit(f"nbgrader autograde '*' failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
+    graded = len(list((course / "autograded").glob("*/*/*.ipynb")))
+    if graded != len(lessons):
+        sys.exit(f"nbgrader autograde '*' graded {graded} notebooks, expected {len(lessons)}")
+    points, top = nbgrader_points(course)
+    full_marks('nbgrader autograde "*"', points, top)
+    print(f"nbgrader, one call: {s:.1f} s, {points:g}/{top:g} points, peak {m:.0f} MB", flush=True)
+    return ('nbgrader autograde "*" (one call, all lessons)', s, points, top, m)
+
+
+def table(rows: list, lessons: list) -> None:
+    """The rows as a Markdown table, and the ratio ours / each of nbgrader's."""
     print(f"\n{len(lessons)} solved lessons, {os.cpu_count()} CPUs\n")
     print(f"| {'command':47s} | {'seconds':>7s} | {'points':>9s} | {'peak MB':>7s} |")
     print(f"|{'-' * 49}|{'-' * 9}|{'-' * 11}|{'-' * 9}|")

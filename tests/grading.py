@@ -21,9 +21,9 @@ TIMEOUT_SCALE = float(os.environ.get("CHECK_TIMEOUT_SCALE", "3"))
 
 @contextlib.contextmanager
 def patient(factor: float = TIMEOUT_SCALE):
-    """Every check's time limit times `factor` (CHECK_TIMEOUT_SCALE, 3 by default) while inside: what a row pins,
-    and full marks, must not depend on how busy the machine is (a check that ran out of time skips the name's
-    others). The limits themselves are tested by tests that set their own."""
+    """Every check's time limit times `factor` (CHECK_TIMEOUT_SCALE, 3 by default) while inside: what a row
+    pins, and full marks, must not depend on how busy the machine is (a check that ran out of time skips the
+    name's others). The limits themselves are tested by tests that set their own."""
     from autograder.core import REGISTRY
     saved = [(c, c.timeout) for checks in REGISTRY.values() for c in checks]
     try:
@@ -43,8 +43,8 @@ def assert_full_marks(obj, name=None):
 
 
 def grade_one(obj, name, title_start):
-    """(points, printed line) of the one check of `name` whose title starts with `title_start`: a test about one
-    check need not pay for all of them (a whole model's take seconds)."""
+    """(points, printed line) of the one check of `name` whose title starts with `title_start`: a test about
+    one check need not pay for all of them (a whole model's take seconds)."""
     from autograder.core import REGISTRY, run_check
     obj.__name__ = name
     [c] = [c for c in REGISTRY[name] if c.title.startswith(title_start)]
@@ -53,7 +53,8 @@ def grade_one(obj, name, title_start):
 
 def run_silently(code, timeout=300):
     """`code` run by a fresh interpreter at the repository's root: it must exit 0 and write nothing to stderr
-    (nbgrader gives a graded cell 0 points when it writes to stderr, and PyTorch warnings go there). Returns stdout."""
+    (nbgrader gives a graded cell 0 points when it writes to stderr, and PyTorch warnings go there). Returns
+    stdout."""
     import pathlib
     import subprocess
     import sys
@@ -64,9 +65,10 @@ def run_silently(code, timeout=300):
 
 
 def grade_one_across(obj, name, title_start):
-    """grade_one as `python -m autograder grade` runs it: the object lives on the notebook's side of the channel
-    (autograder/remote.py, served here in a thread), the check runs on the checker's and reaches it through a proxy;
-    the learner's errors come back rebuilt, with the frames the kernel sent (file, line, function, line's text)."""
+    """grade_one as `python -m autograder grade` runs it: the object lives on the notebook's side of the
+    channel (autograder/remote.py, served here in a thread), the check runs on the checker's and reaches it
+    through a proxy; the learner's errors come back rebuilt, with the frames the kernel sent (file, line,
+    function, line's text)."""
     import socket
 
     from autograder.core import FORBIDDEN, REGISTRY, run_check
@@ -89,7 +91,8 @@ def grade_one_across(obj, name, title_start):
 
 
 def serve_in_thread(learner):
-    """Serve the notebook's side of the channel (a serve.LearnerEndpoint) in a daemon thread until it closes."""
+    """Serve the notebook's side of the channel (a serve.LearnerEndpoint) in a daemon thread until it
+    closes."""
     import threading
 
     from autograder.remote import ChannelError
@@ -114,9 +117,10 @@ import dataclasses  # noqa: E402
 @dataclasses.dataclass(frozen=True)
 class Mistake:
     """One classic mistake, as a row of a stage's table: what the learner did (`name`), the code that does it
-    (`impl`: a function or class, often `edit(reference, ...)`), the points it earns, exactly, and fragments that
-    the report must say (case-insensitive). `title`: grade only the check whose title starts so (grade_one), for
-    a mistake that one check is about. `contract`: the name it stands for, when not the table's."""
+    (`impl`: a function or class, often `edit(reference, ...)`), the points it earns, exactly, and fragments
+    that the report must say (case-insensitive). `title`: grade only the check whose title starts so
+    (grade_one), for a mistake that one check is about. `contract`: the name it stands for, when not the
+    table's."""
     name: str
     impl: object
     points: int
@@ -160,17 +164,20 @@ _EDITS = 0
 
 
 def edit(reference, *changes: tuple[str, str], name: str | None = None):
-    """`reference` (a function or class of solutions/) with its source changed: each (old, new) replaces `old`,
-    which must occur exactly once, so a mistake is written as the diff that makes it. Compiled in the
-    reference's own module (its imports and helpers), under a file name that the grader takes for the learner's
-    and whose lines it can show. Example: edit(solutions.softmax, ("dim=dim, keepdim=True)\n    e", "dim=-1, ..."))"""
+    """`reference` (a function or class of solutions/) with its source changed: each (old, new) replaces
+    `old`, which must occur exactly once, so a mistake is written as the diff that makes it. Compiled in the
+    reference's own module (its imports and helpers), under a file name that the grader takes for the
+    learner's and whose lines it can show. Example: edit(solutions.softmax, ("dim=dim, keepdim=True)\n    e",
+    "dim=-1, ..."))"""
     import __future__
+
     import inspect
     import linecache
     import sys
     import textwrap
     global _EDITS
-    # an edit of an edit starts from the edited source (inspect finds a class by its module's file: the original)
+    # an edit of an edit starts from the edited source (inspect finds a class by its module's file: the
+    # original)
     source = getattr(reference, "_edited_source", None) or textwrap.dedent(inspect.getsource(reference))
     for old, new in changes:
         count = source.count(old)
@@ -180,7 +187,8 @@ def edit(reference, *changes: tuple[str, str], name: str | None = None):
     filename = f"<mistake {_EDITS}: {reference.__name__}>"
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
     namespace = dict(vars(sys.modules[reference.__module__]))
-    exec(compile(source, filename, "exec", flags=__future__.annotations.compiler_flag, dont_inherit=True), namespace)
+    exec(compile(source, filename, "exec", flags=__future__.annotations.compiler_flag, dont_inherit=True),
+         namespace)
     made = namespace[reference.__name__]
     made._edited_source = source
     if name is not None:

@@ -1,5 +1,5 @@
-"""autograder/audit.py: what reaches below the library-shortcut watch is named for review, read from the cells'
-source before they run; an honest lesson never trips it."""
+"""autograder/audit.py: what reaches below the library-shortcut watch is named for review, read from the
+cells' source before they run; an honest lesson never trips it."""
 import nbformat
 import pytest
 
@@ -38,10 +38,13 @@ def test_each_way_below_the_watch_is_named_with_its_line(source, says):
 
 
 @pytest.mark.parametrize("source", [
-    "import importlib.util\nif importlib.util.find_spec('autograder') is None:\n    pass",   # every setup cell
-    "for n in ('q', 'k', 'v'):\n    setattr(self, n, nn.Linear(d, d))",                          # layers in a loop
+    # every setup cell
+    "import importlib.util\nif importlib.util.find_spec('autograder') is None:\n    pass",
+    # layers in a loop
+    "for n in ('q', 'k', 'v'):\n    setattr(self, n, nn.Linear(d, d))",
     "w = getattr(module, 'weight')\nmodel.eval()\ny = F.log_softmax(x, -1)",
-    "def softmax(x, dim=-1):\n    e = (x - x.amax(dim, keepdim=True)).exp()\n    return e / e.sum(dim, keepdim=True)",
+    "def softmax(x, dim=-1):\n    e = (x - x.amax(dim, keepdim=True)).exp()\n"
+    "    return e / e.sum(dim, keepdim=True)",
     "%matplotlib inline\n!ls",
 ])
 def test_honest_code_is_not_named(source):

@@ -1,6 +1,6 @@
-"""autograder/explain.py on its own: whose frame is whose, how an exception raised here or in the notebook's kernel
-is described (the learner's line, the shapes on it, the call), and when a 'Likely' is said. The functions of this
-file stand for the learner's code: it lives outside autograder/ and the libraries."""
+"""autograder/explain.py on its own: whose frame is whose, how an exception raised here or in the notebook's
+kernel is described (the learner's line, the shapes on it, the call), and when a 'Likely' is said. The
+functions of this file stand for the learner's code: it lives outside autograder/ and the libraries."""
 import os
 import sys
 
@@ -8,14 +8,26 @@ import pytest
 import torch
 
 from autograder import explain
-from autograder.explain import (_describe_exception, _entry_call, _exception_line, _frame_kind, _last_item_of_batch,
-                                _plain_shapes, _remote_where, _shapes_hint, failing_line, failing_site)
+from autograder.explain import (
+    _describe_exception,
+    _entry_call,
+    _exception_line,
+    _frame_kind,
+    _last_item_of_batch,
+    _plain_shapes,
+    _remote_where,
+    _shapes_hint,
+    failing_line,
+    failing_site,
+)
 
-KERNEL_CELL = "/tmp/autograder-x/home/tmp/ipykernel_1/2928958320.py"  # where a kernel's cell runs (any folder)
+# where a kernel's cell runs (any folder)
+KERNEL_CELL = "/tmp/autograder-x/home/tmp/ipykernel_1/2928958320.py"
 
 
 def as_ours(source: str, name: str):
-    """The function `name` defined by `source`, compiled as if it were a file of autograder/ (a check's code)."""
+    """The function `name` defined by `source`, compiled as if it were a file of autograder/ (a check's
+    code)."""
     namespace = {}
     exec(compile(source, os.path.join(os.path.dirname(explain.__file__), "a_check.py"), "exec"), namespace)
     return namespace[name]
@@ -84,8 +96,10 @@ def test_an_exception_is_described_by_the_learners_innermost_line():
     assert _describe_exception(e) == \
         f"ZeroDivisionError: division by zero (in divide, line {line_of(divide, 'y / 0')}: `return y / 0`)"
     assert failing_line(e) == "return y / 0"
-    assert _describe_exception(raised(outer, 3)) == _describe_exception(e)  # the innermost of the learner's frames
-    assert _describe_exception(raised(lambda: (_ for _ in ()).throw(ValueError()))).startswith("ValueError (in ")
+    # the innermost of the learner's frames
+    assert _describe_exception(raised(outer, 3)) == _describe_exception(e)
+    assert _describe_exception(raised(lambda: (_ for _
+                                               in ()).throw(ValueError()))).startswith("ValueError (in ")
 
 
 def test_a_long_message_keeps_its_first_line_and_300_characters():
@@ -118,7 +132,8 @@ def test_a_size_mismatch_names_the_two_dimensions_that_met():
     e = raised(add, torch.zeros(2, 3), torch.zeros(2, 4))
     shapes, hint = _shapes_hint(e)
     assert shapes == "a (2, 3), b (2, 4)"
-    assert hint.startswith("3 is a's size at dim 1 and 4 is b's size at dim 1: on this line the one stands where")
+    assert hint.startswith("3 is a's size at dim 1 and 4 is b's size at dim 1: on this line the one stands "
+                           "where")
 
 
 def test_no_likely_when_the_sizes_do_not_point_at_one_dimension_each():
@@ -165,15 +180,17 @@ def test_the_call_shows_a_modules_argument_as_given_even_if_reassigned():
 def test_the_exception_line_puts_it_together():
     e = raised(add, torch.zeros(2, 3), torch.zeros(2, 4))
     text = _exception_line(e)
-    assert text.startswith("your code raised RuntimeError: The size of tensor a (3) must match the size of tensor b "
-                           "(4) at non-singleton dimension 1 (in add, line ")
-    assert ", with a (2, 3), b (2, 4); the call was add(a (2, 3), b (2, 4)). Likely: 3 is a's size at dim 1" in text
+    assert text.startswith("your code raised RuntimeError: The size of tensor a (3) must match the size of "
+                           "tensor b (4) at non-singleton dimension 1 (in add, line ")
+    assert (", with a (2, 3), b (2, 4); the call was add(a (2, 3), b (2, 4)). "
+            "Likely: 3 is a's size at dim 1") in text
     assert _exception_line(raised(divide, 3)).endswith("`return y / 0`); the call was divide(x=3)")
 
 
 # ---------------------------------------------------------------- an error rebuilt from the notebook's kernel
 def kernel_error(frames, site=None) -> RuntimeError:
-    e = RuntimeError("The size of tensor a (3) must match the size of tensor b (4) at non-singleton dimension 1")
+    e = RuntimeError("The size of tensor a (3) must match the size of tensor b (4) at non-singleton "
+                     "dimension 1")
     e.remote_frames = frames
     if site is not None:
         e.remote_site = site
@@ -188,7 +205,8 @@ def test_a_kernels_error_is_placed_by_the_frames_it_sent():
     e = kernel_error(SENT)
     assert _remote_where(e) == " (in add, line 7: `return a + b`)"
     assert _describe_exception(e).endswith(" (in add, line 7: `return a + b`)")
-    assert _remote_where(kernel_error([SENT[0]])) == "" and _remote_where(kernel_error(["not a frame", 3])) == ""
+    assert _remote_where(kernel_error([SENT[0]])) == "" and _remote_where(kernel_error(["not a frame",
+                                                                                        3])) == ""
     long = kernel_error([(KERNEL_CELL, 9, "f", "y = " + "x" * 200)])
     assert _remote_where(long) == f" (in f, line 9: `y = {'x' * 113}...`)"
 
@@ -196,14 +214,18 @@ def test_a_kernels_error_is_placed_by_the_frames_it_sent():
 def test_a_kernels_site_counts_only_where_it_names_the_same_frame():
     site = {"file": KERNEL_CELL, "line": 7, "shapes": {"a": [2, 3], "b": [2, 4]}, "last": {}}
     assert failing_line(kernel_error(SENT, site)) == "return a + b"
-    assert _shapes_hint(kernel_error(SENT, site))[1].startswith("3 is a's size at dim 1 and 4 is b's size at dim 1")
+    assert _shapes_hint(kernel_error(SENT,
+                                     site))[1].startswith("3 is a's size at dim 1 and 4 is b's size at dim 1")
     for other in ({**site, "line": 8}, {**site, "file": "/elsewhere.py"}, "not a dict"):
-        assert failing_line(kernel_error(SENT, other)) == "" and _shapes_hint(kernel_error(SENT, other)) == ("", None)
+        assert failing_line(kernel_error(SENT, other)) == "" and _shapes_hint(kernel_error(SENT,
+                                                                                           other)) == ("",
+                                                                                                       None)
 
 
 def test_the_kernels_shapes_are_taken_only_as_plain_names_and_sizes():
     assert _plain_shapes({"a": [2, 3], "b": []}) == {"a": (2, 3), "b": ()}
-    bad = {"not a name": [1], "c": [-1], "d": [1.5], "e": "2x3", "f": [True], "g": [1] * 17, "h" * 65: [1], 3: [1]}
+    bad = {"not a name": [1], "c": [-1], "d": [1.5], "e": "2x3", "f": [True], "g": [1] * 17, "h" * 65: [1],
+           3: [1]}
     assert _plain_shapes(bad) == {}
     assert len(_plain_shapes({f"t{i}": [i] for i in range(40)})) == 16
     assert _plain_shapes([("a", [2])]) == {}

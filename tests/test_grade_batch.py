@@ -1,8 +1,8 @@
-"""`python -m autograder grade` as an instructor runs it on a class: a lesson-05 class laid out as nbgrader lays it
-out (submitted/<student>/05_masks/05_masks.ipynb), graded by the command line, stopped by SIGINT mid-batch and
-started again, one student graded again, and the class graded in shards by three processes and merged. The
-reasons the report gives (a SyntaxError, an exception at definition, a cell that did not run, the answer imported
-from solutions) are the true ones. Plus the pieces that need no kernel."""
+"""`python -m autograder grade` as an instructor runs it on a class: a lesson-05 class laid out as nbgrader
+lays it out (submitted/<student>/05_masks/05_masks.ipynb), graded by the command line, stopped by SIGINT
+mid-batch and started again, one student graded again, and the class graded in shards by three processes and
+merged. The reasons the report gives (a SyntaxError, an exception at definition, a cell that did not run, the
+answer imported from solutions) are the true ones. Plus the pieces that need no kernel."""
 import csv
 import json
 import os
@@ -28,9 +28,10 @@ MASKS = ["padding_mask", "causal_mask", "target_mask"]
 FULL = 11.0   # padding_mask 4, causal_mask 3, target_mask 4
 
 SOLVED = _lean(solved(LESSONS / f"{LESSON}.ipynb"))
-SLEEPS = _insert(SOLVED, "check_padding_mask", "import time\ntime.sleep(900)")   # in flight when the batch stops
-# target_mask reading the length from a dimension the ids do not have: an error raised in the kernel, which the
-# message shows with the call as the check made it, its argument named as the notebook names it
+# in flight when the batch stops
+SLEEPS = _insert(SOLVED, "check_padding_mask", "import time\ntime.sleep(900)")
+# target_mask reading the length from a dimension the ids do not have: an error raised in the kernel, which
+# the message shows with the call as the check made it, its argument named as the notebook names it
 WRONG_TARGET = _set_solution(SOLVED, "target_mask", "def target_mask(tgt_ids, pad_id=PAD):\n"
                              "    L = tgt_ids.shape[2]\n"
                              "    return padding_mask(tgt_ids, pad_id) & causal_mask(L, tgt_ids.device)")
@@ -55,7 +56,8 @@ def _write(folder, student, nb):
 
 def _command(folder, *args, **kwargs):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT)] + ([os.environ["PYTHONPATH"]]
-                                                                     if os.environ.get("PYTHONPATH") else [])))
+                                                                     if os.environ.get("PYTHONPATH")
+                                                                     else [])))
     return subprocess.Popen([sys.executable, "-m", "autograder", *args], cwd=str(folder), env=env, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, **kwargs)
 
@@ -75,13 +77,15 @@ def _notebooks(path):
     return {n["path"]: n for n in json.loads(pathlib.Path(path).read_text())["notebooks"]}
 
 
-NOTEBOOKS = [f"submitted/{s}/{LESSON}/{LESSON}.ipynb" for s in STUDENTS]   # as the instructor's glob gives them
+# as the instructor's glob gives them
+NOTEBOOKS = [f"submitted/{s}/{LESSON}/{LESSON}.ipynb" for s in STUDENTS]
 
 
 @pytest.fixture(scope="module")
 def klass(tmp_path_factory):
-    """The class graded as an instructor would: stopped by SIGINT while bob's notebook runs (alice's done), then the
-    same command again (bob's file fixed meanwhile), then carol graded again after she resubmitted."""
+    """The class graded as an instructor would: stopped by SIGINT while bob's notebook runs (alice's done),
+    then the same command again (bob's file fixed meanwhile), then carol graded again after she
+    resubmitted."""
     folder = tmp_path_factory.mktemp("class")
     _write(folder, "alice", SOLVED)
     _write(folder, "bob", SLEEPS)
@@ -117,16 +121,19 @@ def test_sigint_keeps_what_was_graded_and_exits_with_one_line(klass):
     assert stopped["rc"] == 128 + signal.SIGINT, stopped
     assert "Traceback" not in stopped["err"], stopped["err"]
     last = stopped["err"].strip().splitlines()[-1]
-    assert last.startswith("interrupted (SIGINT): 1 of 3 notebooks graded in this run, kept in report.json"), last
+    assert last.startswith("interrupted (SIGINT): 1 of 3 notebooks graded in this run, "
+                           "kept in report.json"), last
     assert list(stopped["report"]) == [NOTEBOOKS[0]], stopped["report"].keys()
     alice = stopped["report"][NOTEBOOKS[0]]
     assert alice["points"] == FULL and alice["student"] == "alice" and len(alice["sha256"]) == 64
-    assert stopped["csv"] == [["student", "check_padding_mask", "check_causal_mask", "check_target_mask", "total"],
+    assert stopped["csv"] == [["student", "check_padding_mask", "check_causal_mask", "check_target_mask",
+                               "total"],
                               ["alice", "4", "3", "4", "11"]]
 
 
 def test_the_same_command_goes_on_without_grading_again(klass):
-    """alice's grade is kept (the same graded_at, the stderr says so); bob's (changed since) and carol's are graded."""
+    """alice's grade is kept (the same graded_at, the stderr says so); bob's (changed since) and carol's are
+    graded."""
     _, stopped, resumed, _ = klass
     assert resumed["rc"] == 1, resumed["err"]  # carol's kernel dies: an error in the report
     assert "1 of 3 notebooks kept from report.json" in resumed["err"], resumed["err"]
@@ -141,26 +148,30 @@ def test_the_same_command_goes_on_without_grading_again(klass):
 
 
 def test_the_reasons_are_true(klass):
-    """carol's notebook: padding_mask's cell raises at its first line, causal_mask's has a SyntaxError, target_mask is
-    the course's (imported), and the kernel dies before target_mask's graded cell. bob's target_mask raises a size
-    IndexError in the kernel: the call is shown with its parameter's name."""
+    """carol's notebook: padding_mask's cell raises at its first line, causal_mask's has a SyntaxError,
+    target_mask is the course's (imported), and the kernel dies before target_mask's graded cell. bob's
+    target_mask raises a size IndexError in the kernel: the call is shown with its parameter's name."""
     _, _, resumed, _ = klass
     carol = resumed["report"][NOTEBOOKS[2]]
     said = {c["grade_id"]: c["message"] for c in carol["cells"]}
     assert carol["points"] == 0
     assert said["check_padding_mask"] == ("✗ padding_mask is not defined: cell 3, which defines it, raised "
-                                          "ModuleNotFoundError: No module named 'nonexistent_module_x' at line 1")
-    assert said["check_causal_mask"].startswith("✗ causal_mask is not defined: cell 5, which defines it, has a "
-                                                "SyntaxError at line 2"), said
+                                          "ModuleNotFoundError: No module named 'nonexistent_module_x' at "
+                                          "line 1")
+    assert said["check_causal_mask"].startswith("✗ causal_mask is not defined: cell 5, which defines it, has "
+                                                "a SyntaxError at line 2"), said
     assert "run the cell that defines it" not in "\n".join(said.values())
-    assert said["check_target_mask"].startswith("not run: the kernel died while running the notebook's cell 8"), said
-    assert any(p.startswith("imports the graded stage's answer from solutions (cell 7: solutions.masks.target_mask)")
+    assert said["check_target_mask"].startswith(
+        "not run: the kernel died while running the notebook's cell 8"), said
+    assert any(p.startswith("imports the graded stage's answer from solutions (cell 7: "
+                            "solutions.masks.target_mask)")
                for p in carol["problems"]), carol["problems"]
     assert "note: imports the graded stage's answer from solutions" in resumed["out"]
     bob = resumed["report"][NOTEBOOKS[1]]
     assert bob["points"] == 7.0, bob
     target = next(c["message"] for c in bob["cells"] if c["grade_id"] == "check_target_mask")
-    assert "your code raised IndexError: tuple index out of range (in target_mask, line 2: `L = tgt_ids.shape[2]`)" \
+    assert ("your code raised IndexError: tuple index out of range "
+            "(in target_mask, line 2: `L = tgt_ids.shape[2]`)") \
         in target and "the call was target_mask(tgt_ids (2, 5))" in target, target
 
 
@@ -180,7 +191,8 @@ def test_the_csv_has_a_row_per_student_and_a_regrade_changes_only_that_row(klass
 def test_shards_in_three_processes_merge_to_the_unsharded_report(klass):
     folder, _, _, regraded = klass
     count = 3
-    assert sorted({shard_of(p, count) for p in NOTEBOOKS}) != [0], "the shares must differ for the test to prove it"
+    assert sorted({shard_of(p, count) for p
+                   in NOTEBOOKS}) != [0], "the shares must differ for the test to prove it"
     procs = [_command(folder, "grade", *NOTEBOOKS[::-1] if k % 2 else NOTEBOOKS, "--shard", f"{k}/{count}",
                       "--json", f"shard-{k}.json", "--jobs", "1") for k in range(count)]
     for proc in procs:
@@ -209,7 +221,8 @@ def test_shards_in_three_processes_merge_to_the_unsharded_report(klass):
 @pytest.mark.parametrize("source, found", [
     ("from solutions.masks import padding_mask", "solutions.masks.padding_mask"),
     ("import solutions\n\npadding_mask = solutions.padding_mask", "solutions.padding_mask"),
-    ("import solutions\n\ndef causal_mask(size, device=None):\n    return solutions.masks.causal_mask(size, device)",
+    ("import solutions\n\ndef causal_mask(size, device=None):\n"
+     "    return solutions.masks.causal_mask(size, device)",
      "solutions.masks.causal_mask"),
     ("exec(open('../solutions/masks.py').read())", "a text naming solutions and masks"),
     ("from solutions import *", "solutions.*"),
@@ -221,13 +234,14 @@ def test_the_answer_taken_from_solutions_is_named(source, found):
 
 
 def test_no_lesson_is_taken_for_a_submission_that_borrows():
-    """What the lessons themselves do with solutions (the given names of the graded module, a demonstration that
-    falls back on the course's answer, an earlier stage) is not the answer taken; the same names for another lesson
-    than the graded one are not either."""
+    """What the lessons themselves do with solutions (the given names of the graded module, a demonstration
+    that falls back on the course's answer, an earlier stage) is not the answer taken; the same names for
+    another lesson than the graded one are not either."""
     checks = {stem: [gid[len("check_"):] for gid in ids] for stem, _, ids in _lessons()}
     for path in lesson_paths():
         for nb in (nbformat.read(str(path), as_version=4), solved(path)):
-            cells = [{"metadata": {"autograder": cell_facts(c.source), "nbgrader": c.metadata.get("nbgrader")}}
+            cells = [{"metadata": {"autograder": cell_facts(c.source),
+                                   "nbgrader": c.metadata.get("nbgrader")}}
                      if c.cell_type == "code" else {} for c in nb.cells]
             assert answer_imports(cells, path.stem, checks.get(path.stem, [])) == [], path.stem
     earlier = [{"metadata": {"autograder": cell_facts("from solutions import padding_mask")}}]
@@ -238,7 +252,8 @@ def test_cell_errors_are_read_from_the_kernels_messages():
     syntax = _error_of({"ename": "SyntaxError", "evalue": "incomplete input (370628644.py, line 3)"})
     assert syntax == {"ename": "SyntaxError", "evalue": "incomplete input", "line": 3}
     raised = _error_of({"ename": "NameError", "evalue": "name 'nn' is not defined", "traceback": [
-        "\x1b[0;31m-----\x1b[0m", "Cell \x1b[0;32mIn[4], line 2\x1b[0m\n\x1b[0;32m----> 2\x1b[0m class A(nn.Module):",
+        "\x1b[0;31m-----\x1b[0m",
+        "Cell \x1b[0;32mIn[4], line 2\x1b[0m\n\x1b[0;32m----> 2\x1b[0m class A(nn.Module):",
         "Cell \x1b[0;32mIn[4], line 9\x1b[0m, in f()"]})
     assert raised == {"ename": "NameError", "evalue": "name 'nn' is not defined", "line": 2}
     assert _error_of("not a dict") == {"ename": "", "evalue": "", "line": None}
@@ -255,7 +270,8 @@ def test_students_and_shards():
 
 
 def _report(path, notebooks, **extra):
-    path.write_text(json.dumps({"notebooks": notebooks, "isolation": True, "safe": True, "tampering": [], **extra}))
+    path.write_text(json.dumps({"notebooks": notebooks, "isolation": True, "safe": True, "tampering": [],
+                                **extra}))
     return path
 
 
@@ -267,7 +283,8 @@ def _entry(path, points, sha="a" * 64):
 def test_merge_refuses_overlaps_that_disagree_and_says_what_is_missing(tmp_path):
     a = _report(tmp_path / "a.json", [_entry("x.ipynb", 4.0), _entry("y.ipynb", 1.0)],
                 shard={"index": 0, "count": 3, "assigned": ["x.ipynb", "y.ipynb", "z.ipynb"]})
-    b = _report(tmp_path / "b.json", [_entry("y.ipynb", 1.0)], shard={"index": 1, "count": 3, "assigned": ["y.ipynb"]})
+    b = _report(tmp_path / "b.json", [_entry("y.ipynb", 1.0)], shard={"index": 1, "count": 3,
+                                                                      "assigned": ["y.ipynb"]})
     merged, missing = merge([a, b], tmp_path / "m.json")
     assert [n["path"] for n in merged["notebooks"]] == ["x.ipynb", "y.ipynb"]   # the same result twice: once
     assert missing == ["no report of shard 2/3",

@@ -1,7 +1,8 @@
-"""A mistake paid once by `python -m autograder grade` as by a lesson's check() (issue 40): the checker holds proxies
-of the learner's objects, so the checks find an earlier graded name of the lesson by asking the kernel for it by that
-name. Two lesson-05 notebooks (triu for tril in causal_mask; a (B, 1, L) padding_mask) and one lesson-09 notebook (a
-typo in DecoderLayer), graded by the command: the later name keeps its points and is told which function to fix."""
+"""A mistake paid once by `python -m autograder grade` as by a lesson's check() (issue 40): the checker holds
+proxies of the learner's objects, so the checks find an earlier graded name of the lesson by asking the kernel
+for it by that name. Two lesson-05 notebooks (triu for tril in causal_mask; a (B, 1, L) padding_mask) and one
+lesson-09 notebook (a typo in DecoderLayer), graded by the command: the later name keeps its points and is
+told which function to fix."""
 import json
 import os
 import pathlib
@@ -36,10 +37,11 @@ NOTEBOOKS = {
 
 def _grade(folder, lesson, paths):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT)] + ([os.environ["PYTHONPATH"]]
-                                                                     if os.environ.get("PYTHONPATH") else [])))
+                                                                     if os.environ.get("PYTHONPATH")
+                                                                     else [])))
     done = subprocess.run([sys.executable, "-m", "autograder", "grade", *paths, "--lesson", lesson, "--json",
-                           f"{lesson}.json", "--jobs", "2"], cwd=folder, env=env, capture_output=True, text=True,
-                          timeout=600)
+                           f"{lesson}.json", "--jobs", "2"], cwd=folder, env=env, capture_output=True,
+                          text=True, timeout=600)
     assert done.returncode in (0, 1), done.stderr
     return {pathlib.Path(n["path"]).parent.name: {c["grade_id"]: c for c in n["cells"]}
             for n in json.loads((folder / f"{lesson}.json").read_text())["notebooks"]}
@@ -76,9 +78,11 @@ def test_target_mask_beside_a_wrong_causal_mask_keeps_its_points(graded):
 def test_a_padding_mask_missing_a_dimension_pays_its_shape_point_only(graded):
     cells = graded["short"]
     pad = cells["check_padding_mask"]
-    assert pad["points"] == pad["max_points"] - 1 and "one singleton dimension is missing" in pad["message"], pad
+    assert (pad["points"] == pad["max_points"] - 1
+            and "one singleton dimension is missing" in pad["message"]), pad
     target = cells["check_target_mask"]
-    assert _full(target) and "fix padding_mask" in target["message"] and "shape (2, 1, 5)" in target["message"], target
+    assert (_full(target) and "fix padding_mask" in target["message"]
+            and "shape (2, 1, 5)" in target["message"]), target
 
 
 def test_a_correct_decoder_beside_a_wrong_decoder_layer_keeps_its_points(graded):

@@ -8,8 +8,8 @@ import io
 import json
 import os
 import pathlib
-import socket
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -21,8 +21,16 @@ import nbformat
 import pytest
 
 from autograder.grade import grade, grade_notebook, isolation, read_submission
-from tests.submissions.corpus import (FULL, PORT, RUNNER_LISTENER, cases, harm_cases, other_lessons,
-                                      second_red_team, write)
+from tests.submissions.corpus import (
+    FULL,
+    PORT,
+    RUNNER_LISTENER,
+    cases,
+    harm_cases,
+    other_lessons,
+    second_red_team,
+    write,
+)
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 CASES = {c.name: c for c in cases()}
@@ -30,17 +38,19 @@ SLEEPER = b"4242.4242"  # what hostile_forks_sleepers' children run: sleep 4242.
 
 
 def sha(path):
-    return hashlib.sha256(pathlib.Path(path).read_bytes()).hexdigest() if pathlib.Path(path).exists() else None
+    return (hashlib.sha256(pathlib.Path(path).read_bytes()).hexdigest() if pathlib.Path(path).exists()
+            else None)
 
 
-GRADER = (b"autograder.checker", b"autograder.kernel")  # the checkers, their batch's process, the notebooks' runners
+# the checkers, their batch's process, the notebooks' runners
+GRADER = (b"autograder.checker", b"autograder.runner")
 
 
 class Watch:
-    """While a batch is graded: the peak memory (VmHWM, the most resident memory a process ever had) of each of the
-    grader's own processes (this one, which runs the grade command; every process whose command line names
-    autograder.checker or autograder.kernel), sampled 5 times a second, and the most the file system of the
-    batch's folder ever held beyond what it held at the start."""
+    """While a batch is graded: the peak memory (VmHWM, the most resident memory a process ever had) of each
+    of the grader's own processes (this one, which runs the grade command; every process whose command line
+    names autograder.checker or autograder.runner), sampled 5 times a second, and the most the file system of
+    the batch's folder ever held beyond what it held at the start."""
 
     def __init__(self, folder):
         self.folder, self.peak, self.disk = folder, {}, 0
@@ -81,7 +91,8 @@ class Watch:
 
 
 def canary_state(folder: pathlib.Path, canary: pathlib.Path):
-    """What must not change outside the notebooks: the folder's names, the canary's bytes, owner, group and mode."""
+    """What must not change outside the notebooks: the folder's names, the canary's bytes, owner, group and
+    mode."""
     st = os.lstat(canary)
     return sorted(os.listdir(folder)), sha(canary), (st.st_uid, st.st_gid, oct(st.st_mode))
 
@@ -97,12 +108,13 @@ def batch(tmp_path_factory):
     canary.write_text("canary")
     os.chmod(canary, 0o600)
     if isolated:  # without namespaces these would really damage the files (the report would say so)
-        harm = harm_cases([str(v) for v in victims], str(canary)) + second_red_team(str(canary.parent), str(canary))
+        harm = harm_cases([str(v) for v in victims], str(canary)) + second_red_team(str(canary.parent),
+                                                                                    str(canary))
         chosen += harm
         paths += [write(c, folder) for c in harm]
     before = {str(p): sha(p) for p in victims + [canary]}
-    # a Unix socket outside every jail, which kernels name in the links they swap for their ZeroMQ sockets: whoever
-    # connects to it is recorded (the runner, root, must never)
+    # a Unix socket outside every jail, which kernels name in the links they swap for their ZeroMQ sockets:
+    # whoever connects to it is recorded (the runner, root, must never)
     runner_listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     runner_listener.bind(str(canary.parent / RUNNER_LISTENER))
     runner_listener.listen(64)
@@ -133,7 +145,8 @@ def batch(tmp_path_factory):
     private_cache = tmp_path_factory.mktemp("root_only")
     os.chmod(private_cache, 0o700)
     saved = {k: os.environ.get(k) for k in ("GRADER_SECRET", "TORCHINDUCTOR_CACHE_DIR")}
-    os.environ.update(GRADER_SECRET="s3cret", TORCHINDUCTOR_CACHE_DIR=str(private_cache / "torchinductor_root"))
+    os.environ.update(GRADER_SECRET="s3cret",
+                      TORCHINDUCTOR_CACHE_DIR=str(private_cache / "torchinductor_root"))
     start = time.time()
     try:
         with Watch(tempfile.gettempdir()) as watch:
@@ -152,12 +165,14 @@ def batch(tmp_path_factory):
             else:
                 os.environ[k] = v
     seconds = time.time() - start
-    peaks = {g.decode(): max([kb >> 10 for n, kb in watch.peak.items() if g.decode() in n] or [0]) for g in GRADER}
-    print(f"\n{len(paths)} notebooks graded in {seconds:.0f} s (jobs=2, isolation={isolated}); peak memory (MB) "
-          f"{peaks}, "
-          f"the largest {max(watch.peak.values(), default=0) >> 10} MB (this process included); disk grown by "
-          f"{watch.disk >> 20} MB\n{out.getvalue()}")
-    return SimpleNamespace(cases={c.name: c for c in chosen}, report=report, seconds=seconds, isolated=isolated,
+    peaks = {g.decode(): max([kb >> 10 for n, kb in watch.peak.items() if g.decode() in n] or [0]) for g
+             in GRADER}
+    print(f"\n{len(paths)} notebooks graded in {seconds:.0f} s (jobs=2, isolation={isolated}); peak memory "
+          f"(MB) {peaks}, "
+          f"the largest {max(watch.peak.values(), default=0) >> 10} MB (this process included); disk grown "
+          f"by {watch.disk >> 20} MB\n{out.getvalue()}")
+    return SimpleNamespace(cases={c.name: c for c in chosen}, report=report, seconds=seconds,
+                           isolated=isolated,
                            hostname=hostname, watch=watch, outside=outside, canary=canary, heard=heard,
                            by_name={pathlib.Path(n["path"]).stem: n for n in report["notebooks"]},
                            before=before, paths=paths, json=folder / "report.json", text=out.getvalue())
@@ -168,7 +183,8 @@ def everything_said(r):
 
 
 def assert_graded_as_expected(batch, name) -> dict:
-    """The case's points, whether it is an error, and every phrase it must say, in the batch's report of it."""
+    """The case's points, whether it is an error, and every phrase it must say, in the batch's report of
+    it."""
     case = batch.cases.get(name)
     if case is None:
         pytest.skip("needs the kernel's namespaces (isolation), not available here")
@@ -207,17 +223,19 @@ def test_the_batch_report(batch):
 
 def test_honest_grades_are_the_ones_they_get_alone(batch, tmp_path, monkeypatch):
     """Graded alone, the honest submissions get what they got in the hostile batch: in a batch of their own
-    (checkers forked by the batch's checker process), and one whose batch's checker process is gone (the runner
-    starts a checker of its own, as for a single notebook). No checker outlives its batch."""
+    (checkers forked by the batch's checker process), and one whose batch's checker process is gone (the
+    runner starts a checker of its own, as for a single notebook). No checker outlives its batch."""
     names = ["honest_solved", "honest_mistake_softmax_over_queries"]
-    # the batch's folder, which its checkers' command names (short: a Unix socket's path has at most 107 bytes)
+    # the batch's folder, which its checkers' command names (short: a Unix socket's path has at most 107
+    # bytes)
     batches = tempfile.mkdtemp(prefix="hostile-")
     monkeypatch.setattr(tempfile, "tempdir", batches)
     alone = grade([write(CASES[n], tmp_path) for n in names], stream=io.StringIO(), cell_timeout=15)
     assert not running(batches.encode()), "a checker of the batch still runs"
     monkeypatch.undo()
     os.rmdir(batches)
-    one = grade_notebook(write(CASES[names[0]], tmp_path), cell_timeout=15, checker_server=str(tmp_path / "gone.sock"))
+    one = grade_notebook(write(CASES[names[0]], tmp_path), cell_timeout=15,
+                         checker_server=str(tmp_path / "gone.sock"))
     for n, r in zip(names + names[:1], alone["notebooks"] + [one]):
         assert [c["points"] for c in r["cells"]] == [c["points"] for c in batch.by_name[n]["cells"]], (n, r)
 
@@ -258,8 +276,8 @@ def test_the_command_goes_on_past_unreadable_files(tmp_path):
     folder = tmp_path / "folder.ipynb"
     folder.mkdir()
     out = tmp_path / "r.json"
-    proc = subprocess.run([sys.executable, "-m", "autograder", "grade", str(bad), str(empty), str(binary), str(folder),
-                           str(tmp_path / "missing.ipynb"), "--json", str(out)],
+    proc = subprocess.run([sys.executable, "-m", "autograder", "grade", str(bad), str(empty), str(binary),
+                           str(folder), str(tmp_path / "missing.ipynb"), "--json", str(out)],
                           capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert proc.returncode == 1, proc.stderr
     report = json.loads(out.read_text())
@@ -291,7 +309,8 @@ def test_isolation_probe_is_cached_and_boolean():
 
 
 def test_a_kernel_s_view_of_the_grader_has_no_fixtures(tmp_path):
-    """The expected answers (fixtures/*.json) and how they are made (fixtures/*.py) stay out of a kernel's view."""
+    """The expected answers (fixtures/*.json) and how they are made (fixtures/*.py) stay out of a kernel's
+    view."""
     from autograder.views import autograder_view
     view = autograder_view("01_tokenization", tmp_path / "autograder")
     assert (view / "checks" / "stage01_tokenization.py").exists() and not (view / "fixtures").exists()
@@ -302,8 +321,8 @@ def test_isolated_kernels_see_a_read_only_course(tmp_path):
     """With isolation, a notebook cannot write the course's files (the write fails in the cell)."""
     if not isolation():
         pytest.skip("no namespaces here")
-    from tests.submissions.corpus import LESSON, _insert, _lean
     from autograder.notebooks import solved
+    from tests.submissions.corpus import LESSON, _insert, _lean
     target = ROOT / "solutions" / "attention.py"
     before = sha(target)
     nb = _insert(_lean(solved(LESSON)), "softmax", f"open({str(target)!r}, 'a').write('# damaged')")
@@ -361,7 +380,8 @@ def test_the_grader_s_memory_and_time_stay_bounded(tmp_path):
     by_name = {c.name: c for c in cases()}
     paths = [write(by_name[n], tmp_path) for n in ("broken_huge_file", "honest_prints_a_flood")]
     start = time.time()
-    proc = subprocess.Popen([sys.executable, "-m", "autograder", "grade", *map(str, paths), "--lesson", "03_attention",
+    proc = subprocess.Popen([sys.executable, "-m", "autograder", "grade", *map(str, paths), "--lesson",
+                             "03_attention",
                              "--timeout", "120", "--json", str(tmp_path / "r.json")], cwd=ROOT,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     _, status, usage = os.wait4(proc.pid, 0)
@@ -383,7 +403,8 @@ def test_the_kernel_environment_is_its_own():
     parent = {"PATH": "/usr/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "PYTHONPATH": "/course",
               "GITHUB_TOKEN": "s3cret", "TORCHINDUCTOR_CACHE_DIR": "/tmp/torchinductor_root", "USER": "root",
               "HOME": "/root"}
-    env = kernel_env({"home": "/k/home", "conn": "/k/conn", "token": "t", "threads": 2, "isolate": True}, parent)
+    env = kernel_env({"home": "/k/home", "conn": "/k/conn", "token": "t", "threads": 2, "isolate": True},
+                     parent)
     assert {k: env[k] for k in ("PATH", "LANG", "LC_ALL", "PYTHONPATH")} == \
         {k: parent[k] for k in ("PATH", "LANG", "LC_ALL", "PYTHONPATH")}
     assert "GITHUB_TOKEN" not in env and "s3cret" not in "".join(env.values())
@@ -416,14 +437,16 @@ def race(parse, seconds=1.5):
     [t.start() for t in threads]; [t.join() for t in threads]
     return errors
 print(json.dumps([race(ast.parse), race(views.parse)]))
-"""
+"""  # noqa: E501  (a script run as written)
 
 
 def test_the_views_parse_one_thread_at_a_time():
-    """A batch builds its views in one thread per notebook; CPython 3.11's ast.parse, run by two threads at once,
-    can fail with 'AST constructor recursion depth mismatch' (python/cpython#106905), which once graded a solved
-    lesson 0. Under a load that makes bare ast.parse fail here within a second, views.parse never fails."""
-    out = subprocess.run([sys.executable, "-c", PARSE_RACE], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    """A batch builds its views in one thread per notebook; CPython 3.11's ast.parse, run by two threads at
+    once, can fail with 'AST constructor recursion depth mismatch' (python/cpython#106905), which once graded
+    a solved lesson 0. Under a load that makes bare ast.parse fail here within a second, views.parse never
+    fails."""
+    out = subprocess.run([sys.executable, "-c", PARSE_RACE], cwd=ROOT, capture_output=True, text=True,
+                         timeout=120)
     assert out.returncode == 0, out.stderr
     bare, locked = json.loads(out.stdout)
     print(f"bare ast.parse: {bare[:1] or 'no error on this Python'}")
@@ -433,12 +456,12 @@ def test_the_views_parse_one_thread_at_a_time():
 @pytest.mark.parametrize("imported,serves", [("", True), ("import autograder.checks._util", False),
                                              ("import solutions", False)])
 def test_the_kernel_server_holds_nothing_of_the_course(tmp_path, imported, serves):
-    """The batch's kernels inherit the kernel server's memory (autograder/jail.py, serve): it serves only if none of
-    the checks, solutions/ or tests/ was imported into it, and says which one was."""
+    """The batch's kernels inherit the kernel server's memory (autograder/jail.py, serve): it serves only if
+    none of the checks, solutions/ or tests/ was imported into it, and says which one was."""
     control = tmp_path / "kernels.sock"
     code = f"{imported}\nimport sys\nfrom autograder.jail import serve\nserve(sys.argv[1])"
-    proc = subprocess.Popen([sys.executable, "-c", code, str(control)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    proc = subprocess.Popen([sys.executable, "-c", code, str(control)], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
     first = proc.stdout.readline().strip()
     proc.stdin.close()  # the server exits when its input closes
     err = proc.stderr.read()
@@ -449,8 +472,8 @@ def test_the_kernel_server_holds_nothing_of_the_course(tmp_path, imported, serve
 
 
 def test_a_kernel_the_server_cannot_jail_is_started_by_its_launcher(tmp_path):
-    """Where the kernel server's fork fails to jail a kernel (here its drop to nobody raises), the kernel's launcher
-    starts the kernel itself, jailed as without a server: the notebook is graded as usual."""
+    """Where the kernel server's fork fails to jail a kernel (here its drop to nobody raises), the kernel's
+    launcher starts the kernel itself, jailed as without a server: the notebook is graded as usual."""
     if not isolation():
         pytest.skip("needs the kernel's namespaces (isolation), not available here")
     from autograder import forkserver
@@ -459,7 +482,8 @@ def test_a_kernel_the_server_cannot_jail_is_started_by_its_launcher(tmp_path):
               "def broken(libc):\n    raise PermissionError('no drop here')\n"
               "jail._drop_privileges = broken\njail.serve(sys.argv[1])")
     server = forkserver.start([sys.executable, "-c", broken, control], control,
-                              {"PATH": os.environ["PATH"], "PYTHONPATH": str(ROOT), "HOME": str(tmp_path)}, str(ROOT))
+                              {"PATH": os.environ["PATH"], "PYTHONPATH": str(ROOT), "HOME": str(tmp_path)},
+                              str(ROOT))
     assert server is not None
     try:
         path = write(CASES["honest_solved"], tmp_path)
@@ -475,47 +499,52 @@ RED_TEAM = [c.name for c in second_red_team("/outside", "/outside/canary.txt")]
 
 @pytest.mark.parametrize("name", RED_TEAM)
 def test_each_attack_of_the_second_red_team_gets_its_score_and_reason(batch, name):
-    """Links raced into the kernel's folders by helper processes, a folder 1500 deep, messages over the checker's
-    limits, an output of 400 MB, files past the kernel's disk, shortcuts below the watch: each its points and note."""
+    """Links raced into the kernel's folders by helper processes, a folder 1500 deep, messages over the
+    checker's limits, an output of 400 MB, files past the kernel's disk, shortcuts below the watch: each its
+    points and note."""
     r = assert_graded_as_expected(batch, name)
     if not name.startswith("below_the_watch"):  # an honest line is never named for review
         assert not any("library-shortcut watch" in p for p in r["problems"]), r["problems"]
 
 
 def test_nothing_outside_the_notebooks_changes_owner_mode_or_names(batch):
-    """The links the helpers raced, the ones left for the cleanup and the deep folder's all point at the canary's
-    folder: root (the checker, the grade command's cleanup) never followed one. Nothing new in that folder, the
-    canary's bytes, owner, group and mode as they were."""
+    """The links the helpers raced, the ones left for the cleanup and the deep folder's all point at the
+    canary's folder: root (the checker, the grade command's cleanup) never followed one. Nothing new in that
+    folder, the canary's bytes, owner, group and mode as they were."""
     assert canary_state(batch.canary.parent, batch.canary) == batch.outside
 
 
 def test_no_link_in_the_connection_folder_decides_where_the_runner_connects(batch):
-    """The kernels that swap their ZeroMQ socket files for links to a Unix socket outside the jail (again and again, or
-    for good) and make the runner drop and connect again: the listener never hears from anyone (the runner connects by
-    its own links to the sockets the kernel bound, kernel.seal_socket), the hostile notebooks keep what their answers
-    earn with no error, and the honest classmates beside them theirs."""
+    """The kernels that swap their ZeroMQ socket files for links to a Unix socket outside the jail (again and
+    again, or for good) and make the runner drop and connect again: the listener never hears from anyone (the
+    runner connects by its own links to the sockets the kernel bound, kernel.seal_socket), the hostile
+    notebooks keep what their answers earn with no error, and the honest classmates beside them theirs."""
     swapped = [n for n in RED_TEAM if n.startswith("zmq_sockets_swapped")]
     assert len(swapped) == 2
     for name in swapped:
         r = assert_graded_as_expected(batch, name)
         assert r["error"] is None and r["points"] == FULL, r
-    assert batch.heard == [], f"the runner connected to the listener outside the jail {len(batch.heard)} times"
+    assert batch.heard == [], ("the runner connected to the listener outside the jail "
+                               f"{len(batch.heard)} times")
     for honest in ("honest_solved", "honest_released"):
         assert batch.by_name[honest]["error"] is None, batch.by_name[honest]
     assert batch.by_name["honest_solved"]["points"] == FULL
 
 
 def test_an_interrupt_lands_on_the_kernel_whatever_pids_it_recycles(batch):
-    """Helpers forked from the kernel fork and reap children while a check and a cell run past their time limits: the
-    kernel is interrupted (its check's time-out said, its cell's note given, the cells after it run), and no other
-    process is: no grader process failed (every notebook has its verdicts, the batch its report) and no classmate was
-    interrupted (no note of an interruption, no KeyboardInterrupt, outside the cases that ran past a limit)."""
+    """Helpers forked from the kernel fork and reap children while a check and a cell run past their time
+    limits: the kernel is interrupted (its check's time-out said, its cell's note given, the cells after it
+    run), and no other process is: no grader process failed (every notebook has its verdicts, the batch its
+    report) and no classmate was interrupted (no note of an interruption, no KeyboardInterrupt, outside the
+    cases that ran past a limit)."""
     for name in ("pids_recycled_around_a_check_s_time_limit", "pids_recycled_around_a_cell_s_time_limit"):
         r = assert_graded_as_expected(batch, name)
         assert r["error"] is None, r
-    slow = {n for n, c in batch.cases.items() if n.startswith(("slow_", "pids_")) or "time limit" in " ".join(c.says)}
+    slow = {n for n, c in batch.cases.items() if n.startswith(("slow_", "pids_")) or "time limit"
+            in " ".join(c.says)}
     for name, r in batch.by_name.items():
-        if name in slow or name not in batch.cases or batch.cases[name].hostile:  # the classmates: honest, broken
+        # the classmates: honest, broken
+        if name in slow or name not in batch.cases or batch.cases[name].hostile:
             continue
         said = everything_said(r)
         assert "KeyboardInterrupt" not in said and "was interrupted" not in said, f"{name}: {said}"
@@ -523,27 +552,30 @@ def test_an_interrupt_lands_on_the_kernel_whatever_pids_it_recycles(batch):
 
 
 def test_a_call_s_gradients_are_given_once(batch):
-    """After each call the kernel makes into the checker's objects (lesson 03's dropout module), 40 backward requests
-    for it, of the right shapes (a million each) or not: the checker answers one, refuses the rest, and its own tensors
-    are untouched (the dropout check compares what its module saw and gave with its own reference): full points; a
-    notebook that got a second answer spoils its own answer."""
+    """After each call the kernel makes into the checker's objects (lesson 03's dropout module), 40 backward
+    requests for it, of the right shapes (a million each) or not: the checker answers one, refuses the rest,
+    and its own tensors are untouched (the dropout check compares what its module saw and gave with its own
+    reference): full points; a notebook that got a second answer spoils its own answer."""
     for name in ("gradients_pumped_same", "gradients_pumped_wrong_shapes"):
         r = assert_graded_as_expected(batch, name)
         assert r["error"] is None and r["points"] == FULL, r
 
 
 def test_the_grader_s_processes_stay_under_1_gb(batch):
-    """The grade command, the checkers (and their batch's process) and the notebooks' runners, while the batch (a
-    100 MB message to the checker, a 400 MB output, 1.5 GB of files) is graded: each under 1 GB at its peak."""
+    """The grade command, the checkers (and their batch's process) and the notebooks' runners, while the batch
+    (a 100 MB message to the checker, a 400 MB output, 1.5 GB of files) is graded: each under 1 GB at its
+    peak."""
     peaks = batch.watch.peak
-    assert any("autograder.checker" in n for n in peaks) and any("autograder.kernel" in n for n in peaks), peaks
+    assert any("autograder.checker" in n for n in peaks) and any("autograder.runner" in n for n
+                                                                 in peaks), peaks
     over = {n: kb >> 10 for n, kb in peaks.items() if kb >= 1 << 20}
     assert not over, f"over 1 GB (MB): {over}"
 
 
 def test_the_kernels_disk_is_bounded(batch):
     """Three files of 1 GB written by one notebook: its folders are a tmpfs of 512 MB (autograder.kernel's
-    SCRATCH_MB), so the grader's disk never holds them (two notebooks at a time: at most 1 GB of tmpfs, in memory)."""
+    SCRATCH_MB), so the grader's disk never holds them (two notebooks at a time: at most 1 GB of tmpfs, in
+    memory)."""
     from autograder.kernel import SCRATCH_MB
     assert SCRATCH_MB <= 512
     if not batch.isolated:
@@ -553,7 +585,8 @@ def test_the_kernels_disk_is_bounded(batch):
 
 @pytest.fixture(scope="module")
 def others(tmp_path_factory):
-    """Submissions of lessons 01, 05 and 12 (each in a folder of its own, named as the lesson), graded together."""
+    """Submissions of lessons 01, 05 and 12 (each in a folder of its own, named as the lesson), graded
+    together."""
     if not isolation():
         pytest.skip("needs the kernel's namespaces (isolation), not available here")
     folder = tmp_path_factory.mktemp("other_lessons")
@@ -574,22 +607,24 @@ def others(tmp_path_factory):
 
 @pytest.mark.parametrize("name", [c.name for _, c in other_lessons("/outside", "/outside/canary.txt")])
 def test_the_kernel_chooses_no_path_type_or_model_of_the_checker(others, name):
-    """Lesson 01: the kernel names the canary's folder for the tokenizer's save (helpers race links there): the checker
-    only hands the name back, the save fails in the kernel. Lesson 05: every tensor tagged as the checks' class of ids
-    'on another device': a CPU mask is still a CPU mask (2/3). Lesson 12: the checks' model factory rebound in the
-    kernel, or what it builds zeroed: Adam(maximize=True) still loses 'moves the parameters as Adam would' (4/5)."""
+    """Lesson 01: the kernel names the canary's folder for the tokenizer's save (helpers race links there):
+    the checker only hands the name back, the save fails in the kernel. Lesson 05: every tensor tagged as the
+    checks' class of ids 'on another device': a CPU mask is still a CPU mask (2/3). Lesson 12: the checks'
+    model factory rebound in the kernel, or what it builds zeroed: Adam(maximize=True) still loses 'moves the
+    parameters as Adam would' (4/5)."""
     case, r = others.cases[name], others.by_name[name]
     said = everything_said(r)
-    assert (r["points"], r["max_points"], r["error"]) == (case.points, case.max_points, None), f"{name}: {said}"
+    assert (r["points"], r["max_points"], r["error"]) == (case.points, case.max_points,
+                                                          None), f"{name}: {said}"
     for phrase in case.says:
         assert phrase.lower() in said.lower(), f"{name}: the report does not say {phrase!r}:\n{said}"
     assert canary_state(others.canary.parent, others.canary) == others.outside
 
 
 def test_the_isolation_probes_pass_from_a_virtual_environment_under_tmp(tmp_path):
-    """The README's setup in a virtual environment under /tmp (the interpreter it was made from elsewhere): the jail
-    shows both again at their paths, and the probes of classmates and of the machine count them as shown, and
-    still nothing else (issue 38)."""
+    """The README's setup in a virtual environment under /tmp (the interpreter it was made from elsewhere):
+    the jail shows both again at their paths, and the probes of classmates and of the machine count them as
+    shown, and still nothing else (issue 38)."""
     if not isolation():
         pytest.skip("needs the kernel's namespaces (isolation), not available here")
     venv = pathlib.Path(tempfile.mkdtemp(prefix="venv-")) / "venv"
@@ -604,7 +639,8 @@ def test_the_isolation_probes_pass_from_a_virtual_environment_under_tmp(tmp_path
         paths = [write(CASES[n], tmp_path) for n in names]
         env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONHOME")}
         env.update(PYTHONPATH=str(ROOT), VIRTUAL_ENV=str(venv), PATH=f"{venv / 'bin'}:{env.get('PATH', '')}")
-        proc = subprocess.run([str(python), "-m", "autograder", "grade", *map(str, paths), "--lesson", "03_attention",
+        proc = subprocess.run([str(python), "-m", "autograder", "grade", *map(str, paths), "--lesson",
+                               "03_attention",
                                "--jobs", "2", "--cell-timeout", "30", "--json", str(tmp_path / "r.json")],
                               cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
         report = json.loads((tmp_path / "r.json").read_text())

@@ -1,7 +1,7 @@
-"""The notebook runner's layer on its own (autograder/kernel.py, records.py, outcomes.py): the records that
-cross between the grade command's processes, how a run's ending becomes the notebook's error, and how a
-check's outcome is decided by its type, never by its message. No kernel is started here (tests/test_hostile.py
-runs them whole)."""
+"""The notebook runner's layer on its own (autograder/kernel.py, runner.py, records.py, outcomes.py): the
+records that cross between the grade command's processes, how a run's ending becomes the notebook's error, and
+how a check's outcome is decided by its type, never by its message. No kernel is started here
+(tests/test_hostile.py runs them whole)."""
 import json
 import time
 

@@ -12,8 +12,18 @@ import torch
 import solutions
 from autograder.learner import collect, contract_names, find_lessons
 from solutions.data import load_synthetic
-from solutions.translate import (Config, bleu_scores, build_model, decoding_args, load_checkpoint, prepare_data,
-                                 save_checkpoint, train, translate_batch, validation_loss)
+from solutions.translate import (
+    Config,
+    bleu_scores,
+    build_model,
+    decoding_args,
+    load_checkpoint,
+    prepare_data,
+    save_checkpoint,
+    train,
+    translate_batch,
+    validation_loss,
+)
 from tests.submissions import independent
 
 from .conftest import ROOT
@@ -62,10 +72,12 @@ def test_lesson14_trains_decodes_and_scores_with_the_learners_code(impl, tmp_pat
     # the model is theirs all the way down: their stacks, layers, attention, feed-forward, norms, embeddings
     kinds = {type(m).__name__: _lesson_of(type(m)) for m in model.modules()
              if _lesson_of(type(m)).startswith("learner_")}
-    assert kinds == {"Transformer": "learner_10_output_projection", "TokenEmbedding": "learner_01_tokenization",
+    assert kinds == {"Transformer": "learner_10_output_projection",
+                     "TokenEmbedding": "learner_01_tokenization",
                      "PositionalEncoding": "learner_02_positional_encoding", "Encoder": "learner_08_encoder",
                      "EncoderLayer": "learner_08_encoder", "Decoder": "learner_09_decoder",
-                     "DecoderLayer": "learner_09_decoder", "MultiHeadAttention": "learner_04_multi_head_attention",
+                     "DecoderLayer": "learner_09_decoder",
+                     "MultiHeadAttention": "learner_04_multi_head_attention",
                      "PositionwiseFeedForward": "learner_06_feed_forward",
                      "SublayerConnection": "learner_07_residual_layer_norm",
                      "LayerNorm": "learner_07_residual_layer_norm"}, kinds
@@ -84,15 +96,17 @@ def test_lesson14_trains_decodes_and_scores_with_the_learners_code(impl, tmp_pat
 
 
 def test_the_learners_code_trains_under_the_cpu_defaults_bf16(impl):
-    """Issue 22: the CPU default trains under bfloat16 autocast where the CPU has bf16 units (precision "auto").
-    Their code, which knows nothing of it, runs under it as it is: their Transformer's logits come out bf16, the
-    loss is taken on float32 logits, and training lowers their validation loss as float32 does."""
+    """Issue 22: the CPU default trains under bfloat16 autocast where the CPU has bf16 units (precision
+    "auto"). Their code, which knows nothing of it, runs under it as it is: their Transformer's logits come
+    out bf16, the loss is taken on float32 logits, and training lowers their validation loss as float32
+    does."""
     data = prepare_data(TINY, load_synthetic(600, 40, 30, seed=0), progress=False, impl=impl)
     dtypes, losses = [], {}
     for precision in ("fp32", "bf16"):
         config = Config(**{**TINY.__dict__, "precision": precision})
         torch.manual_seed(0)
-        untrained = validation_loss(build_model(config, data.tokenizer.vocab_size, impl), data.val, config, impl)
+        untrained = validation_loss(build_model(config, data.tokenizer.vocab_size, impl), data.val, config,
+                                    impl)
         model = build_model(config, data.tokenizer.vocab_size, impl)
         model.generator.register_forward_hook(lambda m, i, out, p=precision: dtypes.append((p, out.dtype)))
         _, history = train(config, data, model=model, progress=False, impl=impl)
@@ -113,15 +127,18 @@ def test_a_name_that_did_not_run_is_never_reported_as_run(impl):
 
 def test_a_name_short_of_full_points_falls_back_to_the_reference(tmp_path):
     nb = independent.solved_lessons()["13_decoding.ipynb"]
-    cell = next(c for c in nb.cells if c.get("metadata", {}).get("course", {}).get("names", [None])[0] == "corpus_bleu")
+    cell = next(c for c in nb.cells if c.get("metadata", {}).get("course",
+                                                                 {}).get("names", [None])[0] == "corpus_bleu")
     assert "(h_grams & r_grams)" in cell.source
-    cell.source = cell.source.replace("(h_grams & r_grams)", "h_grams")  # n-grams not clipped by the reference
+    # n-grams not clipped by the reference
+    cell.source = cell.source.replace("(h_grams & r_grams)", "h_grams")
     nbformat.write(nb, str(tmp_path / "13_decoding.ipynb"))
     lines, threads = [], torch.get_num_threads()
     torch.set_num_threads(2)
     try:
         impl = collect(tmp_path, fallback=solutions, log=lines.append)
-        assert torch.get_num_threads() == 2  # lesson 13's imports cell asks for one thread: lesson 14 keeps its own
+        # lesson 13's imports cell asks for one thread: lesson 14 keeps its own
+        assert torch.get_num_threads() == 2
     finally:
         torch.set_num_threads(threads)
     assert impl.corpus_bleu is solutions.corpus_bleu and "corpus_bleu" not in impl.mine
@@ -162,14 +179,15 @@ def test_solutions_import_nothing_of_the_grader():
 
 
 def test_the_learners_decoder_trains_inside_the_reference_transformer(tmp_path):
-    """Issue 37: their finished parts run even where a later stage is not theirs. With only lesson 09 done, the
-    reference Transformer is rebuilt to read `Decoder` from their names: the model trains on their decoder, the
-    report says so, and the reference class itself is left as it was."""
+    """Issue 37: their finished parts run even where a later stage is not theirs. With only lesson 09 done,
+    the reference Transformer is rebuilt to read `Decoder` from their names: the model trains on their
+    decoder, the report says so, and the reference class itself is left as it was."""
     nbformat.write(independent.solved_lessons()["09_decoder.ipynb"], str(tmp_path / "09_decoder.ipynb"))
     lines = []
     impl = collect(tmp_path, fallback=solutions, log=lines.append)
     assert impl.mine == ["DecoderLayer", "Decoder"]
-    assert impl.Transformer is not solutions.Transformer and issubclass(impl.Transformer, solutions.Transformer)
+    assert impl.Transformer is not solutions.Transformer and issubclass(impl.Transformer,
+                                                                        solutions.Transformer)
     assert impl.rebuilt == {"Transformer": ["Decoder"]}
     assert impl.report["Transformer"] == "reference: not found in the lessons; built from your Decoder"
     assert "Transformer: reference: not found in the lessons; built from your Decoder" in "\n".join(lines)
@@ -184,15 +202,16 @@ def test_the_learners_decoder_trains_inside_the_reference_transformer(tmp_path):
     report = impl.usage_report()
     assert "your code that ran: 2 of your 2 names" in report
     assert "the reference's Transformer, built from your Decoder" in report
-    assert type(solutions.Transformer(20, 20, d_model=8, n_heads=2, n_layers=1, d_ff=16).decoder) is solutions.Decoder
+    assert type(solutions.Transformer(20, 20, d_model=8, n_heads=2, n_layers=1,
+                                      d_ff=16).decoder) is solutions.Decoder
     # a name kept from the reference keeps the reference's parts too
     kept = collect(tmp_path, fallback=solutions, log=[].append, exclude=["Transformer"])
     assert kept.Transformer is solutions.Transformer and kept.rebuilt == {}
 
 
 def test_a_decorated_reference_function_is_rebuilt_around_the_learners_part(tmp_path):
-    """greedy_decode (under @torch.no_grad()) reads causal_mask: with their lesson 05, the reference decoder's copy
-    calls their causal_mask, still without gradients."""
+    """greedy_decode (under @torch.no_grad()) reads causal_mask: with their lesson 05, the reference decoder's
+    copy calls their causal_mask, still without gradients."""
     nbformat.write(independent.solved_lessons()["05_masks.ipynb"], str(tmp_path / "05_masks.ipynb"))
     impl = collect(tmp_path, fallback=solutions, log=[].append)
     assert impl.mine == ["padding_mask", "causal_mask", "target_mask"]
@@ -208,8 +227,9 @@ def test_a_decorated_reference_function_is_rebuilt_around_the_learners_part(tmp_
 
 @pytest.mark.parametrize("newer", ["05_masks-Copy1.ipynb", "05_masks.ipynb"])
 def test_two_notebooks_of_one_lesson_the_last_saved_is_used_and_said(tmp_path, newer):
-    """Jupyter's copy beside the lesson: one of the two is used (the one saved last), collect names it, and every
-    score reported is that notebook's: here the copy is the released lesson (nothing written: 0 points)."""
+    """Jupyter's copy beside the lesson: one of the two is used (the one saved last), collect names it, and
+    every score reported is that notebook's: here the copy is the released lesson (nothing written: 0
+    points)."""
     import os
     solved = independent.solved_lessons()["05_masks.ipynb"]
     released = nbformat.read(str(ROOT / "lessons" / "05_masks.ipynb"), as_version=4)

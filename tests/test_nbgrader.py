@@ -1,7 +1,7 @@
-"""The instructor's path through real nbgrader on lesson 03: build the course, generate the assignment
-(it must reproduce the lesson), autograde three students (solved, untouched, one classic mistake),
-export the grades. On lesson 05: a submission that imports the graded stage's answer from solutions (or hands in
-a solutions/ of its own) earns nothing, the honest one full marks."""
+"""The instructor's path through real nbgrader on lesson 03: build the course, generate the assignment (it
+must reproduce the lesson), autograde three students (solved, untouched, one classic mistake), export the
+grades. On lesson 05: a submission that imports the graded stage's answer from solutions (or hands in a
+solutions/ of its own) earns nothing, the honest one full marks."""
 import csv
 import pathlib
 import shutil
@@ -18,8 +18,8 @@ LESSON = "03_attention"
 
 
 def nbgrader(course, *args):
-    proc = subprocess.run([sys.executable, "-m", "nbgrader", *args], cwd=course, capture_output=True, text=True,
-                          timeout=600)
+    proc = subprocess.run([sys.executable, "-m", "nbgrader", *args], cwd=course, capture_output=True,
+                          text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return proc
 
@@ -82,7 +82,8 @@ def test_autograde_every_lesson_in_one_call(course):
     before = {r["student_id"]: r["raw_score"] for r in csv.DictReader(open(course / "grades.csv"))}
     shutil.rmtree(course / "autograded")
     nbgrader(course, "autograde", "*", "--force")
-    assert sorted(p.parent.parent.name for p in (course / "autograded").glob(f"*/{LESSON}/{LESSON}.ipynb")) == \
+    assert sorted(p.parent.parent.name for p
+                  in (course / "autograded").glob(f"*/{LESSON}/{LESSON}.ipynb")) == \
         ["alice", "bob", "carol"]
     nbgrader(course, "export", "--to", "grades.csv")
     after = {r["student_id"]: r["raw_score"] for r in csv.DictReader(open(course / "grades.csv"))}
@@ -101,17 +102,19 @@ def test_a_rebuild_keeps_the_instructors_config(tmp_path):
 
 
 def test_importing_the_graded_stages_answer_earns_nothing(tmp_path):
-    """Lesson 05 under nbgrader: graded cells that import padding_mask, causal_mask and target_mask from solutions
-    got 11/11 when the kernel imported the instructor's whole reference; against the stage-limited solutions/ that
-    nbgrader-course puts beside each submission they get 0, and so does a student who hands in the whole reference
-    as solutions/ of their own (with masks as a package folder, which Python prefers to masks.py). The honest
-    solved lesson keeps its 11. The kernel runs under NBGRADER_EXECUTION=autograde, which the lessons' training
-    demonstrations read (solutions/toy_tasks.py)."""
+    """Lesson 05 under nbgrader: graded cells that import padding_mask, causal_mask and target_mask from
+    solutions got 11/11 when the kernel imported the instructor's whole reference; against the stage-limited
+    solutions/ that nbgrader-course puts beside each submission they get 0, and so does a student who hands in
+    the whole reference as solutions/ of their own (with masks as a package folder, which Python prefers to
+    masks.py). The honest solved lesson keeps its 11. The kernel runs under NBGRADER_EXECUTION=autograde,
+    which the lessons' training demonstrations read (solutions/toy_tasks.py)."""
     lesson = "05_masks"
-    subprocess.run([sys.executable, "-m", "autograder", "nbgrader-course", str(tmp_path), "--lessons", lesson],
+    subprocess.run([sys.executable, "-m", "autograder", "nbgrader-course", str(tmp_path), "--lessons",
+                    lesson],
                    check=True, capture_output=True)
     nbgrader(tmp_path, "generate_assignment", lesson, "--force")
-    assert (tmp_path / "release" / lesson / "solutions" / "masks.py").read_text().count("NotImplementedError") == 3
+    masks = tmp_path / "release" / lesson / "solutions" / "masks.py"
+    assert masks.read_text().count("NotImplementedError") == 3
     probe = nbformat.v4.new_code_cell("import os, solutions\nprint(os.environ.get('NBGRADER_EXECUTION'), "
                                       "solutions.__file__)")
     honest = solved(LESSONS / f"{lesson}.ipynb")
@@ -121,7 +124,8 @@ def test_importing_the_graded_stages_answer_earns_nothing(tmp_path):
     for cell in importer.cells:
         if cell.get("metadata", {}).get("course", {}).get("names"):
             names += cell.metadata.course.names
-            cell.source = "".join(f"from solutions.masks import {name}\n" for name in cell.metadata.course.names)
+            cell.source = "".join(f"from solutions.masks import {name}\n" for name
+                                  in cell.metadata.course.names)
     assert names == ["padding_mask", "causal_mask", "target_mask"]
     for student, nb in (("alice", honest), ("mallory", importer), ("trudy", importer)):
         folder = tmp_path / "submitted" / student / lesson
@@ -140,7 +144,8 @@ def test_importing_the_graded_stages_answer_earns_nothing(tmp_path):
     assert float(rows["alice"]["max_score"]) == 11 and score == {"alice": 11, "mallory": 0, "trudy": 0}, score
     graded = nbformat.read(str(tmp_path / "autograded" / "alice" / lesson / f"{lesson}.ipynb"), as_version=4)
     printed = graded.cells[-1].outputs[0]["text"].split()
-    assert printed == ["autograde", str(tmp_path / "autograded" / "alice" / lesson / "solutions" / "__init__.py")]
+    assert printed == ["autograde",
+                       str(tmp_path / "autograded" / "alice" / lesson / "solutions" / "__init__.py")]
     assert not (tmp_path / "autograded" / "trudy" / lesson / "solutions" / "masks").exists()
 
 

@@ -1,6 +1,6 @@
-"""One test over every graded name: the reference earns full marks, and the stub that nbgrader generates from it
-(each solution region replaced by `raise NotImplementedError()`) earns 0, every check saying "not implemented
-yet". The stage files test the other correct styles and the mistakes."""
+"""One test over every graded name: the reference earns full marks, and the stub that nbgrader generates from
+it (each solution region replaced by `raise NotImplementedError()`) earns 0, every check saying "not
+implemented yet". The stage files test the other correct styles and the mistakes."""
 import sys
 
 import pytest
@@ -20,7 +20,8 @@ def stub(name):
     reference = getattr(solutions, name)
     module = sys.modules[reference.__module__]
     namespace = dict(vars(module))
-    exec(compile(clear_solutions(solution_source(module.__name__.split(".")[-1], [name])), f"<stub {name}>", "exec"),
+    exec(compile(clear_solutions(solution_source(module.__name__.split(".")[-1], [name])), f"<stub {name}>",
+                 "exec"),
          namespace)
     return namespace[name]
 
@@ -41,9 +42,11 @@ def test_the_stub_gets_zero_and_says_not_implemented(name):
     assert text.count("not implemented yet") == len(REGISTRY[name]), text
 
 
-# ---------------------------------------------------------------- the contract as data: every check held to it
+# ---------------------------------------------------------------- the contract as data: every check held to
+# it
 def _kinds(value, seen, depth=0):
-    """The input kinds of autograder.checks.contract that `value` is (recursing into lists, tuples and dicts)."""
+    """The input kinds of autograder.checks.contract that `value` is (recursing into lists, tuples and
+    dicts)."""
     import collections.abc
 
     import torch
@@ -68,7 +71,8 @@ def _kinds(value, seen, depth=0):
 
 
 def recording(name, seen):
-    """The reference of `name` whose function (or its class's contract method) notes the kinds of its arguments."""
+    """The reference of `name` whose function (or its class's contract method) notes the kinds of its
+    arguments."""
     import functools
     import inspect
     reference = getattr(solutions, name)
@@ -101,8 +105,8 @@ def test_every_graded_name_has_a_contract():
                                   .CONTRACTS[n].exercised])
 def test_the_checks_run_over_the_declared_inputs(name):
     """Each kind of input the contract declares reaches the name during its checks (a check that ignores the
-    contract, e.g. one that passes float32 only where float64 is declared, fails here), and the reference keeps
-    full marks through the recorder."""
+    contract, e.g. one that passes float32 only where float64 is declared, fails here), and the reference
+    keeps full marks through the recorder."""
     from autograder.checks.contract import CONTRACTS
     seen: set = set()
     assert_full_marks(recording(name, seen), name)
@@ -111,11 +115,13 @@ def test_the_checks_run_over_the_declared_inputs(name):
 
 
 def test_a_check_that_ignores_the_contract_fails_the_contract_test():
-    """The test above can fail: softmax graded by its checks without the float64 one records no float64 input."""
+    """The test above can fail: softmax graded by its checks without the float64 one records no float64
+    input."""
     from autograder.checks import stage03_attention
     from autograder.core import REGISTRY
     saved = stage03_attention._keeps_float64
-    stage03_attention._keeps_float64 = lambda softmax, x: None  # a softmax check that ignores the contract's dtypes
+    # a softmax check that ignores the contract's dtypes
+    stage03_attention._keeps_float64 = lambda softmax, x: None
     try:
         seen: set = set()
         for c in REGISTRY["softmax"]:

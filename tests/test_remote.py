@@ -27,7 +27,8 @@ def test_the_reference_earns_every_point_across_the_channel(tmp_path):
     checker process: the points of an in-process check(), and each check's line."""
     from autograder import checks  # noqa: F401
     names = sorted(core.REGISTRY)
-    cfg = {"socket": str(tmp_path / "s"), "results": str(tmp_path / "r.jsonl"), "cells": {n: n for n in names},
+    cfg = {"socket": str(tmp_path / "s"), "results": str(tmp_path / "r.jsonl"),
+           "cells": {n: n for n in names},
            "uid": None, "threads": 1, "tmp": str(tmp_path)}
     (tmp_path / "c.json").write_text(json.dumps(cfg))
     env = dict(os.environ, PYTHONPATH=str(ROOT))
@@ -68,7 +69,8 @@ def pair():
 
 def test_values_cross_as_plain_data(pair):
     """A tensor subclass that always compares equal, a str subclass, a numpy scalar: the checker gets an
-    ordinary tensor, str and float; an object that says it equals everything is a proxy equal only to itself."""
+    ordinary tensor, str and float; an object that says it equals everything is a proxy equal only to
+    itself."""
     grader, ns = pair
 
     class Yes(torch.Tensor):
@@ -177,10 +179,11 @@ def test_what_a_call_hands_back_as_a_generator_is_an_iterator_again(pair):
 
 # ---------------------------------------------------------------------------- the second red team (issue 36)
 def test_the_checker_builds_only_the_tensor_classes_it_sent(pair):
-    """A tensor tagged by the kernel as a class of the checks is a plain tensor on the checker's side, unless the
-    check sent a tensor of that class in the same call (stage 05's ids "on another device", handed back)."""
-    from autograder.checks.stage05_masks import _Elsewhere
+    """A tensor tagged by the kernel as a class of the checks is a plain tensor on the checker's side, unless
+    the check sent a tensor of that class in the same call (stage 05's ids "on another device", handed
+    back)."""
     import autograder.remote as remote
+    from autograder.checks.stage05_masks import _Elsewhere
     grader, ns = pair
     ns["cpu_mask"] = lambda size, device=None: torch.ones(size, size, dtype=torch.bool).tril()
     ns["same"] = lambda ids: ids + 0
@@ -202,9 +205,11 @@ def test_the_checker_builds_only_the_tensor_classes_it_sent(pair):
 
 
 def test_a_model_the_check_builds_is_the_checker_s(pair):
-    """learner_side: the checker builds the model with its own factory (the kernel's copy, rebound, is never called),
-    the kernel gets PyTorch's modules with the checker's values, and copy.deepcopy gives the checker's own copy."""
+    """learner_side: the checker builds the model with its own factory (the kernel's copy, rebound, is never
+    called), the kernel gets PyTorch's modules with the checker's values, and copy.deepcopy gives the
+    checker's own copy."""
     import copy
+
     from autograder.checks import _util
     grader, ns = pair
 
@@ -220,15 +225,16 @@ def test_a_model_the_check_builds_is_the_checker_s(pair):
     assert isinstance(model, Remote) and isinstance(model[0].weight, RemoteTensor)
     assert torch.equal(model[0].weight._fetch(), expected[0].weight)
     ns["zero"] = lambda m: [p.data.zero_() for p in m.parameters()] and None
-    grader.request("resolve", name="zero")(model)   # the kernel changes its module: the checker's copy is its own
+    # the kernel changes its module: the checker's copy is its own
+    grader.request("resolve", name="zero")(model)
     reference = copy.deepcopy(model)
     assert type(reference) is nn.Sequential and torch.equal(reference[0].weight, expected[0].weight)
     assert torch.equal(model[0].weight._fetch(), torch.zeros(4, 3))
 
 
 def test_gradients_of_a_call_are_given_once():
-    """The kernel asks the checker for the gradients of a call it answered: once, of its outputs' shapes; asked again
-    (pumping gradients into the checker's modules), refused."""
+    """The kernel asks the checker for the gradients of a call it answered: once, of its outputs' shapes;
+    asked again (pumping gradients into the checker's modules), refused."""
     a, b = socket.socketpair()
     grader = Endpoint(a, trusted=True)
     lin = nn.Linear(2, 2)
@@ -251,11 +257,12 @@ def test_gradients_of_a_call_are_given_once():
 
 
 def test_a_folder_for_the_learner_s_code_is_made_by_the_kernel(pair, tmp_path, monkeypatch):
-    """_util.learner_folder in the checker while it grades: the kernel makes the folder (in its own temporary folder)
-    and the checker only hands its name on; in a lesson's own check(), a temporary folder of its own. The library's
-    tempfile.TemporaryDirectory stays the library's in the checker (in its own folder: a check that writes a file
-    itself never writes where the kernel named)."""
+    """_util.learner_folder in the checker while it grades: the kernel makes the folder (in its own temporary
+    folder) and the checker only hands its name on; in a lesson's own check(), a temporary folder of its own.
+    The library's tempfile.TemporaryDirectory stays the library's in the checker (in its own folder: a check
+    that writes a file itself never writes where the kernel named)."""
     import tempfile
+
     from autograder import checker
     from autograder.checks import _util
     grader, ns = pair
@@ -263,11 +270,13 @@ def test_a_folder_for_the_learner_s_code_is_made_by_the_kernel(pair, tmp_path, m
     kernel_tmp.mkdir()
     own_tmp.mkdir()
     library = tempfile.TemporaryDirectory
-    monkeypatch.setattr(tempfile, "tempdir", str(kernel_tmp))   # the notebook's side runs in this process here
+    # the notebook's side runs in this process here
+    monkeypatch.setattr(tempfile, "tempdir", str(kernel_tmp))
     monkeypatch.setattr(_util, "FOLDER_ELSEWHERE", lambda: checker._kernel_folder(grader))
     with _util.learner_folder() as folder:
         assert pathlib.Path(folder).parent == kernel_tmp and pathlib.Path(folder).is_dir()
-    assert pathlib.Path(folder).is_dir()   # the checker removes nothing of the kernel's: the grade command does
+    # the checker removes nothing of the kernel's: the grade command does
+    assert pathlib.Path(folder).is_dir()
     for env in ("TMPDIR", "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR"):
         monkeypatch.setenv(env, "unset")
     checker._own_temp(str(own_tmp))

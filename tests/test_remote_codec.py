@@ -1,6 +1,7 @@
-"""autograder/remote_codec.py alone: every dtype and every kind of plain data crosses as itself (through JSON, as the
-wire carries it), other objects cross as handles, and decoding builds only those values: no pickle, no tag it does
-not know, no tensor whose bytes do not fit its shape, nothing nested too deep or of too many values."""
+"""autograder/remote_codec.py alone: every dtype and every kind of plain data crosses as itself (through JSON,
+as the wire carries it), other objects cross as handles, and decoding builds only those values: no pickle, no
+tag it does not know, no tensor whose bytes do not fit its shape, nothing nested too deep or of too many
+values."""
 import json
 import math
 import os
@@ -36,7 +37,8 @@ def test_a_tensor_of_every_dtype_crosses_as_itself(sides, name):
     learner, grader = sides
     dtype = DTYPES[name]
     values = torch.arange(-6, 6).reshape(3, 4)
-    tensor = (values % 2 == 0) if dtype is torch.bool else (values * 1.5 if dtype.is_floating_point else values)
+    tensor = (values % 2 == 0) if dtype is torch.bool else (values * 1.5 if dtype.is_floating_point
+                                                            else values)
     tensor = tensor.to(dtype) if dtype is not torch.uint8 else values.abs().to(dtype)
     for sent in (tensor, tensor.t(), tensor[:0]):
         got = across(learner, grader, sent)
@@ -64,8 +66,10 @@ def test_a_tensor_that_needs_gradients_says_so(sides):
     assert not across(learner, grader, torch.ones(2)).requires_grad
 
 
-PLAIN = [None, True, False, 0, -7, 2 ** 53, -(2 ** 70), 0.1, -0.0, math.inf, -math.inf, "", "é,[{", b"\x00\xff",
-         [], [1, [2, [3]]], (), (1, (2, "three")), {}, {"a": 1, (1, 2): [3], 4: None}, {1, "two"}, frozenset({3}),
+PLAIN = [None, True, False, 0, -7, 2 ** 53, -(2 ** 70), 0.1, -0.0, math.inf, -math.inf, "", "é,[{",
+         b"\x00\xff",
+         [], [1, [2, [3]]], (), (1, (2, "three")), {}, {"a": 1, (1, 2): [3], 4: None}, {1, "two"},
+         frozenset({3}),
          slice(1, None, -2), Ellipsis, torch.Size([2, 0, 5]), torch.float16, torch.device("cpu"),
          torch.device("meta")]
 
@@ -112,7 +116,8 @@ def test_other_objects_cross_as_handles(sides):
     assert isinstance(proxy, Remote) and across(learner, grader, model) is proxy
     assert isinstance(proxy, torch.nn.Linear)      # the library's class, for isinstance
     assert across(grader, learner, proxy) is model
-    assert isinstance(across(learner, grader, torch.nn.Parameter(torch.ones(2))), Remote)   # a parameter stays
+    # a parameter stays
+    assert isinstance(across(learner, grader, torch.nn.Parameter(torch.ones(2))), Remote)
 
 
 def test_the_grader_hands_out_no_module(sides):

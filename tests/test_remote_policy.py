@@ -1,6 +1,7 @@
-"""autograder/remote_policy.py alone, and the two sides it sets apart: what the grader serves, shows and lets the
-kernel call, the gradients it gives once, the tensor classes it builds, and the exceptions it rebuilds from what the
-kernel sends; the kernel's side serves the grader every request that the grader's side refuses the kernel."""
+"""autograder/remote_policy.py alone, and the two sides it sets apart: what the grader serves, shows and lets
+the kernel call, the gradients it gives once, the tensor classes it builds, and the exceptions it rebuilds
+from what the kernel sends; the kernel's side serves the grader every request that the grader's side refuses
+the kernel."""
 import os
 import socket
 
@@ -12,7 +13,8 @@ from autograder.remote import Channel, Endpoint
 from autograder.serve import LearnerEndpoint
 
 
-@pytest.mark.parametrize("op", ["resolve", "setattr", "delattr", "setitem", "build", "tempdir", "torchfn", "spec",
+@pytest.mark.parametrize("op", ["resolve", "setattr", "delattr", "setitem", "build", "tempdir", "torchfn",
+                                "spec",
                                 "isinstance", "forget", "watch", "nothing", ["call"], None])
 def test_the_grader_serves_only_its_requests(op):
     with pytest.raises(PermissionError, match="does not serve"):
@@ -36,7 +38,8 @@ def test_the_grader_shows_public_attributes_and_a_module_s_parts():
 def test_the_kernel_calls_only_the_allowed_methods_or_the_object_it_was_handed():
     norm = torch.nn.LayerNorm(2)
     policy.check_bound_method(norm, "forward", norm.forward)
-    policy.check_bound_method(norm, "fn", len)                     # a function kept as an attribute, not a method
+    # a function kept as an attribute, not a method
+    policy.check_bound_method(norm, "fn", len)
     with pytest.raises(AttributeError, match="do not let you call"):
         policy.check_bound_method(norm, "load_state_dict", norm.load_state_dict)
     policy.check_method("parameters")

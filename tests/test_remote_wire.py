@@ -1,6 +1,6 @@
-"""autograder/remote_wire.py, the channel's framing alone: a message crosses whole (JSON and blobs), and the grader's
-end reads no message past its limits, nor one that is not a JSON object, and ends on a closed connection. Two of
-these tests came from tests/test_remote.py."""
+"""autograder/remote_wire.py, the channel's framing alone: a message crosses whole (JSON and blobs), and the
+grader's end reads no message past its limits, nor one that is not a JSON object, and ends on a closed
+connection. Two of these tests came from tests/test_remote.py."""
 import socket
 import struct
 import threading
@@ -36,7 +36,8 @@ def _try(fn):
 
 
 def test_a_message_crosses_whole(ends):
-    """The header as JSON, the blobs as bytes in their order (an empty one too), twice in a row on one socket."""
+    """The header as JSON, the blobs as bytes in their order (an empty one too), twice in a row on one
+    socket."""
     a, b = ends
     sent = {"k": "req", "id": 1, "v": [1, "two", {"$": "f", "v": "0.5"}]}
     Channel(a).send(sent, [b"abc", b"", bytearray(b"\x00\xff")])
@@ -47,7 +48,8 @@ def test_a_message_crosses_whole(ends):
 
 
 def test_values_are_counted_in_raw_bytes():
-    """Each value but the first follows a comma, a bracket or a brace; a string's commas count too (an overcount)."""
+    """Each value but the first follows a comma, a bracket or a brace; a string's commas count too (an
+    overcount)."""
     assert count_values(b"0") == 0
     assert count_values(b'{"v": [1, 2, 3]}') == 4
     assert count_values(b'"a,b"') == 1
@@ -64,13 +66,15 @@ def test_a_message_over_the_limit_is_refused():
 
 @pytest.mark.parametrize("header,blobs,says", [
     (b"[" + b"[]," * 2_000_000 + b"[]]", [], "over the limit"),                 # 6 MB of JSON: refused unread
-    (b'{"v": [' + b"0," * 300_000 + b"0]}", [], "more than 200000 values"),     # 600 kB, counted before it is built
+    # 600 kB, counted before it is built
+    (b'{"v": [' + b"0," * 300_000 + b"0]}", [], "more than 200000 values"),
     (b'{"v": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", [], "nested too deep"),
-    (b'{"k": "rep"}', [b"\0" * (1 << 20)] * 70, "over 64 MB"),                  # blobs past the whole message's limit
+    # blobs past the whole message's limit
+    (b'{"k": "rep"}', [b"\0" * (1 << 20)] * 70, "over 64 MB"),
 ], ids=["6 MB of JSON", "300,000 values", "nested 100,000 deep", "70 MB of blobs"])
 def test_the_checker_reads_no_message_past_its_limits(header, blobs, says):
-    """Messages a kernel may send the checker: over 4 MB of JSON, over 200,000 values, nested past the decoder, blobs
-    over 64 MB: each refused with ChannelError (the connection ends), none built whole."""
+    """Messages a kernel may send the checker: over 4 MB of JSON, over 200,000 values, nested past the
+    decoder, blobs over 64 MB: each refused with ChannelError (the connection ends), none built whole."""
     a, b = socket.socketpair()
     sender = threading.Thread(target=lambda: _try(lambda: _raw(b, header, blobs)))
     sender.start()
@@ -84,7 +88,8 @@ def test_the_checker_reads_no_message_past_its_limits(header, blobs, says):
 @pytest.mark.parametrize("header,n_blobs,says", [
     (b"[1, 2]", 0, "not a JSON object"),
     (b"{'k': 1}", 0, "not JSON"),
-    (b"{}", MAX_BLOBS + 1, "over the limit"),                                   # refused before any blob is read
+    # refused before any blob is read
+    (b"{}", MAX_BLOBS + 1, "over the limit"),
 ])
 def test_a_message_that_is_not_one_is_refused(ends, header, n_blobs, says):
     a, b = ends

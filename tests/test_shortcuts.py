@@ -1,6 +1,7 @@
-"""autograder/shortcuts.py on its own: while a check runs, the forbidden library calls made by the learner's code are
-recorded, whatever alias they use; the check's own calls, other calls and calls after the watch are not; and the
-watch leaves torch as it found it. The functions of this file stand for the learner's code (outside autograder/)."""
+"""autograder/shortcuts.py on its own: while a check runs, the forbidden library calls made by the learner's
+code are recorded, whatever alias they use; the check's own calls, other calls and calls after the watch are
+not; and the watch leaves torch as it found it. The functions of this file stand for the learner's code
+(outside autograder/)."""
 import os
 
 import pytest
@@ -19,7 +20,8 @@ SMOOTHED = Forbidden("label smoothing", functions=("cross_entropy",),
 
 
 def as_ours(source: str, name: str):
-    """The function `name` defined by `source`, compiled as if it were a file of autograder/ (a check's code)."""
+    """The function `name` defined by `source`, compiled as if it were a file of autograder/ (a check's
+    code)."""
     namespace = {"torch": torch, "nn": nn}
     exec(compile(source, os.path.join(os.path.dirname(shortcuts.__file__), "a_check.py"), "exec"), namespace)
     return namespace[name]
@@ -66,7 +68,8 @@ def test_the_checks_own_calls_are_allowed():
 def test_a_forbidden_class_built_or_called_by_the_learner():
     assert used_by(lambda: nn.LayerNorm(5), [LAYER_NORM]) == ["nn.LayerNorm"]  # built
     before = nn.LayerNorm(5)  # built outside the watch, so not the check's: calling it counts
-    assert used_by(lambda: before(x), [LAYER_NORM]) == ["nn.LayerNorm", "nn.LayerNorm"]  # forward, then F.layer_norm
+    # forward, then F.layer_norm
+    assert used_by(lambda: before(x), [LAYER_NORM]) == ["nn.LayerNorm", "nn.LayerNorm"]
 
 
 def test_an_instance_the_check_built_may_be_called_by_the_learner():
@@ -90,7 +93,8 @@ def test_the_graded_object_counts_when_it_is_the_librarys_own():
         return x.exp() / x.exp().sum(dim, keepdim=True)
     assert used_by(lambda: None, [LAYER_NORM], obj=MyNorm) == ["nn.LayerNorm"]  # a subclass of the library's
     assert used_by(lambda: None, [LAYER_NORM], obj=Written) == []
-    assert used_by(lambda: None, [SOFTMAX], obj=torch.softmax) == ["torch.softmax"]  # the library's function itself
+    # the library's function itself
+    assert used_by(lambda: None, [SOFTMAX], obj=torch.softmax) == ["torch.softmax"]
     assert used_by(lambda: None, [SOFTMAX], obj=softmax) == []  # the learner's own, of the same name
 
 

@@ -194,8 +194,9 @@ if borrowed:
     softmax = borrowed[0]"""
 
 # what the jail shows again of the machine (autograder/jail.py): the course, and Python (sys.prefix and
-# sys.base_prefix: a virtual environment under /tmp, the interpreter it was made from under /root), each with the
-# folders above it (as mount points); anything else under /tmp, /var/tmp or the batch's folder is a classmate's
+# sys.base_prefix: a virtual environment under /tmp, the interpreter it was made from under /root), each with
+# the folders above it (as mount points); anything else under /tmp, /var/tmp or the batch's folder is a
+# classmate's
 PYTHONS = r"""import os, sys
 pythons = {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix,
                                           os.path.dirname(os.path.realpath(sys.executable)))}
@@ -203,12 +204,12 @@ pythons = {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_p
 def python(path):
     real = os.path.realpath(path)
     return any(real == p or p.startswith(real.rstrip(os.sep) + os.sep) or real.startswith(p + os.sep) for p in pythons)
-"""
+"""  # noqa: E501  (a submission's code, graded as written)
 
 CLASSMATES = PYTHONS + r"""import glob, os, autograder
 found = []
 course = os.path.dirname(os.path.dirname(os.path.realpath(autograder.__file__)))  # shown to every kernel
-# its notebook's folder in the batch's: NOTEBOOK/scratch/work (autograder/kernel.py); NOTEBOOK/sock, its checker's
+# its notebook's folder in the batch's: NOTEBOOK/scratch/work (autograder/folders.py); NOTEBOOK/sock, its checker's
 # socket, is shown to it read-only
 notebook = os.path.dirname(os.path.dirname(os.getcwd()))
 for pattern in ('/tmp/*', '/tmp/*/*', '/tmp/*/*/*', '/var/tmp/*', '/dev/shm/*',
@@ -235,7 +236,7 @@ for conn in glob.glob(os.path.join(os.path.dirname(notebook), '*', '*', 'conn', 
 print('found', found)
 if found:   # what it could reach costs it its own points, so that the test sees it
     def softmax(x, dim=-1):
-        return x"""
+        return x"""  # noqa: E501  (a submission's code, graded as written)
 
 PORT = 47231  # tests/test_hostile.py listens there on the loopback while the batch runs
 
@@ -263,7 +264,7 @@ leak = shared_memory.SharedMemory(name='autograder_leak', create=True, size=4096
 print('done', done, 'uid', os.getuid())
 if done or os.getuid() == 0:
     def softmax(x, dim=-1):
-        return x""" % PORT
+        return x""" % PORT  # noqa: E501  (a submission's code, graded as written)
 
 
 COMPILER_STACK = r"""import torch._dynamo
@@ -285,8 +286,9 @@ else:
         raise NotImplementedError"""
 
 
-# In a batch with isolation, each kernel is forked by the batch's kernel server (autograder/jail.py, serve) rather
-# than started by its launcher: the same jail as a launched kernel's, seen from inside (softmax is wrong otherwise)
+# In a batch with isolation, each kernel is forked by the batch's kernel server (autograder/jail.py, serve)
+# rather than started by its launcher: the same jail as a launched kernel's, seen from inside (softmax is
+# wrong otherwise)
 FORKED = r"""import ctypes, os, signal, sys
 death = ctypes.c_int(0)
 ctypes.CDLL(None).prctl(2, ctypes.byref(death), 0, 0, 0)  # PR_GET_PDEATHSIG
@@ -305,13 +307,14 @@ facts = {
 print(facts)
 if not all(facts.values()):
     def softmax(x, dim=-1):
-        return x"""
+        return x"""  # noqa: E501  (a submission's code, graded as written)
 
 
 def cases() -> list[Case]:
     full, released = solved(LESSON), _released()
     lean, lean_released = _lean(full), _lean(released)
-    own = _set_solution(lean, "scaled_dot_product_attention", ATTENTION_OWN)  # attention independent of softmax
+    # attention independent of softmax
+    own = _set_solution(lean, "scaled_dot_product_attention", ATTENTION_OWN)
     out: list[Case] = []
 
     def add(name, content, points, *says, **kw):
@@ -326,16 +329,19 @@ def cases() -> list[Case]:
     add("honest_mistake_softmax_over_queries", mistake, 4.0, "softmax over the queries")
     # an error raised in the kernel: the message names the line with its tensors' shapes, sent by the kernel
     raises = _set_solution(lean, "scaled_dot_product_attention",
-                           ATTENTION_OK.replace("    weights = softmax(", "    scores = scores - scores.amax(-1)\n"
+                           ATTENTION_OK.replace("    weights = softmax(",
+                                                "    scores = scores - scores.amax(-1)\n"
                                                                         "    weights = softmax("))
     add("honest_mistake_raises_a_shape_error", raises, SOFTMAX, "(in scaled_dot_product_attention, line 5: "
-        "`scores = scores - scores.amax(-1)`), with scores (2, 3, 4, 5); the call was scaled_dot_product_attention(",
+        "`scores = scores - scores.amax(-1)`), with scores (2, 3, 4, 5); the call was "
+        "scaled_dot_product_attention(",
         "Likely: 5 is scores's size at dim 3 and 4 is scores's size at dim 2")
     warns = _set_solution(lean, "softmax", "import collections, logging, sys, traceback, warnings\n"
                           "warnings.warn('a warning at definition')\nprint('to stderr', file=sys.stderr)\n\n"
                           + SOFTMAX_OK.replace("    shifted", "    print('stderr inside', file=sys.stderr)\n"
                                                             "    warnings.warn('inside')\n"
-                                                            "    logging.getLogger('mine').warning('logged')\n"
+                                                            "    logging.getLogger('mine')"
+                                                            ".warning('logged')\n"
                                                             "    collections.namedtuple('Pair', 'a b')\n"
                                                             "    try:\n        1 / 0\n"
                                                             "    except ZeroDivisionError:\n"
@@ -351,35 +357,40 @@ def cases() -> list[Case]:
     add("honest_odd_cells", odd, FULL)
     add("honest_reads_the_checks", _insert(lean, "softmax", "import autograder, os\nsrc = open(os.path.join("
                                            "os.path.dirname(autograder.__file__), 'core.py')).read()"), FULL)
-    add("honest_patches_torch_after_grading", _insert(lean, None, "torch.allclose = lambda *a, **k: True"), FULL)
+    add("honest_patches_torch_after_grading", _insert(lean, None, "torch.allclose = lambda *a, **k: True"),
+        FULL)
     add("honest_prints_a_flood", _insert(lean, "softmax", "import sys\nline = 'x' * 999 + '\\n'\n"
                                          "for _ in range(50_000):\n    sys.stdout.write(line)"), FULL)
     # torch's compiler stack, imported lazily by an optimizer's first step and by meta tensors, writes a cache
     # folder on import: the kernel must get one of its own (the grader's TORCHINDUCTOR_CACHE_DIR is root's)
-    add("honest_uses_torch_compiler_stack", _set_solution(lean, "softmax", COMPILER_STACK + "\n\n\n" + SOFTMAX_OK),
-        FULL)
+    add("honest_uses_torch_compiler_stack",
+        _set_solution(lean, "softmax", COMPILER_STACK + "\n\n\n" + SOFTMAX_OK), FULL)
 
     # --------------------------------------------------------------------- broken files
     add("broken_not_json", "{\"cells\": [", 0.0, "not valid JSON", error=True)
     add("broken_not_a_notebook", json.dumps({"hello": "world"}), 0.0, "not a Jupyter notebook", error=True)
-    add("broken_invalid_notebook", json.dumps({"cells": [{"cell_type": "code"}], "nbformat": 4, "nbformat_minor": 5,
+    add("broken_invalid_notebook", json.dumps({"cells": [{"cell_type": "code"}], "nbformat": 4,
+                                               "nbformat_minor": 5,
                                                "metadata": {}}), 0.0, "not a valid notebook", error=True)
     plain = nbformat.v4.new_notebook()
     plain.cells = [nbformat.v4.new_code_cell("print(1)")]
-    add("broken_no_graded_cells", plain, 0.0, "check_softmax is missing", "softmax is not defined", max_points=FULL)
+    add("broken_no_graded_cells", plain, 0.0, "check_softmax is missing", "softmax is not defined",
+        max_points=FULL)
     deleted = copy.deepcopy(lean)
     deleted.cells.remove(_cell(deleted, "check_softmax"))
     add("broken_check_cell_deleted", deleted, FULL, "check_softmax is missing")
     dup = copy.deepcopy(lean)
     twin = copy.deepcopy(_cell(dup, "check_softmax"))
-    twin.id = nbformat.v4.new_code_cell().id  # the same grade_id, a distinct cell id (as Jupyter's copy makes)
+    # the same grade_id, a distinct cell id (as Jupyter's copy makes)
+    twin.id = nbformat.v4.new_code_cell().id
     dup.cells.insert(_index(dup, "check_softmax"), twin)
     add("broken_check_cell_copied", dup, FULL, "appears 2 times")
     many = nbformat.v4.new_notebook()
     many.cells = [nbformat.v4.new_code_cell("") for _ in range(3000)]
     add("broken_too_many_cells", many, 0.0, "more than 2000", error=True, max_points=FULL)
     empty_cell = '{"cell_type": "code", "execution_count": null, "metadata": {}, "outputs": [], "source": ""}'
-    huge = '{"cells": [' + ",".join([empty_cell] * 260_000) + '], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}'
+    huge = ('{"cells": [' + ",".join([empty_cell] * 260_000) +
+            '], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}')
     add("broken_huge_file", huge, 0.0, "more than 20 MB", error=True, max_points=FULL)
     other = solved(LESSONS / "04_multi_head_attention.ipynb")
     add("broken_another_lessons_notebook", other, 0.0, "lesson 04_multi_head_attention's", max_points=FULL)
@@ -391,17 +402,21 @@ def cases() -> list[Case]:
         "ran past the cell time limit")
     hang = _set_solution(lean, "softmax", "def softmax(x, dim=-1):\n    while True:\n        pass")
     add("slow_hanging_softmax", hang, 0.0, "took longer than")
-    hog = _set_solution(lean, "softmax", "def softmax(x, dim=-1):\n    junk = bytearray(64 * 2**30)\n    return x")
+    hog = _set_solution(lean, "softmax",
+                        "def softmax(x, dim=-1):\n    junk = bytearray(64 * 2**30)\n    return x")
     add("slow_memory_hog_softmax", hog, 0.0, "memory", hostile=True)
-    add("crash_os_exit", _insert(lean, "check_softmax", "import os\nos._exit(1)"), 0.0, "kernel died", error=True,
-        hostile=True)
+    add("crash_os_exit", _insert(lean, "check_softmax", "import os\nos._exit(1)"), 0.0, "kernel died",
+        error=True, hostile=True)
     # a namespace's PID 1 ignores its own SIGKILL: with isolation, the kernel lives on
-    add("crash_sigkill_self", _insert(lean, "check_softmax", "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)"),
+    add("crash_sigkill_self",
+        _insert(lean, "check_softmax", "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)"),
         FULL, hostile=True, unisolated=(0.0, True, ["kernel died"]))
-    fork = _insert(lean, "softmax", "import os\nfor _ in range(3):\n    if os.fork() == 0:\n        os.setsid()\n"
+    fork = _insert(lean, "softmax",
+                   "import os\nfor _ in range(3):\n    if os.fork() == 0:\n        os.setsid()\n"
                    "        os.execvp('sleep', ['sleep', '4242.4242'])")
     add("hostile_forks_sleepers", fork, FULL, hostile=True)
-    add("hostile_kill_everything", _insert(lean, "softmax", "import os, signal\ntry:\n    os.kill(-1, signal.SIGKILL)\n"
+    add("hostile_kill_everything", _insert(lean, "softmax",
+                                           "import os, signal\ntry:\n    os.kill(-1, signal.SIGKILL)\n"
                                            "except OSError as e:\n    print(e)"), FULL, hostile=True,
         needs_isolation=True)
 
@@ -409,33 +424,38 @@ def cases() -> list[Case]:
     fake_print = _insert(lean_released, "check_softmax", "print('✓ equals torch.softmax [1/1]')\n"
                          "print('AUTOGRADER-RESULT 0 0 {\"points\": 3.0}')\nprint('softmax: 3/3 points')")
     add("forge_prints_a_verdict", fake_print, 0.0, "not implemented yet", hostile=True)
-    fake_check = _insert(lean_released, "check_softmax", "def check(obj):\n    print('all good')\n    return 7.0")
+    fake_check = _insert(lean_released, "check_softmax",
+                         "def check(obj):\n    print('all good')\n    return 7.0")
     add("forge_redefines_check", fake_check, 0.0, "not implemented yet", hostile=True)
     patched = _insert(lean_released, "check_softmax",
                       "import autograder.core as core\ncore.run_check = lambda c, obj: (c.points, 'ok')\n"
                       "import autograder.checks._util as u\nu.expect_close = lambda *a, **k: None")
     add("forge_patches_the_autograder", patched, 0.0, "not implemented yet", hostile=True)
     add("forge_replaces_the_serving_code", _insert(lean_released, "check_softmax",
-        "import autograder.serve as s\ns.grade = lambda name, *a, **k: print(f'{name}: full points') or 7.0"), 0.0,
-        "did not reach the grader", hostile=True)
+        "import autograder.serve as s\ns.grade = lambda name, *a, **k: print(f'{name}: full points') or 7.0"),
+        0.0, "did not reach the grader", hostile=True)
     add("forge_speaks_the_protocol", _insert(lean_released, "check_softmax", SELF_SERVE), 0.0, hostile=True)
     add("forge_rewrites_the_grader_cell", _insert(lean_released, "check_softmax", TRANSFORMER), 0.0,
         "did not reach the grader", hostile=True)
-    add("forge_tensor_that_always_equals", _set_solution(own, "softmax", ALWAYS_EQUAL), ATTENTION, hostile=True)
+    add("forge_tensor_that_always_equals", _set_solution(own, "softmax", ALWAYS_EQUAL), ATTENTION,
+        hostile=True)
     add("forge_function_mode", _set_solution(own, "softmax", FUNCTION_MODE), ATTENTION, hostile=True)
     naive = _set_solution(lean, "softmax", "def softmax(x, dim=-1):\n    return x.exp() / x.exp().sum(dim, "
                                            "keepdim=True)")
     torch_patched = _insert(_set_solution(naive, "scaled_dot_product_attention",
                                           "def scaled_dot_product_attention(*a, **k):\n    return None"),
                             "check_softmax",
-                            "torch.allclose = lambda *a, **k: True\ntorch.Tensor.__eq__ = lambda *a, **k: True\n"
+                            "torch.allclose = lambda *a, **k: True\ntorch.Tensor.__eq__ = lambda *a, **k: "
+                            "True\n"
                             "torch.isfinite = lambda t: torch.ones_like(t, dtype=torch.bool)")
     add("forge_patches_torch", torch_patched, 2.0, "NaN", hostile=True)
     frames = _set_solution(own, "softmax", "import sys\n\ndef softmax(x, dim=-1):\n"
                            "    f = sys._getframe(0)\n    while f is not None:\n"
-                           "        f.f_globals.pop('expect_close', None)\n        f = f.f_back\n    return x")
+                           "        f.f_globals.pop('expect_close', None)\n"
+                           "        f = f.f_back\n    return x")
     add("forge_walks_the_frames", frames, ATTENTION, hostile=True)
-    gcwalk = _insert(own, "softmax", "import gc\nfound = [o for o in gc.get_objects() if isinstance(o, dict) and "
+    gcwalk = _insert(own, "softmax",
+                     "import gc\nfound = [o for o in gc.get_objects() if isinstance(o, dict) and "
                                      "'key' in o]")
     add("forge_walks_the_gc", gcwalk, FULL, hostile=True)
     thread = _insert(lean, "softmax", "import threading, time\n\ndef meddle():\n    while True:\n        "
@@ -458,7 +478,8 @@ def cases() -> list[Case]:
                                                                "torch.softmax(x, dim)"),
         ATTENTION, "calls a library softmax", hostile=True)
     sdpa = ATTENTION_OK.replace("    return weights @ v, weights",
-                                "    out = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)\n"
+                                "    out = torch.nn.functional.scaled_dot_product_attention(q, k, v, "
+                                "attn_mask=mask)\n"
                                 "    return out, weights")
     add("borrow_torch_attention", _set_solution(lean, "scaled_dot_product_attention", sdpa), SOFTMAX,
         "calls F.scaled_dot_product_attention", hostile=True)
@@ -466,7 +487,8 @@ def cases() -> list[Case]:
                               "scaled_dot_product_attention", "import solutions\n"
                               "scaled_dot_product_attention = solutions.scaled_dot_product_attention")
     # the grade command's environment is not the kernel's: a secret there (a CI token) stays there
-    add("borrow_grader_environment", _set_solution(own, "softmax", GRADER_ENV), ATTENTION, "not implemented yet",
+    add("borrow_grader_environment", _set_solution(own, "softmax", GRADER_ENV), ATTENTION,
+        "not implemented yet",
         hostile=True)
     add("borrow_imports_solutions", delegated, 0.0, "not implemented yet",
         "imports the graded stage's answer from solutions", hostile=True)
@@ -479,7 +501,8 @@ def cases() -> list[Case]:
     add("borrow_hidden_solutions_call", hidden, ATTENTION, "not implemented yet", hostile=True)
     add("borrow_solution_source", _set_solution(lean_released, "softmax", BORROWS_SOURCE), 0.0,
         "not implemented yet", hostile=True, needs_isolation=True)
-    add("borrow_the_checks_code", _insert(lean_released, "check_softmax", BORROWS_CHECKS), 0.0, "not implemented yet",
+    add("borrow_the_checks_code", _insert(lean_released, "check_softmax", BORROWS_CHECKS), 0.0,
+        "not implemented yet",
         hostile=True, needs_isolation=True)
     renamed = _set_solution(lean, "scaled_dot_product_attention", "scaled_dot_product_attention = softmax")
     add("borrow_another_names_object", renamed, SOFTMAX, "returns (output, weights)", hostile=True)
@@ -487,8 +510,10 @@ def cases() -> list[Case]:
     # -------------------------------------------------------- classmates and the machine (isolation only)
     add("harm_reaches_for_classmates", _insert(lean, "check_softmax", CLASSMATES), FULL, hostile=True,
         needs_isolation=True)
-    add("harm_touches_the_machine", _insert(lean, "check_softmax", MACHINE), FULL, hostile=True, needs_isolation=True)
-    add("isolated_kernel_forked_by_the_server", _insert(lean, "check_softmax", FORKED), FULL, needs_isolation=True)
+    add("harm_touches_the_machine", _insert(lean, "check_softmax", MACHINE), FULL, hostile=True,
+        needs_isolation=True)
+    add("isolated_kernel_forked_by_the_server", _insert(lean, "check_softmax", FORKED), FULL,
+        needs_isolation=True)
     return out
 
 
@@ -532,13 +557,14 @@ if __name__ == "__main__":
         print(write(c, target), c.points)
 
 
-# ------------------------------------------------------------------ the second red team (issue 36), isolation only
-# Each needs the kernel's namespaces (without them these would really write where they aim). `canary_dir` is a
-# folder outside every notebook's (with `canary`, a file in it, whose owner, mode and bytes must not change): the
-# links point there, and nothing may appear in it.
+# ------------------------------------------------------------------ the second red team (issue 36), isolation
+# only Each needs the kernel's namespaces (without them these would really write where they aim). `canary_dir`
+# is a folder outside every notebook's (with `canary`, a file in it, whose owner, mode and bytes must not
+# change): the links point there, and nothing may appear in it.
 
-# helper processes forked from the kernel, for the rest of its life, swap its writable folders (HOME/tmp, the caches,
-# the working folder's) for links to canary_dir and back, again and again, and leave links behind for the cleanup
+# helper processes forked from the kernel, for the rest of its life, swap its writable folders (HOME/tmp, the
+# caches, the working folder's) for links to canary_dir and back, again and again, and leave links behind for
+# the cleanup
 RACE = r"""import os, time
 CANARY_DIR, CANARY = %r, %r
 home = os.path.expanduser('~')
@@ -570,8 +596,8 @@ for name, to in (('link-to-canary', CANARY), ('link-to-folder', CANARY_DIR), ('l
             pass
 time.sleep(1)"""
 
-# a working folder 1500 levels deep, with links to the canary inside (the old cleanup's rmtree raised RecursionError
-# in the grade command itself, which then wrote no report)
+# a working folder 1500 levels deep, with links to the canary inside (the old cleanup's rmtree raised
+# RecursionError in the grade command itself, which then wrote no report)
 DEEP = r"""import os
 CANARY_DIR, CANARY = %r, %r
 fd = os.open(os.getcwd(), os.O_RDONLY)
@@ -585,8 +611,8 @@ for level in range(1500):
         os.symlink(CANARY_DIR, 'folder', dir_fd=fd)
 os.close(fd)"""
 
-# a message to the checker far over its limit, or with too many values: the checker reads its size or counts its
-# values in its raw bytes, refuses it and closes (before: built whole, 1.7 GB)
+# a message to the checker far over its limit, or with too many values: the checker reads its size or counts
+# its values in its raw bytes, refuses it and closes (before: built whole, 1.7 GB)
 BIG_MESSAGE = r"""import struct
 import autograder.remote as remote
 original = remote.Channel.send
@@ -605,11 +631,11 @@ HUGE_OUTPUT = r"""from IPython.display import display
 display({'text/plain': 'x' * 400_000_000}, raw=True)"""
 
 # the runner's ZeroMQ connections: a helper forked from the kernel replaces the kernel's socket files (in its
-# connection folder, which it can write) with links to a Unix socket outside the jail (`listener`, which the test
-# listens on), again and again (or once, leaving no name of the true sockets: "for_good"), while the kernel shuts its
-# end of every connection it holds, three times, so that the runner's ZeroMQ sockets connect again. The runner
-# connects by links of its own to the sockets the kernel first bound (kernel.seal_socket): the listener never hears
-# from it (before, it heard the runner's every reconnection)
+# connection folder, which it can write) with links to a Unix socket outside the jail (`listener`, which the
+# test listens on), again and again (or once, leaving no name of the true sockets: "for_good"), while the
+# kernel shuts its end of every connection it holds, three times, so that the runner's ZeroMQ sockets connect
+# again. The runner connects by links of its own to the sockets the kernel first bound (kernel.seal_socket):
+# the listener never hears from it (before, it heard the runner's every reconnection)
 SWAPS_SOCKETS = r"""import json, os, socket, time
 from ipykernel.connect import get_connection_file
 LISTENER, FOR_GOOD = %r, %r
@@ -657,12 +683,13 @@ def drop_connections():  # every connected Unix socket of this process, shut: it
 for _ in range(3):
     time.sleep(0.5)
     drop_connections()
-time.sleep(1)"""
+time.sleep(1)"""  # noqa: E501  (a submission's code, graded as written)
 
-# pid recycling: helpers forked from the kernel fork and reap children as fast as they can (throttled a little, to
-# spare the classmates' CPU) while a check or a cell runs past its time limit, so that a pid taken from the kernel's
-# side (the socket's credentials) would name another process by the time of the interrupt. The runner signals the
-# kernel's launcher, its own unreaped child: the kernel is interrupted, nothing else (the classmates keep everything)
+# pid recycling: helpers forked from the kernel fork and reap children as fast as they can (throttled a
+# little, to spare the classmates' CPU) while a check or a cell runs past its time limit, so that a pid taken
+# from the kernel's side (the socket's credentials) would name another process by the time of the interrupt.
+# The runner signals the kernel's launcher, its own unreaped child: the kernel is interrupted, nothing else
+# (the classmates keep everything)
 CYCLE_PIDS = r"""import os, time
 
 def cycle_pids(seconds):
@@ -686,9 +713,10 @@ while time.time() < stop:
     os.waitpid(pid, 0)
     time.sleep(0.002)"""
 
-# gradient pumping: each call the kernel makes into the checker's objects (stage 03's dropout module) is followed by
-# 40 backward requests for it, of the right shapes or not; the checker answers a call's gradients once. Were more
-# answered, the notebook spoils its own answer (so the case loses points if the pumping got through)
+# gradient pumping: each call the kernel makes into the checker's objects (stage 03's dropout module) is
+# followed by 40 backward requests for it, of the right shapes or not; the checker answers a call's gradients
+# once. Were more answered, the notebook spoils its own answer (so the case loses points if the pumping got
+# through)
 PUMPS_GRADIENTS = r"""import torch
 import autograder.remote as remote
 VARIANT = %r
@@ -718,10 +746,10 @@ def _call_now(self, fields, grad=True):
         raise RuntimeError(f'the checker answered {max(answered.values())} backward requests for one call')
     return original(self, fields, grad)
 
-remote.Endpoint._call_now = _call_now"""
+remote.Endpoint._call_now = _call_now"""  # noqa: E501  (a submission's code, graded as written)
 
-# three files of 1 GB each (each under the 1 GB file-size limit), written 16 MB at a time: the kernel's folders are
-# a tmpfs of 512 MB, so at most that is written; the answer is spoiled if more got through
+# three files of 1 GB each (each under the 1 GB file-size limit), written 16 MB at a time: the kernel's
+# folders are a tmpfs of 512 MB, so at most that is written; the answer is spoiled if more got through
 FILLS_DISK = r"""import os
 written = 0
 chunk = b'x' * (16 << 20)
@@ -739,14 +767,15 @@ if written > 600 << 20:
     def softmax(x, dim=-1):
         return x"""
 
-# below the library-shortcut watch (GRADING.md, "Not protected"): each earns what the library's answer earns, and the
-# report names the line for review
-# name: the softmax (the watch still sees getattr(torch, 'soft' + 'max'): that one loses softmax's points)
+# below the library-shortcut watch (GRADING.md, "Not protected"): each earns what the library's answer earns,
+# and the report names the line for review name: the softmax (the watch still sees getattr(torch, 'soft' +
+# 'max'): that one loses softmax's points)
 BELOW_THE_WATCH = {
     "disables_the_watch": "def softmax(x, dim=-1):\n    with torch._C.DisableTorchFunction():\n"
                           "        return torch.softmax(x, dim)",
     "calls_aten": "def softmax(x, dim=-1):\n    return torch.ops.aten._softmax.default(x, dim, False)",
-    "softmin_of_minus_x": "import torch.nn.functional as F\n\ndef softmax(x, dim=-1):\n    return F.softmin(-x, dim)",
+    "softmin_of_minus_x": "import torch.nn.functional as F\n\ndef softmax(x, dim=-1):\n"
+                          "    return F.softmin(-x, dim)",
     "swaps_the_watch_s_code": "import autograder.shortcuts as shortcuts\n"
                               "shortcuts._called_by_learner.__code__ = (lambda frame: False).__code__\n\n"
                               "def softmax(x, dim=-1):\n    return torch.softmax(x, dim)",
@@ -755,13 +784,14 @@ BELOW_THE_WATCH = {
 BELOW_THE_WATCH_NOTE = "reaches below the library-shortcut watch"
 
 
-RUNNER_LISTENER = "runner.sock"  # in canary_dir: the Unix socket the test listens on for the runner's connections
+# in canary_dir: the Unix socket the test listens on for the runner's connections
+RUNNER_LISTENER = "runner.sock"
 
 
 def second_red_team(canary_dir: str, canary: str) -> list[Case]:
-    """Lesson-03 submissions of the second red team's classes: links swapped in by helper processes and left for the
-    cleanup, a folder 1500 levels deep, messages over the checker's limits, an output of 400 MB, files past the
-    kernel's disk, and library shortcuts below the watch (named in the report)."""
+    """Lesson-03 submissions of the second red team's classes: links swapped in by helper processes and left
+    for the cleanup, a folder 1500 levels deep, messages over the checker's limits, an output of 400 MB, files
+    past the kernel's disk, and library shortcuts below the watch (named in the report)."""
     lean = _lean(solved(LESSON))
     own = _set_solution(lean, "scaled_dot_product_attention", ATTENTION_OWN)
     out = []
@@ -776,11 +806,13 @@ def second_red_team(canary_dir: str, canary: str) -> list[Case]:
         _insert(lean, "check_softmax", BIG_MESSAGE % "b'[' + b'[],' * 33_000_000 + b'[]]'"),
         0.0, "did not hand over softmax", "a message of 99000004 bytes and 0 blobs is over the limit")
     add("resource_message_of_a_million_values",
-        _insert(lean, "check_softmax", BIG_MESSAGE % "b'{\"k\": \"rep\", \"v\": [' + b'0,' * 1_300_000 + b'0]}'"), 0.0,
+        _insert(lean, "check_softmax", BIG_MESSAGE % "b'{\"k\": \"rep\", \"v\": [' + b'0,' * 1_300_000 + "
+                                                     "b'0]}'"), 0.0,
         "did not hand over softmax", "a message of more than 200000 values")
     add("resource_output_of_400_mb", _insert(lean, "softmax", HUGE_OUTPUT), FULL)
     add("resource_fills_the_disk", _insert(lean, "softmax", FILLS_DISK), FULL)
-    hang_cycling = _set_solution(lean, "softmax", "def softmax(x, dim=-1):\n    cycle_pids(25)\n    while True:\n"
+    hang_cycling = _set_solution(lean, "softmax",
+                                 "def softmax(x, dim=-1):\n    cycle_pids(25)\n    while True:\n"
                                                    "        pass")
     add("pids_recycled_around_a_check_s_time_limit", _insert(hang_cycling, "softmax", CYCLE_PIDS), 0.0,
         "took longer than")
@@ -790,10 +822,11 @@ def second_red_team(canary_dir: str, canary: str) -> list[Case]:
         add(f"gradients_pumped_{variant}", _insert(lean, "softmax", PUMPS_GRADIENTS % variant), FULL)
     listener = os.path.join(canary_dir, RUNNER_LISTENER)
     for variant, for_good in (("raced", False), ("for_good", True)):
-        add(f"zmq_sockets_swapped_for_links_{variant}", _insert(lean, "softmax", SWAPS_SOCKETS % (listener, for_good)),
-            FULL)
+        add(f"zmq_sockets_swapped_for_links_{variant}",
+            _insert(lean, "softmax", SWAPS_SOCKETS % (listener, for_good)), FULL)
     for name, source in BELOW_THE_WATCH.items():
-        # the library's softmax earns what it earns when the watch misses it; the report names the line either way
+        # the library's softmax earns what it earns when the watch misses it; the report names the line either
+        # way
         caught = name == "computes_the_name"
         add(f"below_the_watch_{name}", _set_solution(own, "softmax", source), ATTENTION if caught else FULL,
             BELOW_THE_WATCH_NOTE, *(["calls a library softmax"] if caught else []))
@@ -801,9 +834,10 @@ def second_red_team(canary_dir: str, canary: str) -> list[Case]:
 
 
 def _with_solutions(stem: str, names: list[str], extra: dict | None = None):
-    """The released lesson `stem` (lean) with the reference's solution of each of `names`, and `extra` ({grade_id:
-    source}) instead of some."""
-    released, full = _lean(nbformat.read(str(LESSONS / f"{stem}.ipynb"), as_version=4)), _lean(solved(LESSONS /
+    """The released lesson `stem` (lean) with the reference's solution of each of `names`, and `extra`
+    ({grade_id: source}) instead of some."""
+    released, full = _lean(nbformat.read(str(LESSONS / f"{stem}.ipynb"),
+                                         as_version=4)), _lean(solved(LESSONS /
                                                                                                       f"{stem}.ipynb"))
     nb = released
     for name in names:
@@ -813,13 +847,15 @@ def _with_solutions(stem: str, names: list[str], extra: dict | None = None):
     return nb
 
 
-# lesson 01: the kernel answers the checker's request for a folder (the tokenizer's save and load) with the canary's
-# folder, while helpers swap its own temporary folder for a link there; the checker never touches either path
+# lesson 01: the kernel answers the checker's request for a folder (the tokenizer's save and load) with the
+# canary's folder, while helpers swap its own temporary folder for a link there; the checker never touches
+# either path
 TEMPDIR_LIE = r"""import autograder.serve as serve
 serve.LearnerEndpoint._op_tempdir = lambda self, *args: %r"""
 
-# lesson 05: every tensor the kernel sends tagged as stage 05's class of ids "on another device", so that a mask made
-# on the CPU would say 'meta'; the checker builds only plain tensors, or the class it sent in that call
+# lesson 05: every tensor the kernel sends tagged as stage 05's class of ids "on another device", so that a
+# mask made on the CPU would say 'meta'; the checker builds only plain tensors, or the class it sent in that
+# call
 FORGED_TAG = r"""import autograder.remote as remote
 original = remote.Endpoint._enc_tensor
 
@@ -832,12 +868,13 @@ remote.Endpoint._enc_tensor = forged"""
 CPU_CAUSAL_MASK = ("def causal_mask(size, device=None):\n"
                    "    return torch.ones(size, size, dtype=torch.bool).tril()[None, None]")
 
-# lesson 12: Adam(maximize=True) moves the parameters the wrong way; the kernel rebinds the checks' model factory to a
-# model of zeros (no gradient, nothing moves), or zeroes what it is given to build, so that the wrong way goes unseen
+# lesson 12: Adam(maximize=True) moves the parameters the wrong way; the kernel rebinds the checks' model
+# factory to a model of zeros (no gradient, nothing moves), or zeroes what it is given to build, so that the
+# wrong way goes unseen
 MAXIMIZE = '''def make_optimizer(model, d_model, warmup_steps=4000, factor=1.0):
     optimizer = torch.optim.Adam(model.parameters(), lr=1.0, betas=(0.9, 0.98), eps=1e-9, maximize=True)
     return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: noam_lr(s + 1, d_model, warmup_steps,
-                                                                                       factor))'''
+                                                                                       factor))'''  # noqa: E501  (a submission's code, graded as written)
 REBINDS_FACTORY = r"""import torch
 import autograder.checks.stage12_make_optimizer as checks
 
@@ -865,22 +902,26 @@ remote._materialize = zeroed"""
 
 
 def other_lessons(canary_dir: str, canary: str) -> list[tuple[str, Case]]:
-    """(lesson, case) for submissions of the second red team's classes that need another lesson than 03: a folder
-    name from the kernel (01), a type tag from the kernel (05), a model factory rebound in the kernel (12). Each
-    `points` is what the same answers earn without the attack (measured; the attack changes nothing)."""
+    """(lesson, case) for submissions of the second red team's classes that need another lesson than 03: a
+    folder name from the kernel (01), a type tag from the kernel (05), a model factory rebound in the kernel
+    (12). Each `points` is what the same answers earn without the attack (measured; the attack changes
+    nothing)."""
     out = []
     tok = ["get_pair_stats", "merge_pair", "learn_bpe", "apply_bpe", "BPETokenizer"]
     # 30 for those names, less the 1 point of "save(path) then BPETokenizer.load(path) ..."; 0 for the others
     race = _insert(_with_solutions("01_tokenization", tok), "check_BPETokenizer",
                    TEMPDIR_LIE % canary_dir + "\n" + RACE % (canary_dir, canary))
-    out.append(("01_tokenization", Case("paths_kernel_names_the_checks_folder", 29.0, ["save(path)"], hostile=True,
-                                        needs_isolation=True, content=race, max_points=39.0)))
-    tagged = _insert(_with_solutions("05_masks", [], {"causal_mask": CPU_CAUSAL_MASK}), "check_causal_mask", FORGED_TAG)
-    out.append(("05_masks", Case("types_forged_tensor_class", 2.0, ["is built on the requested device", "got cpu"],
+    out.append(("01_tokenization", Case("paths_kernel_names_the_checks_folder", 29.0, ["save(path)"],
+                                        hostile=True, needs_isolation=True, content=race, max_points=39.0)))
+    tagged = _insert(_with_solutions("05_masks", [], {"causal_mask": CPU_CAUSAL_MASK}), "check_causal_mask",
+                     FORGED_TAG)
+    out.append(("05_masks", Case("types_forged_tensor_class", 2.0,
+                                 ["is built on the requested device", "got cpu"],
                                  hostile=True, needs_isolation=True, content=tagged, max_points=11.0)))
     for name, attack in (("types_rebinds_the_model_factory", REBINDS_FACTORY),
                          ("types_zeroes_the_model_it_is_given", ZEROES_WHAT_IT_BUILDS)):
-        nb = _insert(_with_solutions("12_training", ["noam_lr"], {"make_optimizer": MAXIMIZE}), "check_make_optimizer",
+        nb = _insert(_with_solutions("12_training", ["noam_lr"], {"make_optimizer": MAXIMIZE}),
+                     "check_make_optimizer",
                      attack)
         out.append(("12_training", Case(name, 8.0, ["moves the parameters as Adam"], hostile=True,
                                         needs_isolation=True, content=nb, max_points=25.0)))

@@ -132,7 +132,7 @@ BODIES: dict[tuple[str, str], list[str]] = {
         self.attn_weights = None''', '''
         q, k, v = (split_heads(w(t), self.heads) for w, t in ((self.w_q, query), (self.w_k, key), (self.w_v, value)))
         out, self.attn_weights = scaled_dot_product_attention(q, k, v, mask, self.attn_dropout)
-        return self.w_o(merge_heads(out))'''],
+        return self.w_o(merge_heads(out))'''],  # noqa: E501  (a submission's code, graded as written)
     ("05_masks", "padding_mask"): ['''
         return (ids != pad_id)[:, None, None, :]'''],
     ("05_masks", "causal_mask"): ['''
@@ -164,9 +164,10 @@ BODIES: dict[tuple[str, str], list[str]] = {
         self.feed_forward = PositionwiseFeedForward(d_model, d_ff, dropout)
         self.sublayers = nn.ModuleList(SublayerConnection(d_model, dropout, norm_first) for _ in range(2))''', '''
         x = self.sublayers[0](x, lambda y: self.self_attn(y, y, y, src_mask))
-        return self.sublayers[1](x, self.feed_forward)'''],
+        return self.sublayers[1](x, self.feed_forward)'''],  # noqa: E501  (a submission's code, graded as written)
     ("08_encoder", "Encoder"): ['''
-        self.layers = nn.ModuleList(EncoderLayer(d_model, n_heads, d_ff, dropout, norm_first) for _ in range(n_layers))
+        self.layers = nn.ModuleList(EncoderLayer(d_model, n_heads, d_ff, dropout, norm_first)'''
+        ''' for _ in range(n_layers))
         self.norm = LayerNorm(d_model) if norm_first else nn.Identity()''', '''
         for layer in self.layers:
             x = layer(x, src_mask)
@@ -178,9 +179,10 @@ BODIES: dict[tuple[str, str], list[str]] = {
         self.sublayers = nn.ModuleList(SublayerConnection(d_model, dropout, norm_first) for _ in range(3))''', '''
         x = self.sublayers[0](x, lambda y: self.self_attn(y, y, y, tgt_mask))
         x = self.sublayers[1](x, lambda y: self.cross_attn(y, memory, memory, src_mask))
-        return self.sublayers[2](x, self.feed_forward)'''],
+        return self.sublayers[2](x, self.feed_forward)'''],  # noqa: E501  (a submission's code, graded as written)
     ("09_decoder", "Decoder"): ['''
-        self.layers = nn.ModuleList(DecoderLayer(d_model, n_heads, d_ff, dropout, norm_first) for _ in range(n_layers))
+        self.layers = nn.ModuleList(DecoderLayer(d_model, n_heads, d_ff, dropout, norm_first)'''
+        ''' for _ in range(n_layers))
         self.norm = LayerNorm(d_model) if norm_first else nn.Identity()''', '''
         for layer in self.layers:
             x = layer(x, memory, src_mask, tgt_mask)
@@ -237,7 +239,8 @@ BODIES: dict[tuple[str, str], list[str]] = {
         return factor * min(s ** -0.5, s / warmup_steps ** 1.5) / d_model ** 0.5'''],
     ("12_training", "make_optimizer"): ['''
         opt = torch.optim.Adam(model.parameters(), lr=1.0, betas=(0.9, 0.98), eps=1e-9)
-        return opt, torch.optim.lr_scheduler.LambdaLR(opt, lambda n: noam_lr(n + 1, d_model, warmup_steps, factor))'''],
+        return opt, torch.optim.lr_scheduler.LambdaLR(opt, lambda n: noam_lr(n + 1, d_model, warmup_steps,'''
+        ''' factor))'''],
     ("13_decoding", "greedy_decode"): ['''
         memory = model.encode(src, src_mask)
         answers = []
@@ -250,7 +253,7 @@ BODIES: dict[tuple[str, str], list[str]] = {
                     break
                 ys = torch.cat([ys, torch.tensor([[word]], device=src.device)], dim=1)
             answers.append(ys[0, 1:].tolist())
-        return answers'''],
+        return answers'''],  # noqa: E501  (a submission's code, graded as written)
     ("13_decoding", "length_penalty"): ['''
         return math.pow((5.0 + length) / 6.0, alpha)'''],
     ("13_decoding", "beam_search"): ['''
@@ -288,7 +291,7 @@ BODIES: dict[tuple[str, str], list[str]] = {
                 if not hyps or max(s for _, s in hyps) / length_penalty(max_len, alpha) <= best_score:
                     break                               # no open hypothesis can win any more
             answers.append(best)
-        return answers'''],
+        return answers'''],  # noqa: E501  (a submission's code, graded as written)
     ("13_decoding", "corpus_bleu"): ['''
         hyp_len = sum(len(h) for h in hypotheses)
         ref_len = sum(len(r) for r in references)
