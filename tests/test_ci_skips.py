@@ -169,3 +169,33 @@ def test_the_longest_files_start_first_and_the_rest_keep_their_order():
     assert [i.nodeid for i in items] == [f"{first}::w", f"{second}::y", f"{second}::u", "tests/test_a.py::x",
                                          "tests/test_b.py::z", "tests/test_a.py::v"]
     assert root.pytest_xdist_auto_num_workers(None) == root.CORES + 1
+
+
+
+SEEDS = (0, 14)  # two hash seeds under which Python orders {1, 'two'} differently (asserted below)
+
+
+def _in_python(seed, code, *args):
+    env = {**os.environ, "PYTHONHASHSEED": str(seed)}
+    env.pop("PYTEST_XDIST_WORKER", None)
+    return subprocess.run([sys.executable, *code, *args], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=300)
+
+
+def _collected_ids(seed):
+    done = _in_python(seed, ["-m", "pytest", "--collect-only", "-q", "-n", "0", "-p", "no:cacheprovider",
+                             "-o", "addopts=", "tests"])
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    return [line for line in done.stdout.splitlines() if "::" in line]
+
+
+def test_the_suite_collects_the_same_ids_under_any_hash_seed():
+    """xdist's workers each collect the suite and must agree on every id; each worker has its own hash seed,
+    so an id made from a set's repr can differ between them, and CI stops at collection (it did once:
+    {1, 'two'})."""
+    orders = {_in_python(seed, ["-c", "print(repr({1, 'two'}))"]).stdout for seed in SEEDS}
+    assert len(orders) == 2, f"seeds {SEEDS} order a set the same way ({orders}): this test could not fail"
+    first, second = (_collected_ids(seed) for seed in SEEDS)
+    assert len(first) > 1000, f"only {len(first)} tests collected"
+    differ = sorted(set(first) ^ set(second))
+    assert not differ, f"ids that depend on the hash seed: {differ[:6]}"
