@@ -17,24 +17,32 @@ if __name__ == "__main__":
     sys.modules.setdefault("rfc3987_syntax", None)
 
 
+PROG = "python -m autograder"
+
+
 def main(argv=None) -> int:
-    """Run the command that argv names: its exit status."""
+    """Run the command that argv names: its exit status. A bad input is one line on stderr, exit status 2
+    (solutions.cli's convention, as the course's other command lines), checked before anything is graded or
+    written."""
     args = _parser().parse_args(argv)
     return COMMANDS[args.command](args)
 
 
 def _parser() -> argparse.ArgumentParser:
     """The command line's parser: one subcommand each."""
-    parser = argparse.ArgumentParser(prog="python -m autograder")
+    from solutions.cli import Parser, number
+
+    seconds = number(float, 0, low_open=True)
+    parser = Parser(prog=PROG)
     sub = parser.add_subparsers(dest="command", required=True)
     g = sub.add_parser("grade", help="grade notebooks, each in a fresh kernel")
     g.add_argument("notebooks", nargs="+")
     g.add_argument("--json", help="also write the report as JSON to this file")
-    g.add_argument("--timeout", type=float, default=600, help="seconds per notebook (default 600)")
-    g.add_argument("--cell-timeout", type=float, default=180, help="seconds per cell (default 180)")
-    g.add_argument("--jobs", "-j", type=int, default=None,
+    g.add_argument("--timeout", type=seconds, default=600, help="seconds per notebook (default 600)")
+    g.add_argument("--cell-timeout", type=seconds, default=180, help="seconds per cell (default 180)")
+    g.add_argument("--jobs", "-j", type=number(int, 1), default=None,
                    help="notebooks graded at the same time (default: one per CPU core, at most 4)")
-    g.add_argument("--memory", type=float, default=None,
+    g.add_argument("--memory", type=number(float, 0, low_open=True), default=None,
                    help="GB of address space for each kernel (default 4, or $AUTOGRADER_MEMORY_GB)")
     g.add_argument("--lesson",
                    help="the lesson every notebook is graded as, e.g. 03_attention (default: each "
@@ -77,27 +85,28 @@ def _parser() -> argparse.ArgumentParser:
 def _grade(args) -> int:
     """grade: the notebooks, each in a fresh kernel; 0 when every one of this shard was graded without an
     error."""
-    from .grade import MEMORY_GB, Interrupted, ReportError, grade, shard_of
+    prog = f"{PROG} grade"
+    memory = args.memory if args.memory is not None else _memory_from_environment(prog)
+    from .grade import Interrupted, ReportError, grade, shard_of
     from .submission import lessons
     stems = [stem for stem, _, _ in lessons()]
     if args.lesson is not None and args.lesson not in stems:
-        print(f"--lesson {args.lesson} is not a lesson; the lessons: {', '.join(stems)}", file=sys.stderr)
-        return 2
+        _fail(prog, f"--lesson {args.lesson} is not a lesson; the lessons: {', '.join(stems)}")
     shard = None
     if args.shard is not None:
         k, _, n = args.shard.partition("/")
         if not (k.isdigit() and n.isdigit() and 0 <= int(k) < int(n)):
-            print(f"--shard {args.shard}: expected K/N with 0 <= K < N, e.g. --shard 0/4", file=sys.stderr)
-            return 2
+            _fail(prog, f"--shard {args.shard}: expected K/N with 0 <= K < N, e.g. --shard 0/4")
         shard = (int(k), int(n))
+    _check_output(prog, "--json", args.json)
+    _check_output(prog, "--csv", args.csv)
     jobs = args.jobs or min(4, os.cpu_count() or 1)
     try:
         report = grade(args.notebooks, args.json, args.timeout, jobs=jobs, cell_timeout=args.cell_timeout,
-                       memory_gb=args.memory if args.memory is not None else MEMORY_GB, lesson=args.lesson,
-                       csv_path=args.csv, shard=shard, regrade=args.regrade)
+                       memory_gb=memory, lesson=args.lesson, csv_path=args.csv, shard=shard,
+                       regrade=args.regrade)
     except ReportError as e:
-        print(str(e), file=sys.stderr)
-        return 2
+        _fail(prog, str(e))
     except Interrupted as e:
         print(e.line, file=sys.stderr)
         return 128 + e.signum
@@ -108,11 +117,13 @@ def _grade(args) -> int:
 def _merge(args) -> int:
     """merge: the reports of a batch's shards into one; 1 when something is missing."""
     from .grade import ReportError, merge, summary_text
+    prog = f"{PROG} merge"
+    _check_output(prog, "--json", args.json)
+    _check_output(prog, "--csv", args.csv)
     try:
         merged, missing = merge(args.reports, args.json, args.csv)
     except ReportError as e:
-        print(str(e), file=sys.stderr)
-        return 2
+        _fail(prog, str(e))
     print(f"{len(merged['notebooks'])} notebooks from {len(args.reports)} reports written to {args.json}"
           + (f" and {args.csv}" if args.csv else ""))
     if merged["notebooks"]:
@@ -137,8 +148,7 @@ def _release(args) -> int:
     try:
         made = build_release(args.lesson, args.out, args.repo, force=args.force)
     except ReleaseError as e:
-        print(f"release: {e}", file=sys.stderr)
-        return 2
+        _fail(f"{PROG} release", str(e))
     print(f"release of {made.lesson} written to {os.path.abspath(args.out)}: {len(made.files)} files, "
           f"lessons up to {made.lesson}, Binder and Colab at github.com/{made.repo}")
     for where in sorted({line.split(": ", 1)[0] for line in made.kept_in_checks}):
@@ -150,9 +160,49 @@ def _release(args) -> int:
 def _nbgrader_course(args) -> int:
     """nbgrader-course: build an nbgrader course directory from the lessons."""
     from .course import build_course
+    from .notebooks import lesson_paths
+    prog, stems = f"{PROG} nbgrader-course", [p.stem for p in lesson_paths()]
+    unknown = [stem for stem in args.lessons or () if stem not in stems]
+    if unknown:
+        _fail(prog, f"--lessons: not a lesson: {', '.join(unknown)}; the lessons: {', '.join(stems)}")
+    if os.path.exists(args.directory) and not os.path.isdir(args.directory):
+        _fail(prog, f"{args.directory} is a file: give a folder (new, or a course directory to add to)")
     path = build_course(args.directory, args.lessons)
     print(f"nbgrader course written to {path}")
     return 0
+
+
+def _fail(prog: str, message: str):
+    """One line, `prog: error: message`, and exit status 2."""
+    from solutions.cli import fail
+    fail(prog, " ".join(message.split()))
+
+
+def _check_output(prog: str, flag: str, path) -> None:
+    """A file the command will write (--json, --csv) must be one it can write, said before any grading: its
+    folder there, the path not a folder."""
+    if path is None:
+        return
+    folder = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path):
+        _fail(prog, f"{flag} {path} is a folder: give the path of a file in it")
+    if not os.path.isdir(folder):
+        _fail(prog, f"{flag} {path}: there is no folder {folder}; make it first, or give another path")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        _fail(prog, f"{flag} {path}: the folder {folder} is not writable; give another path")
+
+
+def _memory_from_environment(prog: str) -> float:
+    """The kernels' memory when --memory is not given: $AUTOGRADER_MEMORY_GB, else 4 GB; a value that is not a
+    positive number is a bad input (0 or less would lift the bound instead of setting one)."""
+    text = os.environ.get("AUTOGRADER_MEMORY_GB", "4")
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not value > 0:
+        _fail(prog, f"AUTOGRADER_MEMORY_GB={text!r}: expected a number of GB > 0 (or --memory GB)")
+    return value
 
 
 COMMANDS = {"grade": _grade, "merge": _merge, "lessons": _lessons, "release": _release,

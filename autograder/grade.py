@@ -165,20 +165,19 @@ def _write_atomically(path, text: str) -> None:
         raise
 
 
-def load_report(path) -> dict | None:
-    """The grade report in `path` (None when there is no such file); ReportError when the file is not one."""
+def load_report(path, remedy: str = "give --json another file") -> dict | None:
+    """The grade report in `path` (None when there is no such file); ReportError when the file is not one,
+    ending with `remedy`, what to do."""
     path = pathlib.Path(path)
     if not path.exists():
         return None
     try:
         report = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError, UnicodeDecodeError) as e:
-        raise ReportError(f"{path} is not a grade report ({type(e).__name__}): "
-                          "give --json another file") from None
+        raise ReportError(f"{path} is not a grade report ({type(e).__name__}): {remedy}") from None
     if not isinstance(report, dict) or not isinstance(report.get("notebooks"), list) or \
             not all(isinstance(n, dict) and isinstance(n.get("path"), str) for n in report["notebooks"]):
-        raise ReportError(f"{path} is not a grade report (no \"notebooks\" list of graded paths): give "
-                          "--json another file")
+        raise ReportError(f"{path} is not a grade report (no \"notebooks\" list of graded paths): {remedy}")
     return report
 
 
@@ -512,7 +511,7 @@ def merge(reports, json_path=None, csv_path=None) -> tuple[dict, list[str]]:
     not graded (its batch was stopped)."""
     loaded = []
     for path in reports:
-        report = load_report(path)
+        report = load_report(path, "merge takes the --json reports that grade wrote")
         if report is None:
             raise ReportError(f"{path}: no such file")
         loaded.append((str(path), report))

@@ -343,6 +343,8 @@ def build_release(lesson: str, out, repo: str | None = None, force: bool = False
     out = pathlib.Path(out).resolve()
     if out == ROOT or out in ROOT.parents:
         raise ReleaseError(f"{out} is the course's own folder or holds it: release into a folder of its own")
+    if out.exists() and not out.is_dir():
+        raise ReleaseError(f"--out {out} is a file: give a folder (new, empty, or an earlier release's)")
     previous = _previous(out)
     repo = repo or (previous or {}).get("repo") or COURSE_REPO
     if not REPO.match(repo):
