@@ -1,9 +1,12 @@
 """The training code of the final lesson, end to end on a small synthetic corpus: the loss drops, a
 checkpoint reloads to the same model, BLEU is scored with sacrebleu, the command line runs."""
+import io
 import json
+import random
 import subprocess
 import sys
 import types
+import zipfile
 
 import pytest
 import torch
@@ -382,8 +385,7 @@ TRAIN_SMALL = ["--data", "synthetic", "--synthetic-train", "300", "--d-model", "
      "corrupt.pt is corrupt or not a file that torch.save wrote"),
     (["train", "--resume", "{files}/truncated.pt"], "truncated.pt is truncated or damaged"),
     (["train", "--resume", "{files}/model.pt"],
-     "model.pt is a model file (save_checkpoint's model.pt): it holds no "
-                                                "optimizer"),
+     "model.pt is a model file (save_checkpoint's model.pt): it holds no optimizer"),
     (["train", "--resume", "{files}/missing.pt"],
      "--resume {files}/missing.pt: no such file; give the checkpoint.pt"),
     (["train", "--resume", "{files}/checkpoint.pt", "--d-model", "64", *TRAIN_SMALL[:4]],
@@ -392,15 +394,12 @@ TRAIN_SMALL = ["--data", "synthetic", "--synthetic-train", "300", "--d-model", "
     (["train", "--d-model", "100", "--n-heads", "8"], "d_model 100 is not a multiple of n_heads 8"),
     (["train", "--out", "{files}/model.pt", *TRAIN_SMALL], "--out {files}/model.pt: a file, not a folder"),
     (["translate", "--model", "{files}/other.pt", "Hallo"],
-     "other.pt is a PyTorch file but not a checkpoint of this "
-                                                            "course"),
+     "other.pt is a PyTorch file but not a checkpoint of this course"),
     (["translate", "--model", "{files}/missing.pt", "Hallo"], "--model {files}/missing.pt: no such file"),
     (["translate", "--model", "{files}/model.pt", "--input", "{files}/none.txt"],
-     "--input {files}/none.txt: no such "
-                                                                                  "file"),
+     "--input {files}/none.txt: no such file"),
     (["translate", "--model", "{files}/model.pt", "--bleu", "{files}/model.pt", "Hallo"],
-     "--bleu {files}/model.pt: "
-                                                                                          "not UTF-8 text"),
+     "--bleu {files}/model.pt: not UTF-8 text"),
     (["translate", "--model", "{files}/model.pt", "--input", "{files}/model.pt", "Hallo"], "not both"),
     (["translate", "--model", "{files}/model.pt", "--beam-size", "0", "Hallo"],
      "argument --beam-size: must be >= 1"),
@@ -413,6 +412,49 @@ def test_each_bad_input_is_one_line_and_exit_status_2(files, capsys, argv, said)
     assert err.startswith("python -m solutions.translate")
 
 
+def _garbage():
+    """Files no one meant as a checkpoint: text, an empty file, a zip of text, a dict with keys of mixed
+    types, random bytes, pickle-like bytes and torch.save files with a few bytes changed (seeded)."""
+    rng = random.Random(0)
+    zipped = io.BytesIO()
+    with zipfile.ZipFile(zipped, "w") as z:
+        z.writestr("notes.txt", "hello")
+    mixed = io.BytesIO()
+    torch.save({1: torch.zeros(1), "a": 2}, mixed)
+    real = io.BytesIO()
+    torch.save({"config": {}, "weights": torch.zeros(3)}, real)
+    files = [b"root:x:0:0:root:/root:/bin/bash\n" * 3, b"", b'{"config": 1}', zipped.getvalue(),
+             mixed.getvalue()]
+    files += [bytes(rng.randrange(256) for _ in range(rng.randrange(1, 200))) for _ in range(150)]
+    files += [b"\x80\x02" + bytes(rng.randrange(256) for _ in range(rng.randrange(1, 60)))
+              for _ in range(100)]
+    for _ in range(100):
+        data = bytearray(real.getvalue())
+        for _ in range(rng.randrange(1, 20)):
+            data[rng.randrange(len(data))] = rng.randrange(256)
+        files.append(bytes(data))
+    return files
+
+
+def test_any_file_that_is_no_checkpoint_is_a_checkpoint_error(tmp_path):
+    """read_checkpoint on 355 files that are not checkpoints: each a CheckpointError (one line), never the
+    IndexError or KeyError that torch's unpickler raises on text (a traceback for `--model /etc/passwd`)."""
+    from solutions.translate import CheckpointError, read_checkpoint
+    path = tmp_path / "x.pt"
+    escaped = []
+    for k, data in enumerate(_garbage()):
+        path.write_bytes(data)
+        try:
+            read_checkpoint(path)
+        except CheckpointError as e:
+            assert "\n" not in str(e) and str(path) in str(e), e
+        except Exception as e:  # what the test looks for
+            escaped.append((k, data[:20], type(e).__name__, str(e)[:60]))
+        else:
+            escaped.append((k, data[:20], "read as a checkpoint"))
+    assert not escaped, f"{len(escaped)} files escaped as other errors: {escaped[:4]}"
+
+
 def test_a_device_without_a_gpu_is_one_line(capsys, monkeypatch):
     """--device cuda where PyTorch sees no GPU (as here, or made so): one line, not the assert inside
     PyTorch."""
@@ -420,8 +462,7 @@ def test_a_device_without_a_gpu_is_one_line(capsys, monkeypatch):
     from solutions.translate import main
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     for call, argv in ((main, ["train", "--device", "cuda"]),
-                       (main, ["translate", "--model", "x.pt", "--device",
-                                                                      "cuda", "Hallo"]),
+                       (main, ["translate", "--model", "x.pt", "--device", "cuda", "Hallo"]),
                        (experiments.main, ["run", "--device", "cuda"])):
         err = _one_line_error(capsys, call, *argv)
         assert "--device cuda: this PyTorch cannot use a GPU" in err and "--device cpu" in err, err

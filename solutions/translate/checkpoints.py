@@ -106,6 +106,8 @@ def read_checkpoint(path, kind: str = "model", map_location="cpu", label: str = 
                if kind == "model" else "give the checkpoint.pt that `train --checkpoint-every N` wrote")
     path = pathlib.Path(path)
     name = f"{label} {path}" if label else str(path)
+    corrupt = (f"{name} is corrupt or not a file that torch.save wrote (nothing in it could be read as "
+               f"tensors and plain data); {written}")
     if not path.exists():
         raise CheckpointError(f"{name}: no such file; {written}")
     if path.is_dir():
@@ -121,15 +123,18 @@ def read_checkpoint(path, kind: str = "model", map_location="cpu", label: str = 
             raise CheckpointError(f"{name} holds Python objects beyond tensors and plain data (not loaded: "
                                   f"loading them could run its code); it is not a checkpoint of this course; "
                                   f"{written}") from None
-        raise CheckpointError(f"{name} is corrupt or not a file that torch.save wrote (nothing in it could "
-                              f"be read as tensors and plain data); {written}") from None
+        raise CheckpointError(corrupt) from None
     except RuntimeError as e:  # PyTorch's reader: a zip archive cut short or damaged
         text = str(e)
         what = ("truncated or damaged (PyTorch could not read its archive)" if "zip" in text.lower()
                 or "stream" in text.lower() else f"unreadable ({text.strip().splitlines()[0][:80]})")
         raise CheckpointError(f"{name} is {what}: copy it again, or {written}") from None
+    except MemoryError:
+        raise
+    except Exception:  # torch's unpickler fed bytes it did not write: an IndexError, a KeyError, ...
+        raise CheckpointError(corrupt) from None
     if not isinstance(saved, dict) or not all(k in saved for k in CHECKPOINT_KEYS["model"]):
-        keys = sorted(saved)[:6] if isinstance(saved, dict) else type(saved).__name__
+        keys = sorted(map(str, saved))[:6] if isinstance(saved, dict) else type(saved).__name__
         raise CheckpointError(f"{name} is a PyTorch file but not a checkpoint of this course (it holds "
                               f"{keys}, not config, tokenizer and model); {written}")
     missing = [k for k in CHECKPOINT_KEYS[kind] if k not in saved]
