@@ -148,14 +148,11 @@ def isolation_available() -> bool:
         from .records import JailSpec
         JailSpec(work=work, home=work, conn=work, writable=[work], token="probe", isolate=True, hide=[root],
                  show=python_paths() + [course], threads=1).write(path)
-        probe = ("import os, socket, sys, torch\n"
-                 "assert os.getuid() == 65534, os.getuid()\n"
-                 "assert not os.path.exists(sys.argv[1])\n"
-                 "try:\n    open('/etc/autograder-probe', 'w')\nexcept OSError:\n    pass\nelse:\n"
-                 "    sys.exit(3)\n"
-                 "try:\n    socket.create_connection(('127.0.0.1', 22), timeout=0.5)\nexcept OSError:\n"
-                 "    pass\n"
-                 "open(os.path.join(os.getcwd(), 'ok'), 'w').write('ok')\n")
+        probe = ("import os, socket, sys, torch\nassert os.getuid() == 65534, os.getuid()\nassert not "
+                 "os.path.exists(sys.argv[1])\ntry:\n    open('/etc/autograder-probe', 'w')\nexcept "
+                 "OSError:\n    pass\nelse:\n    sys.exit(3)\ntry:\n    "
+                 "socket.create_connection(('127.0.0.1', 22), timeout=0.5)\nexcept OSError:\n    "
+                 "pass\nopen(os.path.join(os.getcwd(), 'ok'), 'w').write('ok')\n")
         out = subprocess.run([sys.executable, "-m", "autograder.jail", path, "--", sys.executable, "-c",
                               probe,
                               os.path.join(root, "jail.json")], capture_output=True, timeout=120, cwd=course,

@@ -62,9 +62,9 @@ def prepare(nb, expected, problems, socket_path: str) -> tuple[object, dict[str,
         nonces[nonce] = names[gid][0]
         done.add(gid)
         return nbformat.v4.new_code_cell(f"# the autograder grades {names[gid][0]} here, from outside this "
-                                         "kernel\n"
-                                         f"__import__('autograder.serve', fromlist=['grade']).grade("
-                                         f"{names[gid][0]!r}, {nonce!r}, {socket_path!r})")
+                                         "kernel\n__import__('autograder.serve', "
+                                         f"fromlist=['grade']).grade({names[gid][0]!r}, {nonce!r}, "
+                                         f"{socket_path!r})")
     for number, cell in enumerate(nb.cells, 1):
         gid = _grade_id(cell)
         is_check = bool(gid and (gid in names or (gid.startswith("check_") and

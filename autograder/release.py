@@ -240,8 +240,7 @@ def _readme(lesson: str, lessons: list[str], repo: str) -> str:
                      "lessons before it are released with their reference solutions.")
         hidden_line = (f"in this release the stage you are working on ({lesson[:2]}) and the later ones are "
                        "stubs there (`raise NotImplementedError()`): their solutions come with later "
-                       "releases, after "
-                       "their deadlines.")
+                       "releases, after their deadlines.")
     else:
         open_line = "every stage is released, with its reference solution, and the two final lessons."
         hidden_line = "every stage's reference solution is there."

@@ -384,9 +384,8 @@ correct("learn_bpe", learn_bpe_recount, learn_bpe_paper, learn_bpe_indexed, lear
         learn_bpe_live_counts,
         # the reference's heap keyed by (-count, the pair's code points negated), not by its key class
         using(LEARN_BPE,
-              ("    counts = Counter(", "    def key(p):\n"
-                                       "        return tuple(tuple(-ord(c) for c in s) + (1,) for s in p)\n\n"
-                                       "    counts = Counter("),
+              ("    counts = Counter(", "    def key(p):\n        return tuple(tuple(-ord(c) for c in s) + "
+                                        "(1,) for s in p)\n\n    counts = Counter("),
               ("(-c, Descending(p))", "(-c, key(p), p)"),
               ("neg, key = heapq.heappop(heap)\n        best = key.pair",
                "neg, _, best = heapq.heappop(heap)"),
@@ -484,13 +483,12 @@ ROWS += mistakes("learn_bpe", [
             ("IndexError", "skip the empty strings")),
     # the contract's iterables: an emptiness test that reads a generator's first lines
     Mistake("the corpus read twice", _learn(("    counts = Counter(", "    if not any(line.strip() for line "
-                                                                      "in corpus):\n"
-                                             "        return []\n    counts = Counter(")), 7,
+                                                                      "in corpus):\n        return []\n    "
+                                                                      "counts = Counter(")), 7,
             ("a generator of", "read twice", "corpus = list(corpus)")),
     Mistake("corpus lines stripped in place",  # seen on the case with spaces at the ends of its lines
             _learn(("    counts = Counter(", "    for i, line in enumerate(corpus):\n        corpus[i] = "
-                                             "line.strip()\n"
-                                           "    counts = Counter(")), 7,
+                                             "line.strip()\n    counts = Counter(")), 7,
             ("corpus list passed in", "unchanged")),
     # </w>
     Mistake("</w> missing", LEARN_NO_END, 0, "`</w>` missing"),
@@ -1003,8 +1001,7 @@ ROWS += mistakes("BPETokenizer", [
     Mistake("train reads its corpus twice", _tok(
         ("else list(corpus)", "else corpus"),
         ("self.merges = learn_bpe(corpus, num_merges, min_frequency)", "self.merges = learn_bpe(lines, "
-                                                                       "num_merges, "
-         "min_frequency)"),
+                                                                       "num_merges, min_frequency)"),
         ('corpus = [" ".join(line.split()) for line in corpus]', 'lines = (" ".join(line.split()) for line '
                                                                  'in corpus)\n'
          '        corpus = [" ".join(line.split()) for line in corpus]')), 7,
@@ -1012,9 +1009,9 @@ ROWS += mistakes("BPETokenizer", [
     # the contract's special ids: a sorted vocabulary keeps <unk> at 3 unless a symbol sorts before '<' (the
     # checks' corpus had none), and puts <bos> at 0 whatever the corpus
     Mistake("vocabulary sorted, specials included", _tok((RETURN_SELF, "        self.itos = "
-                                                                       "sorted(self.itos)\n"
-                                                          "        self.stoi = {s: i for i, s in "
-                                                          "enumerate(self.itos)}\n"
+                                                                       "sorted(self.itos)\n        self.stoi "
+                                                                       "= {s: i for i, s in "
+                                                                       "enumerate(self.itos)}\n"
                                                           + RETURN_SELF)), 7,
             ("itos[:4]", "sorted order", "keep the specials first")),
     # told 'joined with spaces' before: the opposite mistake

@@ -75,8 +75,9 @@ ATTENTION_STYLES = {
                                                                        "w_drop"),
     # leading dims flattened for bmm; the Annotated Transformer's masked_fill(mask == 0, -1e9)
     "bmm": _att("*lead, Lq, d = q.shape", "Lk = k.size(-2)", "s = torch.bmm(q.reshape(-1, Lq, d), "
-                                                             "k.reshape(-1, Lk, d)"
-                ".transpose(1, 2)).reshape(*lead, Lq, Lk) / math.sqrt(d)", "if mask is not None:",
+                                                             "k.reshape(-1, Lk, d).transpose(1, "
+                                                             "2)).reshape(*lead, Lq, Lk) / "
+                                                             "math.sqrt(d)", "if mask is not None:",
                 "    s = s.masked_fill(mask == 0, -1e9)", "w = torch.nn.functional.softmax(s, dim=-1)",
                 *_IF_DROPOUT,
                 "out = torch.bmm(w.reshape(-1, Lq, Lk), v.reshape(-1, Lk, v.size(-1)))",
@@ -158,8 +159,7 @@ _weights = _maker(ATTENTION, "weights = softmax(scores, dim=-1)", "weights = {}"
 _returns = _maker(ATTENTION, "return weights @ v, weights", "return {}")
 _dropout = _maker(ATTENTION, "weights = dropout(weights)", "weights = {}")
 MASK_AFTER = ("weights = softmax(scores, dim=-1)", "weights = softmax(scores, dim=-1)\n    if mask is not "
-                                                   "None:\n"
-              "        weights = weights * mask")
+                                                   "None:\n        weights = weights * mask")
 SOFTMAX_MISTAKES = [
     Mistake("no max subtracted", _softmax_shift("0"), 2, "subtract the row's maximum"),
     Mistake("shifted by the mean", _softmax_shift("x.mean(dim, keepdim=True)"), 2,

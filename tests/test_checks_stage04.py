@@ -291,8 +291,8 @@ def test_other_correct_code(contract, impl):
 
 
 # ---------------------------------------------------------------- split_heads, merge_heads: classic mistakes
-_SPLIT_CHECK = ('if d_model % n_heads:\n'
-                '        raise ValueError(f"d_model={d_model} is not divisible by n_heads={n_heads}")')
+_SPLIT_CHECK = ('if d_model % n_heads:\n        raise ValueError(f"d_model={d_model} is not divisible by '
+                'n_heads={n_heads}")')
 _NO_CHECK = (_SPLIT_CHECK, "pass  # no check of d_model % n_heads")
 
 

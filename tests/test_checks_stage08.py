@@ -225,15 +225,13 @@ CORRECT = [("EncoderLayer", name, cls) for name, cls in {
         "    add = None if src_mask is None else torch.zeros(src_mask.shape).masked_fill(~src_mask, -1e9)"),
         ("y, y, y, src_mask", "y, y, y, add")),
     "the mask expanded to (B, 1, L, L)": edit(LAYER, forward_first(LAYER, "src_mask = None if src_mask is "
-                                                                          "None else "
-                                                                           "src_mask.expand(-1, 1, "
-                                                                           "x.size(1), -1)")),
+                                                                          "None else src_mask.expand(-1, 1, "
+                                                                          "x.size(1), -1)")),
     "its output kept, detached": edit(LAYER, ("return self.sublayers[1](x, self.feed_forward)",
                                               "out = self.sublayers[1](x, self.feed_forward)\n"
                                               "        self.last = out.detach()\n        return out")),
     "no autograd in eval mode": edit(LAYER, forward_under(LAYER, "with torch.set_grad_enabled(self.training "
-                                                                 "and "
-                                                                  "torch.is_grad_enabled()):")),
+                                                                 "and torch.is_grad_enabled()):")),
 }.items()]
 
 _EACH, _NORM = "x = layer(x, src_mask)", "return self.norm(x)"
@@ -403,8 +401,8 @@ ENCODER_LAYER_MISTAKES = [
             "residual taken after the norm"),
     Mistake("pre-norm layer normalizes its output",
             _layer((_FEED + "(x, self.feed_forward)", "x = self.sublayers[1](x, self.feed_forward)\n        "
-                                                      "return "
-                    "self.sublayers[1].norm(x) if self.sublayers[1].norm_first else x")), 4,
+                                                      "return self.sublayers[1].norm(x) if "
+                                                      "self.sublayers[1].norm_first else x")), 4,
             "normalized again at its end"),
     Mistake("x += ... in place",
             _each_sublayer("if sub.norm_first:", "    x += sub.dropout(f(sub.norm(x)))", *_ELSE),
@@ -475,8 +473,7 @@ ENCODER_LAYER_MISTAKES = [
             "n_heads not passed on to MultiHeadAttention: 8 heads computed where 4 were asked"),
     Mistake("self_attn.w_q named otherwise",  # every check needs the contract's names: all lose their point
             _layer(("n_heads, dropout)\n", "n_heads, dropout)\n        self.self_attn.query = "
-                                           "self.self_attn.w_q\n"
-                                            "        del self.self_attn.w_q\n")), 0,
+                                           "self.self_attn.w_q\n        del self.self_attn.w_q\n")), 0,
             ("self_attn.w_q", "contract")),
 ]
 

@@ -179,9 +179,8 @@ CORRECT = {
     "a positional encoding that does not check the length": t_edit((PE, f"Unchecked{PE}")),
     "own init after tying, stacks called by keyword": t_edit(
         (TIE, TIE + "        for name, p in self.named_parameters():  # xavier for every matrix, zero "
-                    "biases\n"
-         "            if p.dim() > 1:\n                nn.init.xavier_uniform_(p)\n"
-         "            elif name.endswith('bias'):\n                nn.init.zeros_(p)\n"),
+                    "biases\n            if p.dim() > 1:\n                nn.init.xavier_uniform_(p)\n       "
+                    "     elif name.endswith('bias'):\n                nn.init.zeros_(p)\n"),
         (SRC_MASK, "src_embed(src)), src_mask=src_mask)"),
         (DEC_MASKS, "memory=memory, src_mask=src_mask, tgt_mask=tgt_mask)\n")),
     # a mask broadcast out to its full size hides the same keys from the same queries: not a mistake
@@ -290,9 +289,10 @@ MISTAKES = [
     # src_embed then never used: the gradient line says so, not that the encoder's input is detached
     Mistake("target embedding for the source", _src_emb("self.tgt_embed(src)"), 4, (
         "target embedding used for the source", "the gradient of a loss on the logits with respect to "
-                                                "src_embed's "
-        "parameters; expected a gradient; got none. Likely: self.src_embed is never used: changing its "
-        "parameters does not change the logits (encode must embed src with self.src_embed)"),
+                                                "src_embed's parameters; expected a gradient; got none. "
+                                                "Likely: self.src_embed is never used: changing its "
+                                                "parameters does not change the logits (encode must embed "
+                                                "src with self.src_embed)"),
             not_says="detached"),
     # a copy-paste slip found by a learner simulation: one of its four failing checks blamed a detached
     # decoder input

@@ -96,8 +96,7 @@ SHIFT_CORRECT = {
         "return torch.tensor([[bos_id] + row[:-1] for row in tgt.tolist()], "
         "dtype=torch.long).view(tgt.shape)"),
     "numpy": _as(SHIFT, "a = tgt.numpy()", "return torch.from_numpy(np.concatenate([np.full((a.shape[0], 1), "
-                                           "bos_id, "
-        "dtype=a.dtype), a[:, :-1]], axis=1))"),
+                                           "bos_id, dtype=a.dtype), a[:, :-1]], axis=1))"),
     "narrow, hstack; a keyword-only "
     "extra": _as(SHIFT, "return torch.hstack((tgt.new_tensor([[bos_id]]).expand("
         "tgt.size(0), 1), tgt.narrow(1, 0, tgt.size(1) - 1)))", args=", *, unused=None"),
@@ -156,8 +155,7 @@ MAKE_BATCH_CORRECT = {
     "pad_sequence of <bos> y <eos>, then sliced (tgt_in's <eos> made padding); an extra keyword "
     "argument": _as(
         MAKE_BATCH, src="src = pad_sequence([torch.tensor(s) for s in src_seqs], batch_first=True, "
-                        "padding_value="
-        "pad_id)",
+                        "padding_value=pad_id)",
         tgt_in="full = pad_sequence([torch.tensor([bos_id, *t, eos_id]) for t in tgt_seqs], True, pad_id)",
         tgt_out="tgt_in, tgt_out = full[:, :-1].masked_fill(full[:, :-1] == eos_id, pad_id), full[:, 1:]",
         args=', device="cpu"'),
@@ -377,8 +375,8 @@ BBT_MISTAKES = [
                        "    batches.append(current)\n")), 4,
             ("[] (no batches)", "only if it holds an example")),
     Mistake("long examples dropped", _as(BBT, "return [[i for i in b if lengths[i] <= max_tokens] for b in "
-                                              "solutions."
-            "batch_by_tokens(lengths, max_tokens) if any(lengths[i] <= max_tokens for i in b)]"), 2,
+                                              "solutions.batch_by_tokens(lengths, max_tokens) if "
+                                              "any(lengths[i] <= max_tokens for i in b)]"), 2,
             "missing"),
     Mistake("sum of lengths limited, not the padded size",
             _fits("current and sum(lengths[j] for j in current) + lengths[i] > max_tokens"), 4,
@@ -413,16 +411,16 @@ NOAM_CORRECT = {
         "return factor * (d_model * warmup_steps) ** -0.5 * min(step / warmup_steps, (warmup_steps / step) "
         "** 0.5)"),
     "math.sqrt": _as(NOAM, "step = max(1, step)", "return factor / math.sqrt(d_model) * min(1 / "
-                                                  "math.sqrt(step), "
-                     "step / (warmup_steps * math.sqrt(warmup_steps)))"),
+                                                  "math.sqrt(step), step / (warmup_steps * "
+                                                  "math.sqrt(warmup_steps)))"),
     "in log space": _as(NOAM, "s = max(step, 1)", "return factor * math.exp(-0.5 * math.log(d_model)",
                         "    + min(-0.5 * math.log(s), math.log(s) - 1.5 * math.log(warmup_steps)))"),
     "a float64 tensor, float() of it": _as(NOAM, "s = torch.tensor(float(max(1, step)), dtype=torch.float64)",
                                            "return float(factor * d_model ** -0.5 * torch.minimum(s.rsqrt(), "
                                            "s * warmup_steps ** -1.5))"),
     "numpy": _as(NOAM, "s = np.maximum(step, 1).astype(np.float64)", "return factor * np.power(d_model, "
-                                                                     "-0.5) * "
-                 "np.minimum(np.power(s, -0.5), s * np.power(warmup_steps, -1.5))"),
+                                                                     "-0.5) * np.minimum(np.power(s, -0.5), "
+                                                                     "s * np.power(warmup_steps, -1.5))"),
     "lru_cache, a keyword-only extra": _as(NOAM, "step = max(step, min_step)",
                                            "return factor * (d_model ** -0.5) * "
                                            "min(step ** -0.5, step * warmup_steps ** -1.5)",
@@ -532,8 +530,7 @@ MAKE_OPTIMIZER_CORRECT = {
     "Adam starts at the first step's rate; the lambda is a ratio to it": _as(MAKE_OPTIMIZER, opt=[
         "first = noam_lr(1, d_model, warmup_steps, factor)", _OPT], adam=_ADAM.replace("lr=1.0", "lr=first"),
         scheduler="torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: noam_lr(s + 1, d_model, "
-                  "warmup_steps, "
-        "factor) / first)"),
+                  "warmup_steps, factor) / first)"),
     "a hand-written scheduler": _as(MAKE_OPTIMIZER, adam="Adam(list(model.parameters()), betas=(0.9, 0.98), "
                                                          "eps=1e-9)",
                                     scheduler="NoamScheduler(optimizer, d_model, warmup_steps, factor)"),

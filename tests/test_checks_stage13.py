@@ -153,8 +153,9 @@ GREEDY_STYLES = {
                                                        "axis=-1)"),
         ("next_tok.masked_fill(finished, eos_id)", "np.where(finished, eos_id, next_tok)"),
         (f"for row in ys[:, 1:].tolist():\n        {_APPEND}", "for row in ys[:, 1:]:\n        hits = "
-                                                               "np.nonzero("
-         "row == eos_id)[0]\n        results.append(list(row[: hits[0]] if len(hits) else row))")),
+                                                               "np.nonzero(row == eos_id)[0]\n        "
+                                                               "results.append(list(row[: hits[0]] if "
+                                                               "len(hits) else row))")),
     # model.eval() and the mode restored, keyword-only extras, the parameters' device, log_softmax in float64,
     # a mask from triu, takewhile
     "greedy_kwonly_float64": edit(
@@ -696,8 +697,8 @@ BEAM_MISTAKES = [
     # the beam: finished hypotheses set aside, beam_size open ones go on
     Mistake("beam_size ignored", edit(BEAM, _K_IS_4), 7),
     Mistake("beam_size=1 run as greedy (used to get full marks: beam 1 was run with alpha 0 only)",
-            edit(BEAM, _top("if beam_size == 1:\n"
-                            "        return greedy_decode(model, src, src_mask, max_len, bos_id, eos_id)")),
+            edit(BEAM, _top("if beam_size == 1:\n        return greedy_decode(model, src, src_mask, max_len, "
+                            "bos_id, eos_id)")),
             7, "beam_size=1 was run as greedy decoding"),
     Mistake("beam_size copies of <bos> at log p 0", beam_mistake(copies=True), 4, "copies of <bos>"),
     Mistake("copies of <bos>: named first (was 'the penalty is length ** alpha')", beam_mistake(copies=True),
@@ -770,14 +771,14 @@ def test_beam_names_at_most_three_causes():
     ("beam_search",
      edit(BEAM, ("model.encode(src, src_mask)", "model.encode(src, torch.ones_like(src_mask))")),
      "passes model.decode", "the masks given to the model. Likely: model.encode got a src_mask with other "
-                            "values than "
-     "the padding of src, expected the src_mask you were given, (B, 1, 1, Ls) (the rows of the sources "
-     "encoded): the encoder's self-attention must not see the padding"),
+                            "values than the padding of src, expected the src_mask you were given, (B, 1, 1, "
+                            "Ls) (the rows of the sources encoded): the encoder's self-attention must not "
+                            "see the padding"),
     ("beam_search", beam_variant(finished="naive"), "beam_size=1 with alpha=0 equals greedy",
-     "Likely: the answer goes "
-     "on after its first <eos> (2), which is where it ends: each source decoded on its own does not end "
-     "right either, so a finished sequence was extended past its <eos> (or the answer cut at its last <eos>, "
-     "not its first); cut each answer before its first <eos>, row[:row.index(eos_id)]"),
+     "Likely: the answer goes on after its first <eos> (2), which is where it ends: each source decoded on "
+     "its own does not end right either, so a finished sequence was extended past its <eos> (or the answer "
+     "cut at its last <eos>, not its first); cut each answer before its first <eos>, "
+     "row[:row.index(eos_id)]"),
 ], ids=["greedy: encoded without src_mask", "beam: encoded with an all-True mask",
         "naive beam: its answers go past <eos> on their own (not told about batches)"])
 def test_the_likely_cause_ends_the_line(name, fn, title, ending):

@@ -85,13 +85,9 @@ def executed(tmp_path_factory):
     pytest.importorskip("papermill")
     folder = tmp_path_factory.mktemp("lesson15")
     nb = nbformat.read(str(NOTEBOOK), as_version=4)
-    probe = ("import json as _json\n"
-             "def _value(expr):\n"
-             "    try:\n"
-             "        return {'value': eval(expr, globals())}\n"
-             "    except Exception as e:  # noqa: BLE001\n"
-             "        return {'error': repr(e)}\n"
-             f"print({MARK!r} + _json.dumps([_value(e) for e in {[e for _, e, _ in CLAIMS]!r}], "
+    probe = ("import json as _json\ndef _value(expr):\n    try:\n        return {'value': eval(expr, "
+             "globals())}\n    except Exception as e:  # noqa: BLE001\n        return {'error': "
+             f"repr(e)}}\nprint({MARK!r} + _json.dumps([_value(e) for e in {[e for _, e, _ in CLAIMS]!r}], "
              "default=str))")
     nb.cells.append(nbformat.v4.new_code_cell(probe))
     source = folder / "lesson.ipynb"

@@ -168,9 +168,8 @@ def batch(tmp_path_factory):
     peaks = {g.decode(): max([kb >> 10 for n, kb in watch.peak.items() if g.decode() in n] or [0]) for g
              in GRADER}
     print(f"\n{len(paths)} notebooks graded in {seconds:.0f} s (jobs=2, isolation={isolated}); peak memory "
-          f"(MB) {peaks}, "
-          f"the largest {max(watch.peak.values(), default=0) >> 10} MB (this process included); disk grown "
-          f"by {watch.disk >> 20} MB\n{out.getvalue()}")
+          f"(MB) {peaks}, the largest {max(watch.peak.values(), default=0) >> 10} MB (this process "
+          f"included); disk grown by {watch.disk >> 20} MB\n{out.getvalue()}")
     return SimpleNamespace(cases={c.name: c for c in chosen}, report=report, seconds=seconds,
                            isolated=isolated,
                            hostname=hostname, watch=watch, outside=outside, canary=canary, heard=heard,

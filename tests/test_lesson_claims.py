@@ -385,15 +385,12 @@ def markdown_text(nb):
 
 def probe_source(stem):
     exprs = [expr for _, expr, _ in CLAIMS[stem]]
-    return (SETUP.get(stem, "") + "\n"
-            f"import json as _json\n"
-            f"def _value(expr):\n"
-            f"    try:\n"
-            f"        return {{'value': eval(expr, globals())}}\n"
-            f"    except Exception as e:  # noqa: BLE001\n"
-            f"        return {{'error': f'{{type(e).__name__}}: {{e}}'}}\n"
-            f"print({MARK!r} + _json.dumps({{e: _value(e) for e in {exprs!r}}},\n"
-            f"      default=lambda o: o.tolist() if hasattr(o, 'tolist') else repr(o)))\n")
+    return (SETUP.get(stem, "") + "\nimport json as _json\ndef _value(expr):\n    try:\n        return "
+                                  "{'value': eval(expr, globals())}\n    except Exception as e:  # noqa: "
+                                  "BLE001\n        return {'error': f'{type(e).__name__}: "
+                                  f"{{e}}'}}\nprint({MARK!r} + _json.dumps({{e: _value(e) for e in "
+                                  f"{exprs!r}}},\n      default=lambda o: o.tolist() if hasattr(o, 'tolist') "
+                                  "else repr(o)))\n")
 
 
 class Runs:

@@ -37,8 +37,8 @@ CONTRACTS: dict[str, Contract] = {
                           side_effects="the corpus list unchanged; any iterable of lines, read once"),
     "apply_bpe": Contract(returns="a list of str"),
     "BPETokenizer": Contract(("one-pass",), method="train", returns="train: the tokenizer; encode: a list of "
-                                                                    "int; "
-                             "decode: a str; ids 0-3 the specials, also after save/load"),
+                                                                    "int; decode: a str; ids 0-3 the "
+                                                                    "specials, also after save/load"),
     "pad_sequences": Contract(("batch of one",), returns="a torch.long tensor (batch, max_len)",
                               empty="pad_sequences([]) is refused: the stub's ValueError",
                               side_effects="the caller's lists unchanged"),

@@ -105,8 +105,7 @@ def _apply_example(apply_bpe):
 def _apply_priority(apply_bpe):
     for case in ("priority", "priority_2"):
         _apply_stored(apply_bpe, case, "at each step merge the pair present whose position in merges is "
-                                       "smallest: "
-                      "min(pairs, key=rank)")
+                                       "smallest: min(pairs, key=rank)")
 
 
 @register("apply_bpe", "repeats until no merge applies (a new symbol can enable an earlier merge)")

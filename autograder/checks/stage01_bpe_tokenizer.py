@@ -82,8 +82,7 @@ ONE_PASS = ("the corpus was read twice (once to learn the merges, once for the c
 
 
 @register("BPETokenizer", "train(corpus, num_merges) returns the tokenizer itself; a generator or an open "
-                          "file of "
-          "lines trains as a list does")
+                          "file of lines trains as a list does")
 def _tok_train(cls):
     corpus, n, _, _ = _case("tokenizer")
     tok = build(cls, what="BPETokenizer()")
@@ -123,8 +122,7 @@ def _tok_train(cls):
                 k = next((i for i, (a, b) in enumerate(zip(got, expected)) if a != b),
                          min(len(got), len(expected)))
                 raise CheckFailure(f"{call}: ids from position {k}", f"{expected[k:k + 6]} (as when trained "
-                                                                     "on a list "
-                                   "of the same lines)",
+                                                                     "on a list of the same lines)",
                                    fmt(got[k:k + 6]), ONE_PASS if getattr(source, "read_again", False) or (
                                        UNK in got and UNK not in expected) else
                                    "train reads any iterable of lines: take corpus = list(corpus) first, "
@@ -348,8 +346,8 @@ def _tok_round_trip(cls):
             (" ".join(seen), " ".join(seen), "every subword of a training word belongs in the vocabulary"),
             (f"  {seen[0]}  {seen[1]}\t{seen[2]}\n{seen[3]} ", " ".join(seen[:4]), split_hint),
             (" ".join(unseen), " ".join(unseen), "an unseen word got <unk>: the vocabulary needs every "
-                                                 "character "
-             "of the corpus both alone and with </w> (a word may end with any of them)")):
+                                                 "character of the corpus both alone and with </w> (a word "
+                                                 "may end with any of them)")):
         ids = _encode(tok, text)
         got = _decode(tok, ids, f"decode(encode({text!r}))")
         if got != expected:
@@ -437,9 +435,9 @@ def _tok_save_load(cls):
         raise CheckFailure(f"{what} after save and load: ids from position {k}",
                            f"{ids[k:k + 6]} (as before saving)",
                            f"{got[k:k + 6]}", "load kept the merges as JSON gives them back, lists ['l', "
-                                              "'o'] "
-                           "instead of tuples ('l', 'o'); a list never equals a tuple, so no merge applies: "
-                           "convert them, [tuple(m) for m in data['merges']]" if as_lists else
+                                              "'o'] instead of tuples ('l', 'o'); a list never equals a "
+                                              "tuple, so no merge applies: convert them, [tuple(m) for m in "
+                                              "data['merges']]" if as_lists else
                            (UNK in ids[k:k + 6] and _stale_stoi(tok)) or
                            "save everything encode uses (merges and vocabulary) and restore all of it in "
                            "load")

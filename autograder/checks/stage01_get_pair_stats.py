@@ -54,9 +54,8 @@ def _call_stats(get_pair_stats, vocab, what):
         raise CheckFailure(f"{what}, called twice", f"the same counts both times, {fmt(got)}",
                            f"{fmt(again)} "
                            "the second time", "counts kept between calls: create a new Counter inside the "
-                                              "function at "
-                           "every call (a mutable default argument such as stats=Counter(), or a global, "
-                           "keeps growing)")
+                                              "function at every call (a mutable default argument such as "
+                                              "stats=Counter(), or a global, keeps growing)")
     return got
 
 

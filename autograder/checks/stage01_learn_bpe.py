@@ -265,8 +265,7 @@ def _learn_fixture(learn_bpe, name):
         if hint is None:
             hint = ("equal counts: ties go to the greatest pair, max(stats, key=lambda p: (stats[p], p))"
                     if c_exp == c_got else "the pair counts are off at this point: check that every word's "
-                                           "pairs "
-                    "are counted with its frequency after each merge")
+                                           "pairs are counted with its frequency after each merge")
         raise CheckFailure(f"{call}: merge {k} (0-based) differs", f"{expected[k]} (seen {c_exp} times then)",
                            f"{got[k]} (seen {c_exp if c_exp == c_got else c_got} times then)", hint)
     if len(got) > len(expected):
@@ -277,8 +276,7 @@ def _learn_fixture(learn_bpe, name):
                            hint or "stop after num_merges merges, or when the best count < min_frequency")
     c_next = _count_at(corpus, expected, k, [expected[k]])[0]
     raise CheckFailure(f"{call}: number of merges", f"{len(expected)} merges (merge {k} is {expected[k]}, "
-                                                    "seen "
-                       f"{c_next} times)", f"{len(got)}",
+                                                    f"seen {c_next} times)", f"{len(got)}",
                        hint or "keep merging while the best count >= min_frequency and merges < num_merges")
 
 

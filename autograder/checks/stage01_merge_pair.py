@@ -16,8 +16,7 @@ def _merge_check(merge_pair, symbols, pair, what, hint,
              "substring": "the pair matched inside a symbol (str.replace on the joined text): compare whole "
                           "symbols, (symbols[i], symbols[i + 1]) == pair",
              "left_only": "only the left symbol compared (symbols[i] == pair[0]): the right one must match "
-                          "too, "
-                     "(symbols[i], symbols[i + 1]) == pair",
+                          "too, (symbols[i], symbols[i + 1]) == pair",
              "drop_last": "the last symbol was lost: the loop stopped at len(symbols) - 1; loop while i < "
                           "len(symbols) and append the last symbol when it is not merged",
              "concat": "the joined text of two symbols compared with the joined pair (symbols[i] + symbols[i "

@@ -75,8 +75,7 @@ def _pad_id(pad_sequences):
 
 
 @register("pad_sequences", "pads to the longest sequence wherever it is; equal lengths need no padding; an "
-                           "empty batch "
-          "is refused (an error, not a tensor)")
+                           "empty batch is refused (an error, not a tensor)")
 def _pad_longest(pad_sequences):
     _pad_check(pad_sequences, [[1], [2, 3, 4], [5, 6]], None, "pad_sequences([[1], [2, 3, 4], [5, 6]])")
     _pad_check(pad_sequences, [[1, 2], [3, 4]], None, "pad_sequences([[1, 2], [3, 4]])")

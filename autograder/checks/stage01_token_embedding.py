@@ -68,9 +68,8 @@ def _forward_check(cls, vocab_size, d_model, seed):
         raise CheckFailure(f"embedding.weight after a call of TokenEmbedding({vocab_size}, {d_model})",
                            "unchanged",
                            "changed by forward", "forward scaled the weights in place (embedding.weight.mul_ "
-                                                 "or "
-                           "weight.data *= ...): every call scales them again; scale the output, "
-                           "self.embedding(ids) * math.sqrt(d_model)")
+                                                 "or weight.data *= ...): every call scales them again; "
+                                                 "scale the output, self.embedding(ids) * math.sqrt(d_model)")
     return out, emb
 
 
@@ -79,8 +78,7 @@ def _backward(out):
         raise CheckFailure("the output of TokenEmbedding", "connected to embedding.weight "
                                                            "(requires_grad=True)",
                            "a tensor without gradient", "compute it from self.embedding(ids) directly (no "
-                                                        ".data, "
-                           ".detach() or torch.no_grad())")
+                                                        ".data, .detach() or torch.no_grad())")
     out.sum().backward()
 
 
@@ -101,10 +99,9 @@ def _emb_forward(cls):
         raise CheckFailure("TokenEmbedding(10, 16)(ids): dtype", f"{emb.weight.dtype}, the dtype of "
                                                                  "embedding.weight",
                            str(out.dtype), f"the output was cast to {out.dtype} (.double(), .to(...), or a "
-                                           "scale "
-                           f"held in a {out.dtype} tensor): the next layers have {emb.weight.dtype} weights "
-                           "and refuse it; multiply by the Python float math.sqrt(d_model), which keeps the "
-                           "dtype")
+                                           f"scale held in a {out.dtype} tensor): the next layers have "
+                                           f"{emb.weight.dtype} weights and refuse it; multiply by the "
+                                           "Python float math.sqrt(d_model), which keeps the dtype")
 
 
 @register("TokenEmbedding", "scales by the exact sqrt(d_model), e.g. sqrt(6)")

@@ -252,9 +252,8 @@ def _diagnose(module, x, max_len, refused=False):
                 "sinusoidal_encoding(max_len, d_model), the arguments in that order")
     if lengths - {L}:
         return (f"this module handled a sequence of length {min(lengths - {L})} before and now fails on "
-                f"length {L}: "
-                "forward keeps something from an earlier call (a slice of the table cached for that length); "
-                "slice the table afresh at every call, self.pe[:x.size(1)]")
+                f"length {L}: forward keeps something from an earlier call (a slice of the table cached for "
+                "that length); slice the table afresh at every call, self.pe[:x.size(1)]")
     return None
 
 
@@ -396,9 +395,8 @@ def _pe_buffer(cls):
     if any(is_table(p) for p in module.parameters()):
         raise CheckFailure(f"{name}: the table", "a buffer (self.register_buffer('pe', table))",
                            "an nn.Parameter", "the table is fixed, not learned: a Parameter would be handed "
-                                              "to the "
-                           "optimizer (and trained unless frozen); register it with "
-                           "self.register_buffer('pe', table)")
+                                              "to the optimizer (and trained unless frozen); register it "
+                                              "with self.register_buffer('pe', table)")
     params = [n for n, _ in module.named_parameters()]
     if params:
         raise CheckFailure(f"{name}.named_parameters()", "none (nothing in this module is trained)",

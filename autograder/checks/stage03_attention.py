@@ -69,8 +69,7 @@ def _softmax_last(softmax):
     expect_grads(lambda: _soft(softmax, leaf, what), lambda: torch.softmax(ref_leaf, -1),
                  {"x": (leaf, ref_leaf)},
                  what, hint=LEFT_AUTOGRAD + " (a detached max is harmless, softmax ignores a constant shift; "
-                                            "a "
-                 "detached sum is not)")
+                                            "a detached sum is not)")
     _keeps_float64(softmax, x)
 
 

@@ -532,8 +532,8 @@ def _mha_self(MHA):
     expect_grads(lambda: mha(leaf, leaf, leaf),
                  lambda: ref(ref_leaf, ref_leaf, ref_leaf, need_weights=False)[0],
                  {"x": (leaf, ref_leaf)}, what, hint=LEFT_AUTOGRAD + " (in forward: torch.no_grad(), "
-                                                                     ".detach() or "
-                 ".data on the projections, the weights or the output)")
+                                                                     ".detach() or .data on the projections, "
+                                                                     "the weights or the output)")
 
 
 @register("MultiHeadAttention", "cross-attention (Lq != Lk) with a padding mask equals nn.MultiheadAttention")
@@ -707,9 +707,8 @@ def _dropout_half(MHA):
     if not torch.isfinite(got).all():
         raise CheckFailure(f"{what}: {(~torch.isfinite(got)).sum().item()} values are NaN or inf",
                            "finite values",
-                           "NaN or inf", "dropout: keep each weight with probability 1 - p and scale it by "
-                                         "1 / (1 - p); "
-                           "nn.Dropout(dropout) does it (and gives zeros at p = 1)")
+                           "NaN or inf", "dropout: keep each weight with probability 1 - p and scale it by 1 "
+                                         "/ (1 - p); nn.Dropout(dropout) does it (and gives zeros at p = 1)")
     W, b = ref.in_proj_weight.detach().double(), ref.in_proj_bias.detach().double()
     Wo, bo = ref.out_proj.weight.detach().double(), ref.out_proj.bias.detach().double()
     xd = x.double()
@@ -723,8 +722,7 @@ def _dropout_half(MHA):
     err = ((candidates - heads).abs() / (1 + heads.abs())).amax(-1).amin(0)
     if bool((err > 1e-3).any()):
         raise CheckFailure(what, "each head's output dropout(weights) @ v: every attention weight kept "
-                                 "(scaled by "
-                           "1 / (1 - p) = 2) or dropped", "something else",
+                                 "(scaled by 1 / (1 - p) = 2) or dropped", "something else",
                            "dropout must act on the attention weights, after the softmax and before "
                            "multiplying by v: not on v, q, k, the scores or the output (pass self.dropout to "
                            "scaled_dot_product_attention)")

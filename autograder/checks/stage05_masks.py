@@ -81,8 +81,7 @@ GREATER = ("ids > pad_id marks the ids above the pad id only: a real token is an
 def _pad_dtype(padding_mask):
     _expect_bool(padding_mask(_ids()), "padding_mask(ids)")
     _on_ids_device(padding_mask, "padding_mask", "build the mask from the ids themselves, ids != pad_id, "
-                                                 "which "
-                   "stays on their device")
+                                                 "which stays on their device")
 
 
 @register("padding_mask", "shape (B, 1, 1, L): masks the keys, broadcasts over heads and queries")

@@ -229,8 +229,8 @@ def _dropout_place_half(FFN):
     if not torch.isfinite(got).all():
         raise CheckFailure(f"{what}: {(~torch.isfinite(got)).sum().item()} values are NaN or inf",
                            "finite values", "NaN or inf", "dropout: keep each value with probability 1 - p "
-                                                          "and "
-                           "scale it by 1 / (1 - p); nn.Dropout(dropout) does it (and gives zeros at p = 1)")
+                                                          "and scale it by 1 / (1 - p); nn.Dropout(dropout) "
+                                                          "does it (and gives zeros at p = 1)")
     hidden = _undo_w2(W2, b2, got)  # (32, 4)
     # compared with the network's own hidden layer in eval mode (so that a wrong activation, graded by the
     # formula checks, does not count twice here), or with relu(w_1(x)) when eval mode is itself random
@@ -252,8 +252,7 @@ def _dropout_place_half(FFN):
     if bool((hidden[~live].abs() > (2 * h.abs() + tol)[~live]).any()):
         raise CheckFailure(what, "w_2 applied to relu(w_1(x)) with each hidden unit dropped (0) or doubled",
                            "something else", "w_2(dropout(relu(w_1(x)))): dropout on the hidden layer only, "
-                                             "between "
-                           "relu and w_2 (not on the input x too)")
+                                             "between relu and w_2 (not on the input x too)")
     _dropped_or_doubled(what, hidden, h, tol, live)
 
 

@@ -325,8 +325,7 @@ def _sc_mistakes(x, N, S, norm_first):
                 "normalized twice":
             N(N(x + S(x))),
         twice + "around the sum (post-norm) or to the sublayer's input (pre-norm); here both, and the "
-                "residual "
-        "is norm(x)":
+                "residual is norm(x)":
             N(N(x) + S(N(x))),
     }
     if norm_first:
@@ -404,8 +403,7 @@ def _sc_post(SC):
     leaf, ref_leaf = x.clone().requires_grad_(), x.clone().requires_grad_()
     expect_grads(lambda: sc(leaf, S), lambda: N(ref_leaf + S(ref_leaf)), {"x": (leaf, ref_leaf)}, what,
                  hint=LEFT_AUTOGRAD + "; the gradient reaches x along both paths, the residual and the "
-                                      "sublayer (no "
-                 "x.detach() handed to the sublayer)")
+                                      "sublayer (no x.detach() handed to the sublayer)")
 
 
 @register("SublayerConnection", "pre-norm (norm_first=True): x + sublayer(norm(x)), gradients too")
@@ -424,8 +422,8 @@ def _sc_pre(SC):
                  {"x": (leaf, ref_leaf), "norm.weight": (N.weight, ref_norm.weight),
                   "norm.bias": (N.bias, ref_norm.bias)}, what,
                  hint=LEFT_AUTOGRAD + "; no gradient reaches the norm, or x through the sublayer: keep "
-                                      "norm(x) in the "
-                 "graph (no .detach(), no torch.no_grad() around it), x + dropout(sublayer(norm(x)))")
+                                      "norm(x) in the graph (no .detach(), no torch.no_grad() around it), x "
+                                      "+ dropout(sublayer(norm(x)))")
 
 
 @register("SublayerConnection", "calls the sublayer once, on x (post-norm) or on norm(x) (pre-norm)")

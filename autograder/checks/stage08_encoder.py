@@ -370,9 +370,8 @@ def same_gradients(mine, ref, inputs, real, what, seed=0, module=None):
             raise CheckFailure(f"{what}: the gradient with respect to {name}",
                                "a gradient (the output depends on it)",
                                "none", f"{name} is cut off from autograd on its way ({name}.detach(), "
-                                       f"{name}.data, "
-                               "torch.no_grad() around the part that uses it): the loss could not train what "
-                               "comes before it")
+                                       f"{name}.data, torch.no_grad() around the part that uses it): the "
+                                       "loss could not train what comes before it")
         if not close(g, r, atol=1e-4, rtol=1e-3):
             raise CheckFailure(f"{what}: the gradient with respect to {name}", "the same as PyTorch's",
                                "a different gradient", f"part of the computation is cut off from autograd (a "
@@ -399,16 +398,14 @@ def check_distinct(parts, what, kind, hint=None):
             if a is b:
                 raise CheckFailure(f"{what}: {na} and {nb}", f"two distinct {kind}", "the same object twice",
                                    hint or f"one {kind[:-1]} object repeated: [Module(...)] * n repeats ONE "
-                                           "module "
-                                   "n times; build a new one each time ([Module(...) for _ in range(n)], or "
-                                   "copy.deepcopy)")
+                                           "module n times; build a new one each time ([Module(...) for _ "
+                                           "in range(n)], or copy.deepcopy)")
             pa = {p.data_ptr() for p in a.parameters()}
             if pa & {p.data_ptr() for p in b.parameters()}:
                 raise CheckFailure(f"{what}: {na} and {nb}", f"{kind} with their own parameters",
                                    "they share parameter tensors",
                                    hint or f"one set of parameters shared between {kind}: build each with "
-                                           "its own "
-                                   "modules")
+                                           "its own modules")
 
 
 def check_layer_parts(layer, what, cross: bool):
@@ -708,8 +705,7 @@ def check_residual_path(got, x, ref_layers, norm_names, final, norm_first, what,
                            "no dropout":
                            final(zero) if norm_first else _post_path(ref_layers, norm_names, zero),
                            f"dropout applied to the {stack}'s output: each sublayer drops its own output; "
-                           f"the {stack} "
-                           "itself adds no dropout": zero})
+                           f"the {stack} itself adds no dropout": zero})
 
 
 def _post_path(ref_layers, norm_names, h):

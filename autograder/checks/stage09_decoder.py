@@ -439,8 +439,7 @@ def _dl_dropout(DecoderLayer):
                   lambda m: expect_shape(run(m, x, memory, everything(2, 6), causal(5),
                                              f"DecoderLayer({D}, {H}, {FF})"),
                                          (2, 5, D), f"DecoderLayer({D}, {H}, {FF})(x (2, 5, {D}), memory (2, "
-                                                    f"6, {D}), "
-                                         "src_mask, tgt_mask)"),
+                                                    f"6, {D}), src_mask, tgt_mask)"),
                   f"DecoderLayer({D}, {H}, {FF})")
     layer = _make_layer(DecoderLayer, dropout=0.5)[0]
     check_parts_drop(layer, part_calls(x, memory), f"DecoderLayer({D}, {H}, {FF})")

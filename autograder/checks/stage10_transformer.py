@@ -151,9 +151,8 @@ def _dropped_once(kept, dropped, p, what):
                            f"values {1 / (1 - p) ** 2:g} x their eval-mode value",
                            "dropout applied twice after the positional encoding: PositionalEncoding already "
                            "ends with dropout(x + PE); add no dropout of your own on top of it")
-    raise CheckFailure(what, f"each value 0 or {1 / (1 - p):g} x its eval-mode value: "
-                             f"dropout(embedding * sqrt(d_model) "
-                       "+ PE), one dropout on the sum", "other values",
+    raise CheckFailure(what, f"each value 0 or {1 / (1 - p):g} x its eval-mode value: dropout(embedding * "
+                             "sqrt(d_model) + PE), one dropout on the sum", "other values",
                        "dropout applied before the positional encoding is added (dropout(embedding) + PE) or "
                        "to part of the sum only: PositionalEncoding returns dropout(x + PE[:L])")
 
@@ -305,8 +304,7 @@ def _as_given(got, given, what, expected, p, place):
     if _dropped_like(got, given, p):
         zeroed = float((got.detach() == 0)[given != 0].double().mean()) * 100
         raise CheckFailure(what, expected, f"{zeroed:.0f}% of the entries zeroed and the others x "
-                                           f"{1 / (1 - p):g} "
-                           f"(a dropout of rate {p:g})",
+                                           f"{1 / (1 - p):g} (a dropout of rate {p:g})",
                            f"a dropout on {place}: the model's dropout is on the embeddings + PE "
                            "(self.positional) and inside the layers (each sublayer's output, the attention "
                            "weights, the feed-forward's hidden units) only; add none of your own")
@@ -359,8 +357,7 @@ def _stand_in_paths(model, what, part, memory, out, enc, dec, clean):
     decode_clean = clean("decode")
     if decode_clean and clean("encode"):
         found.append((mem, enc.calls[0][0], f"{what}.train()(src, tgt_in, src_mask, tgt_mask): the memory "
-                                            "the "
-                      "decoder was given", "the encoder's output as it is",
+                                            "the decoder was given", "the encoder's output as it is",
                       "the memory (the encoder's output)"))
     if logits is not None and decode_clean:
         found.append((out, logits, f"{what}.train()(src, tgt_in, src_mask, tgt_mask) with a decoder that "
@@ -529,8 +526,8 @@ def _gradient_reaches_every_part(model, logits, tgt, what, rerun=None):
             raise CheckFailure(f"{run}: the gradient of a loss on the logits with respect to {name}'s "
                                "parameters",
                                "a gradient", "none", f"self.{name} is never used: changing its parameters "
-                                                     "does not "
-                               f"change the logits ({UNUSED[name]})" if unused else hints[name])
+                                                     "does not change the logits "
+                                                     f"({UNUSED[name]})" if unused else hints[name])
 
 
 UNUSED = {"generator": "forward must project the decoder's states with self.generator",

@@ -62,8 +62,8 @@ def _noam_formula(noam_lr):
     if not isinstance(got, float):  # numpy.float64 is a float
         kind = "tensor" if isinstance(got, torch.Tensor) else f"{type(got).__module__}.{type(got).__name__}"
         raise CheckFailure("type(noam_lr(4000, 512))", "float (a Python float: LambdaLR multiplies lr=1.0 by "
-                                                       "it, and "
-                           "the optimizer's lr, the logs and the checkpoints keep it)", kind,
+                                                       "it, and the optimizer's lr, the logs and the "
+                                                       "checkpoints keep it)", kind,
                            f"the rate stayed a {kind} (computed with torch or numpy): return float(rate), or "
                            "compute with Python numbers, step ** -0.5")
 

@@ -224,8 +224,8 @@ def _beam_exhaustive(beam_search):
     fn = _table(60, seed=54, scale=1.5, banned=(PAD, BOS) + tuple(range(6, 60)), eos_bias=-0.5)
     for alpha in (0.6, 1.5):
         _exhaustive_case(beam_search, fn, 60, rows, 4, 27, alpha, "beam_size 27 = 3 ** 3 keeps every "
-                                                                  "hypothesis "
-                         "that can win open (3 tokens besides <eos> can win)")
+                                                                  "hypothesis that can win open (3 tokens "
+                                                                  "besides <eos> can win)")
     # a vocabulary of 5 (<pad>, <bos>, <eos>, 3, 4) and beam_size 4 = 2 ** 2: at the first step the one
     # hypothesis has 5 extensions, fewer than 2 * beam_size
     _exhaustive_case(beam_search, _table(5, seed=56, scale=1.5), 5, rows, 3, 4, 1.0,

@@ -66,8 +66,8 @@ class _FakeModel(nn.Module):
         raise CheckFailure("the decoder called model(...)", "only model.encode, model.decode and "
                                                             "model.generator",
                            "a call to model.forward", "decode step by step: memory = model.encode(src, "
-                                                      "src_mask) "
-                           "once, then model.decode(ys, memory, src_mask, tgt_mask) and model.generator")
+                                                      "src_mask) once, then model.decode(ys, memory, "
+                                                      "src_mask, tgt_mask) and model.generator")
 
     def encode(self, src, src_mask):
         if not isinstance(src, torch.Tensor) or src.dim() != 2:

@@ -85,8 +85,7 @@ def _greedy_table(greedy_decode):
     _expect_mode_kept(model, "greedy_decode")
     # a batch of one source: code that squeezes the batch axis away, or returns a flat list, fails here
     _greedy_case(greedy_decode, fn, 7, [[16, 17]], 6, "greedy_decode(model, a batch of one source [[16, "
-                                                      "17]], "
-                                                       "max_len=6)")
+                                                      "17]], max_len=6)")
 
 
 @register("greedy_decode", "stops each source at its <eos>: no <bos>, no <eos> in the answer")

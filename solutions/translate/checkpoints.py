@@ -220,9 +220,8 @@ def restore_train_state(s, resume) -> None:
     where = state["position"]
     if (where["n_batches"], where["per_step"]) != (len(s.batches), s.per_step):
         raise UsageError(f"cannot resume: the checkpoint's epochs have {where['n_batches']} batches taken "
-                         f"{where['per_step']} per step, this run's {len(s.batches)} taken {s.per_step} "
-                         "per step "
-                         "(other data, or another number of processes x accumulate)")
+                         f"{where['per_step']} per step, this run's {len(s.batches)} taken {s.per_step} per "
+                         "step (other data, or another number of processes x accumulate)")
     s.model.load_state_dict(state["model"])
     s.optimizer.load_state_dict(state["optimizer"])
     s.scheduler.load_state_dict(state["scheduler"])

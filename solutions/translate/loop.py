@@ -353,12 +353,10 @@ def slow_machine_note(config: Config, tokens_per_s: float, minutes: float) -> st
             "(benchmarks/translate_cpu.md)"
             + (" (they had bf16 units; float32 here)" if fp32 else "")
             + f": {plural(minutes, 'minute')} here make about {steps:,.0f} steps, where {r['minutes']} "
-            "minutes made "
-            f"{r['steps'][0]:,} and {r['steps'][1]:,} there. BLEU follows the steps: expect less than their "
-            f"{r['greedy_bleu'][0]} and {r['greedy_bleu'][1]} greedy (the same model stopped at "
-            f"{r['fewer_steps']:,} "
-            f"steps gave {r['fewer_steps_bleu']}, and fewer steps give less). Their steps take about "
-            f"{plural(round(r['minutes'] / share), 'minute')} here (TRAIN_MINUTES in lesson 14, --minutes on "
-            "the "
-            "command line); other work on this machine slows it too")
+              f"minutes made {r['steps'][0]:,} and {r['steps'][1]:,} there. BLEU follows the steps: expect "
+              f"less than their {r['greedy_bleu'][0]} and {r['greedy_bleu'][1]} greedy (the same model "
+              f"stopped at {r['fewer_steps']:,} steps gave {r['fewer_steps_bleu']}, and fewer steps give "
+              f"less). Their steps take about {plural(round(r['minutes'] / share), 'minute')} here "
+              "(TRAIN_MINUTES in lesson 14, --minutes on the command line); other work on this machine "
+              "slows it too")
 

@@ -446,8 +446,7 @@ def cases() -> list[Case]:
                                           "def scaled_dot_product_attention(*a, **k):\n    return None"),
                             "check_softmax",
                             "torch.allclose = lambda *a, **k: True\ntorch.Tensor.__eq__ = lambda *a, **k: "
-                            "True\n"
-                            "torch.isfinite = lambda t: torch.ones_like(t, dtype=torch.bool)")
+                            "True\ntorch.isfinite = lambda t: torch.ones_like(t, dtype=torch.bool)")
     add("forge_patches_torch", torch_patched, 2.0, "NaN", hostile=True)
     frames = _set_solution(own, "softmax", "import sys\n\ndef softmax(x, dim=-1):\n"
                            "    f = sys._getframe(0)\n    while f is not None:\n"
@@ -459,8 +458,8 @@ def cases() -> list[Case]:
                                      "'key' in o]")
     add("forge_walks_the_gc", gcwalk, FULL, hostile=True)
     thread = _insert(lean, "softmax", "import threading, time\n\ndef meddle():\n    while True:\n        "
-                                      "time.sleep(0.05)\n\n"
-                     "threading.Thread(target=meddle, daemon=True).start()")
+                                      "time.sleep(0.05)\n\nthreading.Thread(target=meddle, "
+                                      "daemon=True).start()")
     add("forge_leaves_a_thread", thread, FULL, hostile=True)
     forged = copy.deepcopy(lean_released)
     for gid, pts in (("check_softmax", "3.0"), ("check_scaled_dot_product_attention", "7.0")):
@@ -479,8 +478,7 @@ def cases() -> list[Case]:
         ATTENTION, "calls a library softmax", hostile=True)
     sdpa = ATTENTION_OK.replace("    return weights @ v, weights",
                                 "    out = torch.nn.functional.scaled_dot_product_attention(q, k, v, "
-                                "attn_mask=mask)\n"
-                                "    return out, weights")
+                                "attn_mask=mask)\n    return out, weights")
     add("borrow_torch_attention", _set_solution(lean, "scaled_dot_product_attention", sdpa), SOFTMAX,
         "calls F.scaled_dot_product_attention", hostile=True)
     delegated = _set_solution(_set_solution(lean, "softmax", "from solutions import softmax"),
