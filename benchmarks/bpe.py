@@ -19,6 +19,8 @@ import subprocess
 import sys
 import time
 
+from _args import Parser, whole  # not solutions.cli: see _args.py
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 DEFAULT_DATA = ROOT.parent / "shared" / "data" / "multi30k"
 
@@ -90,11 +92,13 @@ def measure(impl, task, data, merges, codes=None) -> dict:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser()
-    p.add_argument("--merges", type=int, default=10000)
-    p.add_argument("--data", default=str(DEFAULT_DATA))
-    p.add_argument("--child", nargs=2)
-    p.add_argument("--codes")
+    p = Parser(prog="python benchmarks/bpe.py", description=__doc__.split("\n\n")[0])
+    p.add_argument("--merges", type=whole(1), default=10000, help="merges to learn (default: 10000)")
+    p.add_argument("--data", default=str(DEFAULT_DATA),
+                   help=f"a Multi30k folder (default: {DEFAULT_DATA}; the synthetic corpus when it is "
+                   "not there)")
+    p.add_argument("--child", nargs=2, help=argparse.SUPPRESS)  # one timed run, in a process of its own
+    p.add_argument("--codes", help=argparse.SUPPRESS)
     a = p.parse_args()
     if a.child:
         print(json.dumps(child(a.child[0], a.child[1], a.data, a.merges, a.codes)))

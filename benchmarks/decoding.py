@@ -10,7 +10,6 @@ second and the ratio batched / one at a time (target: at least 5).
 """
 from __future__ import annotations
 
-import argparse
 import pathlib
 import resource
 import sys
@@ -20,6 +19,7 @@ import torch
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 from solutions import Transformer, beam_search, greedy_decode, make_batch, padding_mask  # noqa: E402
+from solutions.cli import Parser, number  # noqa: E402
 from solutions.training import batch_by_tokens  # noqa: E402
 
 
@@ -51,10 +51,11 @@ def run(fn, model, src, max_len, batch_tokens):
 
 
 def main():
-    p = argparse.ArgumentParser()
-    p.add_argument("--sources", type=int, default=1000)
-    p.add_argument("--single", type=int, default=100, help="sources decoded one at a time (the slow peer)")
-    p.add_argument("--checkpoint")
+    p = Parser(prog="python benchmarks/decoding.py", description=__doc__.split("\n\n")[0])
+    p.add_argument("--sources", type=number(int, 1), default=1000, help="sources decoded (default: 1000)")
+    p.add_argument("--single", type=number(int, 1), default=100,
+                   help="sources decoded one at a time (the slow peer; default: 100)")
+    p.add_argument("--checkpoint", help="a model.pt to decode with (default: an untrained model)")
     a = p.parse_args()
     model, src, max_len = sources(a)
     beam = lambda m, s, mask, n: beam_search(m, s, mask, n, beam_size=4, alpha=0.6)  # noqa: E731

@@ -11,6 +11,7 @@ Usage: python benchmarks/distributed_cpu.py [steps] [repeats] [runs]    (or: ...
 import dataclasses
 import json
 import os
+import re
 import socket
 import sys
 import time
@@ -98,8 +99,33 @@ def main(steps=40, repeats=2, runs="1x1,1x2,2x1"):
                   flush=True)
 
 
+def _runs(text: str) -> str:
+    """An argument type: a comma list of PROCESSESxTHREADS, each at least 1 (e.g. 1x1,2x1)."""
+    import argparse
+    if not all(re.fullmatch(r"[1-9]\d*x[1-9]\d*", r) for r in text.split(",")):
+        raise argparse.ArgumentTypeError(f"expected a comma list of PROCESSESxTHREADS such as 1x1,2x1, "
+                                         f"got {text!r}")
+    return text
+
+
+def _arguments(argv):
+    """main's arguments from the command line; a bad one is one line and exit status 2 (solutions.cli)."""
+    from solutions.cli import Parser, number
+    parser = Parser(prog="python benchmarks/distributed_cpu.py",
+                    description="CPU scaling of training from 1 to 2 gloo processes (or: ... allreduce, the "
+                    "time of one gloo all_reduce of the model's gradients)")
+    parser.add_argument("steps", nargs="?", type=number(int, 1), default=40,
+                        help="optimizer steps a run (default: 40)")
+    parser.add_argument("repeats", nargs="?", type=number(int, 1), default=2,
+                        help="times each run is repeated, in turns (default: 2)")
+    parser.add_argument("runs", nargs="?", type=_runs, default="1x1,1x2,2x1",
+                        help="a comma list of PROCESSESxTHREADS (default: 1x1,1x2,2x1)")
+    args = parser.parse_args(argv)
+    return args.steps, args.repeats, args.runs
+
+
 if __name__ == "__main__":
-    if sys.argv[1:2] == ["allreduce"]:
+    if sys.argv[1:] == ["allreduce"]:
         allreduce()
     else:
-        main(*(int(a) if a.isdigit() else a for a in sys.argv[1:]))
+        main(*_arguments(sys.argv[1:]))

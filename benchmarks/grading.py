@@ -15,7 +15,6 @@ rusage), and the ratio ours / nbgrader's (lower is better). Target: each under t
 """
 from __future__ import annotations
 
-import argparse
 import csv
 import json
 import os
@@ -31,6 +30,7 @@ sys.path.insert(0, str(ROOT))
 import nbformat  # noqa: E402
 
 from autograder.notebooks import lesson_paths, solved  # noqa: E402
+from solutions.cli import Parser, number  # noqa: E402
 
 
 def timed(cmd, cwd) -> tuple[float, float, subprocess.CompletedProcess]:
@@ -57,12 +57,12 @@ def full_marks(what: str, points: float, top: float) -> None:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--jobs", type=int, default=0,
+    p = Parser(prog="python benchmarks/grading.py", description=__doc__.split("\n\n")[0])
+    p.add_argument("--jobs", type=number(int, 0), default=0,
                    help="notebooks graded at the same time by our command "
                         "(0: its default, one per core up to 4)")
     p.add_argument("--lessons", nargs="*", help="lesson stems (default: all graded lessons)")
-    p.add_argument("--skip-nbgrader", action="store_true")
+    p.add_argument("--skip-nbgrader", action="store_true", help="time our command only")
     args = p.parse_args()
     lessons = [x for x in lesson_paths() if not args.lessons or x.stem in args.lessons]
     with tempfile.TemporaryDirectory(prefix="grading-bench-") as tmp:

@@ -11,7 +11,6 @@ ratio of the medians.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import pathlib
@@ -20,6 +19,8 @@ import subprocess
 import sys
 import tempfile
 import time
+
+from solutions.cli import Parser, number
 
 HERE = pathlib.Path(__file__).resolve().parent.parent
 WRITE = """
@@ -54,13 +55,15 @@ def _grade(tree: pathlib.Path, notebooks: list[str], report: pathlib.Path) -> tu
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = Parser(prog="python benchmarks/hostile_batch.py", description=__doc__.split("\n")[0])
     parser.add_argument("--peer", type=pathlib.Path, required=True, help="an older checkout to compare with")
-    parser.add_argument("--runs", type=int, default=2, help="runs of each tree, in turns (default 2)")
-    parser.add_argument("--first", type=int, default=0, help="grade the first N only (default: all)")
+    parser.add_argument("--runs", type=number(int, 1), default=2,
+                        help="runs of each tree, in turns (default 2)")
+    parser.add_argument("--first", type=number(int, 0), default=0,
+                        help="grade the first N only (default: 0, all)")
     args = parser.parse_args(argv)
-    if not (args.peer / "autograder").is_dir() or args.runs < 1:
-        parser.error("--peer must be a checkout of this course and --runs at least 1")
+    if not (args.peer / "autograder").is_dir():
+        parser.error(f"--peer {args.peer}: not a checkout of this course (no autograder/ in it)")
     work = pathlib.Path(tempfile.mkdtemp(prefix="hostile-batch-"))
     folder, outside = work / "submissions", work / "outside"
     folder.mkdir()

@@ -12,7 +12,6 @@ and the ratios off / on. Needs root and util-linux (the jail); without them ther
 """
 from __future__ import annotations
 
-import argparse
 import io
 import os
 import pathlib
@@ -27,6 +26,7 @@ import nbformat  # noqa: E402
 
 from autograder.grade import grade, isolation  # noqa: E402
 from autograder.notebooks import lesson_paths, solved  # noqa: E402
+from solutions.cli import Parser, number  # noqa: E402
 
 
 def busy_seconds() -> float:
@@ -35,11 +35,12 @@ def busy_seconds() -> float:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--lessons", nargs="+", default=["03_attention"])
-    ap.add_argument("--copies", type=int, default=4)
-    ap.add_argument("--runs", type=int, default=2)
-    ap.add_argument("--jobs", type=int, default=2)
+    ap = Parser(prog="python benchmarks/kernel_server.py", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--lessons", nargs="+", default=["03_attention"],
+                    help="solved lessons to grade (default: 03_attention)")
+    ap.add_argument("--copies", type=number(int, 1), default=4, help="copies of each lesson (default: 4)")
+    ap.add_argument("--runs", type=number(int, 1), default=2, help="runs of each way, in turns (default: 2)")
+    ap.add_argument("--jobs", type=number(int, 1), default=2, help="notebooks at the same time (default: 2)")
     args = ap.parse_args()
     if not isolation():
         sys.exit("the kernels cannot be jailed here (root, unshare and setpriv): there is no kernel server "

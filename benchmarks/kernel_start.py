@@ -13,7 +13,6 @@ process.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil
@@ -22,6 +21,7 @@ import sys
 import tempfile
 import time
 
+from _args import Parser, whole  # not solutions.cli: see _args.py
 from jupyter_client import BlockingKernelClient
 from jupyter_client.connect import write_connection_file
 
@@ -88,8 +88,9 @@ def warm_server(requests: int, replies: int) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--runs", type=int, default=3)
+    parser = Parser(prog="python benchmarks/kernel_start.py", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=whole(1), default=3,
+                        help="kernels started each way (default: 3)")
     args = parser.parse_args()
     request_read, request_write = os.pipe()   # connection files, to the warm process
     reply_read, reply_write = os.pipe()       # its kernels' CPU seconds, back

@@ -16,7 +16,6 @@ the median and quartiles of the step-by-step ratios.
 """
 from __future__ import annotations
 
-import argparse
 import math
 import pathlib
 import resource
@@ -30,6 +29,7 @@ from torch import nn
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 import solutions  # noqa: E402
 from solutions import PAD, causal_mask, label_smoothed_loss, padding_mask, target_mask  # noqa: E402
+from solutions.cli import Parser, device_name, number  # noqa: E402
 
 
 class TorchTransformer(nn.Module):
@@ -137,12 +137,15 @@ def paired(ours, ref, vocab, B, L, steps, device, dtype, train: bool, padding: s
 
 def main():
     warnings.filterwarnings("ignore", category=UserWarning)  # nn.Transformer's nested-tensor notice
-    p = argparse.ArgumentParser()
-    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    p.add_argument("--dtype", default="fp32", choices=["fp32", "bf16"])
-    p.add_argument("--steps", type=int, default=10)
+    p = Parser(prog="python benchmarks/model.py", description=__doc__.split("\n\n")[0])
+    here = "cuda" if torch.cuda.is_available() else "cpu"
+    p.add_argument("--device", type=device_name, default=here, help=f"cpu or cuda (default here: {here})")
+    p.add_argument("--dtype", default="fp32", choices=["fp32", "bf16"],
+                   help="the weights' dtype (default: fp32)")
+    p.add_argument("--steps", type=number(int, 1), default=10, help="timed steps (default: 10)")
     p.add_argument("--padding", default="both", choices=["uniform", "bucketed", "both"],
-                   help="how much of each batch is padding (see PADDING); both: a row for each")
+                   help="how much of each batch is padding (see PADDING); both: a row for each "
+                   "(default: both)")
     a = p.parse_args()
     sizes = {"notebook CPU size (256, 3+3, 1024, V 8k)":
              dict(d_model=256, n_heads=4, n_layers=3, d_ff=1024, vocab=8000),

@@ -23,7 +23,6 @@ better), and whether this CPU has native bf16 units (solutions.translate.cpu_has
 """
 from __future__ import annotations
 
-import argparse
 import copy
 import pathlib
 import statistics
@@ -36,6 +35,7 @@ import torch
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
 import solutions  # noqa: E402
+from solutions.cli import Parser, number  # noqa: E402
 from solutions.translate import build_model, config_for, cpu_has_bf16  # noqa: E402
 
 VOCAB = 8202
@@ -78,13 +78,15 @@ class Variant:
 
 
 def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--steps", type=int, default=12, help="timed steps per variant (after 2 warm-up steps)")
+    ap = Parser(prog="python benchmarks/train_step_cpu.py", description=__doc__.splitlines()[0])
+    ap.add_argument("--steps", type=number(int, 1), default=12,
+                    help="timed steps per variant (after 2 warm-up steps; default: 12)")
     ap.add_argument("--compile", action="store_true", help="also time bf16 with torch.compile")
     ap.add_argument("--model-levers", action="store_true", help="also time bf16 with dropout 0.1, and untied")
-    ap.add_argument("--threads", type=int, default=0, help="torch threads (0: PyTorch's default)")
-    ap.add_argument("--vocab", type=int, default=VOCAB,
-                    help="vocabulary size (8,202: BPE 8,000; 5,202: 5,000)")
+    ap.add_argument("--threads", type=number(int, 0), default=0,
+                    help="torch threads (default: 0, PyTorch's own)")
+    ap.add_argument("--vocab", type=number(int, 5), default=VOCAB,
+                    help=f"vocabulary size (8,202: BPE 8,000; 5,202: 5,000; default: {VOCAB})")
     args = ap.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)

@@ -11,7 +11,6 @@ prints. The decoding is the lesson's own (solutions.translate.evaluate_bleu).
 """
 from __future__ import annotations
 
-import argparse
 import json
 import pathlib
 import sys
@@ -19,6 +18,7 @@ import time
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
+from solutions.cli import Parser, number  # noqa: E402
 from solutions.data import load_data  # noqa: E402
 from solutions.translate import decoding_args, evaluate_bleu, load_checkpoint  # noqa: E402
 
@@ -32,11 +32,14 @@ def score(model, tokenizer, config, src, ref, beam: int, alpha: float) -> tuple[
 
 
 def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("checkpoint")
-    ap.add_argument("--data", default="multi30k", help="multi30k, or a Multi30k mirror (URL or folder)")
-    ap.add_argument("--beams", type=int, nargs="+", default=[1, 4, 6])
-    ap.add_argument("--alphas", type=float, nargs="+", default=[0.6, 1.0])
+    ap = Parser(prog="python benchmarks/tune_decoding.py", description=__doc__.splitlines()[0])
+    ap.add_argument("checkpoint", help="a model.pt that train wrote")
+    ap.add_argument("--data", default="multi30k",
+                    help="multi30k, or a Multi30k mirror (URL or folder) (default: multi30k)")
+    ap.add_argument("--beams", type=number(int, 1), nargs="+", default=[1, 4, 6],
+                    help="beam sizes (1: greedy; default: 1 4 6)")
+    ap.add_argument("--alphas", type=number(float, 0), nargs="+", default=[0.6, 1.0],
+                    help="length penalties (default: 0.6 1.0)")
     ap.add_argument("--json", help="also write every score to this file")
     args = ap.parse_args(argv)
     model, tokenizer, config = load_checkpoint(args.checkpoint)
