@@ -195,6 +195,10 @@ def check(obj, verbose: bool = True) -> float:
     if name is None:
         known = ", ".join(sorted(REGISTRY))
         shown = getattr(obj, "__name__", None)
+        if isinstance(obj, str) and obj in REGISTRY:
+            print(f"✗ check({obj!r}) was given the name as text: pass the {obj} you wrote itself, "
+                  f"check({obj})")
+            return 0.0
         print(f"✗ no checks for {shown if isinstance(shown, str) else type(obj).__name__!r}: pass the "
               f"function or class itself, e.g. check(softmax). Known names: {known}")
         return 0.0

@@ -133,3 +133,18 @@ def test_a_check_that_ignores_the_contract_fails_the_contract_test():
     for c in REGISTRY["softmax"]:
         c.fn(recording("softmax", seen))
     assert "float64" in seen
+
+
+@pytest.mark.parametrize("given,says", [
+    ("softmax", "✗ check('softmax') was given the name as text: pass the softmax you wrote itself, "
+                "check(softmax)"),
+    ("softmaks", "✗ no checks for 'str': pass the function or class itself, e.g. check(softmax). Known "
+                 "names: "),
+    (42, "✗ no checks for 'int': pass the function or class itself"),
+    (lambda: None, "✗ no checks for '<lambda>'"),
+])
+def test_check_of_what_has_no_checks_says_what_to_pass(capsys, given, says):
+    from autograder import check
+    assert check(given) == 0.0
+    out = capsys.readouterr().out
+    assert out.startswith(says) and out.count("\n") == 1, out
