@@ -175,27 +175,32 @@ def test_the_longest_files_start_first_and_the_rest_keep_their_order():
 SEEDS = (0, 14)  # two hash seeds under which Python orders {1, 'two'} differently (asserted below)
 
 
-def _in_python(seed, code, *args):
+def _in_python(seed, code):
+    """A Python process under hash seed `seed`, started (the caller reads its output)."""
     env = {**os.environ, "PYTHONHASHSEED": str(seed)}
     env.pop("PYTEST_XDIST_WORKER", None)
-    return subprocess.run([sys.executable, *code, *args], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=300)
+    return subprocess.Popen([sys.executable, *code], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
 
 
-def _collected_ids(seed):
-    done = _in_python(seed, ["-m", "pytest", "--collect-only", "-q", "-n", "0", "-p", "no:cacheprovider",
-                             "-o", "addopts=", "tests"])
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    return [line for line in done.stdout.splitlines() if "::" in line]
+def _collected_ids(proc):
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, out[-2000:] + err[-2000:]
+    return [line for line in out.splitlines() if "::" in line]
 
 
 def test_the_suite_collects_the_same_ids_under_any_hash_seed():
-    """xdist's workers each collect the suite and must agree on every id; each worker has its own hash seed,
-    so an id made from a set's repr can differ between them, and CI stops at collection (it did once:
-    {1, 'two'})."""
-    orders = {_in_python(seed, ["-c", "print(repr({1, 'two'}))"]).stdout for seed in SEEDS}
+    """xdist's workers each collect the suite and must agree on every id, in the same order; each worker has
+    its own hash seed, so an id made from a set's repr, or parameters taken from a set, can differ between
+    them, and CI stops at collection (it did once: {1, 'two'}). The two collections run at once."""
+    shown = [_in_python(seed, ["-c", "print(repr({1, 'two'}))"]) for seed in SEEDS]
+    orders = {proc.communicate(timeout=60)[0] for proc in shown}
     assert len(orders) == 2, f"seeds {SEEDS} order a set the same way ({orders}): this test could not fail"
-    first, second = (_collected_ids(seed) for seed in SEEDS)
+    procs = [_in_python(seed, ["-m", "pytest", "--collect-only", "-q", "-n", "0", "-p", "no:cacheprovider",
+                               "-o", "addopts=", "tests"]) for seed in SEEDS]
+    first, second = (_collected_ids(proc) for proc in procs)
     assert len(first) > 1000, f"only {len(first)} tests collected"
     differ = sorted(set(first) ^ set(second))
     assert not differ, f"ids that depend on the hash seed: {differ[:6]}"
+    moved = next((k for k, (a, b) in enumerate(zip(first, second)) if a != b), None)
+    assert moved is None, f"the same ids in another order from test {moved}: {first[moved]} / {second[moved]}"
