@@ -200,8 +200,8 @@ def _memory_from_environment(prog: str) -> float:
         value = float(text)
     except ValueError:
         value = float("nan")
-    if not value > 0:
-        _fail(prog, f"AUTOGRADER_MEMORY_GB={text!r}: expected a number of GB > 0 (or --memory GB)")
+    if not 0 < value < float("inf"):
+        _fail(prog, f"AUTOGRADER_MEMORY_GB={text!r}: expected a finite number of GB > 0 (or --memory GB)")
     return value
 
 

@@ -33,6 +33,7 @@ from .kernel import (
     MEMORY_GB,
     NOTEBOOK_TIMEOUT,
     Cancel,
+    check_limits,
     grade_notebook,
     isolation,
     keep_files,
@@ -286,6 +287,7 @@ def grade(paths, json_path=None, timeout: float = NOTEBOOK_TIMEOUT, stream=sys.s
 
     The batch's steps, in order (each a method of _Batch): read, prepare, run (each notebook:
     kernel.run_notebook's read, review, prepare, views, specs, run and collect), collect."""
+    check_limits(timeout, cell_timeout, memory_gb)
     batch = _Batch(json_path=json_path, csv_path=csv_path, stream=stream,
                    progress=sys.stderr if progress is None else progress, lesson=lesson, regrade=regrade,
                    options=dict(timeout=timeout, cell_timeout=cell_timeout, memory_gb=memory_gb,

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import pathlib
 import secrets
@@ -260,6 +261,14 @@ def grade_notebook(path: str | os.PathLike, timeout: float = NOTEBOOK_TIMEOUT, *
     return run_notebook(path, timeout, **options).to_json()
 
 
+def check_limits(timeout: float, cell_timeout: float, memory_gb: float) -> None:
+    """ValueError unless each limit is a finite number > 0: a memory of 0 (or None) would set no bound at all,
+    and an infinite one cannot be given to the kernel (RLIMIT_AS takes bytes)."""
+    for name, value in (("timeout", timeout), ("cell_timeout", cell_timeout), ("memory_gb", memory_gb)):
+        if not (isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < math.inf):
+            raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
+
+
 def run_notebook(path: str | os.PathLike, timeout: float = NOTEBOOK_TIMEOUT, *,
                  cell_timeout: float = CELL_TIMEOUT,
                  memory_gb: float = MEMORY_GB, threads: int | None = None, protected: list | None = None,
@@ -279,6 +288,7 @@ def run_notebook(path: str | os.PathLike, timeout: float = NOTEBOOK_TIMEOUT, *,
     The steps, in order: read (the submission), review (its cells, before they run), prepare (the notebook to
     run), views and specs (what each child reads), run (the runner, the kernel and the checker), collect (each
     graded cell's points from the checker's verdicts)."""
+    check_limits(timeout, cell_timeout, memory_gb)
     isolated = isolation() if isolated is None else isolated
     run = _Run(timeout, cell_timeout, memory_gb, threads or 1, list(protected or []), isolated,
                checker_server, kernel_server, time.time())

@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import inspect
+import math
 import re
 import sys
 
@@ -79,8 +80,8 @@ def number(kind, low=None, high=None, *, low_open: bool = False, high_open: bool
         except ValueError:
             raise argparse.ArgumentTypeError(
                 f"expected {'an integer' if kind is int else 'a number'}, got {text!r}") from None
-        if kind is float and value != value:
-            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}")
+        if kind is float and not math.isfinite(value):  # nan, inf: no limit or size is meant by them
+            raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
         if low is not None and (value <= low if low_open else value < low):
             raise argparse.ArgumentTypeError(f"must be {'>' if low_open else '>='} {low:g}, got {text}")
         if high is not None and (value >= high if high_open else value > high):

@@ -21,7 +21,9 @@ BAD = [
     (["grade", "-j", "two", "x.ipynb"], "expected an integer, got 'two'"),
     (["grade", "--memory", "0", "x.ipynb"], "--memory: must be > 0, got 0"),
     (["grade", "--memory", "-1", "x.ipynb"], "--memory: must be > 0, got -1"),
-    (["grade", "--memory", "nan", "x.ipynb"], "expected a number, got 'nan'"),
+    (["grade", "--memory", "nan", "x.ipynb"], "expected a finite number, got 'nan'"),
+    (["grade", "--memory", "inf", "x.ipynb"], "expected a finite number, got 'inf'"),
+    (["grade", "--timeout", "1e400", "x.ipynb"], "expected a finite number, got '1e400'"),
     (["grade", "--memory", "lots", "x.ipynb"], "expected a number, got 'lots'"),
     (["grade", "--lesson", "5_masks", "x.ipynb"], "--lesson 5_masks is not a lesson; the lessons: 01_tok"),
     (["grade", "--shard", "3/3", "x.ipynb"], "--shard 3/3: expected K/N with 0 <= K < N"),
@@ -73,13 +75,13 @@ def test_a_merge_input_that_is_no_report_says_what_merge_takes(capsys, tmp_path)
     assert "give --json another file" not in err and not (tmp_path / "m.json").exists()
 
 
-@pytest.mark.parametrize("value", ["abc", "0", "-2", "nan"])
+@pytest.mark.parametrize("value", ["abc", "0", "-2", "nan", "inf"])
 def test_a_bad_memory_in_the_environment_is_refused(capsys, monkeypatch, value):
     """$AUTOGRADER_MEMORY_GB=0 would have lifted the kernels' memory bound (0 meant none) instead of setting
     one."""
     monkeypatch.setenv("AUTOGRADER_MEMORY_GB", value)
     err = one_line(capsys, ["grade", "x.ipynb"])
-    assert f"AUTOGRADER_MEMORY_GB={value!r}: expected a number of GB > 0" in err
+    assert f"AUTOGRADER_MEMORY_GB={value!r}: expected a finite number of GB > 0" in err
 
 
 def test_an_unknown_lesson_for_nbgrader_is_refused_before_the_folder_is_made(capsys, tmp_path):
@@ -96,6 +98,19 @@ def test_a_file_where_a_folder_is_wanted_is_refused(capsys, tmp_path):
     err = one_line(capsys, ["nbgrader-course", str(thesis)])
     assert "is a file: give a folder" in err
     assert thesis.read_text() == "mine"
+
+
+@pytest.mark.parametrize("limits", [dict(memory_gb=0), dict(memory_gb=None), dict(memory_gb=float("inf")),
+                                    dict(timeout=-1), dict(cell_timeout=0), dict(cell_timeout=float("nan"))])
+def test_the_library_refuses_a_limit_that_would_not_bound(limits, tmp_path):
+    """grade() and run_notebook() themselves, not only the command: a memory of 0 or None would set no
+    bound (RLIMIT_AS not set), so it is refused before any notebook runs."""
+    from autograder.grade import grade
+    from autograder.kernel import run_notebook
+    with pytest.raises(ValueError, match="must be a finite number > 0"):
+        grade([str(tmp_path / "x.ipynb")], **limits)
+    with pytest.raises(ValueError, match="must be a finite number > 0"):
+        run_notebook(tmp_path / "x.ipynb", **limits)
 
 
 def test_grade_s_help_states_the_defaults_the_grader_uses():
