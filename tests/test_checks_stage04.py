@@ -84,8 +84,8 @@ MERGE_STYLES = {
 
 # ----------------------------------------------------------- MultiHeadAttention: correct, written differently
 class MHAEinsum(nn.Module):
-    """Heads as an einsum index, -inf fill, dropout through F.dropout, weights kept with an extra
-    attribute."""
+    """Heads as an einsum index, the dtype's lowest finite value as the fill (-inf would give NaN where every
+    key is masked), dropout through F.dropout, weights kept with an extra attribute."""
     def __init__(self, d_model, n_heads, dropout=0.1):
         super().__init__()
         if d_model % n_heads != 0:
@@ -100,7 +100,8 @@ class MHAEinsum(nn.Module):
         q, k, v = (lin(t).view(B, t.size(1), h, D // h)
                    for lin, t in ((self.w_q, query), (self.w_k, key), (self.w_v, value)))
         self.scores = torch.einsum("bqhd,bkhd->bhqk", q, k) / math.sqrt(D // h)
-        s = self.scores if mask is None else self.scores.masked_fill(mask == 0, float("-inf"))
+        low = torch.finfo(self.scores.dtype).min
+        s = self.scores if mask is None else self.scores.masked_fill(mask == 0, low)
         w = F.dropout(torch.softmax(s, dim=-1), self.p, self.training)
         self.attn_weights = w
         return self.w_o(torch.einsum("bhqk,bkhd->bqhd", w, v).reshape(B, Lq, D))
@@ -463,6 +464,9 @@ MHA_MISTAKES = [
     Mistake("mask inverted", edit(MHA, ("v, mask, self", "v, None if mask is None else ~mask, self")), 4,
             "polarity"),
     Mistake("masked scores filled with 0", _written(("-1e9", "0.0")), 4, "filled with 0"),
+    # a blind review's find: NaN only where every key is masked, which nn.MultiheadAttention cannot compare
+    Mistake("masked scores filled with -inf", _written(("-1e9", "float('-inf')")), 6,
+            ("0/0 = NaN", "values NaN or inf")),
     Mistake("mask applied after the softmax",
             _written(("s = s.masked_fill(~mask, -1e9)", "pass"),
                      ("= s.softmax(-1)", "= s.softmax(-1) if mask is None else "

@@ -536,7 +536,9 @@ def _mha_self(MHA):
                                                                      "the weights or the output)")
 
 
-@register("MultiHeadAttention", "cross-attention (Lq != Lk) with a padding mask equals nn.MultiheadAttention")
+@register("MultiHeadAttention", "cross-attention (Lq != Lk) with a padding mask equals "
+                                "nn.MultiheadAttention; a query whose keys are all masked gets finite "
+                                "numbers")
 def _mha_cross(MHA):
     mha, ref = _pair(MHA, 12, 4, seed=2)
     with seeded(12):
@@ -551,6 +553,22 @@ def _mha_cross(MHA):
         got = _forward(mha, query, key, value, mask, what, ref=ref)
         expect_close(got, expected, what, mistakes=_mistakes(ref, query, key, value, mask),
                      hint="q from `query`, k and v from `key` and `value`; the output has the query's length")
+        _all_keys_masked(mha, query, key, value)
+
+
+def _all_keys_masked(mha, query, key, value):
+    """The course's convention (COURSE.md): a query whose keys are all masked gets finite numbers, never NaN.
+    nn.MultiheadAttention gives NaN there, so only finiteness is asked."""
+    empty = torch.tensor([[True] * 6, [False] * 6])[:, None, None, :]
+    what = ("MultiHeadAttention(12, 4)(query, key, value, mask) with every key of the second source masked, "
+            "mask (2, 1, 1, 6)")
+    got = _forward(mha, query, key, value, empty, what)
+    if isinstance(got, torch.Tensor) and not torch.isfinite(got).all():
+        raise CheckFailure(f"{what}: the output", "finite numbers (COURSE.md: never NaN)",
+                           f"{(~torch.isfinite(got)).sum().item()} values NaN or inf",
+                           "masked scores filled with -inf: the softmax of a row of -inf is 0/0 = NaN; fill "
+                           "them with a large finite negative number (-1e9), as lesson 03's "
+                           "scaled_dot_product_attention does, or call it")
 
 
 @register("MultiHeadAttention", "a causal mask (1, 1, L, L) equals nn.MultiheadAttention's attn_mask")
