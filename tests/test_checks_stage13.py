@@ -275,6 +275,10 @@ GREEDY_MISTAKES = [
             ("src_mask", "edited in place")),
     # the ids
     Mistake("bos_id ignored", edit(GREEDY, _top("bos_id = BOS")), 4, "bos_id argument is ignored"),
+    Mistake("eos_id ignored", edit(GREEDY, _top("eos_id = EOS")), 4, "eos_id argument is ignored"),
+    # a blind review's find: both ignored got only the generic recipe
+    Mistake("bos_id and eos_id both ignored", edit(GREEDY, _top("bos_id, eos_id = BOS, EOS")), 4,
+            "bos_id and eos_id arguments are both ignored"),
 ]
 
 

@@ -129,6 +129,9 @@ def _greedy_ids(greedy_decode):
         return {"the bos_id argument is ignored (<bos> = 1 was used)":
                     [_ref_greedy(fn, k, 6, BOS, 3) for k in keys],
                 "the eos_id argument is ignored (<eos> = 2 was used)":
-                    [_ref_greedy(fn, k, 6, 5, EOS) for k in keys]}
+                    [_ref_greedy(fn, k, 6, 5, EOS) for k in keys],
+                "the bos_id and eos_id arguments are both ignored (<bos> = 1 and <eos> = 2 were used): start "
+                "from bos_id and stop at eos_id, the arguments":
+                    [_ref_greedy(fn, k, 6, BOS, EOS) for k in keys]}
     _greedy_case(greedy_decode, fn, 7, rows, 6, "greedy_decode(model, src, src_mask, 6, bos_id=5, eos_id=3)",
                  bos=5, eos=3, extra=extra)
