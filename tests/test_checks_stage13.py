@@ -877,6 +877,13 @@ BLEU_MISTAKES = [
             "counted once (a set)"),
     Mistake("a recall", _bleu((_TOTALS, "totals[n - 1] += max(len(ref) - n + 1, 0)")), 2,
             "REFERENCE n-grams"),
+    # a blind review's find: the brevity penalty's line blamed the brevity penalty
+    Mistake("each sentence's last n-gram dropped, range(len - n)",
+            _bleu((_COUNTS, "h, r = (Counter(tuple(s[i:i + n]) for i in range(len(s) - n)) "
+                            "for s in (hyp, ref))"),
+                  (_TOTALS, "totals[n - 1] += max(len(hyp) - n, 0)")), 2,
+            ("last n-gram is missing", "range(len(tokens) - n + 1)"),
+            not_says=("Likely: the brevity", "Likely: no brevity")),
     Mistake("hypotheses and references swapped",
             _bleu(_top("hypotheses, references = references, hypotheses")), 2,
             "swapped"),

@@ -15,9 +15,9 @@ def _sacrebleu(hyps, refs, max_n=4, smooth="none"):
     return bleu.corpus_score([" ".join(h) for h in hyps], [[" ".join(r) for r in refs]]).score
 
 
-def _ngrams(tokens, n):
+def _ngrams(tokens, n, drop_last=False):
     out = {}
-    for i in range(len(tokens) - n + 1):
+    for i in range(len(tokens) - n + (0 if drop_last else 1)):
         g = tuple(tokens[i:i + n])
         out[g] = out.get(g, 0) + 1
     return out
@@ -26,7 +26,7 @@ def _ngrams(tokens, n):
 def _bleu_formula(hyps, refs, max_n, clip=True, brevity=True, geometric=True, flipped_bp=False, orders=None,
                   skip_empty=False, recall=False, corpus_clip=False, zero_based=False, no_exp=False,
                   sentence_bp=False, weight=None, unique=False, bp_ratio=False, bp_uncapped=False,
-                  long_bp=False,
+                  long_bp=False, drop_last=False,
                   skip=None):
     """BLEU written out, with switches for the classic mistakes (`orders`: only n = 1..orders summed, still
     divided by max_n; `skip_empty`: orders without any n-gram left out of the mean; `recall`: divided by the
@@ -35,7 +35,8 @@ def _bleu_formula(hyps, refs, max_n, clip=True, brevity=True, geometric=True, fl
     penalties; `weight`: a fixed weight per order instead of 1 / max_n; `unique`: each distinct n-gram counted
     once (a set); `bp_ratio`: BP = hyp_len / ref_len; `bp_uncapped`: BP = exp(1 - ref_len / hyp_len) also
     above 1; `long_bp`: BP = min(1, exp(1 - hyp_len / ref_len)), a penalty for hypotheses LONGER than the
-    references; `skip`: the sentences whose hypothesis (0) or reference (1) is empty left out)."""
+    references; `drop_last`: each sentence's last n-gram left out, range(len - n); `skip`: the sentences
+    whose hypothesis (0) or reference (1) is empty left out)."""
     matches, totals, hyp_len, ref_len = [0] * max_n, [0] * max_n, 0, 0
     all_h, all_r = [{} for _ in range(max_n)], [{} for _ in range(max_n)]
     for h, r in zip(hyps, refs):
@@ -44,12 +45,13 @@ def _bleu_formula(hyps, refs, max_n, clip=True, brevity=True, geometric=True, fl
         hyp_len, ref_len = hyp_len + len(h), ref_len + len(r)
         for n in range(1, max_n + 1):
             k = n - 1 if zero_based else n
-            hc, rc = _ngrams(h, k), _ngrams(r, k)
+            hc, rc = _ngrams(h, k, drop_last), _ngrams(r, k, drop_last)
             if unique:
                 hc, rc = dict.fromkeys(hc, 1), dict.fromkeys(rc, 1)
             matches[n - 1] += sum(min(c, rc.get(g, 0)) if clip else (c if g in rc else 0) for g,
                                   c in hc.items())
-            totals[n - 1] += len(hc) if unique else max(len(r if recall else h) - k + 1, 0)
+            totals[n - 1] += len(hc) if unique else max(len(r if recall else h) - k + (0 if drop_last else 1),
+                                                          0)
             for mine, theirs in ((all_h[n - 1], hc), (all_r[n - 1], rc)):
                 for g, c in theirs.items():
                     mine[g] = mine.get(g, 0) + c
@@ -135,6 +137,8 @@ def _bleu_formula_mistakes(hyps, refs, max_n, expected):
         "count by the reference's"] = _bleu_formula(hyps, refs, max_n, unique=True)
     out["the brevity penalty is hyp_len / ref_len: it is exp(1 - ref_len / hyp_len) when the hypotheses are "
         "shorter"] = _bleu_formula(hyps, refs, max_n, bp_ratio=True)
+    out["each sentence's last n-gram is missing (range(len(tokens) - n)): a sentence of L tokens has "
+        "L - n + 1 n-grams, range(len(tokens) - n + 1)"] = _bleu_formula(hyps, refs, max_n, drop_last=True)
     out["the brevity penalty is not capped at 1: BP = min(1, exp(1 - ref_len / hyp_len)); hypotheses longer "
         "than their references get BP = 1, not more"] = _bleu_formula(hyps, refs, max_n, bp_uncapped=True)
     if max_n != 4:
