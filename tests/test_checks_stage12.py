@@ -396,6 +396,15 @@ BBT_MISTAKES = [
     Mistake("< instead of <=", _fits("current and new_longest * (len(current) + 1) >= max_tokens"), 4,
             "<=, not <"),
     Mistake("one example per batch", _fits("current"), 4, ("2 batches of 4", "its own batch")),
+    # a blind review's finds: each was told of another mistake on some lines
+    Mistake("the lengths returned in place of the indices",
+            _as(BBT, "batches = solutions.batch_by_tokens(lengths, max_tokens)",
+                "return [[lengths[i] for i in b] for b in batches]"), 0,
+            "not the lengths themselves", not_says="two batches"),
+    Mistake("an example longer than max_tokens let into a batch",
+            _fits("current and new_longest * (len(current) + 1) > max_tokens "
+                  "and lengths[i] <= max_tokens"), 3,
+            "cannot share a batch", not_says="BEFORE the new example"),
 ]
 
 # ================================================================ noam_lr

@@ -49,14 +49,24 @@ def _sorted_positions(batches, lengths, max_tokens) -> bool:
     return all(s[nxt[0]] * (len(b) + 1) > max_tokens for b, nxt in zip(runs, runs[1:]))
 
 
-def _expect_partition(batches, n, what):
+LENGTHS_RETURNED = "return positions in lengths (indices), not the lengths themselves"
+
+
+def _expect_partition(batches, lengths, what):
+    """Every index of `lengths` in exactly one batch, said by the likely cause: the lengths returned in
+    place of the indices (all of them, in any order: a multiset equal to lengths), an index twice, or one
+    missing."""
+    n = len(lengths)
     counts = Counter(i for b in batches for i in b)
     missing = sorted(set(range(n)) - set(counts))
     extra = sorted(i for i in counts if not 0 <= i < n)
     twice = sorted(i for i, c in counts.items() if c > 1)
     if extra:
-        raise CheckFailure(what, f"indices 0..{n - 1}", f"also {extra[:5]}",
-                           "return positions in lengths (indices), not the lengths themselves")
+        raise CheckFailure(what, f"indices 0..{n - 1}", f"also {extra[:5]}", LENGTHS_RETURNED)
+    if (twice or missing) and counts == Counter(lengths):
+        raise CheckFailure(f"{what}: the values returned", f"indices 0..{n - 1}, each once",
+                           f"the lengths themselves (e.g. {fmt(batches[0][:5]) if batches else '[]'})",
+                           LENGTHS_RETURNED)
     if twice:
         raise CheckFailure(f"{what}: {len(twice)} indices appear more than once", "every index exactly once",
                            f"e.g. {twice[:5]} repeated", "an example was added to two batches: after a batch "
@@ -81,13 +91,23 @@ def _old_longest(batches, lengths, max_tokens) -> bool:
     return all(sorted(lengths[i] for i in b)[-2] * len(b) <= max_tokens for b in batches if len(b) > 1)
 
 
+LONG_SHARES = ("an example longer than max_tokens cannot share a batch: it goes alone, in a batch of its own "
+               "(every batch over the limit here holds one)")
+
+
+def _only_long_ones_share(batches, lengths, max_tokens) -> bool:
+    """Whether every batch over the limit holds an example longer than max_tokens (the rest are within it)."""
+    over = [b for b in batches if len(b) > 1 and max(lengths[i] for i in b) * len(b) > max_tokens]
+    return bool(over) and all(max(lengths[i] for i in b) > max_tokens for b in over)
+
+
 @register("batch_by_tokens", "returns every index exactly once")
 def _bbt_partition(fn):
     lengths = _random_lengths(0)
     what = f"batch_by_tokens({len(lengths)} random lengths, max_tokens=400)"
-    _expect_partition(_batches(fn, lengths, 400, what), len(lengths), what)
+    _expect_partition(_batches(fn, lengths, 400, what), lengths, what)
     small = [5, 1, 4, 2]
-    _expect_partition(_batches(fn, small, 8, "batch_by_tokens([5, 1, 4, 2], 8)"), 4,
+    _expect_partition(_batches(fn, small, 8, "batch_by_tokens([5, 1, 4, 2], 8)"), small,
                       "batch_by_tokens([5, 1, 4, 2], 8)")
     none = _batches(fn, [], 10, "batch_by_tokens([], 10)")
     if none:
@@ -101,7 +121,7 @@ def _bbt_limit(fn):
     lengths = _random_lengths(1)
     what = f"batch_by_tokens({len(lengths)} random lengths, max_tokens=400)"
     batches = _batches(fn, lengths, 400, what)
-    _expect_partition(batches, len(lengths), what)
+    _expect_partition(batches, lengths, what)
     for b in batches:
         if not b:
             raise CheckFailure(what, "batches of at least one example", "an empty batch",
@@ -113,6 +133,7 @@ def _bbt_limit(fn):
                                "padded size = longest x count <= 400", f"{longest} x {len(b)} = "
                                                                        f"{longest * len(b)}",
                                SORTED_POSITIONS if _sorted_positions(batches, lengths, 400) else
+                               LONG_SHARES if _only_long_ones_share(batches, lengths, 400) else
                                OLD_LONGEST if _old_longest(batches, lengths, 400) else
                                "the padded size was not what was limited: the sum of the lengths "
                                f"({real}) ignores the padding; limit max(length) * count" if real <= 400 else
@@ -125,7 +146,7 @@ def _bbt_long(fn):
     lengths = [3, 50, 4, 2, 30, 5, 3]
     what = "batch_by_tokens([3, 50, 4, 2, 30, 5, 3], max_tokens=20)"
     batches = _batches(fn, lengths, 20, what)
-    _expect_partition(batches, len(lengths), what)
+    _expect_partition(batches, lengths, what)
     for i in (1, 4):
         home = [b for b in batches if i in b][0]
         if home != [i]:
@@ -135,7 +156,7 @@ def _bbt_long(fn):
                                "(and do not drop it)")
     what = "batch_by_tokens([30, 25], max_tokens=20)"
     batches = _batches(fn, [30, 25], 20, what)
-    _expect_partition(batches, 2, what)
+    _expect_partition(batches, [30, 25], what)
     if sorted(map(sorted, batches)) != [[0], [1]]:
         raise CheckFailure(what, "[[1], [0]]: each example alone (both are longer than max_tokens)",
                            fmt(batches),
@@ -149,7 +170,7 @@ def _bbt_similar(fn):
     lengths = _random_lengths(2, n=400, extra=())
     what = f"batch_by_tokens({len(lengths)} random lengths 1..60, max_tokens=600)"
     batches = _batches(fn, lengths, 600, what)
-    _expect_partition(batches, len(lengths), what)
+    _expect_partition(batches, lengths, what)
     padded = sum(max(lengths[i] for i in b) * len(b) for b in batches if b)
     real = sum(lengths)
     if padded > 1.2 * real:
@@ -165,7 +186,7 @@ def _bbt_similar(fn):
 def _bbt_full(fn):
     what = "batch_by_tokens([3] * 8, max_tokens=12)"
     batches = _batches(fn, [3] * 8, 12, what)
-    _expect_partition(batches, 8, what)
+    _expect_partition(batches, [3] * 8, what)
     if sorted(len(b) for b in batches) != [4, 4]:
         largest = max(len(b) for b in batches)
         raise CheckFailure(what, "2 batches of 4 (4 x 3 = 12 tokens each)",
@@ -180,7 +201,7 @@ def _bbt_full(fn):
     lengths = _random_lengths(3, n=400, extra=())
     what = f"batch_by_tokens({len(lengths)} random lengths 1..60, max_tokens=600)"
     batches = _batches(fn, lengths, 600, what)
-    _expect_partition(batches, len(lengths), what)
+    _expect_partition(batches, lengths, what)
     padded = sum(max(lengths[i] for i in b) * len(b) for b in batches if b)
     if padded < 0.7 * 600 * len(batches):
         raise CheckFailure(f"{what}: mean padded size of a batch", "close to max_tokens=600 (at least 420)",
