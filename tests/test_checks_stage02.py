@@ -511,8 +511,11 @@ MODULE_MISTAKES = [
     # the dropout
     Mistake("dropout missing", _returns("x + self.pe[: x.size(1)]", _NO_CHECK), 3, "dropout missing"),
     Mistake("dropout before adding the table", _returns("self.dropout(x) + self.pe[: x.size(1)]", _NO_CHECK),
-            3,
-            "dropout(x) + PE"),
+            3, "dropout(x) + PE"),
+    # a blind review's find: the defaults check, measuring zeros, failed it too and blamed the defaults
+    Mistake("dropout before adding the table, the only mistake",
+            _returns("self.dropout(x) + self.pe[: x.size(1)]"), 5, "dropout(x) + PE",
+            not_says="keep the signature's defaults"),
     Mistake("dropout on the table only", _returns("x + self.dropout(self.pe[: x.size(1)])", _NO_CHECK), 3,
             "x + dropout(PE)"),
     Mistake("dropout applied twice", _returns("self.dropout(self.dropout(x + self.pe[: x.size(1)]))"), 4,
