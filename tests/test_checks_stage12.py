@@ -131,6 +131,10 @@ SHIFT_MISTAKES = [
             "return torch.cat([torch.full_like(t[:, :1], bos_id), t[:, :-1]], 1)"), 0,
             "batch dimension was lost",
             title="uses bos_id"),
+    # a blind review's find: the L = 1 line blamed an empty tgt[:, :-1]
+    Mistake("a trailing .squeeze()", edit(SHIFT, ("return torch.cat([bos, tgt[:, :-1]], dim=1)",
+                                                  "return torch.cat([bos, tgt[:, :-1]], dim=1).squeeze()")),
+            0, "length dimension was lost", title="keeps shape (B, L)", not_says="is empty"),
     Mistake("a view of the input written into", lambda tgt, bos_id=BOS,
             pad_id=PAD: shift_in_place(tgt[:, :], bos_id),
             3, "in place"),
