@@ -39,6 +39,9 @@ HEADS_AUTOGRAD = ("the heads left autograd (.detach(), .data, torch.no_grad() or
                   "on x (view, transpose, reshape)")
 INTERLEAVED = ("features dealt out to the heads in turn (view(B, L, d_k, h)): head i must get the contiguous "
                "block of features i*d_k .. (i+1)*d_k-1, i.e. view(B, L, h, d_k)")
+INTERLEAVED_MERGE = ("the heads' features interleaved (permute(0, 2, 3, 1)): out[..., i*d_k:(i+1)*d_k] "
+                     "must be head i's whole block, so move only the heads next to d_k, x.transpose(1, 2) "
+                     "(B, L, h, d_k), then reshape(B, L, h * d_k)")
 
 
 def _inputs_kept(fn, inputs: dict, what: str):
@@ -191,7 +194,7 @@ def _merge_values(merge_heads):
                  hint="out[..., i*d_k:(i+1)*d_k] must equal x[:, i]: x.transpose(1, 2).reshape(B, L, h * "
                       "d_k)",
                  mistakes={NO_TRANSPOSE_MERGE: x.reshape(2, 5, 12),
-                           INTERLEAVED: x.permute(0, 2, 3, 1).reshape(2, 5, 12)})
+                           INTERLEAVED_MERGE: x.permute(0, 2, 3, 1).reshape(2, 5, 12)})
     leaf, ref_leaf = x.clone().requires_grad_(), x.clone().requires_grad_()
     expect_grads(lambda: merge_heads(leaf), lambda: torch.cat(ref_leaf.unbind(1), dim=-1),
                  {"x": (leaf, ref_leaf)},
@@ -206,7 +209,8 @@ def _merge_inverse(merge_heads):
     what = "merge_heads(x.view(2, 6, 4, 2).transpose(1, 2))"
     expect_close(_merge(merge_heads, split, what), x, what, hint="merge_heads must be the inverse of "
                                                                  "split_heads",
-                 mistakes={NO_TRANSPOSE_MERGE: split.reshape(2, 6, 8)})
+                 mistakes={NO_TRANSPOSE_MERGE: split.reshape(2, 6, 8),
+                           INTERLEAVED_MERGE: split.permute(0, 2, 3, 1).reshape(2, 6, 8)})
 
 
 # ------------------------------------------------------------------------------- MultiHeadAttention
