@@ -350,7 +350,8 @@ MERGE_MISTAKES = [
             ("requires grad", "the heads left autograd")),
     # a blind review's find: the hint was split_heads' (view(B, L, d_k, h))
     Mistake("features interleaved, permute(0, 2, 3, 1)",
-            _merge_returns("x.permute(0, 2, 3, 1).reshape(B, L, h * d_k)"), 1, "features interleaved (permute(0, 2, 3, 1))", not_says="view(B, L, d_k, h)"),
+            _merge_returns("x.permute(0, 2, 3, 1).reshape(B, L, h * d_k)"), 1,
+            "features interleaved (permute(0, 2, 3, 1))", not_says="view(B, L, d_k, h)"),
     Mistake("merged without the transpose", _merge_returns("x.reshape(B, L, h * d_k)"), 1,
             "merged without the transpose"),
     Mistake("view without contiguous", _merge_returns("x.transpose(1, 2).view(B, L, h * d_k)"), 1,
