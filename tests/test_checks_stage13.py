@@ -276,6 +276,11 @@ GREEDY_MISTAKES = [
     # the ids
     Mistake("bos_id ignored", edit(GREEDY, _top("bos_id = BOS")), 4, "bos_id argument is ignored"),
     Mistake("eos_id ignored", edit(GREEDY, _top("eos_id = EOS")), 4, "eos_id argument is ignored"),
+    # a blind review's find: a batch's hint ('sources disturb each other') for <eos> filtered out, not cut at
+    Mistake("finished rows go on, and <eos> tokens are filtered out instead of a cut",
+            edit(GREEDY, ("next_tok = next_tok.masked_fill(finished, eos_id)", "pass"),
+                 (_ANSWER, "[t for t in row if t != eos_id]")),
+            1, "the <eos> tokens were removed (t != eos_id)", not_says="disturb each other"),
     # a blind review's find: both ignored got only the generic recipe
     Mistake("bos_id and eos_id both ignored", edit(GREEDY, _top("bos_id, eos_id = BOS, EOS")), 4,
             "bos_id and eos_id arguments are both ignored"),

@@ -264,8 +264,7 @@ def _greedy_variants(next_logits, src, max_len, bos=BOS, eos=EOS):
             ([eos] if ended else []),
         "did not stop at <eos>: a source is finished once it produces <eos>; return the tokens before it":
             run[:max_len] if ended else right,
-        "did not stop at <eos> (the <eos> tokens were dropped from the output instead): cut each answer at "
-        "its first <eos>": [tok for tok in run[:max_len] if tok != eos] if ended else right,
+        EOS_DROPPED: [tok for tok in run[:max_len] if tok != eos] if ended else right,
         "generated max_len + 1 tokens: at most max_len tokens, <eos> included":
             run[:run.index(eos)] if eos in run else run,
         "generated only max_len - 1 tokens: the loop must allow max_len tokens, <eos> included":
@@ -593,6 +592,15 @@ def _expect_lists(got, expected, what, hint, mistakes=None, sources=None, eos=EO
                             "sequence was extended past its <eos> (or the answer cut at its last <eos>, not "
                             "its first)") +
                            "; cut each answer before its first <eos>, row[:row.index(eos_id)]")
+    # each answer right, then more, and no <eos> anywhere: the <eos> tokens were filtered out, not cut at
+    # (in a batch, where a finished row goes on, as well as alone)
+    if names[:1] in ([], [EOS_DROPPED]) and not any(eos in g for g in got) and \
+            all(g[:len(e)] == e for g, e in zip(got, expected)):
+        raise CheckFailure(f"{what}: the answer{src}", fmt(expected[i]), fmt(got[i]),
+                           f"the answer is right, then goes on, and holds no <eos> ({eos}): the <eos> "
+                           "tokens were removed (t != eos_id) instead of cutting each answer before its "
+                           "FIRST <eos>; in a batch a finished row keeps getting tokens while the others go "
+                           "on, so cut, row[:row.index(eos_id)] if eos_id in row else row")
     if alone is not None and len(expected) > 1 and _right_alone(alone, expected):
         raise CheckFailure(f"{what}: the answer{src}", fmt(expected[i]), fmt(got[i]),
                            "every source decoded alone (a batch of one) gets the right answer, but not in a "
@@ -607,6 +615,8 @@ def _expect_lists(got, expected, what, hint, mistakes=None, sources=None, eos=EO
                        "; or ".join(names[:MAX_NAMED]) if names else hint)
 
 
+EOS_DROPPED = ("did not stop at <eos> (the <eos> tokens were dropped from the output instead): cut each "
+               "answer at its first <eos>")
 MAX_NAMED = 3  # the causes named for one wrong answer, the likeliest first: a longer list hides the real one
 BATCH_MISTAKES = {ANY_FINISHED}
 
