@@ -592,15 +592,7 @@ def _expect_lists(got, expected, what, hint, mistakes=None, sources=None, eos=EO
                             "sequence was extended past its <eos> (or the answer cut at its last <eos>, not "
                             "its first)") +
                            "; cut each answer before its first <eos>, row[:row.index(eos_id)]")
-    # each answer right, then more, and no <eos> anywhere: the <eos> tokens were filtered out, not cut at
-    # (in a batch, where a finished row goes on, as well as alone)
-    if names[:1] in ([], [EOS_DROPPED]) and not any(eos in g for g in got) and \
-            all(g[:len(e)] == e for g, e in zip(got, expected)):
-        raise CheckFailure(f"{what}: the answer{src}", fmt(expected[i]), fmt(got[i]),
-                           f"the answer is right, then goes on, and holds no <eos> ({eos}): the <eos> "
-                           "tokens were removed (t != eos_id) instead of cutting each answer before its "
-                           "FIRST <eos>; in a batch a finished row keeps getting tokens while the others go "
-                           "on, so cut, row[:row.index(eos_id)] if eos_id in row else row")
+    _eos_filtered(got, expected, names, eos, f"{what}: the answer{src}", i)
     if alone is not None and len(expected) > 1 and _right_alone(alone, expected):
         raise CheckFailure(f"{what}: the answer{src}", fmt(expected[i]), fmt(got[i]),
                            "every source decoded alone (a batch of one) gets the right answer, but not in a "
@@ -613,6 +605,18 @@ def _expect_lists(got, expected, what, hint, mistakes=None, sources=None, eos=EO
                  "before it, and never extend a finished hypothesis"]
     raise CheckFailure(f"{what}: the answer{src}", fmt(expected[i]), fmt(got[i]),
                        "; or ".join(names[:MAX_NAMED]) if names else hint)
+
+
+def _eos_filtered(got, expected, names, eos, what, i):
+    """Each answer right, then more, and no <eos> anywhere: the <eos> tokens were filtered out instead of a
+    cut at the first one (in a batch, where a finished row goes on, as well as alone): said."""
+    if names[:1] in ([], [EOS_DROPPED]) and not any(eos in g for g in got) and \
+            all(g[:len(e)] == e for g, e in zip(got, expected)):
+        raise CheckFailure(what, fmt(expected[i]), fmt(got[i]),
+                           f"the answer is right, then goes on, and holds no <eos> ({eos}): the <eos> "
+                           "tokens were removed (t != eos_id) instead of cutting each answer before its "
+                           "FIRST <eos>; in a batch a finished row keeps getting tokens while the others go "
+                           "on, so cut, row[:row.index(eos_id)] if eos_id in row else row")
 
 
 EOS_DROPPED = ("did not stop at <eos> (the <eos> tokens were dropped from the output instead): cut each "
